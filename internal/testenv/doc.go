@@ -1,0 +1,5 @@
+// Package testenv starts the real servers that integration tests run against: a throwaway PostgreSQL
+// cluster with wal_level=logical (initdb into a temporary folder, its own port, run as the postgres user
+// when the tests run as root), a check that RabbitMQ is reachable, per-test databases and names, and a TCP
+// proxy that can stall or cut one connection. A missing server fails the test; nothing here ever skips.
+package testenv
