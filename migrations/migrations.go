@@ -1,0 +1,106 @@
+package migrations
+
+import (
+	"bytes"
+	"context"
+	"embed"
+	"fmt"
+	"io/fs"
+	"sort"
+	"strings"
+	"text/template"
+
+	"github.com/jackc/pgx/v5"
+)
+
+//go:embed sql/*.sql
+var files embed.FS
+
+// Config names the objects the migrations create.
+type Config struct {
+	Table       string // outbox table, "schema.table" or "table" (public); default public.outbox
+	Publication string // publication name; default cdc_router_outbox
+	Schema      string // the router's own schema; default cdc_router
+}
+
+// Defaults fills empty fields with the documented defaults.
+func (c Config) Defaults() Config {
+	if c.Table == "" {
+		c.Table = "public.outbox"
+	}
+	if c.Publication == "" {
+		c.Publication = "cdc_router_outbox"
+	}
+	if c.Schema == "" {
+		c.Schema = "cdc_router"
+	}
+	return c
+}
+
+// TableIdent splits a table name into its schema and name, defaulting the schema to public.
+func TableIdent(table string) pgx.Identifier {
+	if s, t, ok := strings.Cut(table, "."); ok {
+		return pgx.Identifier{s, t}
+	}
+	return pgx.Identifier{"public", table}
+}
+
+type vars struct {
+	Schema, Table, Publication, PublicationLiteral string
+}
+
+// Statements renders the embedded SQL files in order.
+func Statements(cfg Config) ([]string, error) {
+	cfg = cfg.Defaults()
+	v := vars{
+		Schema:             pgx.Identifier{cfg.Schema}.Sanitize(),
+		Table:              TableIdent(cfg.Table).Sanitize(),
+		Publication:        pgx.Identifier{cfg.Publication}.Sanitize(),
+		PublicationLiteral: "'" + strings.ReplaceAll(cfg.Publication, "'", "''") + "'",
+	}
+	names, err := fs.Glob(files, "sql/*.sql")
+	if err != nil {
+		return nil, err
+	}
+	sort.Strings(names)
+	out := make([]string, 0, len(names))
+	for _, name := range names {
+		text, err := files.ReadFile(name)
+		if err != nil {
+			return nil, err
+		}
+		tmpl, err := template.New(name).Parse(string(text))
+		if err != nil {
+			return nil, fmt.Errorf("parse %s: %w", name, err)
+		}
+		var b bytes.Buffer
+		if err := tmpl.Execute(&b, v); err != nil {
+			return nil, fmt.Errorf("render %s: %w", name, err)
+		}
+		out = append(out, b.String())
+	}
+	return out, nil
+}
+
+// Apply runs every migration in one transaction, serialised by an advisory lock so that two routers
+// starting at once do not race.
+func Apply(ctx context.Context, conn *pgx.Conn, cfg Config) error {
+	stmts, err := Statements(cfg)
+	if err != nil {
+		return err
+	}
+	tx, err := conn.Begin(ctx)
+	if err != nil {
+		return fmt.Errorf("migrate: %w", err)
+	}
+	defer tx.Rollback(ctx)
+	if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock(hashtext('cdc_router_migrate'))"); err != nil {
+		return fmt.Errorf("migrate: %w", err)
+	}
+	for _, s := range stmts {
+		if _, err := tx.Exec(ctx, s); err != nil {
+			return fmt.Errorf("migrate: %w", err)
+		}
+	}
+	return tx.Commit(ctx)
+}
