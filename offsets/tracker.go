@@ -1,0 +1,141 @@
+package offsets
+
+import (
+	"sync"
+
+	"github.com/cdc-router/cdc-router/internal/cdc"
+)
+
+// Txn is the handle of one transaction in the tracker, returned by Begin.
+type Txn uint64
+
+type txnState struct {
+	end         cdc.LSN // TransactionEndLSN, known at Commit
+	outstanding int     // events handed out and not yet confirmed
+	committed   bool
+}
+
+// Tracker computes the acknowledgement watermark. Begin, Add, Commit and Keepalive are called by the one
+// goroutine that reads the stream; Confirm may be called from any goroutine.
+type Tracker struct {
+	mu       sync.Mutex
+	acked    cdc.LSN
+	head     Txn        // handle of txns[0]
+	txns     []txnState // transactions in stream order, oldest first
+	open     bool
+	advanced chan struct{}
+}
+
+// NewTracker starts a tracker whose watermark is start (the position the stream starts from).
+func NewTracker(start cdc.LSN) *Tracker {
+	return &Tracker{acked: start, head: 1, advanced: make(chan struct{}, 1)}
+}
+
+// Begin opens the next transaction in stream order.
+func (t *Tracker) Begin() Txn {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.open = true
+	t.txns = append(t.txns, txnState{})
+	return t.head + Txn(len(t.txns)-1)
+}
+
+// Add counts one more event of transaction x as outstanding. Call it before handing the event out.
+func (t *Tracker) Add(x Txn) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if s := t.state(x); s != nil {
+		s.outstanding++
+	}
+}
+
+// Confirm marks one event of transaction x as confirmed. An x that is no longer tracked is ignored.
+func (t *Tracker) Confirm(x Txn) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if s := t.state(x); s != nil && s.outstanding > 0 {
+		s.outstanding--
+		t.advance()
+	}
+}
+
+// Commit closes transaction x, whose commit record ends at end. Its end becomes the watermark once every
+// event of it and of the transactions before it is confirmed.
+func (t *Tracker) Commit(x Txn, end cdc.LSN) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.open = false
+	if s := t.state(x); s != nil {
+		s.end, s.committed = end, true
+		if ackOnReceipt && end > t.acked {
+			t.acked = end // deliberately wrong, built only with -tags unsafeack
+			t.signal()
+		}
+		t.advance()
+	}
+}
+
+// Keepalive offers the server's WAL end from a keepalive. It is adopted only when nothing is in flight and
+// no transaction is open: then every transaction ending at or before it has been received and confirmed.
+// It reports whether the watermark moved.
+func (t *Tracker) Keepalive(walEnd cdc.LSN) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.open || len(t.txns) > 0 || walEnd <= t.acked {
+		return false
+	}
+	t.acked = walEnd
+	t.signal()
+	return true
+}
+
+// Watermark is the position that may be acknowledged to PostgreSQL and stored.
+func (t *Tracker) Watermark() cdc.LSN {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.acked
+}
+
+// InFlight reports the transactions received and not yet fully confirmed, including an open one.
+func (t *Tracker) InFlight() int {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return len(t.txns)
+}
+
+// Advanced is signalled (coalesced) whenever the watermark moves.
+func (t *Tracker) Advanced() <-chan struct{} { return t.advanced }
+
+func (t *Tracker) state(x Txn) *txnState {
+	if x < t.head || x >= t.head+Txn(len(t.txns)) {
+		return nil
+	}
+	return &t.txns[x-t.head]
+}
+
+// advance pops the complete prefix of the FIFO and moves the watermark to the last popped end.
+func (t *Tracker) advance() {
+	n := 0
+	for n < len(t.txns) && t.txns[n].committed && t.txns[n].outstanding == 0 {
+		if t.txns[n].end > t.acked {
+			t.acked = t.txns[n].end
+		}
+		n++
+	}
+	if n == 0 {
+		return
+	}
+	t.head += Txn(n)
+	t.txns = t.txns[n:]
+	if cap(t.txns) > 64 && len(t.txns) < cap(t.txns)/4 {
+		t.txns = append([]txnState(nil), t.txns...)
+	}
+	t.signal()
+}
+
+func (t *Tracker) signal() {
+	select {
+	case t.advanced <- struct{}{}:
+	default:
+	}
+}
