@@ -1,0 +1,104 @@
+package decode
+
+import (
+	"fmt"
+
+	"github.com/cdc-router/cdc-router/internal/cdc"
+)
+
+// insert decodes an Insert; an insert into the outbox table becomes an Event or a Quarantine.
+func (d *Decoder) insert(walStart cdc.LSN, r *reader, h Handler) error {
+	oid := r.u32("relation OID")
+	r.marker("new tuple marker", 'N')
+	d.tuple = r.tuple(d.tuple)
+	rel, err := d.change(msgInsert, r, oid)
+	if err != nil || !rel.outbox {
+		return err
+	}
+	if len(d.tuple) != len(rel.columns) {
+		return protocolError(msgInsert, "tuple has %d columns, relation %s has %d", len(d.tuple), rel.table, len(rel.columns))
+	}
+	for _, v := range d.tuple {
+		if v.kind == kindBinary {
+			return protocolError(msgInsert, "binary column value in %s: the slot must be read in text mode", rel.table)
+		}
+	}
+	var f fields
+	for c, pos := range rel.index {
+		if pos < 0 {
+			continue
+		}
+		switch v := d.tuple[pos]; v.kind {
+		case kindNull:
+			f[c].state = stateNull
+		case kindText:
+			f[c] = field{state: stateText, text: v.data}
+		}
+	}
+	ev, rowErr := mapFields(&d.cfg, &f, d.commitLSN)
+	if rowErr != nil {
+		q := cdc.Quarantined{LSN: walStart, CommitLSN: d.commitLSN, Table: rel.table,
+			Columns: rawColumns(rel.columns, d.tuple), Reason: rowErr.Reason}
+		if err := h.Quarantine(q); err != nil {
+			return fmt.Errorf("decode: quarantine insert at %s: %w", walStart, err)
+		}
+		return nil
+	}
+	if err := h.Event(ev); err != nil {
+		return fmt.Errorf("decode: event %s at %s: %w", ev.ID, walStart, err)
+	}
+	return nil
+}
+
+// update validates an Update; updates are never events.
+func (d *Decoder) update(r *reader) error {
+	oid := r.u32("relation OID")
+	if m := r.u8("tuple marker"); m == 'K' || m == 'O' {
+		d.tuple = r.tuple(d.tuple)
+		r.marker("new tuple marker", 'N')
+	} else if m != 'N' && r.err == "" {
+		r.fail(fmt.Sprintf("tuple marker %q, want 'K', 'O' or 'N'", m))
+	}
+	d.tuple = r.tuple(d.tuple)
+	_, err := d.change(msgUpdate, r, oid)
+	return err
+}
+
+// delete validates a Delete; deletes are never events.
+func (d *Decoder) delete(r *reader) error {
+	oid := r.u32("relation OID")
+	if m := r.u8("tuple marker"); m != 'K' && m != 'O' && r.err == "" {
+		r.fail(fmt.Sprintf("tuple marker %q, want 'K' or 'O'", m))
+	}
+	d.tuple = r.tuple(d.tuple)
+	_, err := d.change(msgDelete, r, oid)
+	return err
+}
+
+// truncate validates a Truncate; truncates are never events.
+func (d *Decoder) truncate(r *reader) error {
+	r.skipTruncate()
+	if reason := r.end(); reason != "" {
+		return protocolError(msgTruncate, "%s", reason)
+	}
+	if !d.inTxn {
+		return protocolError(msgTruncate, "Truncate outside Begin…Commit")
+	}
+	return nil
+}
+
+// change checks what every row change needs: a complete message, an open transaction and a relation
+// announced by a Relation message.
+func (d *Decoder) change(msg byte, r *reader, oid uint32) (*relation, error) {
+	if reason := r.end(); reason != "" {
+		return nil, protocolError(msg, "%s", reason)
+	}
+	if !d.inTxn {
+		return nil, protocolError(msg, "change outside Begin…Commit")
+	}
+	rel, ok := d.relations[oid]
+	if !ok {
+		return nil, protocolError(msg, "relation OID %d was not announced by a Relation message", oid)
+	}
+	return rel, nil
+}

@@ -1,0 +1,158 @@
+package decode
+
+import (
+	"fmt"
+
+	"github.com/cdc-router/cdc-router/internal/cdc"
+)
+
+// Handler receives what Decode finds, in WAL order: Begin, the transaction's outbox inserts (each an Event
+// or a Quarantine), then Commit. A non-nil error stops Decode, which returns it wrapped; the Decoder must
+// then be discarded.
+type Handler interface {
+	// Begin starts a transaction; commitLSN is the Begin message's final LSN, the commit record's start.
+	Begin(commitLSN cdc.LSN) error
+	// Event delivers one outbox insert, with CommitLSN set. Payload and Headers are the Handler's own copies.
+	Event(ev cdc.Event) error
+	// Quarantine delivers one outbox insert that cannot become an event; LSN is the insert's WAL start.
+	Quarantine(q cdc.Quarantined) error
+	// Commit ends the transaction; endLSN is CommitMessage.TransactionEndLSN, the position to acknowledge
+	// once every event of the transaction is delivered.
+	Commit(commitLSN, endLSN cdc.LSN) error
+}
+
+// ProtocolError is a message Decode cannot accept: empty, truncated, malformed, of an unknown or
+// unsupported type (streaming and two-phase messages need proto_version 2 or more), out of place
+// (a change outside Begin…Commit, a Begin inside one) or naming a relation OID without a Relation message.
+// It means the stream is broken or misconfigured, never that a row is bad.
+type ProtocolError struct {
+	Message byte   // the pgoutput message type byte; 0 for an empty message
+	Reason  string // what is wrong, one short phrase
+}
+
+func (e *ProtocolError) Error() string {
+	return fmt.Sprintf("decode: pgoutput message %q: %s", e.Message, e.Reason)
+}
+
+func protocolError(msg byte, format string, args ...any) error {
+	return &ProtocolError{Message: msg, Reason: fmt.Sprintf(format, args...)}
+}
+
+// Decoder decodes the pgoutput messages of one replication connection, in the order received. It keeps
+// the relation cache and the open transaction, so it is not safe for concurrent use; after any error, and
+// for every new replication connection, use a new Decoder.
+type Decoder struct {
+	cfg       Config
+	schema    string // the outbox table's namespace and name, from cfg.Table
+	table     string
+	relations map[uint32]*relation // by relation OID; replaced by every Relation message
+	inTxn     bool
+	commitLSN cdc.LSN // the open transaction's Begin final LSN
+	tuple     []value // scratch for the current change's tuple, reused between messages
+}
+
+// New returns a Decoder for cfg with the defaults applied to its zero fields. New does not validate:
+// call cfg.Validate first; with an unqualified Table no relation is the outbox.
+func New(cfg Config) *Decoder {
+	cfg = cfg.withDefaults()
+	schema, table, _ := splitTable(cfg.Table)
+	return &Decoder{cfg: cfg, schema: schema, table: table, relations: make(map[uint32]*relation)}
+}
+
+// Decode decodes one pgoutput message: walData is an XLogData's WALData and walStart its WAL start. Decode
+// keeps nothing that aliases walData after it returns. It returns a *ProtocolError for a message it cannot
+// accept, and a Handler's error wrapped.
+func (d *Decoder) Decode(walStart cdc.LSN, walData []byte, h Handler) error {
+	err := d.decode(walStart, walData, h)
+	clear(d.tuple) // drop the scratch tuple's references into walData
+	return err
+}
+
+func (d *Decoder) decode(walStart cdc.LSN, walData []byte, h Handler) error {
+	if len(walData) == 0 {
+		return protocolError(0, "empty message")
+	}
+	t, r := walData[0], &reader{buf: walData[1:]}
+	switch t {
+	case msgBegin:
+		return d.begin(r, h)
+	case msgCommit:
+		return d.commit(r, h)
+	case msgRelation:
+		return d.relation(r)
+	case msgInsert:
+		return d.insert(walStart, r, h)
+	case msgUpdate:
+		return d.update(r)
+	case msgDelete:
+		return d.delete(r)
+	case msgTruncate:
+		return d.truncate(r)
+	case msgOrigin:
+		r.lsn("origin commit LSN")
+		r.cstring("origin name")
+	case msgType:
+		r.u32("type OID")
+		r.cstring("namespace")
+		r.cstring("type name")
+	case msgMessage:
+		r.u8("flags")
+		r.lsn("message LSN")
+		r.cstring("prefix")
+		r.takeLong(uint64(r.u32("content length")), "content")
+	case 'S', 'E', 'c', 'A', 'b', 'P', 'K', 'r', 'p':
+		return protocolError(t, "streaming and two-phase messages are not supported: use proto_version 1 without streaming")
+	default:
+		return protocolError(t, "unknown message type")
+	}
+	if reason := r.end(); reason != "" {
+		return protocolError(t, "%s", reason)
+	}
+	return nil
+}
+
+func (d *Decoder) begin(r *reader, h Handler) error {
+	final := r.lsn("final LSN")
+	r.take(12, "commit timestamp and xid")
+	if reason := r.end(); reason != "" {
+		return protocolError(msgBegin, "%s", reason)
+	}
+	if d.inTxn {
+		return protocolError(msgBegin, "Begin %s inside transaction %s", final, d.commitLSN)
+	}
+	d.inTxn, d.commitLSN = true, final
+	if err := h.Begin(final); err != nil {
+		return fmt.Errorf("decode: Begin %s: %w", final, err)
+	}
+	return nil
+}
+
+func (d *Decoder) commit(r *reader, h Handler) error {
+	r.u8("flags")
+	commitLSN := r.lsn("commit LSN")
+	endLSN := r.lsn("end LSN")
+	r.take(8, "commit timestamp")
+	if reason := r.end(); reason != "" {
+		return protocolError(msgCommit, "%s", reason)
+	}
+	if !d.inTxn {
+		return protocolError(msgCommit, "Commit %s without Begin", commitLSN)
+	}
+	if commitLSN != d.commitLSN {
+		return protocolError(msgCommit, "commit LSN %s differs from the Begin final LSN %s", commitLSN, d.commitLSN)
+	}
+	d.inTxn = false
+	if err := h.Commit(commitLSN, endLSN); err != nil {
+		return fmt.Errorf("decode: Commit %s: %w", commitLSN, err)
+	}
+	return nil
+}
+
+func (d *Decoder) relation(r *reader) error {
+	m := r.relation()
+	if reason := r.end(); reason != "" {
+		return protocolError(msgRelation, "%s", reason)
+	}
+	d.relations[m.oid] = newRelation(m, d.schema, d.table)
+	return nil
+}

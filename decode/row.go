@@ -1,0 +1,191 @@
+package decode
+
+import (
+	"fmt"
+
+	"github.com/cdc-router/cdc-router/internal/cdc"
+)
+
+// The outbox columns, by position in fields.
+const (
+	colID = iota
+	colAggregateType
+	colAggregateID
+	colAggregateVersion
+	colEventType
+	colSchemaVersion
+	colPayload
+	colHeaders
+	colOccurredAt
+	numColumns
+)
+
+// columnName is the outbox column name for a col* constant.
+func columnName(c int) string {
+	switch c {
+	case colID:
+		return "id"
+	case colAggregateType:
+		return "aggregate_type"
+	case colAggregateID:
+		return "aggregate_id"
+	case colAggregateVersion:
+		return "aggregate_version"
+	case colEventType:
+		return "event_type"
+	case colSchemaVersion:
+		return "schema_version"
+	case colPayload:
+		return "payload"
+	case colHeaders:
+		return "headers"
+	case colOccurredAt:
+		return "occurred_at"
+	}
+	return ""
+}
+
+// columnByName is the col* constant for an outbox column name.
+func columnByName(name string) (int, bool) {
+	for c := range numColumns {
+		if columnName(c) == name {
+			return c, true
+		}
+	}
+	return 0, false
+}
+
+// RowError is why an outbox row cannot become an event. The row is quarantined, never dropped.
+type RowError struct {
+	// Reason is one short sentence naming the column and the problem, e.g.
+	// `aggregate_version "abc" is not an integer`; for a Config.Check failure it is the error's text.
+	Reason string
+	check  error // the Config.Check error, when that is the reason
+}
+
+func (e *RowError) Error() string { return "outbox row rejected: " + e.Reason }
+
+// Unwrap returns the Config.Check error that rejected the row, or nil.
+func (e *RowError) Unwrap() error { return e.check }
+
+func rowErrorf(format string, args ...any) *RowError {
+	return &RowError{Reason: fmt.Sprintf(format, args...)}
+}
+
+type valueState uint8
+
+const (
+	stateAbsent valueState = iota // no such column, or an unchanged TOASTed value
+	stateNull
+	stateText
+)
+
+// field is one outbox column's value; text may alias a buffer the caller reuses.
+type field struct {
+	state valueState
+	text  []byte
+}
+
+type fields [numColumns]field
+
+// MapRow maps one outbox row, given as column text by name (nil for NULL; a missing key is an absent
+// column), to an event, applying the same rules as Decode and cfg's defaults. Extra columns are ignored.
+// It is for rows read with SELECT, so the caller sets CommitLSN and Backfill; values must be in the text
+// forms the replication connection pins (DateStyle=ISO, TimeZone=UTC). A row that cannot become an event
+// returns a *RowError.
+func MapRow(cfg Config, values map[string]*string) (cdc.Event, error) {
+	cfg = cfg.withDefaults()
+	var f fields
+	for c := range f {
+		v, ok := values[columnName(c)]
+		switch {
+		case !ok:
+		case v == nil:
+			f[c].state = stateNull
+		default:
+			f[c] = field{state: stateText, text: []byte(*v)}
+		}
+	}
+	ev, err := mapFields(&cfg, &f, 0)
+	if err != nil {
+		return cdc.Event{}, err
+	}
+	return ev, nil
+}
+
+// mapFields applies the row rules in column order, then cfg.Check. Every column but headers is required.
+// The event's strings and byte slices are copies.
+func mapFields(cfg *Config, f *fields, commitLSN cdc.LSN) (cdc.Event, *RowError) {
+	for c := range f {
+		switch {
+		case c == colHeaders:
+		case f[c].state == stateAbsent:
+			return cdc.Event{}, rowErrorf("column %s is missing", columnName(c))
+		case f[c].state == stateNull:
+			return cdc.Event{}, rowErrorf("column %s is NULL", columnName(c))
+		}
+	}
+	if id := f[colID].text; !isUUID(id) {
+		return cdc.Event{}, rowErrorf("id %s is not a uuid", quote(id))
+	}
+	version, err := parseIntColumn(f, colAggregateVersion, 64)
+	if err != nil {
+		return cdc.Event{}, err
+	}
+	schemaVersion, err := parseIntColumn(f, colSchemaVersion, 32)
+	if err != nil {
+		return cdc.Event{}, err
+	}
+	payload, err := checkPayload(f[colPayload].text, cfg.MaxPayloadBytes)
+	if err != nil {
+		return cdc.Event{}, err
+	}
+	headers := f[colHeaders].text
+	if f[colHeaders].state == stateText && !isJSONObject(headers) {
+		return cdc.Event{}, rowErrorf("headers is not a JSON object")
+	}
+	occurredAt, ok := parseTimestamptz(f[colOccurredAt].text)
+	if !ok {
+		return cdc.Event{}, rowErrorf("occurred_at %s is not a timestamptz like 2006-01-02 15:04:05.999999+00", quote(f[colOccurredAt].text))
+	}
+	ev := cdc.Event{
+		ID:               string(f[colID].text),
+		AggregateType:    string(f[colAggregateType].text),
+		AggregateID:      string(f[colAggregateID].text),
+		AggregateVersion: version,
+		EventType:        string(f[colEventType].text),
+		SchemaVersion:    int32(schemaVersion),
+		Payload:          append([]byte(nil), payload...),
+		Headers:          append([]byte(nil), headers...),
+		OccurredAt:       occurredAt,
+		CommitLSN:        commitLSN,
+	}
+	if cfg.Check != nil {
+		if err := cfg.Check(ev); err != nil {
+			return cdc.Event{}, &RowError{Reason: err.Error(), check: err}
+		}
+	}
+	return ev, nil
+}
+
+func parseIntColumn(f *fields, c int, bits uint) (int64, *RowError) {
+	text := f[c].text
+	n, status := parseInt(text, bits)
+	switch status {
+	case intSyntax:
+		return 0, rowErrorf("%s %s is not an integer", columnName(c), quote(text))
+	case intRange:
+		return 0, rowErrorf("%s %s is out of the int%d range", columnName(c), quote(text), bits)
+	}
+	return n, nil
+}
+
+func checkPayload(payload []byte, limit int) ([]byte, *RowError) {
+	if len(payload) > limit {
+		return nil, rowErrorf("payload is %d bytes, over the %d-byte limit (--max-payload-bytes)", len(payload), limit)
+	}
+	if !isJSON(payload) {
+		return nil, rowErrorf("payload is not valid JSON")
+	}
+	return payload, nil
+}
