@@ -1,0 +1,78 @@
+package inbox
+
+import (
+	"fmt"
+	"time"
+)
+
+// GapPolicy says what Process does with an event that arrives ahead of a gap (its version is more than
+// one above the applied version).
+type GapPolicy int
+
+const (
+	// Park stores the event in the parked table and commits; the delivery is acknowledged. The event is
+	// applied in the transaction that closes the gap. This is the default.
+	Park GapPolicy = iota
+	// Requeue rolls everything back (the inbox row too) and returns the Gap outcome; the delivery is
+	// requeued with backoff, and retried until the missing versions have been applied.
+	Requeue
+)
+
+// String names the policy.
+func (g GapPolicy) String() string {
+	switch g {
+	case Park:
+		return "park"
+	case Requeue:
+		return "requeue"
+	}
+	return fmt.Sprintf("GapPolicy(%d)", int(g))
+}
+
+// Config configures a Processor and its RabbitMQ consumer loop. The zero value is usable: Defaults fills
+// in every unset field.
+type Config struct {
+	// Schema holds the inbox tables (see MigrateSchema). Default DefaultSchema ("inbox").
+	Schema string
+	// OnGap is what happens to an event ahead of a gap. Default Park.
+	OnGap GapPolicy
+
+	// Prefetch is the AMQP basic.qos prefetch count of Consume. Default 16. With OnGap
+	// Requeue it must not be 1: the missing event has to be delivered while the early one is held.
+	Prefetch int
+	// RetryMin is the first backoff before a failed delivery is requeued; it doubles, with jitter, on
+	// each consecutive failure up to RetryMax. Defaults 100ms and 10s.
+	RetryMin, RetryMax time.Duration
+}
+
+// Defaults returns the configuration with every unset field set to its documented default.
+func (c Config) Defaults() Config {
+	if c.Schema == "" {
+		c.Schema = DefaultSchema
+	}
+	if c.Prefetch == 0 {
+		c.Prefetch = 16
+	}
+	if c.RetryMin == 0 {
+		c.RetryMin = 100 * time.Millisecond
+	}
+	if c.RetryMax == 0 {
+		c.RetryMax = 10 * time.Second
+	}
+	return c
+}
+
+// Validate reports the first field that cannot work, in a sentence naming the fix.
+func (c Config) Validate() error {
+	switch {
+	case c.OnGap != Park && c.OnGap != Requeue:
+		return fmt.Errorf("inbox config: OnGap is %v; use inbox.Park or inbox.Requeue", c.OnGap)
+	case c.OnGap == Requeue && c.Prefetch == 1:
+		return fmt.Errorf("inbox config: OnGap Requeue with Prefetch 1 requeues the early event to the head of the queue forever; raise Prefetch or use inbox.Park")
+	case c.Prefetch < 0 || c.Prefetch > 65535:
+		return fmt.Errorf("inbox config: Prefetch %d is outside 0..65535", c.Prefetch)
+	case c.RetryMin < 0 || c.RetryMax < c.RetryMin:
+		return fmt.Errorf("inbox config: RetryMin %v and RetryMax %v must satisfy 0 <= RetryMin <= RetryMax", c.RetryMin, c.RetryMax)
+	}
+	return nil
+}

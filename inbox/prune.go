@@ -1,0 +1,29 @@
+package inbox
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// Prune deletes the inbox rows received before cutoff that the aggregate's version watermark still
+// blocks: applied or stale rows at or below their aggregate's applied version. The applied version
+// never goes back (events move it by one, Repair only forward), so a redelivery of a pruned event is
+// recorded again as Stale and has no effect. What pruning loses is the fingerprint: the same id with
+// other content is then Stale rather than Conflict. Parked rows are never pruned. Choose cutoff beyond
+// every window in which an old event can come back (see docs/consumers.md).
+func (p *Processor) Prune(ctx context.Context, cutoff time.Time) (int64, error) {
+	var n int64
+	err := p.inTx(ctx, func(tx pgx.Tx) error {
+		tag, err := tx.Exec(ctx, p.q.prune, cutoff)
+		n = tag.RowsAffected()
+		return err
+	})
+	if err != nil {
+		return 0, fmt.Errorf("prune inbox: %w", err)
+	}
+	p.log.Info("inbox pruned", "rows", n, "cutoff", cutoff)
+	return n, nil
+}

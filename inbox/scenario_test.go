@@ -1,0 +1,183 @@
+package inbox_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+
+	"github.com/cdc-router/cdc-router/inbox"
+	"github.com/jackc/pgx/v5"
+)
+
+const sourceSQL = `
+CREATE SCHEMA source;
+CREATE TABLE source.orders (id text PRIMARY KEY, amount bigint NOT NULL, version bigint NOT NULL);
+CREATE TABLE source.outbox (id uuid PRIMARY KEY, aggregate_type text NOT NULL, aggregate_id text NOT NULL,
+	aggregate_version bigint NOT NULL, event_type text NOT NULL, payload jsonb NOT NULL);
+INSERT INTO source.orders VALUES ('42', 0, 0);`
+
+// writeOrder is the source's business transaction: the order change and its outbox row, together.
+func writeOrder(ctx context.Context, db *pgx.Conn, ev inbox.Event, commit bool) error {
+	tx, err := db.Begin(ctx)
+	if err != nil {
+		return err
+	}
+	defer tx.Rollback(ctx)
+	tag, err := tx.Exec(ctx, `UPDATE source.orders SET amount = amount + ($2::jsonb->>'delta')::bigint, version = $3
+		WHERE id = $1 AND version = $3 - 1`, ev.AggregateID, ev.Payload, ev.AggregateVersion)
+	if err != nil || tag.RowsAffected() != 1 {
+		return errors.Join(err, errors.New("order is not at the previous version"))
+	}
+	if _, err := tx.Exec(ctx, `INSERT INTO source.outbox VALUES ($1, $2, $3, $4, $5, $6)`, ev.ID, ev.AggregateType,
+		ev.AggregateID, ev.AggregateVersion, ev.Type, ev.Payload); err != nil {
+		return err
+	}
+	if !commit {
+		return tx.Rollback(ctx)
+	}
+	return tx.Commit(ctx)
+}
+
+// relay publishes every committed outbox row, as cdc-router would, and returns how many it published.
+func (l *lab) relay() int {
+	l.t.Helper()
+	rows, err := l.db.Query(l.ctx, `SELECT id::text, aggregate_type, aggregate_id, aggregate_version, event_type,
+		payload::text FROM source.outbox ORDER BY aggregate_id, aggregate_version`)
+	if err != nil {
+		l.t.Fatal(err)
+	}
+	var events []inbox.Event
+	for rows.Next() {
+		ev := inbox.Event{SchemaVersion: 1, CommitLSN: 1}
+		if err := rows.Scan(&ev.ID, &ev.AggregateType, &ev.AggregateID, &ev.AggregateVersion, &ev.Type, &ev.Payload); err != nil {
+			l.t.Fatal(err)
+		}
+		events = append(events, ev)
+	}
+	if err := rows.Err(); err != nil {
+		l.t.Fatal(err)
+	}
+	for _, ev := range events {
+		l.publish(ev)
+	}
+	return len(events)
+}
+
+// Scenario 1: the source transaction rolls back, so neither the order change nor its event exists;
+// nothing is published and the projection is untouched. The committed retry flows through.
+func TestSourceTransactionRolledBack(t *testing.T) {
+	l := newLab(t)
+	if _, err := l.db.Exec(l.ctx, sourceSQL); err != nil {
+		t.Fatal(err)
+	}
+	p := l.processor(inbox.Config{})
+	e1 := order("42", 1, 10)
+	if err := writeOrder(l.ctx, l.db, e1, false); err != nil {
+		t.Fatal(err)
+	}
+	outbox, published0 := l.count(`SELECT count(*) FROM source.outbox`), l.relay()
+	want(t, "outbox rows after rollback", outbox, 0)
+	want(t, "published after rollback", published0, 0)
+	want(t, "queued after rollback", l.ready(), 0)
+	want(t, "source amount after rollback", l.count(`SELECT amount FROM source.orders`), 0)
+
+	if err := writeOrder(l.ctx, l.db, e1, true); err != nil {
+		t.Fatal(err)
+	}
+	published := l.relay()
+	ch := l.channel()
+	d := l.get(ch)
+	res := l.process(p, d)
+	d.Ack(false)
+	want(t, "outcome", res.Outcome, inbox.Applied)
+	want(t, "projection amount", l.amount("42"), 10)
+	summary(t, "rolled-back: outbox=%d published=%d; committed: outbox=%d published=%d applied=%d inbox=%d amount=%d",
+		outbox, published0, l.count(`SELECT count(*) FROM source.outbox`), published, l.handled.Load(),
+		l.count(`SELECT count(*) FROM inbox.inbox`), l.amount("42"))
+}
+
+// Scenario 2: the consumer's transaction fails after its business write; the inbox row rolls back with
+// it, the delivery is requeued, and the redelivery is applied (not blocked as "already processed").
+func TestConsumerTransactionRolledBackThenRedelivered(t *testing.T) {
+	l := newLab(t)
+	p := l.processor(inbox.Config{})
+	failures := 1
+	l.fault = func(context.Context, pgx.Tx, inbox.Event) error {
+		if failures > 0 {
+			failures--
+			return errors.New("injected failure after the projection write")
+		}
+		return nil
+	}
+	l.publish(order("42", 1, 10))
+	ch := l.channel()
+
+	d1 := l.get(ch)
+	ev, err := inbox.DecodeDelivery(d1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.Process(l.ctx, ev); err == nil {
+		t.Fatal("first attempt: want the injected error")
+	}
+	inboxAfter, amountAfter := l.count(`SELECT count(*) FROM inbox.inbox`), l.amount("42")
+	want(t, "inbox rows after rollback", inboxAfter, 0)
+	want(t, "amount after rollback", amountAfter, 0)
+	if err := d1.Nack(false, true); err != nil {
+		t.Fatal(err)
+	}
+
+	d2 := l.get(ch)
+	want(t, "second delivery redelivered", d2.Redelivered, true)
+	want(t, "same message", d2.MessageId, d1.MessageId)
+	res := l.process(p, d2)
+	d2.Ack(false)
+	want(t, "outcome", res.Outcome, inbox.Applied)
+	want(t, "amount", l.amount("42"), 10)
+	want(t, "queue", l.ready(), 0)
+	summary(t, "deliveries=2 first=rolled-back(inbox=%d amount=%d) redelivered=%v applied=%d inbox=%d amount=%d",
+		inboxAfter, amountAfter, d2.Redelivered, l.handled.Load(), l.count(`SELECT count(*) FROM inbox.inbox`), l.amount("42"))
+}
+
+// Scenario 4: an event id seen before with other content is never applied and never silently
+// acknowledged: it lands in the failed table with both fingerprints.
+func TestSameIDDifferentContent(t *testing.T) {
+	l := newLab(t)
+	p := l.processor(inbox.Config{})
+	e1 := order("42", 1, 10)
+	forged := e1
+	forged.Payload = []byte(`{"delta": 99}`)
+	l.publish(e1)
+	l.publish(forged)
+	ch := l.channel()
+	var outcomes []inbox.Outcome
+	for range 2 {
+		d := l.get(ch)
+		outcomes = append(outcomes, l.process(p, d).Outcome)
+		d.Ack(false)
+	}
+	want(t, "first outcome", outcomes[0], inbox.Applied)
+	want(t, "second outcome", outcomes[1], inbox.Conflict)
+
+	again, err := p.Process(l.ctx, forged)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want(t, "conflict again", again.Outcome, inbox.Conflict)
+
+	var stored, received []byte
+	var attempts int
+	err = l.db.QueryRow(l.ctx, `SELECT stored_fingerprint, received_fingerprint, attempts FROM inbox.failed
+		WHERE event_id = $1 AND reason = 'conflict'`, e1.ID).Scan(&stored, &received, &attempts)
+	if err != nil {
+		t.Fatalf("failed row: %v", err)
+	}
+	want(t, "stored fingerprint", string(stored), string(e1.Fingerprint()))
+	want(t, "received fingerprint", string(received), string(forged.Fingerprint()))
+	want(t, "attempts", attempts, 2)
+	want(t, "amount", l.amount("42"), 10)
+	want(t, "queue", l.ready(), 0)
+	summary(t, "deliveries=2 outcomes=%v,%v applied=%d failed=%d attempts=%d inbox=%d amount=%d",
+		outcomes[0], outcomes[1], l.handled.Load(), l.count(`SELECT count(*) FROM inbox.failed`), attempts,
+		l.count(`SELECT count(*) FROM inbox.inbox`), l.amount("42"))
+}
