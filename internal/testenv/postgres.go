@@ -20,17 +20,20 @@ import (
 
 // Postgres is a throwaway PostgreSQL cluster owned by one test binary.
 type Postgres struct {
-	Port int
-	dir  string
-	bin  string
-	cred *syscall.Credential
+	Port  int
+	extra []string // extra -c settings, after the defaults so they win
+	dir   string
+	bin   string
+	cred  *syscall.Credential
 
-	mu  sync.Mutex
-	cmd *exec.Cmd
+	mu     sync.Mutex
+	cmd    *exec.Cmd
+	exited chan struct{} // closed when cmd has exited
 }
 
-// StartPostgres creates and starts a cluster with wal_level=logical on a free port. Call Close when done.
-func StartPostgres() (*Postgres, error) {
+// StartPostgres creates and starts a cluster with wal_level=logical on a free port. Each setting
+// ("name=value") overrides a default, e.g. "wal_level=replica". Call Close when done.
+func StartPostgres(settings ...string) (*Postgres, error) {
 	bin, err := pgBinDir()
 	if err != nil {
 		return nil, err
@@ -40,6 +43,9 @@ func StartPostgres() (*Postgres, error) {
 		return nil, err
 	}
 	p := &Postgres{dir: dir, bin: bin}
+	for _, kv := range settings {
+		p.extra = append(p.extra, "-c", kv)
+	}
 	if os.Geteuid() == 0 {
 		u, err := user.Lookup("postgres")
 		if err != nil {
@@ -100,18 +106,22 @@ func (p *Postgres) Start() error {
 	if err != nil {
 		return err
 	}
+	// fsync=off only risks the cluster on an OS crash; synchronous_commit stays on, so a commit the tests
+	// saw survives the immediate stops that crash tests use.
 	cmd := p.command("postgres", "-D", filepath.Join(p.dir, "data"), "-p", strconv.Itoa(p.Port),
 		"-k", p.dir, "-c", "listen_addresses=127.0.0.1", "-c", "wal_level=logical",
 		"-c", "max_replication_slots=40", "-c", "max_wal_senders=40", "-c", "max_connections=200",
-		"-c", "fsync=off", "-c", "synchronous_commit=off", "-c", "full_page_writes=off",
+		"-c", "fsync=off", "-c", "full_page_writes=off",
 		"-c", "wal_sender_timeout=20s", "-c", "log_min_messages=warning")
+	cmd.Args = append(cmd.Args, p.extra...)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	if err := cmd.Start(); err != nil {
 		logf.Close()
 		return fmt.Errorf("start postgres: %w", err)
 	}
-	go func() { cmd.Wait(); logf.Close() }()
-	p.cmd = cmd
+	exited := make(chan struct{})
+	go func() { cmd.Wait(); logf.Close(); close(exited) }()
+	p.cmd, p.exited = cmd, exited
 	deadline := time.Now().Add(30 * time.Second)
 	for time.Now().Before(deadline) {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
@@ -139,20 +149,11 @@ func (p *Postgres) Stop(mode string) {
 		sig = syscall.SIGQUIT
 	}
 	p.cmd.Process.Signal(sig)
-	done := make(chan struct{})
-	go func() {
-		for p.cmd.ProcessState == nil {
-			if err := p.cmd.Process.Signal(syscall.Signal(0)); err != nil {
-				break
-			}
-			time.Sleep(50 * time.Millisecond)
-		}
-		close(done)
-	}()
 	select {
-	case <-done:
+	case <-p.exited:
 	case <-time.After(30 * time.Second):
 		p.cmd.Process.Kill()
+		<-p.exited
 	}
 	// The postmaster is gone once its pid file is.
 	for i := 0; i < 200; i++ {

@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# Makes sure what the test suite needs is on this machine: PostgreSQL server binaries (the tests start
+# their own throwaway cluster with wal_level=logical) and a reachable RabbitMQ (started here when none
+# answers). Installs missing packages from Debian when run as root. Safe to run any number of times.
+set -euo pipefail
+
+have_pg() { command -v pg_config >/dev/null 2>&1 && [ -x "$(pg_config --bindir)/initdb" ] || ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1; }
+amqp_up() { (exec 3<>/dev/tcp/127.0.0.1/5672) 2>/dev/null; }
+apt_install() {
+  if [ "$(id -u)" != 0 ]; then echo "missing $*: install it (apt-get install $*)" >&2; exit 1; fi
+  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$@" >/dev/null
+}
+
+if ! have_pg; then
+  echo "ensure-services: installing PostgreSQL server binaries" >&2
+  apt_install postgresql
+fi
+
+if ! amqp_up; then
+  if ! command -v rabbitmq-server >/dev/null 2>&1; then
+    echo "ensure-services: installing RabbitMQ" >&2
+    apt_install rabbitmq-server
+  fi
+  echo "ensure-services: starting RabbitMQ" >&2
+  rabbitmq-server -detached >/dev/null 2>&1 || true
+  for _ in $(seq 1 120); do amqp_up && break; sleep 1; done
+  if ! amqp_up; then echo "ensure-services: RabbitMQ did not start on 127.0.0.1:5672" >&2; exit 1; fi
+  rabbitmqctl await_startup >/dev/null 2>&1 || true
+fi
+# A memory alarm left behind by an interrupted test run would block every publisher.
+rabbitmqctl set_vm_memory_high_watermark 0.4 >/dev/null 2>&1 || true
+echo "ensure-services: PostgreSQL binaries present, RabbitMQ reachable on 127.0.0.1:5672" >&2
