@@ -1,0 +1,65 @@
+package replication
+
+import (
+	"errors"
+	"fmt"
+	"regexp"
+	"time"
+
+	"github.com/cdc-router/cdc-router/decode"
+)
+
+// Config configures the stream. The zero value of every duration means its documented default.
+type Config struct {
+	PGURL       string // ordinary postgres:// URL; replication=database is added here
+	Slot        string // logical slot name; default cdc_router
+	Publication string // publication name; default cdc_router_outbox
+	Table       string // outbox table; default public.outbox
+	Schema      string // the router's own schema; default cdc_router
+
+	StatusInterval  time.Duration // standby status update period; default 1s
+	ShutdownTimeout time.Duration // bound on reading to the commit and draining confirms at stop; default 30s
+	StoreInterval   time.Duration // stored-position write period; default 1s
+	MaxBackoff      time.Duration // cap of the restart backoff; default 30s
+
+	Decode decode.Config // row rules: payload limit and the router's message checks
+}
+
+var slotName = regexp.MustCompile(`^[a-z0-9_]{1,63}$`)
+
+// WithDefaults returns c with every empty field set to its default.
+func (c Config) WithDefaults() Config {
+	def := func(s *string, v string) {
+		if *s == "" {
+			*s = v
+		}
+	}
+	def(&c.Slot, "cdc_router")
+	def(&c.Publication, "cdc_router_outbox")
+	def(&c.Table, "public.outbox")
+	def(&c.Schema, "cdc_router")
+	dur := func(d *time.Duration, v time.Duration) {
+		if *d <= 0 {
+			*d = v
+		}
+	}
+	dur(&c.StatusInterval, time.Second)
+	dur(&c.ShutdownTimeout, 30*time.Second)
+	dur(&c.StoreInterval, time.Second)
+	dur(&c.MaxBackoff, 30*time.Second)
+	if c.Decode.Table == "" {
+		c.Decode.Table = c.Table
+	}
+	return c
+}
+
+// Validate reports the first setting that cannot work, as one sentence that names the fix.
+func (c Config) Validate() error {
+	if c.PGURL == "" {
+		return errors.New("no PostgreSQL URL: set --pg-url or CDC_ROUTER_PG_URL (postgres://user:password@host:5432/db)")
+	}
+	if !slotName.MatchString(c.Slot) {
+		return fmt.Errorf("slot name %q is invalid: use 1 to 63 lower-case letters, digits and underscores", c.Slot)
+	}
+	return c.Decode.Validate()
+}

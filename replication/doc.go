@@ -1,0 +1,18 @@
+// Package replication owns the replication connection and the stream's lifecycle: it checks the slot and
+// the stored position before anything else, creates a missing slot (permanent, pgoutput) only when no
+// position was ever stored, starts replication from the stored position, hands every XLogData to the
+// decoder and every event to the publisher, answers keepalives that ask for a reply at once, and sends
+// standby status updates on a timer and whenever the acknowledged position moves.
+//
+// Invariants, each pinned by a test:
+//   - Only this package touches the replication connection; one goroutine owns it.
+//   - The only LSN ever reported as flushed is the offsets.Tracker watermark: the end of a transaction whose
+//     events, and those of every earlier transaction, were all confirmed. It is never zero and never goes back.
+//   - Backpressure (a full publish window) stops reading WAL, never the status updates.
+//   - A slot that is missing or lost while a position is stored, or a position stored by another cluster,
+//     is refused within seconds: the stream never silently skips events.
+//   - On any publish failure the whole stream restarts in-process from the acknowledged position, so every
+//     unconfirmed event is published again in its original order.
+//
+// It never talks to the broker directly: it sees a Publisher.
+package replication

@@ -1,0 +1,65 @@
+package replication
+
+import (
+	"errors"
+	"fmt"
+	"net"
+
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/cdc-router/cdc-router/migrations"
+)
+
+// Fatal is an error that retrying cannot fix: a refusal to stream or a setup error the operator must fix.
+// Its message is one sentence that says why and names what to do.
+type Fatal struct{ Msg string }
+
+func (f *Fatal) Error() string { return f.Msg }
+
+func fatalf(format string, args ...any) error { return &Fatal{Msg: fmt.Sprintf(format, args...)} }
+
+// IsFatal reports whether err must stop the router instead of restarting the stream.
+func IsFatal(err error) bool {
+	var f *Fatal
+	var p *migrations.Problem
+	return errors.As(err, &f) || errors.As(err, &p)
+}
+
+// explainConnect turns a failed PostgreSQL connection into one sentence naming the fix. Errors it does
+// not recognise are returned wrapped, and are retried by the caller.
+func explainConnect(err error, host string) error {
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) {
+		switch pgErr.Code {
+		case "28P01":
+			return fatalf("PostgreSQL refused the password for this user: check the credentials in --pg-url (CDC_ROUTER_PG_URL)")
+		case "28000":
+			return fatalf("PostgreSQL refused the connection (%s): add a pg_hba.conf line for this user and database, "+
+				"then reload PostgreSQL", pgErr.Message)
+		case "3D000":
+			return fatalf("PostgreSQL says %s: fix the database name in --pg-url (CDC_ROUTER_PG_URL)", pgErr.Message)
+		case "42501":
+			return fatalf("the PostgreSQL user may not start logical replication (%s): run ALTER ROLE <user> WITH "+
+				"REPLICATION as a superuser (docs/operations.md shows a least-privilege role)", pgErr.Message)
+		case "55000":
+			return fatalf("PostgreSQL refused logical replication (%s): set wal_level = logical and restart PostgreSQL",
+				pgErr.Message)
+		}
+		return fmt.Errorf("connect to PostgreSQL: %s (SQLSTATE %s)", pgErr.Message, pgErr.Code)
+	}
+	var opErr *net.OpError
+	if errors.As(err, &opErr) {
+		return &retryable{msg: fmt.Sprintf("cannot reach PostgreSQL at %s (%v): is it running, and are host and port in "+
+			"--pg-url (CDC_ROUTER_PG_URL) right?", host, opErr.Err), err: err}
+	}
+	return fmt.Errorf("connect to PostgreSQL at %s: %w", host, err)
+}
+
+// retryable is a transient error whose message is already one sentence; it unwraps to its cause.
+type retryable struct {
+	msg string
+	err error
+}
+
+func (r *retryable) Error() string { return r.msg }
+func (r *retryable) Unwrap() error { return r.err }

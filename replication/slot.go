@@ -1,0 +1,103 @@
+package replication
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/jackc/pglogrepl"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/cdc-router/cdc-router/internal/cdc"
+	"github.com/cdc-router/cdc-router/offsets"
+)
+
+// SlotInfo is what pg_replication_slots says about the router's slot.
+type SlotInfo struct {
+	Exists         bool
+	Plugin         string
+	Database       string
+	Active         bool
+	ConfirmedFlush cdc.LSN
+	WALStatus      string // reserved, extended, unreserved, lost; empty when unknown
+}
+
+// InspectSlot reads the slot's row from pg_replication_slots.
+func InspectSlot(ctx context.Context, conn *pgx.Conn, slot string) (SlotInfo, error) {
+	var s SlotInfo
+	var flush, walStatus, plugin, database *string
+	err := conn.QueryRow(ctx, `SELECT plugin, database, active, confirmed_flush_lsn::text, wal_status
+		FROM pg_replication_slots WHERE slot_name = $1`, slot).Scan(&plugin, &database, &s.Active, &flush, &walStatus)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return s, nil
+	}
+	if err != nil {
+		return s, fmt.Errorf("inspect slot %s: %w", slot, err)
+	}
+	s.Exists = true
+	s.Plugin, s.Database, s.WALStatus = deref(plugin), deref(database), deref(walStatus)
+	if flush != nil {
+		if s.ConfirmedFlush, err = cdc.ParseLSN(*flush); err != nil {
+			return s, err
+		}
+	}
+	return s, nil
+}
+
+func deref(s *string) string {
+	if s == nil {
+		return ""
+	}
+	return *s
+}
+
+// startDecision is what the router does with the slot at start.
+type startDecision struct {
+	create bool    // the slot is missing and no position was ever stored: create it
+	start  cdc.LSN // START_REPLICATION position when not creating
+}
+
+// decideStart applies the refusal rules: a stored position is only trusted on the cluster that stored it,
+// and a slot that vanished or lost WAL behind a stored position means events may be gone.
+func decideStart(cfg Config, sys pglogrepl.IdentifySystemResult, slot SlotInfo, stored offsets.Position, hasStored bool) (startDecision, error) {
+	reset := fmt.Sprintf("`cdc-router reset --slot %s` then `cdc-router run` (which re-snapshots the outbox table)", cfg.Slot)
+	if hasStored && stored.SystemID != sys.SystemID {
+		return startDecision{}, fatalf("the stored position %s of slot %s was written by PostgreSQL cluster %s, but this "+
+			"is cluster %s (a restore or a switch to another server): starting from it could skip events, so the router "+
+			"refuses; to start over on this cluster run %s", stored.LSN, cfg.Slot, stored.SystemID, sys.SystemID, reset)
+	}
+	if !slot.Exists {
+		if hasStored {
+			return startDecision{}, fatalf("replication slot %s does not exist but a position (%s) is stored for it: the "+
+				"slot was dropped and the events written since then may be gone from WAL, so the router refuses to create "+
+				"a new slot and skip them; to re-snapshot run %s", cfg.Slot, stored.LSN, reset)
+		}
+		return startDecision{create: true}, nil
+	}
+	if slot.WALStatus == "lost" {
+		return startDecision{}, fatalf("replication slot %s is invalidated (wal_status lost, max_slot_wal_keep_size "+
+			"exceeded?): the WAL it needed is gone, so events were lost from it; to re-snapshot run %s", cfg.Slot, reset)
+	}
+	if slot.Plugin != "pgoutput" {
+		return startDecision{}, fatalf("replication slot %s uses plugin %q, not pgoutput: drop it "+
+			"(SELECT pg_drop_replication_slot('%s')) or choose another --slot", cfg.Slot, slot.Plugin, cfg.Slot)
+	}
+	start := slot.ConfirmedFlush
+	if hasStored && stored.LSN > start {
+		// The slot's position is persisted only at checkpoints; after a PostgreSQL crash it can be behind the
+		// position the broker confirmed. Starting from the stored one avoids republishing confirmed events.
+		start = stored.LSN
+	}
+	return startDecision{start: start}, nil
+}
+
+// createSlot creates the permanent pgoutput slot and returns its consistent point.
+func createSlot(ctx context.Context, conn *pgconn.PgConn, slot string) (cdc.LSN, error) {
+	res, err := pglogrepl.CreateReplicationSlot(ctx, conn, slot, "pgoutput",
+		pglogrepl.CreateReplicationSlotOptions{SnapshotAction: "NOEXPORT_SNAPSHOT"})
+	if err != nil {
+		return 0, fmt.Errorf("create replication slot %s: %w", slot, err)
+	}
+	return cdc.ParseLSN(res.ConsistentPoint)
+}

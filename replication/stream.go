@@ -1,0 +1,261 @@
+package replication
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/jackc/pglogrepl"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgproto3"
+
+	"github.com/cdc-router/cdc-router/decode"
+	"github.com/cdc-router/cdc-router/internal/cdc"
+	"github.com/cdc-router/cdc-router/offsets"
+)
+
+// errAbandoned ends a stop that could not reach the commit of the open transaction in time; its events are
+// published again after the restart (duplicates, never loss).
+var errAbandoned = errors.New("stop: the open transaction did not reach its commit in time")
+
+// session is one run of the stream: one replication connection, one publisher, one tracker.
+type session struct {
+	cfg     Config
+	log     *slog.Logger
+	conn    *pgconn.PgConn // replication connection, owned by this goroutine only
+	sql     *pgx.Conn      // ordinary connection: stored position and quarantine
+	store   *offsets.Store
+	tracker *offsets.Tracker
+	pub     Publisher
+	dec     *decode.Decoder
+	sys     pglogrepl.IdentifySystemResult
+	stats   *Stats
+
+	sent       cdc.LSN   // last position sent in a status update
+	nextStatus time.Time // when the timer wants the next status update
+	cur        offsets.Txn
+	inTxn      bool
+	lastEnd    cdc.LSN   // end of the last commit received
+	stopBy     time.Time // zero until a stop is requested
+
+	// silence bounds how long the server may send nothing (it sends keepalives every half
+	// wal_sender_timeout) before the connection is taken as dead; zero disables the check.
+	silence   time.Duration
+	lastHeard time.Time
+}
+
+// stream reads until ctx ends (then reads on to the end of the open transaction), the publisher fails or
+// the connection breaks. It always finishes with a drain and a final status update.
+func (s *session) stream(ctx context.Context) error {
+	for {
+		if s.stopBy.IsZero() && ctx.Err() != nil {
+			s.stopBy = time.Now().Add(s.cfg.ShutdownTimeout)
+			s.log.Info("stop requested: reading on to the end of the open transaction", "in_transaction", s.inTxn)
+		}
+		if !s.stopBy.IsZero() && !s.inTxn {
+			return s.drain()
+		}
+		if !s.stopBy.IsZero() && time.Now().After(s.stopBy) {
+			s.drain()
+			return errAbandoned
+		}
+		if err := s.status(false); err != nil {
+			return err
+		}
+		select {
+		case <-s.pub.Failed():
+			return fmt.Errorf("publish: %w", s.pub.Err())
+		default:
+		}
+		if err := s.receive(); err != nil {
+			return err
+		}
+	}
+}
+
+// receive reads one message, waiting at most until the next status update is due.
+func (s *session) receive() error {
+	wait := s.cfg.StatusInterval
+	if s.tracker.InFlight() > 0 {
+		wait = 50 * time.Millisecond // confirms may move the watermark: report it promptly
+	}
+	rctx, cancel := context.WithTimeout(context.Background(), wait)
+	msg, err := s.conn.ReceiveMessage(rctx)
+	cancel()
+	if err != nil {
+		if !pgconn.Timeout(err) {
+			return fmt.Errorf("receive: %w", err)
+		}
+		if s.silence > 0 && time.Since(s.lastHeard) > s.silence {
+			return fmt.Errorf("receive: PostgreSQL sent nothing, not even a keepalive, for %v: taking the connection as dead", s.silence)
+		}
+		return nil
+	}
+	s.lastHeard = time.Now()
+	switch m := msg.(type) {
+	case *pgproto3.CopyData:
+		return s.copyData(m.Data)
+	case *pgproto3.ErrorResponse:
+		return streamError(pgconn.ErrorResponseToPgError(m), s.cfg)
+	default:
+		return fmt.Errorf("unexpected message %T on the replication connection", msg)
+	}
+}
+
+func (s *session) copyData(data []byte) error {
+	if len(data) == 0 {
+		return errors.New("empty CopyData message")
+	}
+	switch data[0] {
+	case pglogrepl.PrimaryKeepaliveMessageByteID:
+		k, err := pglogrepl.ParsePrimaryKeepaliveMessage(data[1:])
+		if err != nil {
+			return fmt.Errorf("parse keepalive: %w", err)
+		}
+		s.tracker.Keepalive(cdc.LSN(k.ServerWALEnd))
+		return s.status(k.ReplyRequested)
+	case pglogrepl.XLogDataByteID:
+		x, err := pglogrepl.ParseXLogData(data[1:])
+		if err != nil {
+			return fmt.Errorf("parse XLogData: %w", err)
+		}
+		return s.dec.Decode(cdc.LSN(x.WALStart), x.WALData, s)
+	default:
+		return nil
+	}
+}
+
+// status sends a standby status update when forced, when the watermark moved or when the timer is due,
+// and stores the position (batched by the store).
+func (s *session) status(force bool) error {
+	w := s.tracker.Watermark()
+	if w == 0 {
+		return nil
+	}
+	now := time.Now()
+	if force || w != s.sent || !now.Before(s.nextStatus) {
+		err := pglogrepl.SendStandbyStatusUpdate(context.Background(), s.conn,
+			pglogrepl.StandbyStatusUpdate{WALWritePosition: pglogrepl.LSN(w)})
+		if err != nil {
+			return fmt.Errorf("send standby status update: %w", err)
+		}
+		if w != s.sent {
+			s.log.Debug("acknowledged", "lsn", w)
+		}
+		s.sent, s.nextStatus = w, now.Add(s.cfg.StatusInterval)
+	}
+	return s.save(false)
+}
+
+func (s *session) save(force bool) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	return s.store.Save(ctx, offsets.Position{LSN: s.tracker.Watermark(), SystemID: s.sys.SystemID,
+		Timeline: s.sys.Timeline}, force)
+}
+
+// drain stops reading, waits (bounded) until every committed transaction is confirmed, and sends and
+// stores the final position.
+func (s *session) drain() error {
+	deadline := time.Now().Add(s.cfg.ShutdownTimeout)
+	for s.tracker.Watermark() < s.lastEnd && time.Now().Before(deadline) {
+		select {
+		case <-s.tracker.Advanced():
+		case <-s.pub.Failed():
+			deadline = time.Now()
+		case <-time.After(s.cfg.StatusInterval):
+		}
+		if err := s.status(false); err != nil {
+			return err
+		}
+	}
+	if err := s.status(true); err != nil {
+		return err
+	}
+	if err := s.save(true); err != nil {
+		return err
+	}
+	w := s.tracker.Watermark()
+	if w < s.lastEnd {
+		s.log.Warn("stopped with unconfirmed events: they are published again at the next start",
+			"lsn", w, "received_lsn", s.lastEnd)
+	} else {
+		s.log.Info("drained: every received event is confirmed and acknowledged", "lsn", w)
+	}
+	return nil
+}
+
+// Begin implements decode.Handler.
+func (s *session) Begin(commitLSN cdc.LSN) error {
+	s.cur, s.inTxn = s.tracker.Begin(), true
+	return nil
+}
+
+// Event implements decode.Handler: it publishes ev, keeping the status updates going while the window is full.
+func (s *session) Event(ev cdc.Event) error {
+	x := s.cur
+	s.tracker.Add(x)
+	for {
+		pctx, cancel := context.WithTimeout(context.Background(), s.cfg.StatusInterval)
+		err := s.pub.Publish(pctx, ev, func() { s.tracker.Confirm(x); s.stats.published.Add(1) })
+		cancel()
+		if err == nil {
+			s.log.Debug("published", "event_id", ev.ID, "lsn", ev.CommitLSN)
+			return nil
+		}
+		if !errors.Is(err, context.DeadlineExceeded) {
+			return fmt.Errorf("publish: %w", err)
+		}
+		if !s.stopBy.IsZero() && time.Now().After(s.stopBy) {
+			s.drain()
+			return errAbandoned
+		}
+		if err := s.status(false); err != nil {
+			return err
+		}
+	}
+}
+
+// Quarantine implements decode.Handler: the row is stored with its raw values, counted and logged (without
+// the values), and the stream goes on.
+func (s *session) Quarantine(q cdc.Quarantined) error {
+	values, err := json.Marshal(q.Columns)
+	if err != nil {
+		return fmt.Errorf("quarantine: %w", err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	_, err = s.sql.Exec(ctx, "INSERT INTO "+pgx.Identifier{s.cfg.Schema, "quarantine"}.Sanitize()+
+		` (slot, lsn, commit_lsn, table_name, reason, row_values) VALUES ($1, $2::pg_lsn, $3::pg_lsn, $4, $5, $6)
+		ON CONFLICT (slot, lsn) DO NOTHING`,
+		s.cfg.Slot, q.LSN.String(), q.CommitLSN.String(), q.Table, q.Reason, values)
+	if err != nil {
+		return fmt.Errorf("quarantine row at %s: %w", q.LSN, err)
+	}
+	s.stats.quarantined.Add(1)
+	s.log.Warn("row quarantined", "lsn", q.LSN, "table", q.Table, "reason", q.Reason)
+	return nil
+}
+
+// Commit implements decode.Handler.
+func (s *session) Commit(commitLSN, endLSN cdc.LSN) error {
+	s.tracker.Commit(s.cur, endLSN)
+	s.inTxn, s.lastEnd = false, endLSN
+	return nil
+}
+
+// streamError classifies an error the server sent inside the stream.
+func streamError(err *pgconn.PgError, cfg Config) error {
+	switch err.Code {
+	case "55000":
+		return fatalf("PostgreSQL can no longer stream from slot %s (%s): run `cdc-router reset --slot %s` and "+
+			"`cdc-router run` to re-snapshot", cfg.Slot, err.Message, cfg.Slot)
+	case "42704":
+		return fatalf("PostgreSQL says %s: run `cdc-router migrate` or fix --publication / --slot", err.Message)
+	}
+	return fmt.Errorf("replication stream: %w", err)
+}
