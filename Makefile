@@ -1,0 +1,42 @@
+# cdc-router: `make test` runs the whole suite against real PostgreSQL and RabbitMQ (started when needed),
+# `make demo` shows events flowing on a machine that has both installed.
+GO        ?= go
+PKGS      := ./...
+# -p 1: one test binary at a time. A broker-wide memory alarm in one test must not stall another
+# package's publishers, and the machine has two cores.
+TESTFLAGS ?= -race -p 1 -count=1 -timeout 25m
+
+.PHONY: build test test-short lint fuzz bench bench-e2e demo services clean
+
+build:
+	$(GO) build -o bin/cdc-router ./cmd/cdc-router
+
+services:
+	@internal/testenv/ensure-services.sh
+
+test: services
+	$(GO) vet $(PKGS)
+	@test -z "$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go'))" || { echo "gofmt needed:"; gofmt -l .; exit 1; }
+	$(GO) test $(TESTFLAGS) $(PKGS)
+
+lint:
+	$(GO) vet $(PKGS)
+	@gofmt -l . | tee /dev/stderr | (! read)
+
+fuzz:
+	$(GO) test -run='^$$' -fuzz=FuzzDecode -fuzztime=60s ./decode/
+	$(GO) test -run='^$$' -fuzz=FuzzRow -fuzztime=30s ./decode/
+	$(GO) test -run='^$$' -fuzz=FuzzTracker -fuzztime=30s ./offsets/
+	$(GO) test -run='^$$' -fuzz=FuzzHeaders -fuzztime=30s ./route/
+
+bench:
+	$(GO) test -run='^$$' -bench=. -benchmem -count=5 ./decode/ ./offsets/ ./route/
+
+bench-e2e: services
+	$(GO) test -run='^$$' -bench=EndToEnd -benchtime=1x -count=3 -timeout 20m ./cmd/cdc-router/
+
+demo: services build
+	@./demo/run.sh
+
+clean:
+	rm -rf bin

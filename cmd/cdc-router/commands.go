@@ -1,0 +1,156 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"time"
+
+	"github.com/cdc-router/cdc-router/decode"
+	"github.com/cdc-router/cdc-router/migrations"
+	"github.com/cdc-router/cdc-router/replication"
+	"github.com/cdc-router/cdc-router/route"
+)
+
+// pgFlags are the PostgreSQL settings every command shares.
+type pgFlags struct {
+	url, slot, publication, table, schema *string
+}
+
+func addPGFlags(s *settings) pgFlags {
+	return pgFlags{
+		url:         s.String("pg-url", "", "PostgreSQL URL, postgres://user:password@host:5432/db (replication=database is added for the stream)"),
+		slot:        s.String("slot", "cdc_router", "logical replication slot"),
+		publication: s.String("publication", "cdc_router_outbox", "publication of the outbox table"),
+		table:       s.String("table", "public.outbox", "outbox table, schema.table"),
+		schema:      s.String("schema", "cdc_router", "schema of the router's own tables"),
+	}
+}
+
+func (p pgFlags) migrations() migrations.Config {
+	return migrations.Config{Table: *p.table, Publication: *p.publication, Schema: *p.schema}
+}
+
+func requireURL(p pgFlags) error {
+	if *p.url == "" {
+		return usageError{errors.New("no PostgreSQL URL: set --pg-url or CDC_ROUTER_PG_URL (postgres://user:password@host:5432/db)")}
+	}
+	return nil
+}
+
+func runMigrate(ctx context.Context, args []string, env func(string) string, stdout, stderr io.Writer) error {
+	s := newSettings("migrate", env, stderr)
+	pg := addPGFlags(s)
+	if err := parse(s, args); err != nil {
+		return err
+	}
+	if err := requireURL(pg); err != nil {
+		return err
+	}
+	conn, err := replication.ConnectSQL(ctx, *pg.url)
+	if err != nil {
+		return err
+	}
+	defer conn.Close(context.Background())
+	if err := migrations.Apply(ctx, conn, pg.migrations()); err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "migrated: table %s, publication %s, schema %s\n", *pg.table, *pg.publication, *pg.schema)
+	return nil
+}
+
+func runStatus(ctx context.Context, args []string, env func(string) string, stdout, stderr io.Writer) error {
+	s := newSettings("status", env, stderr)
+	pg := addPGFlags(s)
+	if err := parse(s, args); err != nil {
+		return err
+	}
+	if err := requireURL(pg); err != nil {
+		return err
+	}
+	conn, err := replication.ConnectSQL(ctx, *pg.url)
+	if err != nil {
+		return err
+	}
+	defer conn.Close(context.Background())
+	r, err := replication.Status(ctx, conn, *pg.slot, *pg.schema)
+	if err != nil {
+		return err
+	}
+	fmt.Fprint(stdout, r)
+	return nil
+}
+
+func runReset(ctx context.Context, args []string, env func(string) string, stdout, stderr io.Writer) error {
+	s := newSettings("reset", env, stderr)
+	pg := addPGFlags(s)
+	if err := parse(s, args); err != nil {
+		return err
+	}
+	if err := requireURL(pg); err != nil {
+		return err
+	}
+	conn, err := replication.ConnectSQL(ctx, *pg.url)
+	if err != nil {
+		return err
+	}
+	defer conn.Close(context.Background())
+	if err := replication.Reset(ctx, conn, *pg.slot, *pg.schema); err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "reset: slot %s dropped (if it existed) and its stored position forgotten; the next run creates a new slot\n", *pg.slot)
+	return nil
+}
+
+func runRun(ctx context.Context, args []string, env func(string) string, stdout, stderr io.Writer) error {
+	s := newSettings("run", env, stderr)
+	pg := addPGFlags(s)
+	amqpURL := s.String("amqp-url", "amqp://guest:guest@localhost:5672/", "RabbitMQ URL, amqp://user:password@host:5672/vhost")
+	exchange := s.String("exchange", route.DefaultExchange, "durable topic exchange the events are published to")
+	alternate := s.String("alternate-exchange", "", "alternate exchange and queue for unroutable events (default <exchange>.unroutable)")
+	noAlternate := s.Bool("no-alternate-exchange", false, "declare the exchange without an alternate exchange: an unroutable event is retried (and holds the position) until a binding matches it")
+	lanes := s.Int("lanes", route.DefaultLanes, "confirm-mode channels; an aggregate always uses the same one")
+	window := s.Int("window", route.DefaultWindow, "unconfirmed messages allowed per channel")
+	maxPayload := s.Int("max-payload-bytes", 8<<20, "larger payloads are quarantined instead of published (keep it below the broker's max_message_size)")
+	shutdown := s.Duration("shutdown-timeout", 30*time.Second, "bound on finishing the open transaction and waiting for confirms at stop")
+	logLevel := s.String("log-level", "info", "debug, info, warn or error")
+	logFormat := s.String("log-format", "text", "text or json")
+	if err := parse(s, args); err != nil {
+		return err
+	}
+	if err := requireURL(pg); err != nil {
+		return err
+	}
+	log, err := newLogger(stderr, *logLevel, *logFormat)
+	if err != nil {
+		return err
+	}
+	rcfg := route.Config{URL: *amqpURL, Exchange: *exchange, AlternateExchange: *alternate,
+		NoAlternateExchange: *noAlternate, Lanes: *lanes, Window: *window}
+	if err := rcfg.Validate(); err != nil {
+		return usageError{err}
+	}
+	cfg := replication.Config{PGURL: *pg.url, Slot: *pg.slot, Publication: *pg.publication, Table: *pg.table,
+		Schema: *pg.schema, ShutdownTimeout: *shutdown,
+		Decode: decode.Config{Table: *pg.table, MaxPayloadBytes: *maxPayload, Check: route.Check}}
+	dial := func(ctx context.Context) (replication.Publisher, error) {
+		r, err := route.Dial(ctx, rcfg, log)
+		if err != nil {
+			return nil, brokerError(err)
+		}
+		return r, nil
+	}
+	log.Info("starting", "version", version, "exchange", *exchange, "table", *pg.table)
+	return replication.Run(ctx, cfg, dial, log, nil)
+}
+
+// brokerError marks the broker errors that retrying cannot fix as fatal; the rest are retried.
+func brokerError(err error) error {
+	for _, permanent := range []error{route.ErrInvalidURL, route.ErrAccessRefused, route.ErrExchangeMismatch} {
+		if errors.Is(err, permanent) {
+			return &replication.Fatal{Msg: err.Error()}
+		}
+	}
+	return err
+}

@@ -1,0 +1,124 @@
+// Command cdc-router reads committed outbox inserts from a PostgreSQL logical replication slot, publishes
+// each to RabbitMQ with publisher confirms, and acknowledges a position to PostgreSQL only after the broker
+// confirmed every event up to it. This package wires and configures; it holds no business logic.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+)
+
+// version is set at build time with -ldflags "-X main.version=...".
+var version = "dev"
+
+type command struct {
+	name  string
+	brief string
+	run   func(ctx context.Context, args []string, env func(string) string, stdout, stderr io.Writer) error
+}
+
+func commands() []command {
+	return []command{
+		{"migrate", "create the outbox table, the router's schema and the publication (idempotent)", runMigrate},
+		{"run", "stream outbox inserts to RabbitMQ until SIGINT/SIGTERM", runRun},
+		{"status", "show the slot, its lag, the stored position and quarantined rows", runStatus},
+		{"reset", "forget the stored position and drop the slot, to start over after a refusal", runReset},
+		{"version", "print the version", runVersion},
+	}
+}
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	code := cli(ctx, os.Args[1:], os.Getenv, os.Stdout, os.Stderr)
+	stop()
+	os.Exit(code)
+}
+
+// cli runs one subcommand and returns the exit code: 0 success, 1 failure, 2 usage error.
+func cli(ctx context.Context, args []string, env func(string) string, stdout, stderr io.Writer) int {
+	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
+		usage(stdout)
+		if len(args) == 0 {
+			return 2
+		}
+		return 0
+	}
+	for _, c := range commands() {
+		if c.name != args[0] {
+			continue
+		}
+		err := c.run(ctx, args[1:], env, stdout, stderr)
+		switch {
+		case err == nil, errors.Is(err, flag.ErrHelp):
+			return 0
+		case errors.As(err, new(usageError)):
+			fmt.Fprintf(stderr, "cdc-router %s: %v\n", c.name, err)
+			return 2
+		default:
+			fmt.Fprintf(stderr, "cdc-router %s: %v\n", c.name, err)
+			return 1
+		}
+	}
+	fmt.Fprintf(stderr, "cdc-router: unknown command %q\n\n", args[0])
+	usage(stderr)
+	return 2
+}
+
+func usage(w io.Writer) {
+	fmt.Fprintln(w, "Usage: cdc-router <command> [flags]\n\nCommands:")
+	for _, c := range commands() {
+		fmt.Fprintf(w, "  %-8s %s\n", c.name, c.brief)
+	}
+	fmt.Fprintln(w, "\nEvery flag can also be set as a CDC_ROUTER_* environment variable; `cdc-router <command> --help` lists them.")
+}
+
+// usageError marks a bad command line (exit code 2).
+type usageError struct{ error }
+
+func newSettings(name string, env func(string) string, stderr io.Writer) *settings {
+	fs := flag.NewFlagSet("cdc-router "+name, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	return &settings{fs: fs, getenv: env}
+}
+
+func parse(s *settings, args []string) error {
+	if err := s.parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return err
+		}
+		return usageError{err}
+	}
+	return nil
+}
+
+func newLogger(w io.Writer, level, format string) (*slog.Logger, error) {
+	var l slog.Level
+	if err := l.UnmarshalText([]byte(level)); err != nil {
+		return nil, usageError{fmt.Errorf("log level %q: use debug, info, warn or error", level)}
+	}
+	opts := &slog.HandlerOptions{Level: l}
+	switch strings.ToLower(format) {
+	case "text":
+		return slog.New(slog.NewTextHandler(w, opts)), nil
+	case "json":
+		return slog.New(slog.NewJSONHandler(w, opts)), nil
+	}
+	return nil, usageError{fmt.Errorf("log format %q: use text or json", format)}
+}
+
+func runVersion(_ context.Context, args []string, env func(string) string, stdout, stderr io.Writer) error {
+	s := newSettings("version", env, stderr)
+	if err := parse(s, args); err != nil {
+		return err
+	}
+	fmt.Fprintln(stdout, "cdc-router", version)
+	return nil
+}

@@ -1,0 +1,117 @@
+package route
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+)
+
+// Defaults applied by Dial to the zero fields of a Config.
+const (
+	DefaultExchange       = "outbox"
+	DefaultLanes          = 4
+	DefaultWindow         = 512
+	DefaultConfirmTimeout = 60 * time.Second
+	DefaultConnectionName = "cdc-router"
+	// UnroutableSuffix is appended to Exchange to name the default alternate exchange and its queue.
+	UnroutableSuffix = ".unroutable"
+
+	maxLanes  = 1024    // well below RabbitMQ's default channel_max (2047)
+	maxWindow = 1 << 16 // a window larger than this only holds memory
+)
+
+// Config configures a Router. The zero value of every field but URL means its default.
+type Config struct {
+	// URL is the AMQP URL, amqp://user:password@host:5672/vhost (required). It is never logged.
+	URL string
+	// Exchange is the durable topic exchange the events are published to; default "outbox".
+	Exchange string
+	// AlternateExchange is the durable fanout exchange that receives what Exchange cannot route; a durable
+	// queue of the same name is bound to it. Default Exchange+".unroutable". Ignored with NoAlternateExchange.
+	AlternateExchange string
+	// NoAlternateExchange declares Exchange without an alternate exchange: an unroutable event is then
+	// returned by the broker and fails the Router.
+	NoAlternateExchange bool
+	// Lanes is the number of confirm-mode channels; default 4.
+	Lanes int
+	// Window is the number of unconfirmed messages allowed per lane; default 512.
+	Window int
+	// ConfirmTimeout is how long a published message may stay unconfirmed before the Router fails;
+	// default 60 s. Keep it above the heartbeat timeout.
+	ConfirmTimeout time.Duration
+	// ConnectionName is shown in the RabbitMQ management UI; default "cdc-router".
+	ConnectionName string
+}
+
+// withDefaults returns c with every zero field set to its default.
+func (c Config) withDefaults() Config {
+	if c.Exchange == "" {
+		c.Exchange = DefaultExchange
+	}
+	if c.AlternateExchange == "" {
+		c.AlternateExchange = c.Exchange + UnroutableSuffix
+	}
+	if c.NoAlternateExchange {
+		c.AlternateExchange = ""
+	}
+	if c.Lanes == 0 {
+		c.Lanes = DefaultLanes
+	}
+	if c.Window == 0 {
+		c.Window = DefaultWindow
+	}
+	if c.ConfirmTimeout == 0 {
+		c.ConfirmTimeout = DefaultConfirmTimeout
+	}
+	if c.ConnectionName == "" {
+		c.ConnectionName = DefaultConnectionName
+	}
+	return c
+}
+
+// Validate reports the first setting that cannot work, after applying the defaults, as one sentence that
+// names the fix. It never includes the password of the URL.
+func (c Config) Validate() error {
+	c = c.withDefaults()
+	if strings.TrimSpace(c.URL) == "" {
+		return fmt.Errorf("%w: the AMQP URL is empty: set it, e.g. amqp://user:password@host:5672/vhost", ErrInvalidConfig)
+	}
+	if _, err := parseURL(c.URL); err != nil {
+		return err
+	}
+	if err := checkName("exchange", c.Exchange); err != nil {
+		return err
+	}
+	if !c.NoAlternateExchange {
+		if err := checkName("alternate exchange", c.AlternateExchange); err != nil {
+			return err
+		}
+		if c.AlternateExchange == c.Exchange {
+			return fmt.Errorf("%w: the alternate exchange must differ from the exchange %q: choose another name", ErrInvalidConfig, c.Exchange)
+		}
+	}
+	switch {
+	case c.Lanes < 0 || c.Lanes > maxLanes:
+		return fmt.Errorf("%w: lanes is %d: choose between 1 and %d", ErrInvalidConfig, c.Lanes, maxLanes)
+	case c.Window < 0 || c.Window > maxWindow:
+		return fmt.Errorf("%w: window is %d: choose between 1 and %d", ErrInvalidConfig, c.Window, maxWindow)
+	case c.ConfirmTimeout < 0:
+		return fmt.Errorf("%w: confirm timeout is %s: choose a positive duration", ErrInvalidConfig, c.ConfirmTimeout)
+	}
+	return nil
+}
+
+// checkName rejects names RabbitMQ would refuse to declare.
+func checkName(what, name string) error {
+	switch {
+	case len(name) > 255:
+		return fmt.Errorf("%w: the %s name is %d bytes long: choose one of at most 255 bytes", ErrInvalidConfig, what, len(name))
+	case strings.HasPrefix(name, "amq."):
+		return fmt.Errorf("%w: the %s name %q starts with the reserved prefix \"amq.\": choose another name", ErrInvalidConfig, what, name)
+	}
+	return nil
+}
+
+// ErrInvalidConfig is wrapped by every error of Config.Validate.
+var ErrInvalidConfig = errors.New("invalid route configuration")

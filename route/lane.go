@@ -1,0 +1,207 @@
+package route
+
+import (
+	"fmt"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/cdc-router/cdc-router/internal/cdc"
+)
+
+// publishing is one event on its way through a lane.
+type publishing struct {
+	eventID  string
+	key      string
+	msg      amqp.Publishing // released once written
+	done     func()
+	confirm  *amqp.DeferredConfirmation
+	deadline time.Time
+}
+
+// lane is one confirm-mode channel. publishLoop is the only writer of the channel; confirmLoop is the
+// only reader of its notifications and resolves the publishings in the order they were written.
+// A publishing holds one slot from Publish until it is resolved, so queued and sent never fill up and
+// at most Window messages are unconfirmed; returns holds at most one return per held slot, so the
+// reader goroutine of amqp091 never waits on it.
+type lane struct {
+	r        *Router
+	id       int
+	ch       *amqp.Channel
+	slots    chan struct{}          // the window: one token per unresolved publishing
+	queued   chan *publishing       // Publish → publishLoop, in call order
+	sent     chan *publishing       // publishLoop → confirmLoop, in delivery-tag order
+	returns  chan amqp.Return       // basic.return, drained before each confirmation is acted on
+	closes   chan *amqp.Error       // the channel's close (a connection close closes it too)
+	returned map[string]amqp.Return // by message id: returns not yet matched to their confirmation
+}
+
+// openLane opens a channel in confirm mode with its notification listeners.
+func openLane(r *Router, id int) (*lane, error) {
+	ch, err := r.conn.Channel()
+	if err != nil {
+		return nil, fmt.Errorf("open channel: %w", err)
+	}
+	if err := ch.Confirm(false); err != nil {
+		return nil, fmt.Errorf("enable publisher confirms: %w", err)
+	}
+	w := r.cfg.Window
+	return &lane{
+		r:        r,
+		id:       id,
+		ch:       ch,
+		slots:    make(chan struct{}, w),
+		queued:   make(chan *publishing, w),
+		sent:     make(chan *publishing, w),
+		returns:  ch.NotifyReturn(make(chan amqp.Return, w+1)),
+		closes:   ch.NotifyClose(make(chan *amqp.Error, 1)),
+		returned: make(map[string]amqp.Return),
+	}, nil
+}
+
+// laneOf picks the lane of an event by an FNV-1a hash of (aggregate_type, aggregate_id), so one
+// aggregate always goes through the same channel.
+func laneOf(ev cdc.Event, lanes int) int {
+	const offset, prime = 14695981039346656037, 1099511628211
+	h := uint64(offset)
+	for i := 0; i < len(ev.AggregateType); i++ {
+		h = (h ^ uint64(ev.AggregateType[i])) * prime
+	}
+	h = (h ^ 0) * prime // separator: ("ab","c") and ("a","bc") differ
+	for i := 0; i < len(ev.AggregateID); i++ {
+		h = (h ^ uint64(ev.AggregateID[i])) * prime
+	}
+	return int(h % uint64(lanes))
+}
+
+// publishLoop writes the queued publishings in order with mandatory set, until the Router fails. A write
+// that fails (the channel is closed) fails the Router.
+func (l *lane) publishLoop() {
+	defer l.r.wg.Done()
+	for {
+		select {
+		case <-l.r.failed:
+			return
+		case p := <-l.queued:
+			if l.r.Err() != nil {
+				return
+			}
+			dc, err := l.ch.PublishWithDeferredConfirm(l.r.cfg.Exchange, p.key, true, false, p.msg)
+			if err != nil {
+				if l.ch.IsClosed() { // let confirmLoop report the broker's reason for the close
+					select {
+					case <-l.r.failed:
+						return
+					case <-time.After(time.Second):
+					}
+				}
+				l.r.fail(fmt.Errorf("lane %d: publish event %s: %w", l.id, p.eventID, err), l.id, p.eventID)
+				return
+			}
+			p.confirm, p.deadline, p.msg = dc, time.Now().Add(l.r.cfg.ConfirmTimeout), amqp.Publishing{}
+			l.sent <- p
+		}
+	}
+}
+
+// confirmLoop resolves the sent publishings in order until the Router fails or the channel closes.
+func (l *lane) confirmLoop() {
+	defer l.r.wg.Done()
+	timer := time.NewTimer(time.Hour)
+	defer timer.Stop()
+	for {
+		select {
+		case <-l.r.failed:
+			return
+		case e, ok := <-l.closes:
+			l.closed(e, ok)
+			return
+		case p := <-l.sent:
+			if !l.resolve(p, timer) {
+				return
+			}
+		}
+	}
+}
+
+// resolve waits for the confirmation of p and acts on it: done for a positive confirm of a message that
+// was not returned, failure otherwise. It reports whether the lane goes on.
+func (l *lane) resolve(p *publishing, timer *time.Timer) bool {
+	timer.Reset(time.Until(p.deadline))
+	select {
+	case <-p.confirm.Done():
+	case <-l.r.failed:
+		return false
+	case <-timer.C:
+		l.r.fail(fmt.Errorf("lane %d: event %s: %w after %s", l.id, p.eventID, ErrConfirmTimeout, l.r.cfg.ConfirmTimeout), l.id, p.eventID)
+		return false
+	}
+	l.drainReturns() // a return precedes the ack of its message on amqp091's reader goroutine
+	if ret, ok := l.takeReturn(p.eventID); ok {
+		l.r.fail(&PublishError{EventID: p.eventID, Reason: fmt.Sprintf(
+			"returned by the broker (%d %s): nothing is bound to routing key %q on exchange %q and it has no alternate exchange",
+			ret.ReplyCode, ret.ReplyText, ret.RoutingKey, ret.Exchange)}, l.id, p.eventID)
+		return false
+	}
+	if !p.confirm.Acked() {
+		if l.ch.IsClosed() {
+			e, ok := l.closeError()
+			l.closed(e, ok)
+			return false
+		}
+		l.r.fail(&PublishError{EventID: p.eventID, Reason: "nacked by the broker " +
+			"(a queue refused it, e.g. x-max-length with x-overflow=reject-publish, or an internal error)"}, l.id, p.eventID)
+		return false
+	}
+	l.r.deliver(p)
+	<-l.slots
+	l.r.track(-1)
+	return true
+}
+
+// drainReturns moves every buffered return into returned without blocking. amqp091 closes the returns
+// channel with the channel; it is then set to nil so the drain never spins on it.
+func (l *lane) drainReturns() {
+	for l.returns != nil {
+		select {
+		case ret, ok := <-l.returns:
+			if !ok {
+				l.returns = nil
+				return
+			}
+			ret.Body = nil
+			l.returned[ret.MessageId] = ret
+		default:
+			return
+		}
+	}
+}
+
+// takeReturn reports whether a return for id is waiting, and consumes it.
+func (l *lane) takeReturn(id string) (amqp.Return, bool) {
+	ret, ok := l.returned[id]
+	delete(l.returned, id)
+	return ret, ok
+}
+
+// closeError waits briefly for the close reason of the channel, which amqp091 sends before it resolves
+// the pending confirmations.
+func (l *lane) closeError() (*amqp.Error, bool) {
+	select {
+	case e, ok := <-l.closes:
+		return e, ok
+	case <-l.r.failed:
+		return nil, false
+	case <-time.After(time.Second):
+		return nil, false
+	}
+}
+
+// closed fails the Router for a closed channel; a close without error is the Router's own Close.
+func (l *lane) closed(e *amqp.Error, ok bool) {
+	if !ok || e == nil {
+		l.r.fail(fmt.Errorf("lane %d: %w", l.id, ErrBrokerClosed), l.id, "")
+		return
+	}
+	l.r.fail(fmt.Errorf("lane %d: %w: %w", l.id, ErrBrokerClosed, e), l.id, "")
+}

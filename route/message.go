@@ -1,0 +1,170 @@
+package route
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"strconv"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/cdc-router/cdc-router/internal/cdc"
+)
+
+// The header keys the router sets; they win over a user header of the same name.
+const (
+	HeaderAggregateType    = "aggregate_type"    // string
+	HeaderAggregateID      = "aggregate_id"      // string
+	HeaderAggregateVersion = "aggregate_version" // int64
+	HeaderSchemaVersion    = "schema_version"    // int32
+	HeaderCommitLSN        = "commit_lsn"        // string, PostgreSQL's text form
+	HeaderBackfill         = "x-backfill"        // bool true, only on backfilled events
+)
+
+const maxShortString = 255 // AMQP shortstr: routing key, message id, type, table keys
+
+// RoutingKey is the routing key of an event: "<aggregate_type>.<event_type>".
+func RoutingKey(ev cdc.Event) string { return ev.AggregateType + "." + ev.EventType }
+
+// Check reports why an event cannot become an AMQP message, or nil when it can: the routing key, the
+// message id and every header key must be at most 255 bytes, the message id must not be empty (returns
+// are matched by it), and the headers column, when present, must be a JSON object. The decoder quarantines
+// a row that fails Check; Publish refuses it with ErrInvalidEvent.
+func Check(ev cdc.Event) error {
+	user, err := userHeaders(ev.Headers)
+	return check(ev, user, err)
+}
+
+// check is Check on the already converted user headers.
+func check(ev cdc.Event, user amqp.Table, headersErr error) error {
+	if n := len(ev.AggregateType) + 1 + len(ev.EventType); n > maxShortString {
+		return fmt.Errorf("%w: routing key %q... is %d bytes, AMQP allows 255", ErrInvalidEvent, RoutingKey(ev)[:32], n)
+	}
+	switch {
+	case ev.ID == "":
+		return fmt.Errorf("%w: the outbox id (message id) is empty", ErrInvalidEvent)
+	case len(ev.ID) > maxShortString:
+		return fmt.Errorf("%w: the outbox id (message id) is %d bytes, AMQP allows 255", ErrInvalidEvent, len(ev.ID))
+	case headersErr != nil:
+		return fmt.Errorf("%w: headers: %w", ErrInvalidEvent, headersErr)
+	}
+	for k := range user {
+		if len(k) > maxShortString {
+			return fmt.Errorf("%w: header key %q... is %d bytes, AMQP allows 255", ErrInvalidEvent, k[:32], len(k))
+		}
+	}
+	return nil
+}
+
+// build checks ev (as Check does) and maps it to its routing key and AMQP message, converting the
+// headers column once.
+func build(ev cdc.Event) (string, amqp.Publishing, error) {
+	user, err := userHeaders(ev.Headers)
+	if err := check(ev, user, err); err != nil {
+		return "", amqp.Publishing{}, err
+	}
+	key, msg := assemble(ev, user)
+	return key, msg, nil
+}
+
+// message maps an event to its routing key and AMQP message: persistent, message_id = ev.ID,
+// type = event_type, timestamp = occurred_at, content type application/json, the payload as the body
+// unchanged, and the headers described by the Header* constants on top of the user headers (see
+// userHeaders). An event that fails Check gets no user headers.
+func message(ev cdc.Event) (string, amqp.Publishing) {
+	user, err := userHeaders(ev.Headers)
+	if err != nil {
+		user = nil
+	}
+	return assemble(ev, user)
+}
+
+// assemble adds the router's headers to h (the user headers, may be nil) and builds the message.
+func assemble(ev cdc.Event, h amqp.Table) (string, amqp.Publishing) {
+	if h == nil {
+		h = make(amqp.Table, 6)
+	}
+	h[HeaderAggregateType] = ev.AggregateType
+	h[HeaderAggregateID] = ev.AggregateID
+	h[HeaderAggregateVersion] = ev.AggregateVersion
+	h[HeaderSchemaVersion] = ev.SchemaVersion
+	h[HeaderCommitLSN] = ev.CommitLSN.String()
+	if ev.Backfill {
+		h[HeaderBackfill] = true
+	} else {
+		delete(h, HeaderBackfill)
+	}
+	return RoutingKey(ev), amqp.Publishing{
+		Headers:      h,
+		ContentType:  "application/json",
+		DeliveryMode: amqp.Persistent,
+		MessageId:    ev.ID,
+		Timestamp:    ev.OccurredAt,
+		Type:         ev.EventType,
+		Body:         ev.Payload,
+	}
+}
+
+// userHeaders converts the headers column (a JSON object as text; empty means none) into an AMQP table:
+// string → string, integer → int64 (one beyond int64 → float64), other number → float64 (one beyond
+// float64 → its JSON text), boolean → bool, object or array → its compact JSON text, null → left out.
+// For a repeated key the last value wins, as in encoding/json.
+func userHeaders(raw []byte) (amqp.Table, error) {
+	if len(bytes.TrimSpace(raw)) == 0 {
+		return nil, nil
+	}
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.UseNumber()
+	var obj map[string]json.RawMessage
+	if err := dec.Decode(&obj); err != nil {
+		return nil, fmt.Errorf("not a JSON object: %w", err)
+	}
+	if obj == nil {
+		return nil, errors.New("not a JSON object: null")
+	}
+	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
+		return nil, errors.New("not a JSON object: data after the object")
+	}
+	t := make(amqp.Table, len(obj)+6)
+	for k, v := range obj {
+		if val, ok := headerValue(v); ok {
+			t[k] = val
+		}
+	}
+	return t, nil
+}
+
+// headerValue converts one JSON value (valid, as encoding/json checked it) to an AMQP field value; ok is
+// false for null.
+func headerValue(v json.RawMessage) (any, bool) {
+	switch v[0] {
+	case 'n':
+		return nil, false
+	case 't':
+		return true, true
+	case 'f':
+		return false, true
+	case '"':
+		if bytes.IndexByte(v, '\\') < 0 { // no escapes: the text between the quotes is the string
+			return string(v[1 : len(v)-1]), true
+		}
+		var s string
+		_ = json.Unmarshal(v, &s) // valid JSON string
+		return s, true
+	case '{', '[':
+		var b bytes.Buffer
+		b.Grow(len(v))
+		_ = json.Compact(&b, v) // valid JSON
+		return b.String(), true
+	}
+	n := json.Number(v)
+	if i, err := n.Int64(); err == nil {
+		return i, true
+	}
+	if f, err := strconv.ParseFloat(string(n), 64); err == nil {
+		return f, true
+	}
+	return string(n), true
+}

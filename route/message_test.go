@@ -1,0 +1,221 @@
+package route
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"math"
+	"os"
+	"path/filepath"
+	"reflect"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/cdc-router/cdc-router/internal/cdc"
+)
+
+var update = flag.Bool("update", false, "rewrite the golden files in testdata/")
+
+func sampleEvent() cdc.Event {
+	return cdc.Event{
+		ID:               "0190f3c2-7a1e-7c3b-9a51-2f1f4d3b8e01",
+		AggregateType:    "order",
+		AggregateID:      "42",
+		AggregateVersion: 7,
+		EventType:        "created",
+		SchemaVersion:    2,
+		Payload:          []byte(`{"total": 12.5, "items": [1, 2]}`),
+		OccurredAt:       time.Date(2026, 3, 14, 15, 9, 26, 0, time.UTC),
+		CommitLSN:        0x16_B374D848,
+	}
+}
+
+// describe renders a message deterministically for the golden files.
+func describe(key string, m amqp.Publishing) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "routing_key: %s\ncontent_type: %s\ndelivery_mode: %d\nmessage_id: %s\ntype: %s\ntimestamp: %s\nheaders:\n",
+		key, m.ContentType, m.DeliveryMode, m.MessageId, m.Type, m.Timestamp.UTC().Format(time.RFC3339Nano))
+	keys := make([]string, 0, len(m.Headers))
+	for k := range m.Headers {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		fmt.Fprintf(&b, "  %s: %T %#v\n", k, m.Headers[k], m.Headers[k])
+	}
+	fmt.Fprintf(&b, "body: %s\n", m.Body)
+	return b.String()
+}
+
+func TestMessageGolden(t *testing.T) {
+	cases := map[string]func(*cdc.Event){
+		"plain":    func(*cdc.Event) {},
+		"backfill": func(ev *cdc.Event) { ev.Backfill = true },
+		"user_headers": func(ev *cdc.Event) {
+			ev.Headers = []byte(`{"trace_id":"abc","retries":3,"big":18446744073709551616,"ratio":0.25,` +
+				`"sampled":true,"tags":["a", "b"],"ctx":{"k": 1},"gone":null,"neg":-9223372036854775808}`)
+		},
+		"user_headers_lose_to_router_keys": func(ev *cdc.Event) {
+			ev.Headers = []byte(`{"aggregate_id":"forged","commit_lsn":1,"x-backfill":true,"keep":"me"}`)
+		},
+	}
+	for name, edit := range cases {
+		t.Run(name, func(t *testing.T) {
+			ev := sampleEvent()
+			edit(&ev)
+			if err := Check(ev); err != nil {
+				t.Fatalf("Check: %v", err)
+			}
+			key, msg := message(ev)
+			if err := msg.Headers.Validate(); err != nil {
+				t.Fatalf("headers do not validate: %v", err)
+			}
+			got := describe(key, msg)
+			path := filepath.Join("testdata", name+".golden")
+			if *update {
+				if err := os.WriteFile(path, []byte(got), 0o644); err != nil {
+					t.Fatal(err)
+				}
+			}
+			want, err := os.ReadFile(path)
+			if err != nil {
+				t.Fatalf("%v (run go test ./route -run TestMessageGolden -update)", err)
+			}
+			if got != string(want) {
+				t.Errorf("message differs from %s (rerun with -update if intended):\ngot:\n%s\nwant:\n%s", path, got, want)
+			}
+		})
+	}
+}
+
+func TestMessageBodyUnchanged(t *testing.T) {
+	ev := sampleEvent()
+	ev.Payload = []byte("{ \"spaces\" :  true }")
+	_, msg := message(ev)
+	if string(msg.Body) != string(ev.Payload) {
+		t.Fatalf("body = %q, want the payload unchanged", msg.Body)
+	}
+}
+
+func TestUserHeaders(t *testing.T) {
+	tests := []struct {
+		in      string
+		want    amqp.Table
+		wantErr bool
+	}{
+		{in: "", want: nil},
+		{in: "  \n", want: nil},
+		{in: "{}", want: amqp.Table{}},
+		{in: `{"s":"x"}`, want: amqp.Table{"s": "x"}},
+		{in: `{"i":42}`, want: amqp.Table{"i": int64(42)}},
+		{in: `{"i":-0}`, want: amqp.Table{"i": int64(0)}},
+		{in: `{"max":9223372036854775807}`, want: amqp.Table{"max": int64(math.MaxInt64)}},
+		{in: `{"over":9223372036854775808}`, want: amqp.Table{"over": float64(9223372036854775808)}},
+		{in: `{"f":1.0}`, want: amqp.Table{"f": 1.0}},
+		{in: `{"e":1e3}`, want: amqp.Table{"e": 1000.0}},
+		{in: `{"huge":1e400}`, want: amqp.Table{"huge": "1e400"}},
+		{in: `{"t":true,"f":false}`, want: amqp.Table{"t": true, "f": false}},
+		{in: `{"n":null}`, want: amqp.Table{}},
+		{in: `{"o":{"a": [1, {"b": null}]}}`, want: amqp.Table{"o": `{"a":[1,{"b":null}]}`}},
+		{in: `{"a":[ ]}`, want: amqp.Table{"a": `[]`}},
+		{in: `{"d":1,"d":2}`, want: amqp.Table{"d": int64(2)}},
+		{in: `{"u":"\u00e9\n"}`, want: amqp.Table{"u": "é\n"}},
+		{in: `[]`, wantErr: true},
+		{in: `null`, wantErr: true},
+		{in: `"x"`, wantErr: true},
+		{in: `{"a":1} {}`, wantErr: true},
+		{in: `{"a":1}x`, wantErr: true},
+		{in: `{"a":`, wantErr: true},
+	}
+	for _, tt := range tests {
+		got, err := userHeaders([]byte(tt.in))
+		if (err != nil) != tt.wantErr {
+			t.Errorf("userHeaders(%q) error = %v, want error %v", tt.in, err, tt.wantErr)
+			continue
+		}
+		if !tt.wantErr && !reflect.DeepEqual(got, tt.want) {
+			t.Errorf("userHeaders(%q) = %#v, want %#v", tt.in, got, tt.want)
+		}
+	}
+}
+
+func TestCheck(t *testing.T) {
+	long := strings.Repeat("x", 256)
+	tests := []struct {
+		name string
+		edit func(*cdc.Event)
+		ok   bool
+	}{
+		{"valid", func(*cdc.Event) {}, true},
+		{"routing key of 255 bytes", func(ev *cdc.Event) { ev.AggregateType, ev.EventType = long[:127], long[:127] }, true},
+		{"routing key of 256 bytes", func(ev *cdc.Event) { ev.AggregateType, ev.EventType = long[:128], long[:127] }, false},
+		{"message id of 255 bytes", func(ev *cdc.Event) { ev.ID = long[:255] }, true},
+		{"message id of 256 bytes", func(ev *cdc.Event) { ev.ID = long }, false},
+		{"empty message id", func(ev *cdc.Event) { ev.ID = "" }, false},
+		{"header key of 255 bytes", func(ev *cdc.Event) { ev.Headers = []byte(`{"` + long[:255] + `":1}`) }, true},
+		{"header key of 256 bytes", func(ev *cdc.Event) { ev.Headers = []byte(`{"` + long + `":1}`) }, false},
+		{"headers an array", func(ev *cdc.Event) { ev.Headers = []byte(`[1]`) }, false},
+		{"headers not JSON", func(ev *cdc.Event) { ev.Headers = []byte(`{oops}`) }, false},
+		{"headers empty", func(ev *cdc.Event) { ev.Headers = nil }, true},
+	}
+	for _, tt := range tests {
+		ev := sampleEvent()
+		tt.edit(&ev)
+		err := Check(ev)
+		if (err == nil) != tt.ok {
+			t.Errorf("%s: Check = %v, want ok=%v", tt.name, err, tt.ok)
+		}
+		if err != nil && !errors.Is(err, ErrInvalidEvent) {
+			t.Errorf("%s: Check = %v, want it to match ErrInvalidEvent", tt.name, err)
+		}
+	}
+}
+
+func FuzzHeaders(f *testing.F) {
+	for _, s := range []string{``, `{}`, `{"a":1}`, `{"a":"b","c":[1,2],"d":{"e":null}}`, `{"x":1e400}`,
+		`{"y":-9223372036854775809}`, `{"z":true,"w":false}`, `[]`, `null`, `{"a":1}{`, "{\"\xff\":1}"} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, raw []byte) {
+		ev := sampleEvent()
+		ev.Headers = raw
+		h, err := userHeaders(raw)
+		if err == nil {
+			if verr := h.Validate(); verr != nil {
+				t.Fatalf("userHeaders(%q) = %#v does not validate: %v", raw, h, verr)
+			}
+		}
+		key, msg := message(ev) // must not panic, even for headers that fail Check
+		if err := msg.Headers.Validate(); err != nil {
+			t.Fatalf("message headers do not validate: %v", err)
+		}
+		if key != "order.created" || msg.Headers[HeaderAggregateID] != "42" {
+			t.Fatalf("router keys lost: %q %#v", key, msg.Headers)
+		}
+		if _, _, err := build(ev); (err == nil) != (Check(ev) == nil) {
+			t.Fatalf("build and Check disagree: %v", err)
+		}
+		if Check(ev) == nil {
+			for k := range msg.Headers {
+				if len(k) > maxShortString {
+					t.Fatalf("Check passed a header key of %d bytes", len(k))
+				}
+			}
+		}
+	})
+}
+
+func BenchmarkMessage(b *testing.B) {
+	ev := sampleEvent()
+	ev.Headers = []byte(`{"trace_id":"4bf92f3577b34da6a3ce929d0e0e4736","tenant":17,"sampled":true,"ctx":{"region":"eu"}}`)
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, _, err := build(ev); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

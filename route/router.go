@@ -1,0 +1,236 @@
+package route
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/cdc-router/cdc-router/internal/cdc"
+)
+
+// Close bounds: the connection.close handshake gets closeHandshake, then the socket is closed; the
+// goroutines get closeWait to finish.
+const (
+	closeHandshake = 2 * time.Second
+	closeWait      = 3 * time.Second
+)
+
+// Router publishes events on Lanes confirm-mode channels of its own connection. Its methods are safe for
+// concurrent use; the order of one lane is the order of the Publish calls that return.
+type Router struct {
+	cfg   Config
+	log   *slog.Logger
+	conn  *amqp.Connection
+	sock  *socket
+	lanes []*lane
+	wg    sync.WaitGroup
+
+	mu     sync.RWMutex // write-held to fail; read-held around every done call
+	err    error        // set once, before failed is closed
+	failed chan struct{}
+
+	idleMu   sync.Mutex
+	inflight int
+	idle     chan struct{} // closed while inflight == 0
+
+	closeOnce sync.Once
+	closeErr  error
+}
+
+// Dial connects to RabbitMQ with cfg (defaults applied), declares the topology, opens cfg.Lanes channels
+// in confirm mode and starts their goroutines. ctx bounds the connection and the declarations only.
+// Errors a user can cause (URL, refused connection, login, permissions, an exchange that exists with
+// other arguments) are one sentence naming the fix, matching ErrInvalidURL, ErrUnreachable,
+// ErrAccessRefused or ErrExchangeMismatch. A nil logger discards the log.
+func Dial(ctx context.Context, cfg Config, logger *slog.Logger) (*Router, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	cfg = cfg.withDefaults()
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	uri, err := parseURL(cfg.URL)
+	if err != nil {
+		return nil, err
+	}
+	conn, sock, err := connect(ctx, cfg, uri)
+	if err != nil {
+		return nil, err
+	}
+	stop := context.AfterFunc(ctx, func() { sock.close() })
+	r, err := open(cfg, logger, uri, conn, sock)
+	if !stop() && err == nil {
+		err = ctx.Err()
+	}
+	if err != nil {
+		if r != nil {
+			r.Close()
+		} else {
+			_ = closeConnection(conn, sock)
+		}
+		if ctx.Err() != nil {
+			return nil, fmt.Errorf("connect to RabbitMQ: %w", ctx.Err())
+		}
+		return nil, err
+	}
+	logger.Info("connected to RabbitMQ", slog.String("exchange", cfg.Exchange),
+		slog.Int("lanes", cfg.Lanes), slog.Int("window", cfg.Window))
+	return r, nil
+}
+
+// open declares the topology and starts the lanes on an established connection.
+func open(cfg Config, logger *slog.Logger, uri amqp.URI, conn *amqp.Connection, sock *socket) (*Router, error) {
+	if err := declare(conn, cfg, uri); err != nil {
+		return nil, err
+	}
+	r := &Router{cfg: cfg, log: logger, conn: conn, sock: sock, failed: make(chan struct{}), idle: make(chan struct{})}
+	close(r.idle)
+	for i := range cfg.Lanes {
+		l, err := openLane(r, i)
+		if err != nil {
+			return r, fmt.Errorf("open lane %d: %w", i, err)
+		}
+		r.lanes = append(r.lanes, l)
+	}
+	r.watch()
+	for _, l := range r.lanes {
+		r.wg.Add(2)
+		go l.publishLoop()
+		go l.confirmLoop()
+	}
+	return r, nil
+}
+
+// Publish hands ev to its lane (chosen by aggregate_type and aggregate_id) and returns without waiting
+// for the confirm. It blocks while that lane's window is full; if ctx ends first it returns ctx.Err() and
+// ev is not enqueued. It returns the Router's error once the Router has failed, and an ErrInvalidEvent
+// error (without failing the Router) for an event that fails Check. done, which may be nil, is called
+// once, from a route goroutine, when the broker confirmed the message positively and did not return it;
+// it is never called after the Router has failed. done must return quickly and must not call Close.
+func (r *Router) Publish(ctx context.Context, ev cdc.Event, done func()) error {
+	key, msg, err := build(ev)
+	if err != nil {
+		return err
+	}
+	if err := r.Err(); err != nil {
+		return err
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	l := r.lanes[laneOf(ev, len(r.lanes))]
+	select {
+	case l.slots <- struct{}{}:
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-r.failed:
+		return r.Err()
+	}
+	r.track(1)
+	l.queued <- &publishing{eventID: ev.ID, key: key, msg: msg, done: done} // a held slot guarantees room
+	return nil
+}
+
+// Failed is closed when the Router has failed or was closed; Err then says why.
+func (r *Router) Failed() <-chan struct{} { return r.failed }
+
+// Err is nil while the Router works. After a failure it is a *PublishError (nack, return), an error
+// matching ErrBrokerClosed (channel or connection closed, wrapping the broker's reason), ErrConfirmTimeout,
+// or the error of a publish that could not be written; after Close of a working Router it is ErrClosed.
+func (r *Router) Err() error {
+	select {
+	case <-r.failed:
+		return r.err
+	default:
+		return nil
+	}
+}
+
+// Drain waits until every published event has been resolved positively (its done was called). It returns
+// the Router's error if the Router fails first, and ctx.Err() if ctx ends first.
+func (r *Router) Drain(ctx context.Context) error {
+	r.idleMu.Lock()
+	idle := r.idle
+	r.idleMu.Unlock()
+	select {
+	case <-idle:
+		return r.Err()
+	case <-r.failed:
+		return r.Err()
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// Close fails the Router with ErrClosed (unless it failed before), closes the connection, which closes
+// its channels, and stops the goroutines. It returns within a few seconds even when the broker or the
+// network is stalled: the close handshake is bounded, then the socket is closed. Calling it again
+// returns the first result.
+func (r *Router) Close() error {
+	r.closeOnce.Do(func() {
+		r.fail(ErrClosed, -1, "")
+		r.closeErr = closeConnection(r.conn, r.sock)
+		done := make(chan struct{})
+		go func() { r.wg.Wait(); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(closeWait):
+			r.log.Warn("route goroutines still running after close", slog.String("exchange", r.cfg.Exchange))
+		}
+	})
+	return r.closeErr
+}
+
+// fail puts the Router into the failed state once; later calls are ignored. lane is -1 when the failure
+// is not a lane's.
+func (r *Router) fail(err error, lane int, eventID string) {
+	r.mu.Lock()
+	if r.err != nil {
+		r.mu.Unlock()
+		return
+	}
+	r.err = err
+	close(r.failed)
+	r.mu.Unlock()
+	if errors.Is(err, ErrClosed) {
+		r.log.Info("router closed", slog.String("exchange", r.cfg.Exchange))
+		return
+	}
+	attrs := []any{slog.String("exchange", r.cfg.Exchange), slog.String("reason", err.Error())}
+	if lane >= 0 {
+		attrs = append(attrs, slog.Int("lane", lane))
+	}
+	if eventID != "" {
+		attrs = append(attrs, slog.String("event_id", eventID))
+	}
+	r.log.Error("router failed", attrs...)
+}
+
+// deliver calls done unless the Router has failed; fail waits for a running done.
+func (r *Router) deliver(p *publishing) {
+	r.mu.RLock()
+	if r.err == nil && p.done != nil {
+		p.done()
+	}
+	r.mu.RUnlock()
+}
+
+// track adds n to the number of unresolved events and keeps idle in step.
+func (r *Router) track(n int) {
+	r.idleMu.Lock()
+	defer r.idleMu.Unlock()
+	was := r.inflight
+	r.inflight += n
+	switch {
+	case was == 0 && r.inflight > 0:
+		r.idle = make(chan struct{})
+	case was > 0 && r.inflight == 0:
+		close(r.idle)
+	}
+}
