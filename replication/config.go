@@ -3,6 +3,7 @@ package replication
 import (
 	"errors"
 	"fmt"
+	"io"
 	"regexp"
 	"time"
 
@@ -23,6 +24,13 @@ type Config struct {
 	MaxBackoff      time.Duration // cap of the restart backoff; default 30s
 
 	Decode decode.Config // row rules: payload limit and the router's message checks
+
+	// Snapshot is "initial" (default: a new slot first publishes the rows already in the table, read in
+	// the slot's own snapshot) or "never".
+	Snapshot         string
+	SnapshotWhere    string    // SQL predicate restricting the initial snapshot, e.g. published_at IS NULL
+	SnapshotPageSize int       // rows per keyset page; default 2000
+	Progress         io.Writer // a terminal for the snapshot's progress line, or nil
 }
 
 var slotName = regexp.MustCompile(`^[a-z0-9_]{1,63}$`)
@@ -38,6 +46,7 @@ func (c Config) WithDefaults() Config {
 	def(&c.Publication, "cdc_router_outbox")
 	def(&c.Table, "public.outbox")
 	def(&c.Schema, "cdc_router")
+	def(&c.Snapshot, "initial")
 	dur := func(d *time.Duration, v time.Duration) {
 		if *d <= 0 {
 			*d = v
@@ -60,6 +69,9 @@ func (c Config) Validate() error {
 	}
 	if !slotName.MatchString(c.Slot) {
 		return fmt.Errorf("slot name %q is invalid: use 1 to 63 lower-case letters, digits and underscores", c.Slot)
+	}
+	if c.Snapshot != "initial" && c.Snapshot != "never" {
+		return fmt.Errorf("--snapshot %q: use initial or never", c.Snapshot)
 	}
 	return c.Decode.Validate()
 }

@@ -18,6 +18,7 @@ import (
 	"github.com/cdc-router/cdc-router/internal/cdc"
 	"github.com/cdc-router/cdc-router/migrations"
 	"github.com/cdc-router/cdc-router/offsets"
+	"github.com/cdc-router/cdc-router/snapshot"
 )
 
 // startupGrace is how long connection failures are retried before the first successful start; after it,
@@ -104,7 +105,7 @@ func runOnce(ctx context.Context, cfg Config, dial Dialer, log *slog.Logger, sta
 		return false, fmt.Errorf("identify system: %w", err)
 	}
 	store := offsets.NewStore(sql, cfg.Schema, cfg.Slot, cfg.StoreInterval)
-	start, err := prepareSlot(ctx, cfg, log, conn, sql, store, sys)
+	plan, err := planStart(ctx, cfg, sql, store, sys)
 	if err != nil {
 		return false, err
 	}
@@ -113,6 +114,10 @@ func runOnce(ctx context.Context, cfg Config, dial Dialer, log *slog.Logger, sta
 		return false, err
 	}
 	defer pub.Close()
+	start, err := plan.execute(ctx, cfg, log, conn, sql, store, sys, pub)
+	if err != nil {
+		return false, err
+	}
 	err = pglogrepl.StartReplication(ctx, conn, cfg.Slot, pglogrepl.LSN(start), pglogrepl.StartReplicationOptions{
 		PluginArgs: []string{"proto_version '1'", "publication_names '" + strings.ReplaceAll(cfg.Publication, "'", "''") + "'"},
 	})
@@ -138,35 +143,74 @@ func silenceLimit(ctx context.Context, sql *pgx.Conn) time.Duration {
 	return 2*time.Duration(ms)*time.Millisecond + 10*time.Second
 }
 
-// prepareSlot applies the start rules and returns the START_REPLICATION position, creating the slot when
-// it is missing and no position was ever stored.
-func prepareSlot(ctx context.Context, cfg Config, log *slog.Logger, conn *pgconn.PgConn, sql *pgx.Conn,
-	store *offsets.Store, sys pglogrepl.IdentifySystemResult) (cdc.LSN, error) {
+// plan is what a run does before streaming, decided before anything is created or published.
+type plan struct {
+	decision startDecision
+	job      *snapshot.Job // an initial snapshot to finish (resumed or never recorded)
+	fresh    bool          // the slot exists with neither a stored position nor a snapshot record
+}
+
+// planStart applies the refusal rules and decides whether a snapshot is needed.
+func planStart(ctx context.Context, cfg Config, sql *pgx.Conn, store *offsets.Store,
+	sys pglogrepl.IdentifySystemResult) (plan, error) {
 	stored, hasStored, err := store.Load(ctx)
 	if err != nil {
-		return 0, err
+		return plan{}, err
 	}
 	slot, err := InspectSlot(ctx, sql, cfg.Slot)
 	if err != nil {
-		return 0, err
+		return plan{}, err
 	}
 	d, err := decideStart(cfg, sys, slot, stored, hasStored)
+	if err != nil || d.create || cfg.Snapshot != "initial" {
+		return plan{decision: d}, err
+	}
+	job, ok, err := snapshot.NewJobs(sql, cfg.Schema).Load(ctx, snapshot.InitialName(cfg.Slot))
 	if err != nil {
-		return 0, err
+		return plan{}, err
 	}
-	if !d.create {
-		return d.start, nil
+	switch {
+	case ok && !job.Done():
+		return plan{decision: d, job: &job}, nil
+	case !ok && !hasStored:
+		job = snapshot.Job{Name: snapshot.InitialName(cfg.Slot), Kind: "initial", Predicate: cfg.SnapshotWhere, ReadLSN: d.start}
+		return plan{decision: d, job: &job, fresh: true}, nil
 	}
-	point, err := createSlot(ctx, conn, cfg.Slot)
-	if err != nil {
-		return 0, err
+	return plan{decision: d}, nil
+}
+
+// execute creates the slot (with its snapshot) or finishes a snapshot, and returns the position to
+// stream from.
+func (p plan) execute(ctx context.Context, cfg Config, log *slog.Logger, conn *pgconn.PgConn, sql *pgx.Conn,
+	store *offsets.Store, sys pglogrepl.IdentifySystemResult, pub Publisher) (cdc.LSN, error) {
+	pos := func(l cdc.LSN) offsets.Position {
+		return offsets.Position{LSN: l, SystemID: sys.SystemID, Timeline: sys.Timeline}
 	}
-	log.Info("created replication slot", "lsn", point)
-	// Store the position at once: from now on a vanished slot is detected instead of silently replaced.
-	if err := store.Save(ctx, offsets.Position{LSN: point, SystemID: sys.SystemID, Timeline: sys.Timeline}, true); err != nil {
-		return 0, err
+	switch {
+	case p.decision.create && cfg.Snapshot == "initial":
+		return createWithSnapshot(ctx, cfg, log, conn, sql, store, sys, pub)
+	case p.decision.create:
+		point, err := createSlot(ctx, conn, cfg.Slot)
+		if err != nil {
+			return 0, err
+		}
+		log.Info("created replication slot without a snapshot (--snapshot=never)", "lsn", point)
+		// Store the position at once: from now on a vanished slot is detected instead of silently replaced.
+		return point, store.Save(ctx, pos(point), true)
+	case p.job != nil:
+		jobs := snapshot.NewJobs(sql, cfg.Schema)
+		if p.fresh {
+			log.Warn("the slot exists but no position or snapshot was ever recorded for it: copying the whole table once")
+			if err := pgx.BeginFunc(ctx, sql, func(t pgx.Tx) error { return jobs.Start(ctx, t, *p.job) }); err != nil {
+				return 0, err
+			}
+			if err := store.Save(ctx, pos(p.decision.start), true); err != nil {
+				return 0, err
+			}
+		}
+		return p.decision.start, resumeSnapshot(ctx, cfg, log, sql, *p.job, pub)
 	}
-	return point, nil
+	return p.decision.start, nil
 }
 
 // startError classifies a failed START_REPLICATION.

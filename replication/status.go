@@ -9,6 +9,7 @@ import (
 
 	"github.com/cdc-router/cdc-router/internal/cdc"
 	"github.com/cdc-router/cdc-router/offsets"
+	"github.com/cdc-router/cdc-router/snapshot"
 )
 
 // Report is what `cdc-router status` shows.
@@ -21,6 +22,7 @@ type Report struct {
 	WALStatus      string
 	Stored         *offsets.Position // nil when none is stored
 	Quarantined    int64
+	Jobs           []snapshot.Job // the initial snapshot and backfills, finished or not
 }
 
 // Status reads the slot, the stored position and the quarantine count over an ordinary connection.
@@ -50,6 +52,9 @@ func Status(ctx context.Context, conn *pgx.Conn, slot, schema string) (Report, e
 	if err != nil {
 		return r, fmt.Errorf("count quarantine: %w", err)
 	}
+	if r.Jobs, err = snapshot.NewJobs(conn, schema).All(ctx); err != nil {
+		return r, fmt.Errorf("read snapshot progress: %w", err)
+	}
 	return r, nil
 }
 
@@ -62,6 +67,8 @@ func (r Report) String() string {
 		active := "no (no router is streaming from it)"
 		if r.Active {
 			active = "yes"
+		} else if j := r.initial(); j != nil && !j.Done() {
+			active = "no: the initial snapshot is in progress (see below); streaming starts when it is done"
 		}
 		s += fmt.Sprintf("slot active:      %s\nconfirmed flush:  %s\nlag:              %d bytes\nwal_status:       %s\n",
 			active, r.ConfirmedFlush, r.LagBytes, r.WALStatus)
@@ -73,7 +80,39 @@ func (r Report) String() string {
 			r.Stored.Timeline, time.Since(r.Stored.UpdatedAt).Round(time.Second))
 	}
 	s += fmt.Sprintf("quarantined rows: %d\n", r.Quarantined)
+	for _, j := range r.Jobs {
+		s += "snapshot:         " + jobLine(j) + "\n"
+	}
 	return s
+}
+
+func (r Report) initial() *snapshot.Job {
+	for i := range r.Jobs {
+		if r.Jobs[i].Name == snapshot.InitialName(r.Slot) {
+			return &r.Jobs[i]
+		}
+	}
+	return nil
+}
+
+// jobLine is one snapshot or backfill: state, rows, rate and time left.
+func jobLine(j snapshot.Job) string {
+	pct := 100.0
+	if j.RowsTotal > 0 {
+		pct = 100 * float64(j.RowsDone) / float64(j.RowsTotal)
+	}
+	line := fmt.Sprintf("%s %s, %d/%d rows (%.1f%%)", j.Name, j.State, j.RowsDone, j.RowsTotal, pct)
+	if secs := j.UpdatedAt.Sub(j.StartedAt).Seconds(); secs > 0 && j.RowsDone > 0 {
+		rate := float64(j.RowsDone) / secs
+		line += fmt.Sprintf(", %.0f rows/s", rate)
+		if !j.Done() && j.RowsTotal > j.RowsDone {
+			line += fmt.Sprintf(", about %v left", time.Duration(float64(j.RowsTotal-j.RowsDone)/rate*float64(time.Second)).Round(time.Second))
+		}
+	}
+	if !j.Done() {
+		line += fmt.Sprintf(", last progress %v ago", time.Since(j.UpdatedAt).Round(time.Second))
+	}
+	return line
 }
 
 // Reset forgets the stored position of slot and drops the slot if it exists and is not active, so that
@@ -91,6 +130,9 @@ func Reset(ctx context.Context, conn *pgx.Conn, slot, schema string) error {
 		if _, err := conn.Exec(ctx, "SELECT pg_drop_replication_slot($1)", slot); err != nil {
 			return fmt.Errorf("drop slot %s: %w", slot, err)
 		}
+	}
+	if err := snapshot.NewJobs(conn, schema).Delete(ctx, snapshot.InitialName(slot)); err != nil {
+		return err
 	}
 	return offsets.NewStore(conn, schema, slot, 0).Delete(ctx)
 }

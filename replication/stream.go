@@ -231,7 +231,7 @@ func (s *session) Quarantine(q cdc.Quarantined) error {
 	defer cancel()
 	_, err = s.sql.Exec(ctx, "INSERT INTO "+pgx.Identifier{s.cfg.Schema, "quarantine"}.Sanitize()+
 		` (slot, lsn, commit_lsn, table_name, reason, row_values) VALUES ($1, $2::pg_lsn, $3::pg_lsn, $4, $5, $6)
-		ON CONFLICT (slot, lsn) DO NOTHING`,
+		ON CONFLICT (slot, lsn, row_key) DO NOTHING`,
 		s.cfg.Slot, q.LSN.String(), q.CommitLSN.String(), q.Table, q.Reason, values)
 	if err != nil {
 		return fmt.Errorf("quarantine row at %s: %w", q.LSN, err)

@@ -17,7 +17,7 @@ func cutThroughProxy(t *testing.T, tags string, settle time.Duration) (lost int,
 	c = e.consume(e.queue)
 	p := testenv.NewProxy(t, strings.TrimSuffix(e.amqpURL[strings.Index(e.amqpURL, "@")+1:], "/"))
 	r := e.start("amqp://guest:guest@" + p.Addr + "/")
-	r.waitLog("streaming", 20*time.Second)
+	r.waitLog("msg=streaming ", 20*time.Second)
 	w = newWriter(t, e.pgURL, 50)
 	w.write(500, 20, 0)
 	c.waitFor(t, w.rows, 30*time.Second)
@@ -84,7 +84,7 @@ func rabbitmqctl(t *testing.T, args ...string) {
 func TestBrokerClosesConnectionsWhilePublishersAreBlocked(t *testing.T) {
 	e := newStreamEnv(t)
 	r := e.start("")
-	r.waitLog("streaming", 20*time.Second)
+	r.waitLog("msg=streaming ", 20*time.Second)
 	w := newWriter(t, e.pgURL, 50)
 	w.write(300, 20, 0)
 	t.Cleanup(func() { exec.Command("rabbitmqctl", "set_vm_memory_high_watermark", "0.4").Run() })

@@ -113,6 +113,8 @@ func runRun(ctx context.Context, args []string, env func(string) string, stdout,
 	lanes := s.Int("lanes", route.DefaultLanes, "confirm-mode channels; an aggregate always uses the same one")
 	window := s.Int("window", route.DefaultWindow, "unconfirmed messages allowed per channel")
 	maxPayload := s.Int("max-payload-bytes", 8<<20, "larger payloads are quarantined instead of published (keep it below the broker's max_message_size)")
+	snap := s.String("snapshot", "initial", "initial: a new slot first publishes the rows already in the table, read in the slot's own snapshot; never: stream only")
+	snapWhere := s.String("snapshot-where", "", "SQL predicate restricting the initial snapshot, e.g. \"published_at IS NULL\" when taking over from a polling publisher")
 	shutdown := s.Duration("shutdown-timeout", 30*time.Second, "bound on finishing the open transaction and waiting for confirms at stop")
 	logLevel := s.String("log-level", "info", "debug, info, warn or error")
 	logFormat := s.String("log-format", "text", "text or json")
@@ -132,7 +134,7 @@ func runRun(ctx context.Context, args []string, env func(string) string, stdout,
 		return usageError{err}
 	}
 	cfg := replication.Config{PGURL: *pg.url, Slot: *pg.slot, Publication: *pg.publication, Table: *pg.table,
-		Schema: *pg.schema, ShutdownTimeout: *shutdown,
+		Schema: *pg.schema, ShutdownTimeout: *shutdown, Snapshot: *snap, SnapshotWhere: *snapWhere, Progress: terminal(stderr),
 		Decode: decode.Config{Table: *pg.table, MaxPayloadBytes: *maxPayload, Check: route.Check}}
 	dial := func(ctx context.Context) (replication.Publisher, error) {
 		r, err := route.Dial(ctx, rcfg, log)
@@ -140,6 +142,9 @@ func runRun(ctx context.Context, args []string, env func(string) string, stdout,
 			return nil, brokerError(err)
 		}
 		return r, nil
+	}
+	if err := cfg.WithDefaults().Validate(); err != nil {
+		return usageError{err}
 	}
 	log.Info("starting", "version", version, "exchange", *exchange, "table", *pg.table)
 	return replication.Run(ctx, cfg, dial, log, nil)

@@ -36,13 +36,30 @@ func writeInBackground(w *writer, total int) (wait func()) {
 	return wg.Wait
 }
 
+// writeUntilStopped writes small transactions until stop is called, which waits for the writer.
+func writeUntilStopped(w *writer) (stop func()) {
+	done, quit := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			select {
+			case <-quit:
+				return
+			default:
+				w.write(20, 20, 5*time.Millisecond)
+			}
+		}
+	}()
+	return func() { close(quit); <-done }
+}
+
 // TestSIGKILLLosesNothing kills the router in the middle of a stream: after a restart every event arrives,
 // and only events that had not been acknowledged come twice.
 func TestSIGKILLLosesNothing(t *testing.T) {
 	e := newStreamEnv(t)
 	c := e.consume(e.queue)
 	r := e.start("")
-	r.waitLog("streaming", 20*time.Second)
+	r.waitLog("msg=streaming ", 20*time.Second)
 	w := newWriter(t, e.pgURL, 50)
 	wait := writeInBackground(w, 6000)
 	time.Sleep(1500 * time.Millisecond)
@@ -51,7 +68,7 @@ func TestSIGKILLLosesNothing(t *testing.T) {
 	acked := e.ackedPosition()
 	time.Sleep(500 * time.Millisecond)
 	r2 := e.start("")
-	r2.waitLog("streaming", 60*time.Second)
+	r2.waitLog("msg=streaming ", 60*time.Second)
 	wait()
 	got := c.waitFor(t, w.rows, 90*time.Second)
 	dups, ids := duplicates(got)
@@ -77,7 +94,7 @@ func TestSIGTERMThenRestartHasNoDuplicates(t *testing.T) {
 	e := newStreamEnv(t)
 	c := e.consume(e.queue)
 	r := e.start("")
-	r.waitLog("streaming", 20*time.Second)
+	r.waitLog("msg=streaming ", 20*time.Second)
 	w := newWriter(t, e.pgURL, 50)
 	wait := writeInBackground(w, 6000)
 	time.Sleep(1500 * time.Millisecond)
@@ -87,7 +104,7 @@ func TestSIGTERMThenRestartHasNoDuplicates(t *testing.T) {
 		t.Fatalf("exit code %d after SIGTERM, want 0", code)
 	}
 	r2 := e.start("")
-	r2.waitLog("streaming", 60*time.Second)
+	r2.waitLog("msg=streaming ", 60*time.Second)
 	wait()
 	got := c.waitFor(t, w.rows, 90*time.Second)
 	dups, _ := duplicates(got)

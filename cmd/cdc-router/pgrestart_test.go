@@ -18,7 +18,7 @@ func TestPostgresCrashMidStreamLosesNothing(t *testing.T) {
 	e := newStreamEnv(t)
 	c := e.consume(e.queue)
 	r := e.start("")
-	r.waitLog("streaming", 20*time.Second)
+	r.waitLog("msg=streaming ", 20*time.Second)
 	w := newWriter(t, e.pgURL, 50)
 	w.write(2000, 20, 0)
 	e.db.Close(context.Background())
@@ -52,7 +52,7 @@ func TestPostgresConnectionCutMidStream(t *testing.T) {
 	e.pgURL = strings.Replace(direct, fmt.Sprintf("127.0.0.1:%d", pg.Port), p.Addr, 1)
 	r := e.start("")
 	e.pgURL = direct
-	r.waitLog("streaming", 20*time.Second)
+	r.waitLog("msg=streaming ", 20*time.Second)
 	w := newWriter(t, e.pgURL, 50)
 	wait := writeInBackground(w, 4000)
 	for i := 0; i < 3; i++ {

@@ -15,7 +15,7 @@ func TestEveryEventArrivesInOrderWithItsProperties(t *testing.T) {
 	e := newStreamEnv(t)
 	c := e.consume(e.queue)
 	r := e.start("")
-	r.waitLog("streaming", 20*time.Second)
+	r.waitLog("msg=streaming ", 20*time.Second)
 	w := newWriter(t, e.pgURL, 100)
 	began := time.Now()
 	w.write(10_000, 500, 0)
@@ -70,7 +70,7 @@ func TestRollbacksUpdatesAndDeletesPublishNothing(t *testing.T) {
 	e := newStreamEnv(t)
 	c := e.consume(e.queue)
 	r := e.start("")
-	r.waitLog("streaming", 20*time.Second)
+	r.waitLog("msg=streaming ", 20*time.Second)
 	w := newWriter(t, e.pgURL, 5)
 	if err := w.txn(10, false); err != nil { // rolled back
 		t.Fatal(err)

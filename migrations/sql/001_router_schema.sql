@@ -16,10 +16,11 @@ CREATE TABLE IF NOT EXISTS {{.Schema}}.quarantine (
     id             bigserial PRIMARY KEY,
     slot           text NOT NULL,
     lsn            pg_lsn NOT NULL,
+    row_key        text NOT NULL DEFAULT '',  -- the row's key for rows read by a snapshot or backfill
     commit_lsn     pg_lsn,
     table_name     text NOT NULL,
     reason         text NOT NULL,
     row_values     jsonb NOT NULL,
     quarantined_at timestamptz NOT NULL DEFAULT now(),
-    UNIQUE (slot, lsn)
+    UNIQUE (slot, lsn, row_key)
 );

@@ -1,0 +1,200 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/cdc-router/cdc-router/internal/cdc"
+)
+
+// prefill inserts n rows over the writer's aggregates with SQL alone (fast) and teaches the writer about
+// them, so later writes continue each aggregate's versions.
+func (w *writer) prefill(n int, extra string) {
+	w.t.Helper()
+	ctx := context.Background()
+	_, err := w.db.Exec(ctx, fmt.Sprintf(`INSERT INTO outbox (id, aggregate_type, aggregate_id, aggregate_version, event_type, payload, headers)
+		SELECT gen_random_uuid(), 'order', 'agg-' || lpad((g %% %d)::text, 3, '0'), (g / %d) + 1, 'created',
+		       jsonb_build_object('n', g, 'agg', 'agg-' || lpad((g %% %d)::text, 3, '0')), '{}'
+		FROM generate_series(0, %d) g %s`, w.aggs, w.aggs, w.aggs, n-1, extra))
+	if err != nil {
+		w.t.Fatal(err)
+	}
+	rows, err := w.db.Query(ctx, `SELECT id::text, aggregate_type, aggregate_id, aggregate_version FROM outbox`)
+	if err != nil {
+		w.t.Fatal(err)
+	}
+	defer rows.Close()
+	w.rows = w.rows[:0]
+	for rows.Next() {
+		var r row
+		rows.Scan(&r.id, &r.aggType, &r.aggID, &r.version)
+		w.rows = append(w.rows, r)
+		w.versions[r.aggID] = max(w.versions[r.aggID], r.version)
+	}
+}
+
+// TestInitialSnapshotHasNoGapAndNoOverlap: rows already in the table and rows written while the snapshot
+// runs all arrive exactly once, snapshot rows first per aggregate, marked and stamped with the consistent point.
+func TestInitialSnapshotHasNoGapAndNoOverlap(t *testing.T) {
+	e := newStreamEnv(t)
+	c := e.consume(e.queue)
+	w := newWriter(t, e.pgURL, 100)
+	w.prefill(20_000, "")
+	before := len(w.rows)
+	stop := writeUntilStopped(w) // concurrent writers during slot creation, the snapshot and the handoff
+	time.Sleep(100 * time.Millisecond)
+	r := e.start("")
+	r.waitLog("msg=streaming ", 60*time.Second)
+	time.Sleep(time.Second)
+	stop()
+	got := c.waitFor(t, w.rows, 90*time.Second)
+	dups, _ := duplicates(got)
+	snap, point := 0, ""
+	for _, d := range got {
+		if d.msg.Headers["x-backfill"] == true {
+			snap++
+			point, _ = d.msg.Headers["commit_lsn"].(string)
+		}
+	}
+	t.Logf("initial snapshot: %d rows before start, %d written during, %d deliveries (%d from the snapshot at %s), %d duplicates",
+		before, len(w.rows)-before, len(got), snap, point, dups)
+	if dups != 0 {
+		t.Errorf("%d duplicates at the handoff from snapshot to stream", dups)
+	}
+	if snap < before || snap >= len(got) {
+		t.Errorf("%d snapshot rows of %d, want at least the %d rows that were there before the start, and streamed ones",
+			snap, len(got), before)
+	}
+	if p, _ := cdc.ParseLSN(point); p == 0 {
+		t.Errorf("snapshot rows carry commit_lsn %q, want the slot's consistent point", point)
+	}
+	checkOrder(t, got)
+	out, _ := e.cli("status", "--slot", e.slot)
+	if !strings.Contains(out, "initial:"+e.slot+" done") {
+		t.Errorf("status does not show the finished snapshot:\n%s", out)
+	}
+}
+
+// TestSnapshotWherePredicateForCutover takes over from a polling publisher: only the rows it had not
+// published yet come from the snapshot.
+func TestSnapshotWherePredicateForCutover(t *testing.T) {
+	e := newStreamEnv(t)
+	c := e.consume(e.queue)
+	e.exec(`ALTER TABLE outbox ADD COLUMN published_at timestamptz`)
+	w := newWriter(t, e.pgURL, 10)
+	w.prefill(1000, "")
+	e.exec(`UPDATE outbox SET published_at = now() WHERE aggregate_version <= 50`) // the poller's share
+	var pending []row
+	for _, r := range w.rows {
+		if r.version > 50 {
+			pending = append(pending, r)
+		}
+	}
+	r := e.start("", "--snapshot-where", "published_at IS NULL")
+	r.waitLog("msg=streaming ", 60*time.Second)
+	mark := len(w.rows)
+	w.write(100, 10, 0)
+	want := append(pending, w.rows[mark:]...)
+	got := c.waitFor(t, want, 60*time.Second)
+	time.Sleep(500 * time.Millisecond)
+	got = c.snapshot()
+	if len(got) != len(want) {
+		t.Fatalf("%d deliveries, want the %d unpublished rows and the %d new ones only", len(got), len(pending), len(w.rows)-mark)
+	}
+	checkOrder(t, got)
+}
+
+// TestSnapshotCrashResumesFromTheLastKey kills the router during a snapshot of 200,000 rows: the restart
+// resumes from the stored key (it does not start over) and every row arrives.
+func TestSnapshotCrashResumesFromTheLastKey(t *testing.T) {
+	e := newStreamEnv(t)
+	c := e.consume(e.queue)
+	w := newWriter(t, e.pgURL, 100)
+	w.prefill(200_000, "")
+	r := e.start("")
+	deadline := time.Now().Add(120 * time.Second)
+	var doneAtKill int64
+	for doneAtKill < 50_000 {
+		if time.Now().After(deadline) {
+			t.Fatalf("snapshot progress stayed at %d rows", doneAtKill)
+		}
+		time.Sleep(200 * time.Millisecond)
+		s := e.scalar(`SELECT rows_done::text FROM cdc_router.snapshots WHERE name = $1`, "initial:"+e.slot)
+		fmt.Sscan(s, &doneAtKill)
+	}
+	out, _ := e.cli("status", "--slot", e.slot)
+	if !strings.Contains(out, "initial snapshot is in progress") || !strings.Contains(out, "running") {
+		t.Errorf("status during the snapshot:\n%s", out)
+	}
+	r.signal(syscall.SIGKILL)
+	r.wait(10 * time.Second)
+	r2 := e.start("")
+	r2.waitLog("resuming the initial snapshot", 30*time.Second)
+	r2.waitLog("msg=streaming ", 120*time.Second)
+	w.write(500, 50, 0)
+	got := c.waitFor(t, w.rows, 120*time.Second)
+	dups, _ := duplicates(got)
+	t.Logf("snapshot of 200,000 rows killed at %d rows confirmed: %d deliveries, %d duplicates", doneAtKill, len(got), dups)
+	if int64(dups) >= doneAtKill {
+		t.Errorf("%d duplicates: the snapshot started over instead of resuming after row %d", dups, doneAtKill)
+	}
+}
+
+// TestBackfillWhileStreaming re-publishes one aggregate's rows, throttled and marked, while run streams;
+// a finished backfill is not repeated by accident.
+func TestBackfillWhileStreaming(t *testing.T) {
+	e := newStreamEnv(t)
+	c := e.consume(e.queue)
+	r := e.start("")
+	r.waitLog("msg=streaming ", 20*time.Second)
+	w := newWriter(t, e.pgURL, 10)
+	w.write(1000, 20, 0)
+	c.waitFor(t, w.rows, 30*time.Second)
+	var target []row
+	for _, x := range w.rows {
+		if x.aggID == "agg-003" {
+			target = append(target, x)
+		}
+	}
+	wait := writeInBackground(w, 200)
+	began := time.Now()
+	out, code := e.cli("backfill", "--where", "aggregate_id = 'agg-003'", "--rate", "500", "--exchange", e.exchange, "--name", "agg3")
+	took := time.Since(began)
+	if code != 0 {
+		t.Fatalf("backfill: exit %d\n%s", code, out)
+	}
+	wait()
+	got := c.waitFor(t, w.rows, 30*time.Second)
+	backfilled := map[string]int{}
+	var last int64
+	for _, d := range got {
+		if d.msg.Headers["x-backfill"] == true {
+			if d.aggID != "agg-003" {
+				t.Fatalf("backfill published %s, which --where excludes", d.aggID)
+			}
+			backfilled[d.id]++
+			if d.version <= last {
+				t.Errorf("backfill out of order: v%d after v%d", d.version, last)
+			}
+			last = d.version
+		}
+	}
+	t.Logf("backfill of %d rows at --rate 500 took %v; %d new events streamed meanwhile", len(target), took.Round(time.Millisecond), 200)
+	for _, x := range target {
+		if backfilled[x.id] != 1 {
+			t.Errorf("row %s of agg-003 backfilled %d times, want once", x.id, backfilled[x.id])
+			break
+		}
+	}
+	if min := time.Duration(len(target)-1) * time.Second / 500; took < min {
+		t.Errorf("backfill took %v, faster than --rate 500 allows (%v)", took, min)
+	}
+	out, code = e.cli("backfill", "--where", "aggregate_id = 'agg-003'", "--exchange", e.exchange, "--name", "agg3")
+	if code == 0 || !strings.Contains(out, "--restart") {
+		t.Errorf("a second run of a finished backfill: exit %d\n%s", code, out)
+	}
+}

@@ -1,0 +1,120 @@
+package replication
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"strings"
+
+	"github.com/jackc/pglogrepl"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/cdc-router/cdc-router/internal/cdc"
+	"github.com/cdc-router/cdc-router/offsets"
+	"github.com/cdc-router/cdc-router/snapshot"
+)
+
+// snapshotConfig is the copy configuration of the initial snapshot.
+func (c Config) snapshotConfig() snapshot.Config {
+	return snapshot.Config{Table: c.Table, Schema: c.Schema, Slot: c.Slot, Where: c.SnapshotWhere,
+		PageSize: c.SnapshotPageSize, Decode: c.Decode}
+}
+
+// createWithSnapshot creates the slot with an exported snapshot, imports it into a REPEATABLE READ
+// transaction on a second connection before the replication connection runs anything else, records the
+// job and the position, and copies the rows visible in exactly that snapshot: the rows committed before
+// the consistent point. Streaming from the consistent point then adds every later row, none twice.
+func createWithSnapshot(ctx context.Context, cfg Config, log *slog.Logger, conn *pgconn.PgConn, sql *pgx.Conn,
+	store *offsets.Store, sys pglogrepl.IdentifySystemResult, pub Publisher) (cdc.LSN, error) {
+	res, err := pglogrepl.CreateReplicationSlot(ctx, conn, cfg.Slot, "pgoutput",
+		pglogrepl.CreateReplicationSlotOptions{SnapshotAction: "EXPORT_SNAPSHOT"})
+	if err != nil {
+		return 0, fmt.Errorf("create replication slot %s: %w", cfg.Slot, err)
+	}
+	point, err := cdc.ParseLSN(res.ConsistentPoint)
+	if err != nil {
+		return 0, err
+	}
+	reader, err := ConnectReader(ctx, cfg.PGURL)
+	if err != nil {
+		return 0, err
+	}
+	defer reader.Close(context.Background())
+	tx, err := reader.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly})
+	if err != nil {
+		return 0, fmt.Errorf("begin snapshot transaction: %w", err)
+	}
+	defer tx.Rollback(context.Background())
+	if _, err := tx.Exec(ctx, "SET TRANSACTION SNAPSHOT '"+strings.ReplaceAll(res.SnapshotName, "'", "''")+"'"); err != nil {
+		return 0, fmt.Errorf("import the slot's snapshot: %w", err)
+	}
+	log.Info("created replication slot with a snapshot", "lsn", point, "snapshot", res.SnapshotName)
+	jobs := snapshot.NewJobs(sql, cfg.Schema)
+	job := snapshot.Job{Name: snapshot.InitialName(cfg.Slot), Kind: "initial", Predicate: cfg.SnapshotWhere, ReadLSN: point}
+	if err := pgx.BeginFunc(ctx, sql, func(t pgx.Tx) error { return jobs.Start(ctx, t, job) }); err != nil {
+		return 0, err
+	}
+	if err := store.Save(ctx, offsets.Position{LSN: point, SystemID: sys.SystemID, Timeline: sys.Timeline}, true); err != nil {
+		return 0, err
+	}
+	if err := copyRows(ctx, cfg, log, tx, jobs, job, pub); err != nil {
+		return 0, err
+	}
+	return point, tx.Commit(ctx)
+}
+
+// resumeSnapshot finishes an initial snapshot that a crash interrupted, or copies everything when the slot
+// exists without any record of one. The slot's own snapshot is gone, so the rest is read in a new one:
+// rows committed after the consistent point may be published twice (once here, once streamed), never lost.
+func resumeSnapshot(ctx context.Context, cfg Config, log *slog.Logger, sql *pgx.Conn, job snapshot.Job, pub Publisher) error {
+	reader, err := ConnectReader(ctx, cfg.PGURL)
+	if err != nil {
+		return err
+	}
+	defer reader.Close(context.Background())
+	tx, err := reader.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly})
+	if err != nil {
+		return fmt.Errorf("begin snapshot transaction: %w", err)
+	}
+	defer tx.Rollback(context.Background())
+	log.Warn("resuming the initial snapshot in a new snapshot: rows committed since the slot was created may be published twice",
+		"rows_done", job.RowsDone, "lsn", job.ReadLSN)
+	if err := copyRows(ctx, cfg, log, tx, snapshot.NewJobs(sql, cfg.Schema), job, pub); err != nil {
+		return err
+	}
+	return tx.Commit(ctx)
+}
+
+func copyRows(ctx context.Context, cfg Config, log *slog.Logger, tx pgx.Tx, jobs *snapshot.Jobs, job snapshot.Job, pub Publisher) error {
+	scfg := cfg.snapshotConfig()
+	left, err := snapshot.Count(ctx, scfg, tx, job.LastKey)
+	if err != nil {
+		return &Fatal{Msg: err.Error()}
+	}
+	job.RowsTotal = job.RowsDone + left
+	if err := jobs.Total(ctx, job.Name, job.RowsTotal); err != nil {
+		return err
+	}
+	log.Info("initial snapshot", "rows_total", job.RowsTotal, "rows_left", left, "predicate", cfg.SnapshotWhere)
+	_, err = snapshot.Copy(ctx, scfg, tx, jobs, job, pub, snapshot.NewReporter(log, cfg.Progress, job.Name, job.RowsDone))
+	return err
+}
+
+// ConnectReader opens a snapshot or backfill reader's connection, with the output formats the row mapping expects.
+func ConnectReader(ctx context.Context, url string) (*pgx.Conn, error) {
+	cfg, err := pgx.ParseConfig(url)
+	if err != nil {
+		return nil, fatalf("the PostgreSQL URL is invalid: use postgres://user:password@host:5432/dbname in --pg-url (CDC_ROUTER_PG_URL)")
+	}
+	delete(cfg.RuntimeParams, "replication")
+	for k, v := range map[string]string{"application_name": "cdc-router reader", "TimeZone": "UTC", "DateStyle": "ISO",
+		"extra_float_digits": "3", "idle_in_transaction_session_timeout": "0", "statement_timeout": "0"} {
+		cfg.RuntimeParams[k] = v
+	}
+	conn, err := pgx.ConnectConfig(ctx, cfg)
+	if err != nil {
+		return nil, explainConnect(err, hostOf(&cfg.Config))
+	}
+	return conn, nil
+}

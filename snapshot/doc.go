@@ -1,0 +1,15 @@
+// Package snapshot owns reading the rows already in the outbox table and handing them to the publisher:
+// the initial snapshot of a new slot, read inside the slot's exported snapshot so that no row is missed
+// or published twice at the point where streaming takes over, and the on-demand backfill of retained
+// rows while `run` keeps streaming.
+//
+// Rows are read in keyset pages over the table's unique key (aggregate_type, aggregate_id,
+// aggregate_version), so memory stays bounded whatever the table size and every aggregate's rows are
+// published in version order. Progress (the last key whose rows, and every row before it, were confirmed)
+// is stored in the router's snapshots table, so a crashed snapshot or backfill resumes from that key: a
+// crash may publish some rows twice, never lose one. Rows are mapped with the decoder's rules; a row that
+// cannot become an event is quarantined, never dropped.
+//
+// It never touches the replication connection: the caller creates the slot and hands over the name of its
+// exported snapshot.
+package snapshot
