@@ -33,7 +33,7 @@ type Config struct {
 func (c Config) Validate() error {
 	c = c.withDefaults()
 	if _, _, ok := splitTable(c.Table); !ok {
-		return fmt.Errorf("decode: table %q must be schema-qualified, as schema.table", c.Table)
+		return fmt.Errorf("decode: table %q must be a table name, as schema.table or table", c.Table)
 	}
 	if c.MaxPayloadBytes < 0 {
 		return errors.New("decode: max payload bytes must not be negative")
@@ -54,5 +54,8 @@ func (c Config) withDefaults() Config {
 // splitTable splits "schema.table" at the first dot; both parts must be non-empty.
 func splitTable(t string) (schema, name string, ok bool) {
 	schema, name, ok = strings.Cut(t, ".")
-	return schema, name, ok && schema != "" && name != ""
+	if !ok {
+		schema, name = "public", t // an unqualified name is in public, as migrations and the checks take it
+	}
+	return schema, name, schema != "" && name != ""
 }

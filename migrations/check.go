@@ -114,6 +114,20 @@ func checkTable(ctx context.Context, conn *pgx.Conn, cfg Config) error {
 		return problemf("the outbox table %s does not have the expected shape (%s): alter it to match "+
 			"migrations/sql/002_outbox.sql", cfg.Table, strings.Join(bad, "; "))
 	}
+	var keyed bool
+	err = conn.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_index i
+		WHERE i.indrelid = to_regclass($1) AND i.indisunique AND i.indpred IS NULL
+		  AND ARRAY(SELECT a.attname::text FROM unnest(i.indkey::int2[]) WITH ORDINALITY AS k(attnum, ord)
+		            JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = k.attnum ORDER BY k.ord)
+		      = ARRAY['aggregate_type', 'aggregate_id', 'aggregate_version'])`, ident.Sanitize()).Scan(&keyed)
+	if err != nil {
+		return fmt.Errorf("read outbox keys: %w", err)
+	}
+	if !keyed {
+		return problemf("the outbox table %s has no unique key on (aggregate_type, aggregate_id, aggregate_version), "+
+			"which snapshots page by and which keeps one version per aggregate: ALTER TABLE %s ADD UNIQUE "+
+			"(aggregate_type, aggregate_id, aggregate_version)", cfg.Table, ident.Sanitize())
+	}
 	return nil
 }
 

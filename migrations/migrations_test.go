@@ -96,3 +96,24 @@ func TestCheckNamesTheFix(t *testing.T) {
 		})
 	}
 }
+
+func TestCheckWantsTheAggregateKey(t *testing.T) {
+	ctx := context.Background()
+	c := connect(t)
+	if err := Apply(ctx, c, Config{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Exec(ctx, "ALTER TABLE outbox DROP CONSTRAINT outbox_aggregate_type_aggregate_id_aggregate_version_key"); err != nil {
+		t.Fatal(err)
+	}
+	err := Check(ctx, c, Config{})
+	if err == nil || !strings.Contains(err.Error(), "ADD UNIQUE (aggregate_type, aggregate_id, aggregate_version)") {
+		t.Fatalf("Check = %v, want the missing unique key named", err)
+	}
+	if _, err := c.Exec(ctx, "CREATE UNIQUE INDEX ON outbox (aggregate_type, aggregate_id, aggregate_version)"); err != nil {
+		t.Fatal(err)
+	}
+	if err := Check(ctx, c, Config{}); err != nil {
+		t.Fatalf("Check with a unique index: %v", err)
+	}
+}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"strings"
+	"time"
 
 	"github.com/jackc/pglogrepl"
 	"github.com/jackc/pgx/v5"
@@ -27,8 +28,10 @@ func (c Config) snapshotConfig() snapshot.Config {
 // the consistent point. Streaming from the consistent point then adds every later row, none twice.
 func createWithSnapshot(ctx context.Context, cfg Config, log *slog.Logger, conn *pgconn.PgConn, sql *pgx.Conn,
 	store *offsets.Store, sys pglogrepl.IdentifySystemResult, pub Publisher) (cdc.LSN, error) {
+	stop := watchCreation(ctx, cfg.PGURL, log, 10*time.Second)
 	res, err := pglogrepl.CreateReplicationSlot(ctx, conn, cfg.Slot, "pgoutput",
 		pglogrepl.CreateReplicationSlotOptions{SnapshotAction: "EXPORT_SNAPSHOT"})
+	stop()
 	if err != nil {
 		return 0, fmt.Errorf("create replication slot %s: %w", cfg.Slot, err)
 	}
@@ -80,6 +83,11 @@ func resumeSnapshot(ctx context.Context, cfg Config, log *slog.Logger, sql *pgx.
 	defer tx.Rollback(context.Background())
 	log.Warn("resuming the initial snapshot in a new snapshot: rows committed since the slot was created may be published twice",
 		"rows_done", job.RowsDone, "lsn", job.ReadLSN)
+	if job.Predicate != cfg.SnapshotWhere {
+		log.Warn("the snapshot resumes with the predicate it started with, not --snapshot-where",
+			"predicate", job.Predicate, "snapshot_where", cfg.SnapshotWhere)
+		cfg.SnapshotWhere = job.Predicate
+	}
 	if err := copyRows(ctx, cfg, log, tx, snapshot.NewJobs(sql, cfg.Schema), job, pub); err != nil {
 		return err
 	}

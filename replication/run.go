@@ -25,6 +25,10 @@ import (
 // the router gives up with the last error instead of retrying a setup that never worked.
 const startupGrace = 30 * time.Second
 
+// errSlotBusy marks a slot held by another walsender: retried for as long as it takes, also at start,
+// since a second router waits for the first and a restarted one waits for its predecessor's walsender.
+var errSlotBusy = errors.New("slot busy")
+
 // Stats counts what the stream did since the process started.
 type Stats struct {
 	published   atomic.Int64
@@ -65,7 +69,7 @@ func Run(ctx context.Context, cfg Config, dial Dialer, log *slog.Logger, stats *
 		if IsFatal(err) {
 			return err
 		}
-		if !started && time.Since(began) > startupGrace {
+		if !started && time.Since(began) > startupGrace && !errors.Is(err, errSlotBusy) {
 			return &Fatal{Msg: err.Error()}
 		}
 		if progressed {
@@ -162,7 +166,7 @@ func planStart(ctx context.Context, cfg Config, sql *pgx.Conn, store *offsets.St
 		return plan{}, err
 	}
 	d, err := decideStart(cfg, sys, slot, stored, hasStored)
-	if err != nil || d.create || cfg.Snapshot != "initial" {
+	if err != nil || d.create {
 		return plan{decision: d}, err
 	}
 	job, ok, err := snapshot.NewJobs(sql, cfg.Schema).Load(ctx, snapshot.InitialName(cfg.Slot))
@@ -170,8 +174,14 @@ func planStart(ctx context.Context, cfg Config, sql *pgx.Conn, store *offsets.St
 		return plan{}, err
 	}
 	switch {
+	case ok && !job.Done() && cfg.Snapshot != "initial":
+		return plan{}, fatalf("the initial snapshot of slot %s is unfinished (%d of %d rows): streaming now would never "+
+			"publish the rest; start with --snapshot=initial to finish it, or run `cdc-router reset --slot %s` to start over",
+			cfg.Slot, job.RowsDone, job.RowsTotal, cfg.Slot)
 	case ok && !job.Done():
 		return plan{decision: d, job: &job}, nil
+	case cfg.Snapshot != "initial":
+		return plan{decision: d}, nil
 	case !ok && !hasStored:
 		job = snapshot.Job{Name: snapshot.InitialName(cfg.Slot), Kind: "initial", Predicate: cfg.SnapshotWhere, ReadLSN: d.start}
 		return plan{decision: d, job: &job, fresh: true}, nil
@@ -190,7 +200,9 @@ func (p plan) execute(ctx context.Context, cfg Config, log *slog.Logger, conn *p
 	case p.decision.create && cfg.Snapshot == "initial":
 		return createWithSnapshot(ctx, cfg, log, conn, sql, store, sys, pub)
 	case p.decision.create:
+		stop := watchCreation(ctx, cfg.PGURL, log, 10*time.Second)
 		point, err := createSlot(ctx, conn, cfg.Slot)
+		stop()
 		if err != nil {
 			return 0, err
 		}
@@ -220,7 +232,7 @@ func startError(err error, cfg Config) error {
 		switch pgErr.Code {
 		case "55006":
 			return fmt.Errorf("slot %s is in use by another process (a second router, or the walsender of one that "+
-				"just died, which PostgreSQL ends within wal_sender_timeout): %w", cfg.Slot, err)
+				"just died, which PostgreSQL ends within wal_sender_timeout): %w: %w", cfg.Slot, errSlotBusy, err)
 		default:
 			return streamError(pgErr, cfg)
 		}

@@ -75,6 +75,10 @@ func decideStart(cfg Config, sys pglogrepl.IdentifySystemResult, slot SlotInfo, 
 		}
 		return startDecision{create: true}, nil
 	}
+	if slot.Database != "" && sys.DBName != "" && slot.Database != sys.DBName {
+		return startDecision{}, fatalf("replication slot %s belongs to database %s, not %s: point --pg-url at %s or "+
+			"choose another --slot", cfg.Slot, slot.Database, sys.DBName, slot.Database)
+	}
 	if slot.WALStatus == "lost" {
 		return startDecision{}, fatalf("replication slot %s is invalidated (wal_status lost, max_slot_wal_keep_size "+
 			"exceeded?): the WAL it needed is gone, so events were lost from it; to re-snapshot run %s", cfg.Slot, reset)

@@ -162,6 +162,9 @@ func (s *session) save(force bool) error {
 // stores the final position.
 func (s *session) drain() error {
 	deadline := time.Now().Add(s.cfg.ShutdownTimeout)
+	if !s.stopBy.IsZero() && s.stopBy.Before(deadline) {
+		deadline = s.stopBy // one bound for the whole stop: reading to the commit and draining
+	}
 	for s.tracker.Watermark() < s.lastEnd && time.Now().Before(deadline) {
 		select {
 		case <-s.tracker.Advanced():

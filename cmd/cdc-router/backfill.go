@@ -20,6 +20,7 @@ func runBackfill(ctx context.Context, args []string, env func(string) string, st
 	amqpURL := s.String("amqp-url", "amqp://guest:guest@localhost:5672/", "RabbitMQ URL, amqp://user:password@host:5672/vhost")
 	where := s.String("where", "", "SQL predicate choosing the rows to publish again, e.g. \"occurred_at >= '2026-11-01'\" (required; use 'true' for all)")
 	exchange := s.String("exchange", route.DefaultExchange, "exchange to publish to (declared as run declares it)")
+	alternate := s.String("alternate-exchange", "", "alternate exchange of --exchange, as given to run (default <exchange>.unroutable)")
 	noAlternate := s.Bool("no-alternate-exchange", false, "the exchange has no alternate exchange (as with run --no-alternate-exchange)")
 	rate := s.Int("rate", 0, "rows per second at most (0: as fast as confirms allow)")
 	name := s.String("name", "", "name of this backfill, to resume it after a crash (default: derived from --where and --exchange)")
@@ -54,7 +55,7 @@ func runBackfill(ctx context.Context, args []string, env func(string) string, st
 		return err
 	}
 	defer state.Close(context.Background())
-	r, err := route.Dial(ctx, route.Config{URL: *amqpURL, Exchange: *exchange, NoAlternateExchange: *noAlternate,
+	r, err := route.Dial(ctx, route.Config{URL: *amqpURL, Exchange: *exchange, AlternateExchange: *alternate, NoAlternateExchange: *noAlternate,
 		ConnectionName: "cdc-router backfill"}, log)
 	if err != nil {
 		return err

@@ -11,7 +11,7 @@ import (
 
 // cutThroughProxy runs a stream through a proxy that stalls the router's broker connection (so a whole
 // window stays unconfirmed) and then cuts it. It returns how many events never arrived and the order check.
-func cutThroughProxy(t *testing.T, tags string, settle time.Duration) (lost int, e *env, c *consumer, w *writer) {
+func cutThroughProxy(t testing.TB, tags string, settle time.Duration) (lost int, e *env, c *consumer, w *writer) {
 	e = newStreamEnv(t)
 	e.tags = tags
 	c = e.consume(e.queue)
@@ -69,7 +69,7 @@ func TestBrokerCutCatchesAckOnReceipt(t *testing.T) {
 	}
 }
 
-func rabbitmqctl(t *testing.T, args ...string) {
+func rabbitmqctl(t testing.TB, args ...string) {
 	t.Helper()
 	out, err := exec.Command("rabbitmqctl", args...).CombinedOutput()
 	if err != nil {

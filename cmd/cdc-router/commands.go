@@ -112,6 +112,7 @@ func runRun(ctx context.Context, args []string, env func(string) string, stdout,
 	noAlternate := s.Bool("no-alternate-exchange", false, "declare the exchange without an alternate exchange: an unroutable event is retried (and holds the position) until a binding matches it")
 	lanes := s.Int("lanes", route.DefaultLanes, "confirm-mode channels; an aggregate always uses the same one")
 	window := s.Int("window", route.DefaultWindow, "unconfirmed messages allowed per channel")
+	confirmTimeout := s.Duration("confirm-timeout", route.DefaultConfirmTimeout, "a message unconfirmed for this long restarts the stream from the acknowledged position (raise it if broker alarms last longer)")
 	maxPayload := s.Int("max-payload-bytes", 8<<20, "larger payloads are quarantined instead of published (keep it below the broker's max_message_size)")
 	snap := s.String("snapshot", "initial", "initial: a new slot first publishes the rows already in the table, read in the slot's own snapshot; never: stream only")
 	snapWhere := s.String("snapshot-where", "", "SQL predicate restricting the initial snapshot, e.g. \"published_at IS NULL\" when taking over from a polling publisher")
@@ -129,7 +130,7 @@ func runRun(ctx context.Context, args []string, env func(string) string, stdout,
 		return err
 	}
 	rcfg := route.Config{URL: *amqpURL, Exchange: *exchange, AlternateExchange: *alternate,
-		NoAlternateExchange: *noAlternate, Lanes: *lanes, Window: *window}
+		NoAlternateExchange: *noAlternate, Lanes: *lanes, Window: *window, ConfirmTimeout: *confirmTimeout}
 	if err := rcfg.Validate(); err != nil {
 		return usageError{err}
 	}

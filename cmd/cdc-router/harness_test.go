@@ -47,7 +47,7 @@ type buildResult struct {
 }
 
 // binary builds cdc-router once per set of build tags and returns its path.
-func binary(t *testing.T, tags string) string {
+func binary(t testing.TB, tags string) string {
 	t.Helper()
 	v, _ := buildOnce.LoadOrStore(tags, &buildResult{})
 	b := v.(*buildResult)
@@ -70,7 +70,7 @@ func binary(t *testing.T, tags string) string {
 
 // env is one test's world: its own database, slot, exchange and a queue bound to everything.
 type env struct {
-	t        *testing.T
+	t        testing.TB
 	pgURL    string
 	amqpURL  string
 	slot     string
@@ -80,7 +80,7 @@ type env struct {
 	tags     string // build tags of the binary under test
 }
 
-func newEnv(t *testing.T) *env {
+func newEnv(t testing.TB) *env {
 	t.Helper()
 	ctx := context.Background()
 	e := &env{t: t, pgURL: pg.NewDatabase(t), amqpURL: testenv.AMQPURL(t)}
@@ -103,7 +103,7 @@ func newEnv(t *testing.T) *env {
 
 // newStreamEnv is newEnv with the exchange declared as the router declares it and the test queue bound to
 // every routing key.
-func newStreamEnv(t *testing.T) *env {
+func newStreamEnv(t testing.TB) *env {
 	e := newEnv(t)
 	e.declare(true, "#")
 	return e
@@ -171,7 +171,7 @@ func (e *env) exec(sql string, args ...any) {
 
 // router is a cdc-router process under test.
 type router struct {
-	t      *testing.T
+	t      testing.TB
 	cmd    *exec.Cmd
 	mu     sync.Mutex
 	out    bytes.Buffer

@@ -198,3 +198,21 @@ func TestMalformedRowIsQuarantinedAndTheStreamGoesOn(t *testing.T) {
 		t.Errorf("status:\n%s", out)
 	}
 }
+
+// TestSlotCreationNamesTheTransactionItWaitsFor: an open transaction holds slot creation; the router says
+// which session it waits for, and goes on once it ends.
+func TestSlotCreationNamesTheTransactionItWaitsFor(t *testing.T) {
+	e := newStreamEnv(t)
+	ctx := context.Background()
+	tx, err := e.db.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.Exec(ctx, `INSERT INTO other (note) VALUES ('holding an xid')`); err != nil {
+		t.Fatal(err)
+	}
+	r := e.start("")
+	r.waitLog("slot creation waits for", 30*time.Second)
+	tx.Commit(ctx)
+	r.waitLog("msg=streaming ", 30*time.Second)
+}

@@ -32,7 +32,7 @@ func TestEveryEventArrivesInOrderWithItsProperties(t *testing.T) {
 }
 
 // checkMessage asserts the AMQP properties and headers of one delivery of the writer's rows.
-func checkMessage(t *testing.T, d delivery) {
+func checkMessage(t testing.TB, d delivery) {
 	t.Helper()
 	m := d.msg
 	if m.RoutingKey != "order.created" || m.Type != "created" || m.ContentType != "application/json" ||

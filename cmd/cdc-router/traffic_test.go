@@ -24,7 +24,7 @@ type row struct {
 // writer inserts outbox rows over a fixed set of aggregates, in transactions of random size, interleaved
 // with writes to another table. It remembers every committed row.
 type writer struct {
-	t        *testing.T
+	t        testing.TB
 	db       *pgx.Conn
 	aggs     int
 	versions map[string]int64
@@ -32,7 +32,7 @@ type writer struct {
 	rng      *mrand.Rand
 }
 
-func newWriter(t *testing.T, url string, aggs int) *writer {
+func newWriter(t testing.TB, url string, aggs int) *writer {
 	db, err := pgx.Connect(context.Background(), url)
 	if err != nil {
 		t.Fatal(err)
@@ -153,7 +153,7 @@ func (c *consumer) snapshot() []delivery {
 }
 
 // waitFor waits until every row has been delivered at least once.
-func (c *consumer) waitFor(t *testing.T, rows []row, timeout time.Duration) []delivery {
+func (c *consumer) waitFor(t testing.TB, rows []row, timeout time.Duration) []delivery {
 	t.Helper()
 	deadline := time.Now().Add(timeout)
 	for {
@@ -179,7 +179,7 @@ func (c *consumer) waitFor(t *testing.T, rows []row, timeout time.Duration) []de
 }
 
 // checkOrder asserts that the first delivery of each aggregate's versions comes in version order.
-func checkOrder(t *testing.T, got []delivery) {
+func checkOrder(t testing.TB, got []delivery) {
 	t.Helper()
 	first := map[string]bool{}
 	last := map[string]int64{}

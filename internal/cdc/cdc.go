@@ -5,6 +5,7 @@ package cdc
 
 import (
 	"fmt"
+	"log/slog"
 	"strconv"
 	"strings"
 	"time"
@@ -15,6 +16,9 @@ type LSN uint64
 
 // String formats the LSN the way PostgreSQL prints a pg_lsn: two hexadecimal halves, "16/B374D848".
 func (l LSN) String() string { return fmt.Sprintf("%X/%X", uint32(l>>32), uint32(l)) }
+
+// LogValue makes slog print an LSN in PostgreSQL's form in every handler, JSON included.
+func (l LSN) LogValue() slog.Value { return slog.StringValue(l.String()) }
 
 // ParseLSN reads a pg_lsn in PostgreSQL's text form.
 func ParseLSN(s string) (LSN, error) {

@@ -1,0 +1,81 @@
+package replication
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/jackc/pglogrepl"
+
+	"github.com/cdc-router/cdc-router/offsets"
+)
+
+func TestDecideStart(t *testing.T) {
+	cfg := Config{Slot: "s1"}.WithDefaults()
+	sys := pglogrepl.IdentifySystemResult{SystemID: "42", Timeline: 1, DBName: "app"}
+	live := SlotInfo{Exists: true, Plugin: "pgoutput", Database: "app", ConfirmedFlush: 100, WALStatus: "reserved"}
+	cases := []struct {
+		name      string
+		slot      SlotInfo
+		stored    *offsets.Position
+		wantErr   string
+		create    bool
+		wantStart uint64
+	}{
+		{name: "fresh: create", slot: SlotInfo{}, create: true},
+		{name: "slot, nothing stored: its confirmed_flush", slot: live, wantStart: 100},
+		{name: "stored behind the slot: the slot's position", slot: live, stored: &offsets.Position{LSN: 90, SystemID: "42"}, wantStart: 100},
+		{name: "stored ahead of the slot (PostgreSQL crashed): the stored one", slot: live,
+			stored: &offsets.Position{LSN: 150, SystemID: "42"}, wantStart: 150},
+		{name: "slot missing, position stored: refuse", slot: SlotInfo{}, stored: &offsets.Position{LSN: 90, SystemID: "42"},
+			wantErr: "does not exist but a position"},
+		{name: "slot lost: refuse", slot: SlotInfo{Exists: true, Plugin: "pgoutput", WALStatus: "lost"},
+			wantErr: "wal_status lost"},
+		{name: "slot lost, nothing stored: refuse too", slot: SlotInfo{Exists: true, Plugin: "pgoutput", Database: "app", WALStatus: "lost"},
+			wantErr: "cdc-router reset --slot s1"},
+		{name: "position of another cluster: refuse", slot: live, stored: &offsets.Position{LSN: 90, SystemID: "7"},
+			wantErr: "written by PostgreSQL cluster 7"},
+		{name: "other plugin: refuse", slot: SlotInfo{Exists: true, Plugin: "wal2json", Database: "app"}, wantErr: "not pgoutput"},
+		{name: "slot of another database: refuse", slot: SlotInfo{Exists: true, Plugin: "pgoutput", Database: "other"},
+			wantErr: "belongs to database other"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			var stored offsets.Position
+			if tc.stored != nil {
+				stored = *tc.stored
+			}
+			d, err := decideStart(cfg, sys, tc.slot, stored, tc.stored != nil)
+			if tc.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.wantErr) || !IsFatal(err) {
+					t.Fatalf("err = %v, want a Fatal containing %q", err, tc.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if d.create != tc.create || uint64(d.start) != tc.wantStart {
+				t.Fatalf("decision %+v, want create=%v start=%d", d, tc.create, tc.wantStart)
+			}
+		})
+	}
+}
+
+func TestConfigValidate(t *testing.T) {
+	for _, tc := range []struct {
+		cfg  Config
+		want string
+	}{
+		{Config{}, "no PostgreSQL URL"},
+		{Config{PGURL: "postgres://x", Slot: "Bad-Name"}, "slot name"},
+		{Config{PGURL: "postgres://x", Snapshot: "sometimes"}, "--snapshot"},
+	} {
+		err := tc.cfg.WithDefaults().Validate()
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("Validate(%+v) = %v, want %q", tc.cfg, err, tc.want)
+		}
+	}
+	if err := (Config{PGURL: "postgres://x"}).WithDefaults().Validate(); err != nil {
+		t.Errorf("defaults: %v", err)
+	}
+}
