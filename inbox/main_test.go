@@ -3,7 +3,6 @@ package inbox_test
 import (
 	"context"
 	"fmt"
-	"os"
 	"testing"
 
 	"github.com/cdc-router/cdc-router/internal/testenv"
@@ -12,17 +11,7 @@ import (
 // pg is the throwaway PostgreSQL cluster of this test binary; each test gets its own database.
 var pg *testenv.Postgres
 
-func TestMain(m *testing.M) {
-	var err error
-	pg, err = testenv.StartPostgres()
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "inbox tests need PostgreSQL:", err)
-		os.Exit(1)
-	}
-	code := m.Run()
-	pg.Close()
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { testenv.Main(m, &pg) }
 
 // summary prints a test's one-line figures to the test log and to stdout.
 func summary(t *testing.T, format string, args ...any) {

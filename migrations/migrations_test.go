@@ -3,8 +3,6 @@ package migrations
 import (
 	"context"
 	"errors"
-	"fmt"
-	"os"
 	"strings"
 	"testing"
 
@@ -15,16 +13,7 @@ import (
 
 var pg *testenv.Postgres
 
-func TestMain(m *testing.M) {
-	var err error
-	if pg, err = testenv.StartPostgres(); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	code := m.Run()
-	pg.Close()
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { testenv.Main(m, &pg) }
 
 func connect(t *testing.T) *pgx.Conn {
 	t.Helper()

@@ -2,8 +2,6 @@ package offsets
 
 import (
 	"context"
-	"fmt"
-	"os"
 	"testing"
 	"time"
 
@@ -15,16 +13,7 @@ import (
 
 var pg *testenv.Postgres
 
-func TestMain(m *testing.M) {
-	var err error
-	if pg, err = testenv.StartPostgres(); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	code := m.Run()
-	pg.Close()
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { testenv.Main(m, &pg) }
 
 func TestStoreBatchesAndNeverGoesBack(t *testing.T) {
 	ctx := context.Background()

@@ -26,8 +26,8 @@ func (c Config) snapshotConfig() snapshot.Config {
 // transaction on a second connection before the replication connection runs anything else, records the
 // job and the position, and copies the rows visible in exactly that snapshot: the rows committed before
 // the consistent point. Streaming from the consistent point then adds every later row, none twice.
-func createWithSnapshot(ctx context.Context, cfg Config, log *slog.Logger, conn *pgconn.PgConn, sql *pgx.Conn,
-	store *offsets.Store, sys pglogrepl.IdentifySystemResult, pub Publisher) (cdc.LSN, error) {
+func createWithSnapshot(ctx context.Context, cfg Config, log *slog.Logger, stats *Stats, conn *pgconn.PgConn,
+	sql *pgx.Conn, store *offsets.Store, sys pglogrepl.IdentifySystemResult, pub Publisher) (cdc.LSN, error) {
 	stop := watchCreation(ctx, cfg.PGURL, log, 10*time.Second)
 	res, err := pglogrepl.CreateReplicationSlot(ctx, conn, cfg.Slot, "pgoutput",
 		pglogrepl.CreateReplicationSlotOptions{SnapshotAction: "EXPORT_SNAPSHOT"})
@@ -61,7 +61,7 @@ func createWithSnapshot(ctx context.Context, cfg Config, log *slog.Logger, conn 
 	if err := store.Save(ctx, offsets.Position{LSN: point, SystemID: sys.SystemID, Timeline: sys.Timeline}, true); err != nil {
 		return 0, err
 	}
-	if err := copyRows(ctx, cfg, log, tx, jobs, job, pub); err != nil {
+	if err := copyRows(ctx, cfg, log, stats, tx, jobs, job, pub); err != nil {
 		return 0, err
 	}
 	return point, tx.Commit(ctx)
@@ -70,7 +70,8 @@ func createWithSnapshot(ctx context.Context, cfg Config, log *slog.Logger, conn 
 // resumeSnapshot finishes an initial snapshot that a crash interrupted, or copies everything when the slot
 // exists without any record of one. The slot's own snapshot is gone, so the rest is read in a new one:
 // rows committed after the consistent point may be published twice (once here, once streamed), never lost.
-func resumeSnapshot(ctx context.Context, cfg Config, log *slog.Logger, sql *pgx.Conn, job snapshot.Job, pub Publisher) error {
+func resumeSnapshot(ctx context.Context, cfg Config, log *slog.Logger, stats *Stats, sql *pgx.Conn, job snapshot.Job,
+	pub Publisher) error {
 	reader, err := ConnectReader(ctx, cfg.PGURL)
 	if err != nil {
 		return err
@@ -88,13 +89,14 @@ func resumeSnapshot(ctx context.Context, cfg Config, log *slog.Logger, sql *pgx.
 			"predicate", job.Predicate, "snapshot_where", cfg.SnapshotWhere)
 		cfg.SnapshotWhere = job.Predicate
 	}
-	if err := copyRows(ctx, cfg, log, tx, snapshot.NewJobs(sql, cfg.Schema), job, pub); err != nil {
+	if err := copyRows(ctx, cfg, log, stats, tx, snapshot.NewJobs(sql, cfg.Schema), job, pub); err != nil {
 		return err
 	}
 	return tx.Commit(ctx)
 }
 
-func copyRows(ctx context.Context, cfg Config, log *slog.Logger, tx pgx.Tx, jobs *snapshot.Jobs, job snapshot.Job, pub Publisher) error {
+func copyRows(ctx context.Context, cfg Config, log *slog.Logger, stats *Stats, tx pgx.Tx, jobs *snapshot.Jobs,
+	job snapshot.Job, pub Publisher) error {
 	scfg := cfg.snapshotConfig()
 	left, err := snapshot.Count(ctx, scfg, tx, job.LastKey)
 	if err != nil {
@@ -105,7 +107,11 @@ func copyRows(ctx context.Context, cfg Config, log *slog.Logger, tx pgx.Tx, jobs
 		return err
 	}
 	log.Info("initial snapshot", "rows_total", job.RowsTotal, "rows_left", left, "predicate", cfg.SnapshotWhere)
-	_, err = snapshot.Copy(ctx, scfg, tx, jobs, job, pub, snapshot.NewReporter(log, cfg.Progress, job.Name, job.RowsDone))
+	stats.setState(StateSnapshot, nil)
+	stats.snapshotProgress(job.RowsDone, job.RowsTotal)
+	rep := snapshot.NewReporter(log, cfg.Progress, job.Name, job.RowsDone)
+	rep.Observe = stats.snapshotProgress
+	_, err = snapshot.Copy(ctx, scfg, tx, jobs, job, pub, rep)
 	return err
 }
 

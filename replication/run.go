@@ -7,7 +7,6 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"strings"
-	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pglogrepl"
@@ -29,22 +28,6 @@ const startupGrace = 30 * time.Second
 // since a second router waits for the first and a restarted one waits for its predecessor's walsender.
 var errSlotBusy = errors.New("slot busy")
 
-// Stats counts what the stream did since the process started.
-type Stats struct {
-	published   atomic.Int64
-	quarantined atomic.Int64
-	restarts    atomic.Int64
-}
-
-// Published is the number of events confirmed by the broker.
-func (s *Stats) Published() int64 { return s.published.Load() }
-
-// Quarantined is the number of rows written to the quarantine table.
-func (s *Stats) Quarantined() int64 { return s.quarantined.Load() }
-
-// Restarts is the number of in-process stream restarts after a failure.
-func (s *Stats) Restarts() int64 { return s.restarts.Load() }
-
 // Run streams until ctx ends, restarting in-process from the acknowledged position after any failure
 // with bounded exponential backoff and jitter. It returns nil after a graceful stop and a *Fatal (or a
 // migrations.Problem) when the router must not go on.
@@ -57,12 +40,14 @@ func Run(ctx context.Context, cfg Config, dial Dialer, log *slog.Logger, stats *
 		stats = &Stats{}
 	}
 	log = log.With("slot", cfg.Slot)
+	stats.setState(StateStarting, nil)
 	began := time.Now()
 	started := false
 	backoff := 100 * time.Millisecond
 	for {
 		progressed, err := runOnce(ctx, cfg, dial, log, stats, &started)
 		if err == nil || (ctx.Err() != nil && !IsFatal(err)) {
+			stats.setState(StateStopped, nil)
 			log.Info("stopped", "published", stats.Published(), "quarantined", stats.Quarantined())
 			return nil
 		}
@@ -77,6 +62,7 @@ func Run(ctx context.Context, cfg Config, dial Dialer, log *slog.Logger, stats *
 		}
 		wait := backoff/2 + rand.N(backoff/2+1)
 		stats.restarts.Add(1)
+		stats.setState(StateRestarting, err)
 		log.Warn("stream stopped; restarting from the acknowledged position", "error", err, "backoff", wait.Round(time.Millisecond))
 		select {
 		case <-ctx.Done():
@@ -95,6 +81,15 @@ func runOnce(ctx context.Context, cfg Config, dial Dialer, log *slog.Logger, sta
 		return false, err
 	}
 	defer sql.Close(context.Background())
+	// One router per slot, also while the slot is not streamed yet (during the initial snapshot): the lock
+	// belongs to this session and goes with it.
+	var mine bool
+	if err := sql.QueryRow(ctx, "SELECT pg_try_advisory_lock(hashtextextended('cdc_router:' || $1, 0))", cfg.Slot).Scan(&mine); err != nil {
+		return false, fmt.Errorf("lock slot %s: %w", cfg.Slot, err)
+	}
+	if !mine {
+		return false, fmt.Errorf("another router holds slot %s (it may be copying the initial snapshot): %w", cfg.Slot, errSlotBusy)
+	}
 	mcfg := migrations.Config{Table: cfg.Table, Publication: cfg.Publication, Schema: cfg.Schema}
 	if err := migrations.Check(ctx, sql, mcfg); err != nil {
 		return false, err
@@ -118,7 +113,7 @@ func runOnce(ctx context.Context, cfg Config, dial Dialer, log *slog.Logger, sta
 		return false, err
 	}
 	defer pub.Close()
-	start, err := plan.execute(ctx, cfg, log, conn, sql, store, sys, pub)
+	start, err := plan.execute(ctx, cfg, log, stats, conn, sql, store, sys, pub)
 	if err != nil {
 		return false, err
 	}
@@ -129,6 +124,7 @@ func runOnce(ctx context.Context, cfg Config, dial Dialer, log *slog.Logger, sta
 		return false, startError(err, cfg)
 	}
 	*started = true
+	stats.setState(StateStreaming, nil)
 	log.Info("streaming", "lsn", start, "publication", cfg.Publication, "system_id", sys.SystemID, "timeline", sys.Timeline)
 	s := &session{cfg: cfg, log: log, conn: conn, sql: sql, store: store, tracker: offsets.NewTracker(start),
 		pub: pub, dec: decode.New(cfg.Decode), sys: sys, stats: stats, lastHeard: time.Now(),
@@ -191,14 +187,14 @@ func planStart(ctx context.Context, cfg Config, sql *pgx.Conn, store *offsets.St
 
 // execute creates the slot (with its snapshot) or finishes a snapshot, and returns the position to
 // stream from.
-func (p plan) execute(ctx context.Context, cfg Config, log *slog.Logger, conn *pgconn.PgConn, sql *pgx.Conn,
-	store *offsets.Store, sys pglogrepl.IdentifySystemResult, pub Publisher) (cdc.LSN, error) {
+func (p plan) execute(ctx context.Context, cfg Config, log *slog.Logger, stats *Stats, conn *pgconn.PgConn,
+	sql *pgx.Conn, store *offsets.Store, sys pglogrepl.IdentifySystemResult, pub Publisher) (cdc.LSN, error) {
 	pos := func(l cdc.LSN) offsets.Position {
 		return offsets.Position{LSN: l, SystemID: sys.SystemID, Timeline: sys.Timeline}
 	}
 	switch {
 	case p.decision.create && cfg.Snapshot == "initial":
-		return createWithSnapshot(ctx, cfg, log, conn, sql, store, sys, pub)
+		return createWithSnapshot(ctx, cfg, log, stats, conn, sql, store, sys, pub)
 	case p.decision.create:
 		stop := watchCreation(ctx, cfg.PGURL, log, 10*time.Second)
 		point, err := createSlot(ctx, conn, cfg.Slot)
@@ -220,7 +216,7 @@ func (p plan) execute(ctx context.Context, cfg Config, log *slog.Logger, conn *p
 				return 0, err
 			}
 		}
-		return p.decision.start, resumeSnapshot(ctx, cfg, log, sql, *p.job, pub)
+		return p.decision.start, resumeSnapshot(ctx, cfg, log, stats, sql, *p.job, pub)
 	}
 	return p.decision.start, nil
 }

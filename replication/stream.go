@@ -145,6 +145,7 @@ func (s *session) status(force bool) error {
 		}
 		if w != s.sent {
 			s.log.Debug("acknowledged", "lsn", w)
+			s.stats.acked.Store(uint64(w))
 		}
 		s.sent, s.nextStatus = w, now.Add(s.cfg.StatusInterval)
 	}

@@ -2,10 +2,8 @@ package snapshot
 
 import (
 	"context"
-	"fmt"
 	"io"
 	"log/slog"
-	"os"
 	"strings"
 	"sync"
 	"testing"
@@ -20,16 +18,7 @@ import (
 
 var pg *testenv.Postgres
 
-func TestMain(m *testing.M) {
-	var err error
-	if pg, err = testenv.StartPostgres(); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	code := m.Run()
-	pg.Close()
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { testenv.Main(m, &pg) }
 
 // fakePublisher confirms every event at once, from another goroutine, and records the order.
 type fakePublisher struct {

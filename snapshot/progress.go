@@ -10,6 +10,9 @@ import (
 // Reporter shows a job's progress: rows done, total, rate and time left, as a progress line on a terminal
 // and as one log line every few seconds.
 type Reporter struct {
+	// Observe, when set, is called with every update (for health and metrics endpoints).
+	Observe func(done, total int64)
+
 	log      *slog.Logger
 	term     io.Writer // nil unless stderr is a terminal
 	every    time.Duration
@@ -45,6 +48,9 @@ func eta(done, total int64, rate float64) time.Duration {
 
 // Update is called as rows are confirmed; it prints at most every few seconds.
 func (r *Reporter) Update(done, total int64) {
+	if r.Observe != nil {
+		r.Observe(done, total)
+	}
 	now := time.Now()
 	rate := r.rate(done)
 	if r.term != nil && now.Sub(r.lastTerm) >= 200*time.Millisecond {

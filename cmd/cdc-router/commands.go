@@ -7,7 +7,10 @@ import (
 	"io"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/cdc-router/cdc-router/decode"
+	"github.com/cdc-router/cdc-router/inbox"
 	"github.com/cdc-router/cdc-router/migrations"
 	"github.com/cdc-router/cdc-router/replication"
 	"github.com/cdc-router/cdc-router/route"
@@ -39,9 +42,15 @@ func requireURL(p pgFlags) error {
 	return nil
 }
 
-func runMigrate(ctx context.Context, args []string, env func(string) string, stdout, stderr io.Writer) error {
-	s := newSettings("migrate", env, stderr)
+// withConn parses a command's flags (the shared PostgreSQL ones plus those extra adds) and runs fn on an
+// ordinary connection.
+func withConn(ctx context.Context, name string, args []string, env func(string) string, stderr io.Writer,
+	extra func(*settings), fn func(conn *pgx.Conn, pg pgFlags) error) error {
+	s := newSettings(name, env, stderr)
 	pg := addPGFlags(s)
+	if extra != nil {
+		extra(s)
+	}
 	if err := parse(s, args); err != nil {
 		return err
 	}
@@ -53,54 +62,52 @@ func runMigrate(ctx context.Context, args []string, env func(string) string, std
 		return err
 	}
 	defer conn.Close(context.Background())
-	if err := migrations.Apply(ctx, conn, pg.migrations()); err != nil {
-		return err
+	return fn(conn, pg)
+}
+
+func runMigrate(ctx context.Context, args []string, env func(string) string, stdout, stderr io.Writer) error {
+	var withInbox *bool
+	var inboxSchema *string
+	flags := func(s *settings) {
+		withInbox = s.Bool("inbox", false, "also create the consumer-side inbox tables (package inbox) in this database")
+		inboxSchema = s.String("inbox-schema", inbox.DefaultSchema, "schema of the inbox tables")
 	}
-	fmt.Fprintf(stdout, "migrated: table %s, publication %s, schema %s\n", *pg.table, *pg.publication, *pg.schema)
-	return nil
+	return withConn(ctx, "migrate", args, env, stderr, flags, func(conn *pgx.Conn, pg pgFlags) error {
+		if err := migrations.Apply(ctx, conn, pg.migrations()); err != nil {
+			return err
+		}
+		fmt.Fprintf(stdout, "migrated: table %s, publication %s, schema %s\n", *pg.table, *pg.publication, *pg.schema)
+		if !*withInbox {
+			return nil
+		}
+		if err := inbox.MigrateSchema(ctx, conn, *inboxSchema); err != nil {
+			return err
+		}
+		fmt.Fprintf(stdout, "migrated: inbox schema %s\n", *inboxSchema)
+		return nil
+	})
 }
 
 func runStatus(ctx context.Context, args []string, env func(string) string, stdout, stderr io.Writer) error {
-	s := newSettings("status", env, stderr)
-	pg := addPGFlags(s)
-	if err := parse(s, args); err != nil {
-		return err
-	}
-	if err := requireURL(pg); err != nil {
-		return err
-	}
-	conn, err := replication.ConnectSQL(ctx, *pg.url)
-	if err != nil {
-		return err
-	}
-	defer conn.Close(context.Background())
-	r, err := replication.Status(ctx, conn, *pg.slot, *pg.schema)
-	if err != nil {
-		return err
-	}
-	fmt.Fprint(stdout, r)
-	return nil
+	return withConn(ctx, "status", args, env, stderr, nil, func(conn *pgx.Conn, pg pgFlags) error {
+		r, err := replication.Status(ctx, conn, *pg.slot, *pg.schema)
+		if err != nil {
+			return err
+		}
+		fmt.Fprint(stdout, r)
+		return nil
+	})
 }
 
 func runReset(ctx context.Context, args []string, env func(string) string, stdout, stderr io.Writer) error {
-	s := newSettings("reset", env, stderr)
-	pg := addPGFlags(s)
-	if err := parse(s, args); err != nil {
-		return err
-	}
-	if err := requireURL(pg); err != nil {
-		return err
-	}
-	conn, err := replication.ConnectSQL(ctx, *pg.url)
-	if err != nil {
-		return err
-	}
-	defer conn.Close(context.Background())
-	if err := replication.Reset(ctx, conn, *pg.slot, *pg.schema); err != nil {
-		return err
-	}
-	fmt.Fprintf(stdout, "reset: slot %s dropped (if it existed) and its stored position forgotten; the next run creates a new slot\n", *pg.slot)
-	return nil
+	return withConn(ctx, "reset", args, env, stderr, nil, func(conn *pgx.Conn, pg pgFlags) error {
+		if err := replication.Reset(ctx, conn, *pg.slot, *pg.schema); err != nil {
+			return err
+		}
+		fmt.Fprintf(stdout, "reset: slot %s dropped (if it existed) and its stored position forgotten; the next run "+
+			"creates a new slot\n", *pg.slot)
+		return nil
+	})
 }
 
 func runRun(ctx context.Context, args []string, env func(string) string, stdout, stderr io.Writer) error {
@@ -117,6 +124,7 @@ func runRun(ctx context.Context, args []string, env func(string) string, stdout,
 	snap := s.String("snapshot", "initial", "initial: a new slot first publishes the rows already in the table, read in the slot's own snapshot; never: stream only")
 	snapWhere := s.String("snapshot-where", "", "SQL predicate restricting the initial snapshot, e.g. \"published_at IS NULL\" when taking over from a polling publisher")
 	shutdown := s.Duration("shutdown-timeout", 30*time.Second, "bound on finishing the open transaction and waiting for confirms at stop")
+	httpAddr := s.String("http-addr", "", "serve /healthz, /readyz and /metrics on this address, e.g. :8080 (off when empty)")
 	logLevel := s.String("log-level", "info", "debug, info, warn or error")
 	logFormat := s.String("log-format", "text", "text or json")
 	if err := parse(s, args); err != nil {
@@ -128,6 +136,12 @@ func runRun(ctx context.Context, args []string, env func(string) string, stdout,
 	log, err := newLogger(stderr, *logLevel, *logFormat)
 	if err != nil {
 		return err
+	}
+	stats := &replication.Stats{}
+	if *httpAddr != "" {
+		if err := serveHTTP(ctx, *httpAddr, stats, log); err != nil {
+			return usageError{err}
+		}
 	}
 	rcfg := route.Config{URL: *amqpURL, Exchange: *exchange, AlternateExchange: *alternate,
 		NoAlternateExchange: *noAlternate, Lanes: *lanes, Window: *window, ConfirmTimeout: *confirmTimeout}
@@ -148,7 +162,7 @@ func runRun(ctx context.Context, args []string, env func(string) string, stdout,
 		return usageError{err}
 	}
 	log.Info("starting", "version", version, "exchange", *exchange, "table", *pg.table)
-	return replication.Run(ctx, cfg, dial, log, nil)
+	return replication.Run(ctx, cfg, dial, log, stats)
 }
 
 // brokerError marks the broker errors that retrying cannot fix as fatal; the rest are retried.

@@ -54,6 +54,9 @@ func binary(t testing.TB, tags string) string {
 	b.once.Do(func() {
 		b.path = filepath.Join(binDir, "cdc-router"+strings.ReplaceAll(tags, ",", "_"))
 		args := []string{"build", "-o", b.path}
+		if raceEnabled {
+			args = append(args, "-race")
+		}
 		if tags != "" {
 			args = append(args, "-tags", tags)
 		}
@@ -211,6 +214,9 @@ func (e *env) start(amqpURL string, flags ...string) *router {
 	e.t.Cleanup(func() {
 		r.cmd.Process.Kill()
 		<-r.done
+		if strings.Contains(r.Output(), "WARNING: DATA RACE") {
+			e.t.Errorf("the router reported a data race:\n%s", tail(r.Output()[strings.Index(r.Output(), "WARNING: DATA RACE"):], 60))
+		}
 		if e.t.Failed() {
 			e.t.Logf("router output:\n%s", tail(r.Output(), 60))
 		}

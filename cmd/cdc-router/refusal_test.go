@@ -216,3 +216,27 @@ func TestSlotCreationNamesTheTransactionItWaitsFor(t *testing.T) {
 	tx.Commit(ctx)
 	r.waitLog("msg=streaming ", 30*time.Second)
 }
+
+// TestSecondRouterWaitsForTheFirst: a second router on the same slot publishes nothing while the first runs
+// (also during its snapshot), and takes over when the first stops.
+func TestSecondRouterWaitsForTheFirst(t *testing.T) {
+	e := newStreamEnv(t)
+	c := e.consume(e.queue)
+	w := newWriter(t, e.pgURL, 10)
+	w.prefill(50_000, "")
+	first := e.start("")
+	first.waitLog("initial snapshot", 30*time.Second)
+	second := e.start("")
+	second.waitLog("another router holds slot", 30*time.Second)
+	first.waitLog("msg=streaming ", 120*time.Second)
+	w.write(100, 10, 0)
+	c.waitFor(t, w.rows, 60*time.Second)
+	first.signal(syscall.SIGTERM)
+	first.wait(30 * time.Second)
+	second.waitLog("msg=streaming ", 60*time.Second)
+	w.write(100, 10, 0)
+	got := c.waitFor(t, w.rows, 60*time.Second)
+	if dups, _ := duplicates(got); dups != 0 {
+		t.Errorf("%d duplicates with two routers on one slot", dups)
+	}
+}

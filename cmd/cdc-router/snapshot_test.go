@@ -3,6 +3,9 @@ package main
 import (
 	"context"
 	"fmt"
+	"io"
+	"net"
+	"net/http"
 	"strings"
 	"syscall"
 	"testing"
@@ -115,7 +118,8 @@ func TestSnapshotCrashResumesFromTheLastKey(t *testing.T) {
 	c := e.consume(e.queue)
 	w := newWriter(t, e.pgURL, 100)
 	w.prefill(200_000, "")
-	r := e.start("")
+	addr := freeAddr(t)
+	r := e.start("", "--http-addr", addr)
 	deadline := time.Now().Add(120 * time.Second)
 	var doneAtKill int64
 	for doneAtKill < 50_000 {
@@ -129,6 +133,13 @@ func TestSnapshotCrashResumesFromTheLastKey(t *testing.T) {
 	out, _ := e.cli("status", "--slot", e.slot)
 	if !strings.Contains(out, "initial snapshot is in progress") || !strings.Contains(out, "running") {
 		t.Errorf("status during the snapshot:\n%s", out)
+	}
+	code, body := get(t, "http://"+addr+"/readyz")
+	if code != 200 || !strings.Contains(body, `"state":"snapshot"`) || !strings.Contains(body, `"snapshot_rows_total":200000`) {
+		t.Errorf("/readyz during the snapshot: %d %s", code, body)
+	}
+	if _, metrics := get(t, "http://"+addr+"/metrics"); !strings.Contains(metrics, "cdc_router_snapshot_rows_total 200000") {
+		t.Errorf("/metrics during the snapshot:\n%s", metrics)
 	}
 	r.signal(syscall.SIGKILL)
 	r.wait(10 * time.Second)
@@ -197,4 +208,24 @@ func TestBackfillWhileStreaming(t *testing.T) {
 	if code == 0 || !strings.Contains(out, "--restart") {
 		t.Errorf("a second run of a finished backfill: exit %d\n%s", code, out)
 	}
+}
+
+func freeAddr(t testing.TB) string {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().String()
+}
+
+func get(t testing.TB, url string) (int, string) {
+	resp, err := http.Get(url)
+	if err != nil {
+		t.Errorf("GET %s: %v", url, err)
+		return 0, ""
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
 }

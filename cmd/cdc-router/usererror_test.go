@@ -93,3 +93,16 @@ func TestWalLevelNotLogicalNamesTheFix(t *testing.T) {
 	e := &env{t: t, pgURL: url, amqpURL: testenv.AMQPURL(t)}
 	e.expectOneSentence("wal_level", "run", "--slot", "s1")
 }
+
+func TestMigrateWithInboxIsIdempotent(t *testing.T) {
+	e := newEnv(t)
+	for i := 0; i < 2; i++ {
+		out, code := e.cli("migrate", "--inbox")
+		if code != 0 || !strings.Contains(out, "inbox schema inbox") {
+			t.Fatalf("migrate --inbox #%d: exit %d\n%s", i+1, code, out)
+		}
+	}
+	if n := e.scalar(`SELECT count(*)::text FROM information_schema.tables WHERE table_schema = 'inbox'`); n == "0" {
+		t.Fatal("no inbox tables")
+	}
+}

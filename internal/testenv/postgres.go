@@ -222,3 +222,16 @@ func freePort() (int, error) {
 	defer l.Close()
 	return l.Addr().(*net.TCPAddr).Port, nil
 }
+
+// Main is a TestMain body: it starts a cluster into *pg, runs the tests and exits with their code.
+func Main(m interface{ Run() int }, pg **Postgres) {
+	p, err := StartPostgres()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "the tests need PostgreSQL:", err)
+		os.Exit(1)
+	}
+	*pg = p
+	code := m.Run()
+	p.Close()
+	os.Exit(code)
+}
