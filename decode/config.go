@@ -18,7 +18,7 @@ const (
 
 // Config configures a Decoder and the row mapping.
 type Config struct {
-	// Table is the schema-qualified outbox table, "schema.table" (split at the first dot, names as
+	// Table is the outbox table, "schema.table" or "table" in public (split at the first dot, names as
 	// PostgreSQL stores them, so unquoted names are lower case). Default DefaultTable.
 	Table string
 	// MaxPayloadBytes is the largest payload accepted; a bigger one is quarantined.
@@ -51,7 +51,8 @@ func (c Config) withDefaults() Config {
 	return c
 }
 
-// splitTable splits "schema.table" at the first dot; both parts must be non-empty.
+// splitTable splits "schema.table" at the first dot (a name without a dot is in public); both parts must be
+// non-empty.
 func splitTable(t string) (schema, name string, ok bool) {
 	schema, name, ok = strings.Cut(t, ".")
 	if !ok {

@@ -147,9 +147,9 @@ func TestConfigValidate(t *testing.T) {
 	}{
 		{cfg: Config{}},
 		{cfg: Config{Table: "app.outbox", MaxPayloadBytes: 1}},
-		{cfg: Config{Table: "outbox"}, wantErr: `table "outbox" must be schema-qualified`},
-		{cfg: Config{Table: ".outbox"}, wantErr: "must be schema-qualified"},
-		{cfg: Config{Table: "public."}, wantErr: "must be schema-qualified"},
+		{cfg: Config{Table: "outbox"}}, // public.outbox
+		{cfg: Config{Table: ".outbox"}, wantErr: `table ".outbox" must be a table name`},
+		{cfg: Config{Table: "public."}, wantErr: "must be a table name"},
 		{cfg: Config{MaxPayloadBytes: -1}, wantErr: "must not be negative"},
 	}
 	for _, tt := range tests {
