@@ -27,6 +27,19 @@ func peakRSS(pid int) float64 {
 	return 0
 }
 
+// cpuSeconds reads the user+system CPU time a process used so far (clock ticks of 10 ms).
+func cpuSeconds(pid int) float64 {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0
+	}
+	st := string(b)
+	f := strings.Fields(st[strings.LastIndexByte(st, ')')+2:])
+	u, _ := strconv.ParseFloat(f[11], 64)
+	s, _ := strconv.ParseFloat(f[12], 64)
+	return (u + s) / 100
+}
+
 func envInt(name string, def int) int {
 	if v, err := strconv.Atoi(os.Getenv(name)); err == nil && v > 0 {
 		return v
@@ -121,6 +134,8 @@ func benchStream(b *testing.B, events, batch int, pause time.Duration) {
 		lat := append([]time.Duration(nil), c.latencies...)
 		sort.Slice(lat, func(i, j int) bool { return lat[i] < lat[j] })
 		rss := peakRSS(r.cmd.Process.Pid)
+		cpu := cpuSeconds(r.cmd.Process.Pid)
+		b.ReportMetric(cpu*1e6/float64(events), "router-cpu-us/event")
 		b.ReportMetric(float64(events)/took.Seconds(), "events/s")
 		b.ReportMetric(float64(percentile(lat, 0.50).Microseconds())/1000, "p50-ms")
 		b.ReportMetric(float64(percentile(lat, 0.95).Microseconds())/1000, "p95-ms")
