@@ -155,6 +155,31 @@ type copier struct {
 }
 
 func (c *copier) run(ctx context.Context) error {
+	err := c.copyAll(ctx)
+	if err != nil && ctx.Err() != nil {
+		c.settle(5 * time.Second)
+	}
+	return err
+}
+
+// settle is the stop path: it lets the confirms of the pages already read arrive (bounded) and stores how
+// far they reach, so that the next start resumes as late as possible.
+func (c *copier) settle(bound time.Duration) {
+	deadline := time.Now().Add(bound)
+	for c.pages.Watermark() < c.page+1 && time.Now().Before(deadline) {
+		select {
+		case <-c.pub.Failed():
+			deadline = time.Now()
+		case <-c.pages.Advanced():
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	c.progress(ctx, true)
+}
+
+func (c *copier) copyAll(ctx context.Context) error {
 	after, read := c.job.LastKey, c.job.RowsDone
 	for {
 		n, last, err := c.copyPage(ctx, after, read)
