@@ -46,11 +46,21 @@ type session struct {
 	// wal_sender_timeout) before the connection is taken as dead; zero disables the check.
 	silence   time.Duration
 	lastHeard time.Time
+
+	// pubCtx bounds a blocked Publish so that status updates go on; one is shared by every publish until it
+	// expires, instead of one timer per event.
+	pubCtx    context.Context
+	pubCancel context.CancelFunc
 }
 
 // stream reads until ctx ends (then reads on to the end of the open transaction), the publisher fails or
 // the connection breaks. It always finishes with a drain and a final status update.
 func (s *session) stream(ctx context.Context) error {
+	defer func() {
+		if s.pubCancel != nil {
+			s.pubCancel()
+		}
+	}()
 	for {
 		if s.stopBy.IsZero() && ctx.Err() != nil {
 			s.stopBy = time.Now().Add(s.cfg.ShutdownTimeout)
@@ -204,9 +214,13 @@ func (s *session) Event(ev cdc.Event) error {
 	x := s.cur
 	s.tracker.Add(x)
 	for {
-		pctx, cancel := context.WithTimeout(context.Background(), s.cfg.StatusInterval)
-		err := s.pub.Publish(pctx, ev, func() { s.tracker.Confirm(x); s.stats.published.Add(1) })
-		cancel()
+		if s.pubCtx == nil || s.pubCtx.Err() != nil {
+			if s.pubCancel != nil {
+				s.pubCancel()
+			}
+			s.pubCtx, s.pubCancel = context.WithTimeout(context.Background(), s.cfg.StatusInterval)
+		}
+		err := s.pub.Publish(s.pubCtx, ev, func() { s.tracker.Confirm(x); s.stats.published.Add(1) })
 		if err == nil {
 			s.log.Debug("published", "event_id", ev.ID, "lsn", ev.CommitLSN)
 			return nil
