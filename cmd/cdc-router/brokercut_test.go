@@ -83,8 +83,7 @@ func rabbitmqctl(t testing.TB, args ...string) {
 // publishes meanwhile, and restores the watermark even when it fails.
 func TestBrokerClosesConnectionsWhilePublishersAreBlocked(t *testing.T) {
 	e := newStreamEnv(t)
-	r := e.start("")
-	r.waitLog("msg=streaming ", 20*time.Second)
+	r := e.startStreaming()
 	w := newWriter(t, e.pgURL, 50)
 	w.write(300, 20, 0)
 	t.Cleanup(func() { exec.Command("rabbitmqctl", "set_vm_memory_high_watermark", "0.4").Run() })

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -33,6 +34,39 @@ func addPGFlags(s *settings) pgFlags {
 
 func (p pgFlags) migrations() migrations.Config {
 	return migrations.Config{Table: *p.table, Publication: *p.publication, Schema: *p.schema}
+}
+
+// brokerFlags are the settings run and backfill share: where to publish, the row limit and the logs.
+type brokerFlags struct {
+	amqpURL, exchange, alternate *string
+	noAlternate                  *bool
+	maxPayload                   *int
+	logLevel, logFormat          *string
+}
+
+func addBrokerFlags(s *settings) brokerFlags {
+	return brokerFlags{
+		amqpURL:     s.String("amqp-url", "amqp://guest:guest@localhost:5672/", "RabbitMQ URL, amqp://user:password@host:5672/vhost"),
+		exchange:    s.String("exchange", route.DefaultExchange, "durable topic exchange the events are published to"),
+		alternate:   s.String("alternate-exchange", "", "alternate exchange and queue for unroutable events (default <exchange>.unroutable)"),
+		noAlternate: s.Bool("no-alternate-exchange", false, "declare the exchange without an alternate exchange: an unroutable event is retried (and holds the position) until a binding matches it"),
+		maxPayload:  s.Int("max-payload-bytes", 8<<20, "larger payloads are quarantined instead of published (keep it below the broker's max_message_size)"),
+		logLevel:    s.String("log-level", "info", "debug, info, warn or error"),
+		logFormat:   s.String("log-format", "text", "text or json"),
+	}
+}
+
+func (b brokerFlags) route(connectionName string) route.Config {
+	return route.Config{URL: *b.amqpURL, Exchange: *b.exchange, AlternateExchange: *b.alternate,
+		NoAlternateExchange: *b.noAlternate, ConnectionName: connectionName}
+}
+
+func (b brokerFlags) decode(table string) decode.Config {
+	return decode.Config{Table: table, MaxPayloadBytes: *b.maxPayload, Check: route.Check}
+}
+
+func (b brokerFlags) logger(stderr io.Writer) (*slog.Logger, error) {
+	return newLogger(stderr, *b.logLevel, *b.logFormat)
 }
 
 func requireURL(p pgFlags) error {
@@ -113,27 +147,21 @@ func runReset(ctx context.Context, args []string, env func(string) string, stdou
 func runRun(ctx context.Context, args []string, env func(string) string, stdout, stderr io.Writer) error {
 	s := newSettings("run", env, stderr)
 	pg := addPGFlags(s)
-	amqpURL := s.String("amqp-url", "amqp://guest:guest@localhost:5672/", "RabbitMQ URL, amqp://user:password@host:5672/vhost")
-	exchange := s.String("exchange", route.DefaultExchange, "durable topic exchange the events are published to")
-	alternate := s.String("alternate-exchange", "", "alternate exchange and queue for unroutable events (default <exchange>.unroutable)")
-	noAlternate := s.Bool("no-alternate-exchange", false, "declare the exchange without an alternate exchange: an unroutable event is retried (and holds the position) until a binding matches it")
+	broker := addBrokerFlags(s)
 	lanes := s.Int("lanes", route.DefaultLanes, "confirm-mode channels; an aggregate always uses the same one")
 	window := s.Int("window", route.DefaultWindow, "unconfirmed messages allowed per channel")
 	confirmTimeout := s.Duration("confirm-timeout", route.DefaultConfirmTimeout, "a message unconfirmed for this long restarts the stream from the acknowledged position (raise it if broker alarms last longer)")
-	maxPayload := s.Int("max-payload-bytes", 8<<20, "larger payloads are quarantined instead of published (keep it below the broker's max_message_size)")
 	snap := s.String("snapshot", "initial", "initial: a new slot first publishes the rows already in the table, read in the slot's own snapshot; never: stream only")
 	snapWhere := s.String("snapshot-where", "", "SQL predicate restricting the initial snapshot, e.g. \"published_at IS NULL\" when taking over from a polling publisher")
 	shutdown := s.Duration("shutdown-timeout", 30*time.Second, "bound on finishing the open transaction and waiting for confirms at stop")
 	httpAddr := s.String("http-addr", "", "serve /healthz, /readyz and /metrics on this address, e.g. :8080 (off when empty)")
-	logLevel := s.String("log-level", "info", "debug, info, warn or error")
-	logFormat := s.String("log-format", "text", "text or json")
 	if err := parse(s, args); err != nil {
 		return err
 	}
 	if err := requireURL(pg); err != nil {
 		return err
 	}
-	log, err := newLogger(stderr, *logLevel, *logFormat)
+	log, err := broker.logger(stderr)
 	if err != nil {
 		return err
 	}
@@ -143,14 +171,14 @@ func runRun(ctx context.Context, args []string, env func(string) string, stdout,
 			return usageError{err}
 		}
 	}
-	rcfg := route.Config{URL: *amqpURL, Exchange: *exchange, AlternateExchange: *alternate,
-		NoAlternateExchange: *noAlternate, Lanes: *lanes, Window: *window, ConfirmTimeout: *confirmTimeout}
+	rcfg := broker.route("cdc-router")
+	rcfg.Lanes, rcfg.Window, rcfg.ConfirmTimeout = *lanes, *window, *confirmTimeout
 	if err := rcfg.Validate(); err != nil {
 		return usageError{err}
 	}
 	cfg := replication.Config{PGURL: *pg.url, Slot: *pg.slot, Publication: *pg.publication, Table: *pg.table,
 		Schema: *pg.schema, ShutdownTimeout: *shutdown, Snapshot: *snap, SnapshotWhere: *snapWhere, Progress: terminal(stderr),
-		Decode: decode.Config{Table: *pg.table, MaxPayloadBytes: *maxPayload, Check: route.Check}}
+		Decode: broker.decode(*pg.table)}
 	dial := func(ctx context.Context) (replication.Publisher, error) {
 		r, err := route.Dial(ctx, rcfg, log)
 		if err != nil {
@@ -161,7 +189,7 @@ func runRun(ctx context.Context, args []string, env func(string) string, stdout,
 	if err := cfg.WithDefaults().Validate(); err != nil {
 		return usageError{err}
 	}
-	log.Info("starting", "version", version, "exchange", *exchange, "table", *pg.table)
+	log.Info("starting", "version", version, "exchange", *broker.exchange, "table", *pg.table)
 	return replication.Run(ctx, cfg, dial, log, stats)
 }
 

@@ -58,8 +58,7 @@ func writeUntilStopped(w *writer) (stop func()) {
 func TestSIGKILLLosesNothing(t *testing.T) {
 	e := newStreamEnv(t)
 	c := e.consume(e.queue)
-	r := e.start("")
-	r.waitLog("msg=streaming ", 20*time.Second)
+	r := e.startStreaming()
 	w := newWriter(t, e.pgURL, 50)
 	wait := writeInBackground(w, 6000)
 	time.Sleep(1500 * time.Millisecond)
@@ -93,8 +92,7 @@ func TestSIGKILLLosesNothing(t *testing.T) {
 func TestSIGTERMThenRestartHasNoDuplicates(t *testing.T) {
 	e := newStreamEnv(t)
 	c := e.consume(e.queue)
-	r := e.start("")
-	r.waitLog("msg=streaming ", 20*time.Second)
+	r := e.startStreaming()
 	w := newWriter(t, e.pgURL, 50)
 	wait := writeInBackground(w, 6000)
 	time.Sleep(1500 * time.Millisecond)

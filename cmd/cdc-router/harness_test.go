@@ -265,3 +265,11 @@ func (e *env) cli(args ...string) (string, int) {
 	out, _ := cmd.CombinedOutput()
 	return string(out), cmd.ProcessState.ExitCode()
 }
+
+// startStreaming starts the router with flags and waits until it streams.
+func (e *env) startStreaming(flags ...string) *router {
+	e.t.Helper()
+	r := e.start("", flags...)
+	r.waitLog("msg=streaming ", 30*time.Second)
+	return r
+}

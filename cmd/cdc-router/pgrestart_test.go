@@ -17,8 +17,7 @@ import (
 func TestPostgresCrashMidStreamLosesNothing(t *testing.T) {
 	e := newStreamEnv(t)
 	c := e.consume(e.queue)
-	r := e.start("")
-	r.waitLog("msg=streaming ", 20*time.Second)
+	e.startStreaming()
 	w := newWriter(t, e.pgURL, 50)
 	w.write(2000, 20, 0)
 	e.db.Close(context.Background())

@@ -13,8 +13,7 @@ import (
 // runOnceAndStop starts the router, writes one event, waits for it and stops the router gracefully.
 func (e *env) runOnceAndStop(c *consumer, w *writer) {
 	e.t.Helper()
-	r := e.start("")
-	r.waitLog("msg=streaming ", 20*time.Second)
+	r := e.startStreaming()
 	w.write(1, 1, 0)
 	c.waitFor(e.t, w.rows, 20*time.Second)
 	r.signal(syscall.SIGTERM)
@@ -71,8 +70,7 @@ func TestUnroutableEventIsParked(t *testing.T) {
 	e := newEnv(t)
 	e.declare(true, "order.*")
 	c := e.consume(e.queue)
-	r := e.start("")
-	r.waitLog("msg=streaming ", 20*time.Second)
+	e.startStreaming()
 	park := e.consume(e.exchange + ".unroutable")
 	e.exec(`INSERT INTO outbox (id, aggregate_type, aggregate_id, aggregate_version, event_type, payload)
 		VALUES (gen_random_uuid(), 'invoice', 'i-1', 1, 'issued', '{}')`)
@@ -95,8 +93,7 @@ func TestReturnedEventHoldsThePositionUntilABindingAppears(t *testing.T) {
 	e := newEnv(t)
 	e.declare(false, "order.*")
 	c := e.consume(e.queue)
-	r := e.start("", "--no-alternate-exchange")
-	r.waitLog("msg=streaming ", 20*time.Second)
+	r := e.startStreaming("--no-alternate-exchange")
 	e.exec(`INSERT INTO outbox (id, aggregate_type, aggregate_id, aggregate_version, event_type, payload)
 		VALUES (gen_random_uuid(), 'invoice', 'i-1', 1, 'issued', '{}')`)
 	after, _ := cdc.ParseLSN(e.scalar(`SELECT pg_current_wal_lsn()::text`))
@@ -138,8 +135,7 @@ func TestReturnedEventHoldsThePositionUntilABindingAppears(t *testing.T) {
 // does not pin WAL.
 func TestIdleOutboxStillAdvancesTheSlot(t *testing.T) {
 	e := newStreamEnv(t)
-	r := e.start("")
-	r.waitLog("msg=streaming ", 20*time.Second)
+	e.startStreaming()
 	time.Sleep(time.Second)
 	before := e.ackedPosition()
 	for i := 0; i < 50; i++ {
@@ -164,8 +160,7 @@ func TestIdleOutboxStillAdvancesTheSlot(t *testing.T) {
 func TestMalformedRowIsQuarantinedAndTheStreamGoesOn(t *testing.T) {
 	e := newStreamEnv(t)
 	c := e.consume(e.queue)
-	r := e.start("", "--max-payload-bytes", "1000")
-	r.waitLog("msg=streaming ", 20*time.Second)
+	r := e.startStreaming("--max-payload-bytes", "1000")
 	e.exec(`INSERT INTO outbox (id, aggregate_type, aggregate_id, aggregate_version, event_type, payload, headers)
 		VALUES (gen_random_uuid(), 'order', 'bad-1', 1, 'created', '{}', '[1, 2]')`)
 	e.exec(`INSERT INTO outbox (id, aggregate_type, aggregate_id, aggregate_version, event_type, payload)

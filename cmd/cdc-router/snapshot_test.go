@@ -162,8 +162,7 @@ func TestSnapshotCrashResumesFromTheLastKey(t *testing.T) {
 func TestBackfillWhileStreaming(t *testing.T) {
 	e := newStreamEnv(t)
 	c := e.consume(e.queue)
-	r := e.start("")
-	r.waitLog("msg=streaming ", 20*time.Second)
+	e.startStreaming()
 	w := newWriter(t, e.pgURL, 10)
 	w.write(1000, 20, 0)
 	c.waitFor(t, w.rows, 30*time.Second)

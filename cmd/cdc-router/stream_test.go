@@ -14,8 +14,7 @@ import (
 func TestEveryEventArrivesInOrderWithItsProperties(t *testing.T) {
 	e := newStreamEnv(t)
 	c := e.consume(e.queue)
-	r := e.start("")
-	r.waitLog("msg=streaming ", 20*time.Second)
+	e.startStreaming()
 	w := newWriter(t, e.pgURL, 100)
 	began := time.Now()
 	w.write(10_000, 500, 0)
@@ -69,8 +68,7 @@ func checkMessage(t testing.TB, d delivery) {
 func TestRollbacksUpdatesAndDeletesPublishNothing(t *testing.T) {
 	e := newStreamEnv(t)
 	c := e.consume(e.queue)
-	r := e.start("")
-	r.waitLog("msg=streaming ", 20*time.Second)
+	e.startStreaming()
 	w := newWriter(t, e.pgURL, 5)
 	if err := w.txn(10, false); err != nil { // rolled back
 		t.Fatal(err)
