@@ -100,3 +100,25 @@ func TestBrokerClosesConnectionsWhilePublishersAreBlocked(t *testing.T) {
 	t.Logf("blocked then closed: %d events, %d deliveries, %d duplicates", len(w.rows), len(got), dups)
 	checkOrder(t, got)
 }
+
+// TestBrokerRestartMidStream stops the RabbitMQ application in the middle of a stream and starts it again:
+// the router retries with backoff while the broker is away and every event arrives afterwards. Broker-wide,
+// like the alarm test; it restarts the application even when it fails.
+func TestBrokerRestartMidStream(t *testing.T) {
+	e := newStreamEnv(t)
+	r := e.startStreaming()
+	w := newWriter(t, e.pgURL, 50)
+	w.write(500, 20, 0)
+	t.Cleanup(func() { exec.Command("rabbitmqctl", "start_app").Run() })
+	rabbitmqctl(t, "stop_app")
+	w.write(1000, 20, 0) // committed while the broker is down
+	r.waitLog("restarting from the acknowledged position", 30*time.Second)
+	rabbitmqctl(t, "start_app")
+	rabbitmqctl(t, "await_startup")
+	w.write(500, 20, 0)
+	c := e.consume(e.queue)
+	got := c.waitFor(t, w.rows, 90*time.Second)
+	dups, _ := duplicates(got)
+	t.Logf("broker restarted mid-stream: %d events, %d deliveries, %d duplicates", len(w.rows), len(got), dups)
+	checkOrder(t, got)
+}
