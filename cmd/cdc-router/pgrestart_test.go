@@ -35,10 +35,7 @@ func TestPostgresCrashMidStreamLosesNothing(t *testing.T) {
 		t.Fatal(err)
 	}
 	w.write(2000, 20, 0)
-	got := c.waitFor(t, w.rows, 90*time.Second)
-	dups, _ := duplicates(got)
-	t.Logf("PostgreSQL crash: %d events, %d deliveries, %d duplicates", len(w.rows), len(got), dups)
-	checkOrder(t, got)
+	expectEveryEventInOrder(t, c, w, "PostgreSQL crash", 90*time.Second)
 }
 
 // TestPostgresConnectionCutMidStream cuts the router's PostgreSQL connections (replication and SQL) in the
@@ -59,8 +56,5 @@ func TestPostgresConnectionCutMidStream(t *testing.T) {
 		p.Cut()
 	}
 	wait()
-	got := c.waitFor(t, w.rows, 90*time.Second)
-	dups, _ := duplicates(got)
-	t.Logf("PostgreSQL connection cut 3 times: %d events, %d deliveries, %d duplicates", len(w.rows), len(got), dups)
-	checkOrder(t, got)
+	expectEveryEventInOrder(t, c, w, "PostgreSQL connection cut 3 times", 90*time.Second)
 }

@@ -178,6 +178,16 @@ func (c *consumer) waitFor(t testing.TB, rows []row, timeout time.Duration) []de
 	}
 }
 
+// expectEveryEventInOrder waits until every row the writer committed has arrived, logs the counts under
+// label, and checks that first deliveries per aggregate are in version order.
+func expectEveryEventInOrder(t testing.TB, c *consumer, w *writer, label string, timeout time.Duration) {
+	t.Helper()
+	got := c.waitFor(t, w.rows, timeout)
+	dups, _ := duplicates(got)
+	t.Logf("%s: %d events, %d deliveries, %d duplicates", label, len(w.rows), len(got), dups)
+	checkOrder(t, got)
+}
+
 // checkOrder asserts that the first delivery of each aggregate's versions comes in version order.
 func checkOrder(t testing.TB, got []delivery) {
 	t.Helper()
