@@ -4,6 +4,8 @@
 package cdc
 
 import (
+	"crypto/sha256"
+	"errors"
 	"fmt"
 	"log/slog"
 	"strconv"
@@ -37,6 +39,11 @@ func ParseLSN(s string) (LSN, error) {
 	return LSN(h<<32 | l), nil
 }
 
+// ErrUnpublishable is wrapped by a publisher's error for an event that can never become a message the broker
+// accepts (an AMQP limit, a reserved header, a value type the broker refuses). It is a property of the event,
+// not of the broker's state: the caller quarantines the event and goes on.
+var ErrUnpublishable = errors.New("event cannot be published")
+
 // Event is one committed outbox row, ready to be routed. It carries no driver type: the payload and the
 // headers are the column values as PostgreSQL sent them.
 type Event struct {
@@ -51,14 +58,52 @@ type Event struct {
 	OccurredAt       time.Time // occurred_at
 	CommitLSN        LSN       // commit LSN of the transaction that inserted the row (or the snapshot position)
 	Backfill         bool      // read from the table by a snapshot or backfill, not from the stream
+
+	// LSN is the WAL start of the insert that carried a streamed row (zero for snapshot and backfill rows),
+	// and Ordinal its index among the transaction's inserts that share that position (a COPY or a
+	// multi-row INSERT writes several rows at one position). Together they name the row stably across
+	// replays of the stream.
+	LSN     LSN
+	Ordinal int
 }
 
-// Quarantined is an outbox row that cannot become an Event. It is stored with its raw column values so that
-// an operator can repair and re-insert it; it is never dropped silently.
+// MaxStoredValue bounds what is stored of each column value of a quarantined row: 64 KiB.
+const MaxStoredValue = 64 << 10
+
+// RawValue is one column value of a quarantined row: the start of its text (a copy of at most
+// MaxStoredValue bytes, exactly as PostgreSQL sent it, so possibly not valid UTF-8), its whole length and
+// the SHA-256 of the whole value, so a value too large to keep can still be identified.
+type RawValue struct {
+	Null   bool
+	Text   []byte
+	Size   int64
+	SHA256 [sha256.Size]byte
+}
+
+// NewRawValue keeps the bounded prefix of b (copied), its length and its digest. It never copies b whole.
+func NewRawValue(b []byte) RawValue {
+	return RawValue{Text: append([]byte(nil), b[:min(len(b), MaxStoredValue)]...), Size: int64(len(b)), SHA256: sha256.Sum256(b)}
+}
+
+// TextValue is NewRawValue of a string.
+func TextValue(s string) RawValue { return NewRawValue([]byte(s)) }
+
+// NullValue is a SQL NULL.
+func NullValue() RawValue { return RawValue{Null: true} }
+
+// Truncated reports whether Text holds less than the whole value.
+func (v RawValue) Truncated() bool { return !v.Null && int64(len(v.Text)) < v.Size }
+
+// Quarantined is an outbox row that cannot become an Event, or an event the broker refuses. It is stored
+// with its bounded raw column values so that an operator can repair and re-publish it; it is never dropped
+// silently.
 type Quarantined struct {
-	LSN       LSN                // position of the change that carried the row
-	CommitLSN LSN                // commit LSN of its transaction
-	Table     string             // schema-qualified table name
-	Columns   map[string]*string // raw text values by column name; nil for SQL NULL
-	Reason    string             // why it cannot become an event
+	LSN       LSN                 // position of the change that carried the row; the read position for snapshot rows
+	Ordinal   int                 // streamed rows: index among the transaction's inserts at LSN (see Event.Ordinal)
+	RowKey    string              // snapshot and backfill rows: the row's key as a JSON array [type, id, version]; empty when streamed
+	CommitLSN LSN                 // commit LSN of its transaction
+	Table     string              // schema-qualified table name
+	EventID   string              // the outbox id when the row has one (at most 255 bytes kept), else empty
+	Columns   map[string]RawValue // by column name; a column that was not sent has no entry
+	Reason    string              // why it cannot become an event
 }
