@@ -6,13 +6,14 @@ import (
 	"github.com/cdc-router/cdc-router/internal/cdc"
 )
 
-// insert decodes an Insert; an insert into the outbox table becomes an Event or a Quarantine.
+// insert decodes an Insert: an insert into the outbox becomes an Event or a Quarantine; one that drifted
+// (see relation.problem) a *DriftError or, with OnDriftQuarantine, a Quarantine. None is skipped.
 func (d *Decoder) insert(walStart cdc.LSN, r *reader, h Handler) error {
 	oid := r.u32("relation OID")
 	r.marker("new tuple marker", 'N')
 	d.tuple = r.tuple(d.tuple)
 	rel, err := d.change(msgInsert, r, oid)
-	if err != nil || !rel.outbox {
+	if err != nil {
 		return err
 	}
 	if len(d.tuple) != len(rel.columns) {
@@ -23,11 +24,16 @@ func (d *Decoder) insert(walStart cdc.LSN, r *reader, h Handler) error {
 			return protocolError(msgInsert, "binary column value in %s: the slot must be read in text mode", rel.table)
 		}
 	}
-	var f fields
-	for c, pos := range rel.index {
-		if pos < 0 {
-			continue
+	ordinal := d.ordinal(walStart)
+	if rel.problem != "" {
+		if d.cfg.OnDrift != OnDriftQuarantine {
+			return &DriftError{Table: rel.table, Outbox: d.schema + "." + d.table, LSN: walStart, Problem: rel.problem, fix: rel.fix}
 		}
+		return d.quarantine(walStart, ordinal, rel, rel.problem, h)
+	}
+	var f fields
+	for c, pos := range rel.index { // every column is present: shapeDrift found none missing
+
 		switch v := d.tuple[pos]; v.kind {
 		case kindNull:
 			f[c].state = stateNull
@@ -37,15 +43,34 @@ func (d *Decoder) insert(walStart cdc.LSN, r *reader, h Handler) error {
 	}
 	ev, rowErr := mapFields(&d.cfg, &f, d.commitLSN)
 	if rowErr != nil {
-		q := cdc.Quarantined{LSN: walStart, CommitLSN: d.commitLSN, Table: rel.table,
-			Columns: rawColumns(rel.columns, d.tuple), Reason: rowErr.Reason}
-		if err := h.Quarantine(q); err != nil {
-			return fmt.Errorf("decode: quarantine insert at %s: %w", walStart, err)
-		}
-		return nil
+		return d.quarantine(walStart, ordinal, rel, rowErr.Reason, h)
 	}
+	ev.LSN, ev.Ordinal = walStart, ordinal
 	if err := h.Event(ev); err != nil {
 		return fmt.Errorf("decode: event %s at %s: %w", ev.ID, walStart, err)
+	}
+	return nil
+}
+
+// ordinal is the index of an insert at walStart among the open transaction's inserts at that position.
+// Positions never go back within a transaction (the reorder buffer replays its changes in LSN order), and
+// the rows of one WAL record (a COPY's heap multi-insert) share its position and are consecutive, so
+// counting the run of equal positions numbers them deterministically: replaying the transaction gives
+// the same ordinals. All rows of a WAL record belong to one relation.
+func (d *Decoder) ordinal(walStart cdc.LSN) int {
+	if d.run == 0 || walStart != d.runLSN {
+		d.runLSN, d.run = walStart, 0
+	}
+	d.run++
+	return d.run - 1
+}
+
+// quarantine hands the current tuple to the Handler as a Quarantine with bounded raw values.
+func (d *Decoder) quarantine(walStart cdc.LSN, ordinal int, rel *relation, reason string, h Handler) error {
+	q := cdc.Quarantined{LSN: walStart, Ordinal: ordinal, CommitLSN: d.commitLSN, Table: rel.table,
+		EventID: eventID(rel, d.tuple), Columns: rawColumns(rel.columns, d.tuple), Reason: reason}
+	if err := h.Quarantine(q); err != nil {
+		return fmt.Errorf("decode: quarantine insert at %s: %w", walStart, err)
 	}
 	return nil
 }

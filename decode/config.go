@@ -14,6 +14,12 @@ const (
 	DefaultTable = "public.outbox"
 	// DefaultMaxPayloadBytes is the payload limit when Config.MaxPayloadBytes is zero: 8 MiB.
 	DefaultMaxPayloadBytes = 8 << 20
+
+	// OnDriftRefuse makes Decode return a *DriftError at the first insert it cannot decode because the
+	// outbox's shape or the publication changed. It is the default.
+	OnDriftRefuse = "refuse"
+	// OnDriftQuarantine makes Decode quarantine such inserts, with the drift as the reason, and go on.
+	OnDriftQuarantine = "quarantine"
 )
 
 // Config configures a Decoder and the row mapping.
@@ -21,12 +27,19 @@ type Config struct {
 	// Table is the outbox table, "schema.table" or "table" in public (split at the first dot, names as
 	// PostgreSQL stores them, so unquoted names are lower case). Default DefaultTable.
 	Table string
-	// MaxPayloadBytes is the largest payload accepted; a bigger one is quarantined.
-	// Default DefaultMaxPayloadBytes; negative is invalid.
+	// MaxPayloadBytes is the largest payload accepted; any other outbox column may hold up to the larger
+	// of it and DefaultMaxPayloadBytes. A row with a bigger value is quarantined, recognised from the
+	// length on the wire without copying the value. Default DefaultMaxPayloadBytes; negative is invalid.
 	MaxPayloadBytes int
 	// Check, when set, validates each mapped event further (for example against AMQP limits). A non-nil
 	// error quarantines the row with the error's text as the reason. It runs on the decoding goroutine.
 	Check func(ev cdc.Event) error
+	// OnDrift is what Decode does with an insert it cannot decode because of schema or publication drift
+	// (an outbox column missing or of another type, an insert into a relation that is not the outbox):
+	// OnDriftRefuse (the default) or OnDriftQuarantine.
+	OnDrift string
+	// Publication is the publication's name, used only to word the fix in a *DriftError; optional.
+	Publication string
 }
 
 // Validate reports the first invalid field of c, with the defaults applied.
@@ -38,6 +51,9 @@ func (c Config) Validate() error {
 	if c.MaxPayloadBytes < 0 {
 		return errors.New("decode: max payload bytes must not be negative")
 	}
+	if c.OnDrift != OnDriftRefuse && c.OnDrift != OnDriftQuarantine {
+		return fmt.Errorf("decode: on-drift %q must be %q or %q", c.OnDrift, OnDriftRefuse, OnDriftQuarantine)
+	}
 	return nil
 }
 
@@ -47,6 +63,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.MaxPayloadBytes == 0 {
 		c.MaxPayloadBytes = DefaultMaxPayloadBytes
+	}
+	if c.OnDrift == "" {
+		c.OnDrift = OnDriftRefuse
 	}
 	return c
 }

@@ -6,15 +6,17 @@ import (
 	"github.com/cdc-router/cdc-router/internal/cdc"
 )
 
-// Handler receives what Decode finds, in WAL order: Begin, the transaction's outbox inserts (each an Event
-// or a Quarantine), then Commit. A non-nil error stops Decode, which returns it wrapped; the Decoder must
-// then be discarded.
+// Handler receives what Decode finds, in WAL order: Begin, the transaction's inserts (each an Event or a
+// Quarantine; an insert that drifted is a Quarantine only with OnDriftQuarantine), then Commit. A non-nil
+// error stops Decode, which returns it wrapped; the Decoder must then be discarded.
 type Handler interface {
 	// Begin starts a transaction; commitLSN is the Begin message's final LSN, the commit record's start.
 	Begin(commitLSN cdc.LSN) error
-	// Event delivers one outbox insert, with CommitLSN set. Payload and Headers are the Handler's own copies.
+	// Event delivers one outbox insert, with CommitLSN, LSN and Ordinal set. Payload and Headers are the
+	// Handler's own copies.
 	Event(ev cdc.Event) error
-	// Quarantine delivers one outbox insert that cannot become an event; LSN is the insert's WAL start.
+	// Quarantine delivers one insert that cannot become an event; LSN is the insert's WAL start and
+	// Ordinal its index at that position, so (LSN, Ordinal) names it uniquely and stably across replays.
 	Quarantine(q cdc.Quarantined) error
 	// Commit ends the transaction; endLSN is CommitMessage.TransactionEndLSN, the position to acknowledge
 	// once every event of the transaction is delivered.
@@ -47,8 +49,13 @@ type Decoder struct {
 	table     string
 	relations map[uint32]*relation // by relation OID; replaced by every Relation message
 	inTxn     bool
-	commitLSN cdc.LSN // the open transaction's Begin final LSN
-	tuple     []value // scratch for the current change's tuple, reused between messages
+	commitLSN cdc.LSN           // the open transaction's Begin final LSN
+	tuple     []value           // scratch for the current change's tuple, reused between messages
+	types     map[uint32]string // namespace.name of the non-built-in types Type messages announced, by OID
+	// runLSN is the WAL start of the open transaction's last insert and run the number of its inserts at
+	// runLSN so far: the next insert at runLSN has ordinal run.
+	runLSN cdc.LSN
+	run    int
 }
 
 // New returns a Decoder for cfg with the defaults applied to its zero fields. New does not validate:
@@ -56,12 +63,14 @@ type Decoder struct {
 func New(cfg Config) *Decoder {
 	cfg = cfg.withDefaults()
 	schema, table, _ := splitTable(cfg.Table)
-	return &Decoder{cfg: cfg, schema: schema, table: table, relations: make(map[uint32]*relation)}
+	return &Decoder{cfg: cfg, schema: schema, table: table, relations: make(map[uint32]*relation),
+		types: make(map[uint32]string)}
 }
 
 // Decode decodes one pgoutput message: walData is an XLogData's WALData and walStart its WAL start. Decode
-// keeps nothing that aliases walData after it returns. It returns a *ProtocolError for a message it cannot
-// accept, and a Handler's error wrapped.
+// keeps nothing that aliases walData after it returns and copies no column value whole except into an
+// Event. It returns a *ProtocolError for a message it cannot accept, a *DriftError for an insert it
+// refuses (see Config.OnDrift), and a Handler's error wrapped.
 func (d *Decoder) Decode(walStart cdc.LSN, walData []byte, h Handler) error {
 	err := d.decode(walStart, walData, h)
 	clear(d.tuple) // drop the scratch tuple's references into walData
@@ -92,9 +101,11 @@ func (d *Decoder) decode(walStart cdc.LSN, walData []byte, h Handler) error {
 		r.lsn("origin commit LSN")
 		r.cstring("origin name")
 	case msgType:
-		r.u32("type OID")
-		r.cstring("namespace")
-		r.cstring("type name")
+		oid := r.u32("type OID")
+		namespace, name := r.cstring("namespace"), r.cstring("type name")
+		if r.end() == "" {
+			d.types[oid] = string(namespace) + "." + string(name)
+		}
 	case msgMessage:
 		r.u8("flags")
 		r.lsn("message LSN")
@@ -120,7 +131,7 @@ func (d *Decoder) begin(r *reader, h Handler) error {
 	if d.inTxn {
 		return protocolError(msgBegin, "Begin %s inside transaction %s", final, d.commitLSN)
 	}
-	d.inTxn, d.commitLSN = true, final
+	d.inTxn, d.commitLSN, d.runLSN, d.run = true, final, 0, 0
 	if err := h.Begin(final); err != nil {
 		return fmt.Errorf("decode: Begin %s: %w", final, err)
 	}
@@ -153,6 +164,6 @@ func (d *Decoder) relation(r *reader) error {
 	if reason := r.end(); reason != "" {
 		return protocolError(msgRelation, "%s", reason)
 	}
-	d.relations[m.oid] = newRelation(m, d.schema, d.table)
+	d.relations[m.oid] = d.newRelation(m)
 	return nil
 }

@@ -4,20 +4,33 @@
 // It owns:
 //   - parsing each XLogData's WALData with its own bounds-checked reader (pglogrepl's decoders index
 //     past the end of truncated buffers and allocate whatever length a corrupt tuple claims);
-//   - the relation cache, keyed by relation OID and replaced by every Relation message;
+//   - the relation cache, keyed by relation OID and replaced by every Relation message, with each
+//     column's type OID;
 //   - the transaction frame: Begin … Commit, with the commit LSN and the end LSN to acknowledge;
 //   - the row mapping from the outbox table's text columns to a cdc.Event, shared with the snapshot
-//     reader through MapRow.
+//     reader through MapRow;
+//   - drift detection: an insert the outbox's current shape or the publication makes undecodable.
 //
 // It guarantees:
 //   - a malformed, truncated or unexpected message returns an error and never panics; after an error the
 //     Decoder is unusable and the replication connection must be restarted with a new Decoder;
-//   - the Handler sees Begin, then the transaction's outbox inserts in WAL order (each an Event or a
-//     Quarantine, never dropped), then Commit with CommitMessage.TransactionEndLSN, the position to
-//     acknowledge;
+//   - the Handler sees Begin, then the transaction's inserts in WAL order, then Commit with
+//     CommitMessage.TransactionEndLSN, the position to acknowledge;
+//   - every insert is an Event, a Quarantine, or a *DriftError returned before the Handler sees anything
+//     of it; none is dropped. An insert into a relation that is not Config.Table (a renamed or swapped
+//     outbox, another table in the publication) or into an outbox whose Relation lacks a column or has
+//     one of a type outside acceptedTypes is drift: with OnDriftRefuse a *DriftError naming the fix,
+//     with OnDriftQuarantine a Quarantine whose reason is the drift. A Relation message alone never fails;
+//   - every Event and Quarantine of a streamed row carries its insert's WAL start (LSN) and its Ordinal
+//     among the transaction's inserts at that position (a COPY writes many rows at one), so (LSN,
+//     Ordinal) names the row uniquely and the same way on every replay of the stream;
 //   - columns are matched by name, so column order and extra columns do not matter;
-//   - payload and headers bytes are passed through as PostgreSQL sent them, copied out of the WAL buffer.
+//   - payload and headers bytes are passed through as PostgreSQL sent them, copied out of the WAL buffer;
+//   - memory is bounded by bytes: a payload over Config.MaxPayloadBytes (or another value over the
+//     larger of that and DefaultMaxPayloadBytes) is quarantined from its length on the wire and is never
+//     copied, converted or validated whole; a Quarantine keeps per value at most cdc.MaxStoredValue
+//     bytes, the length and a SHA-256 (cdc.RawValue), and an event id of at most 255 bytes.
 //
 // It never touches the replication connection, never acknowledges a position, never re-encodes a
-// payload, and never turns an insert that fails the row mapping into anything but a Quarantine.
+// payload, and never turns an outbox insert that fails the row mapping into anything but a Quarantine.
 package decode

@@ -45,7 +45,21 @@ func encCommit(commit, end cdc.LSN) []byte {
 	return binary.BigEndian.AppendUint64(b, 757_382_400_000_000)
 }
 
+// encRelation builds a Relation message; an outbox column gets the type migrations/sql/002_outbox.sql
+// gives it, any other column text.
 func encRelation(oid uint32, namespace, name string, columns ...string) []byte {
+	types := make([]uint32, len(columns))
+	for i, c := range columns {
+		types[i] = oidText
+		if col, ok := columnByName(c); ok {
+			types[i] = acceptedTypes(col)[0]
+		}
+	}
+	return encRelationTypes(oid, namespace, name, columns, types)
+}
+
+// encRelationTypes builds a Relation message with the given column type OIDs.
+func encRelationTypes(oid uint32, namespace, name string, columns []string, types []uint32) []byte {
 	b := binary.BigEndian.AppendUint32([]byte{'R'}, oid)
 	b = appendString(appendString(b, namespace), name)
 	b = append(b, 'd') // replica identity: default
@@ -56,7 +70,7 @@ func encRelation(oid uint32, namespace, name string, columns ...string) []byte {
 			flags = 1 // key column
 		}
 		b = appendString(append(b, flags), c)
-		b = binary.BigEndian.AppendUint32(b, 25) // text
+		b = binary.BigEndian.AppendUint32(b, types[i])
 		b = binary.BigEndian.AppendUint32(b, 0xFFFFFFFF)
 	}
 	return b

@@ -56,30 +56,70 @@ CREATE TABLE outbox (
   UNIQUE (aggregate_type, aggregate_id, aggregate_version));
 CREATE TABLE other (id int PRIMARY KEY);`
 
+// recordedTx is one transaction TestDecodeFromPostgres writes: statements run as one implicit transaction,
+// or, when copy is set, a COPY … FROM STDIN statement and its text-format data.
+type recordedTx struct {
+	sql  string
+	copy string
+}
+
 // recordedTransactions are the transactions TestDecodeFromPostgres writes; recordedConfig and
 // checkRecorded state what decoding them must give.
-func recordedTransactions() []string {
-	return []string{
-		`INSERT INTO outbox (id, aggregate_type, aggregate_id, aggregate_version, event_type, payload, headers, occurred_at) VALUES
+func recordedTransactions() []recordedTx {
+	const cols = `id, aggregate_type, aggregate_id, aggregate_version, event_type, payload, headers, occurred_at`
+	return []recordedTx{
+		{sql: `INSERT INTO outbox (` + cols + `) VALUES
 	   ('00000000-0000-4000-8000-000000000001', 'order', 'o-1', 1, 'OrderPlaced', '{"b":2,"a":1}', '{"trace":"t1"}', '2024-01-02 03:04:05.123456+00'),
 	   ('00000000-0000-4000-8000-000000000002', 'order', 'o-1', 2, 'OrderPaid', '[true, null]', DEFAULT, '2024-01-02 03:04:05+05:30');
-	 INSERT INTO other VALUES (1);`,
-		`INSERT INTO outbox (id, aggregate_type, aggregate_id, aggregate_version, event_type, payload, headers) VALUES
+	 INSERT INTO other VALUES (1);`},
+		{sql: `INSERT INTO outbox (id, aggregate_type, aggregate_id, aggregate_version, event_type, payload, headers) VALUES
 	   ('00000000-0000-4000-8000-000000000003', 'order', 'o-2', 1, 'OrderPlaced', '{}', '[1,2]'),
 	   ('00000000-0000-4000-8000-000000000004', 'order', 'o-2', 2, 'OrderPlaced', jsonb_build_object('blob', repeat('x', 2000)), '{}'),
 	   ('00000000-0000-4000-8000-000000000005', 'order', 'o-2', 3, 'OrderShipped', '{"n": 1.50}', '{}');
-	 UPDATE outbox SET event_type = 'Changed'; DELETE FROM other;`,
-		`ALTER TABLE outbox ADD COLUMN note text;
+	 UPDATE outbox SET event_type = 'Changed'; DELETE FROM other;`},
+		{sql: `ALTER TABLE outbox ADD COLUMN note text;
 	 INSERT INTO outbox (note, payload, occurred_at, id, aggregate_type, aggregate_id, aggregate_version, event_type, schema_version)
-	   VALUES ('extra', '"s"', '2030-06-30 23:59:59.5-03', '00000000-0000-4000-8000-000000000006', 'customer', 'c-1', 7, 'Renamed', 2)`,
-		`INSERT INTO outbox (id, aggregate_type, aggregate_id, aggregate_version, event_type, payload) VALUES
-	   ('00000000-0000-4000-8000-000000000007', 'order', 'o-3', 1, 'Forbidden', '{}')`,
+	   VALUES ('extra', '"s"', '2030-06-30 23:59:59.5-03', '00000000-0000-4000-8000-000000000006', 'customer', 'c-1', 7, 'Renamed', 2)`},
+		{sql: `INSERT INTO outbox (id, aggregate_type, aggregate_id, aggregate_version, event_type, payload) VALUES
+	   ('00000000-0000-4000-8000-000000000007', 'order', 'o-3', 1, 'Forbidden', '{}')`},
+		{sql: `COPY outbox (` + cols + `) FROM STDIN`, copy: "" +
+			"00000000-0000-4000-8000-000000000008\torder\to-4\t1\tOrderPlaced\t{\"c\": 1}\t{}\t2024-01-02 03:04:05+00\n" +
+			"00000000-0000-4000-8000-000000000009\torder\to-4\t2\tOrderPlaced\t{\"c\": 2}\t[1]\t2024-01-02 03:04:05+00\n" +
+			"00000000-0000-4000-8000-000000000010\torder\to-4\t3\tOrderPlaced\t{\"c\": 3}\t{}\t2024-01-02 03:04:05+00\n"},
+		{sql: `ALTER TABLE outbox DROP COLUMN headers;
+	 INSERT INTO outbox (id, aggregate_type, aggregate_id, aggregate_version, event_type, payload)
+	   VALUES ('00000000-0000-4000-8000-000000000011', 'order', 'o-5', 1, 'OrderPlaced', '{}');
+	 ALTER TABLE outbox ADD COLUMN headers jsonb NOT NULL DEFAULT '{}'`},
+		{sql: `ALTER TABLE outbox ALTER COLUMN aggregate_version TYPE text;
+	 INSERT INTO outbox (id, aggregate_type, aggregate_id, aggregate_version, event_type, payload)
+	   VALUES ('00000000-0000-4000-8000-000000000012', 'order', 'o-5', 'two', 'OrderPlaced', '{}');
+	 DELETE FROM outbox WHERE aggregate_version = 'two';
+	 ALTER TABLE outbox ALTER COLUMN aggregate_version TYPE bigint USING aggregate_version::bigint`},
+		{sql: `ALTER TABLE outbox RENAME TO outbox_old;
+	 INSERT INTO outbox_old (id, aggregate_type, aggregate_id, aggregate_version, event_type, payload)
+	   VALUES ('00000000-0000-4000-8000-000000000013', 'order', 'o-5', 3, 'OrderPlaced', '{}');
+	 ALTER TABLE outbox_old RENAME TO outbox`},
+		{sql: `INSERT INTO outbox (id, aggregate_type, aggregate_id, aggregate_version, event_type, payload) VALUES
+	   ('00000000-0000-4000-8000-000000000014', 'order', 'o-5', 4, 'OrderPlaced', '{}')`},
 	}
 }
 
 func TestDecodeFromPostgres(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
+	repl := streamFromPostgres(ctx, t, recordedTransactions())
+	frames, rec := streamTransactions(ctx, t, repl, recordedConfig(), len(recordedTransactions()))
+	repl.Close(ctx)
+	checkRecorded(t, rec)
+	if *recordFrames {
+		writeFrames(t, frames)
+	}
+}
+
+// streamFromPostgres creates the outbox and other tables in a new database, a publication of both and a
+// slot, writes txs and returns a replication connection streaming them from the slot's start.
+func streamFromPostgres(ctx context.Context, t *testing.T, txs []recordedTx) *pgconn.PgConn {
+	t.Helper()
 	dbURL := postgres(t).NewDatabase(t)
 	u, err := url.Parse(dbURL)
 	if err != nil {
@@ -101,9 +141,14 @@ func TestDecodeFromPostgres(t *testing.T) {
 		t.Fatalf("create slot: %v", err)
 	}
 	t.Cleanup(func() { dropSlot(t, dbURL, slot) })
-	for _, tx := range recordedTransactions() {
-		if _, err := conn.Exec(ctx, tx); err != nil {
-			t.Fatalf("%s: %v", tx, err)
+	for _, tx := range txs {
+		if tx.copy != "" {
+			_, err = conn.PgConn().CopyFrom(ctx, strings.NewReader(tx.copy), tx.sql)
+		} else {
+			_, err = conn.Exec(ctx, tx.sql)
+		}
+		if err != nil {
+			t.Fatalf("%s: %v", tx.sql, err)
 		}
 	}
 	err = pglogrepl.StartReplication(ctx, repl, slot, 0, pglogrepl.StartReplicationOptions{
@@ -111,12 +156,7 @@ func TestDecodeFromPostgres(t *testing.T) {
 	if err != nil {
 		t.Fatalf("start replication: %v", err)
 	}
-	frames, rec := streamTransactions(ctx, t, repl, len(recordedTransactions()))
-	repl.Close(ctx)
-	checkRecorded(t, rec)
-	if *recordFrames {
-		writeFrames(t, frames)
-	}
+	return repl
 }
 
 // replicationConn opens a replication=database connection with the session settings the router pins.
@@ -139,9 +179,9 @@ func replicationConn(ctx context.Context, t *testing.T, dbURL string) *pgconn.Pg
 }
 
 // streamTransactions decodes XLogData until n transactions have committed and returns the frames seen.
-func streamTransactions(ctx context.Context, t *testing.T, repl *pgconn.PgConn, n int) ([]frame, *recorder) {
+func streamTransactions(ctx context.Context, t *testing.T, repl *pgconn.PgConn, cfg Config, n int) ([]frame, *recorder) {
 	t.Helper()
-	d, rec := New(recordedConfig()), &recorder{}
+	d, rec := New(cfg), &recorder{}
 	var frames []frame
 	var acked cdc.LSN
 	for commits := 0; commits < n; {

@@ -1,20 +1,34 @@
 package decode
 
+import (
+	"unicode/utf8"
+
+	"github.com/cdc-router/cdc-router/internal/cdc"
+)
+
+// maxEventID bounds Quarantined.EventID, in bytes.
+const maxEventID = 255
+
 // relation is the relation cache entry built from a Relation message.
 type relation struct {
-	table   string   // namespace.name, for Quarantined.Table
+	table   string   // namespace.name, for Quarantined.Table and DriftError.Table
 	columns []string // column names in wire order
 	outbox  bool     // the relation is Config.Table
 	index   [numColumns]int
+	// problem is why an insert into this relation is drift ("" for an outbox of the expected shape), and
+	// fix the DriftError clause naming the fix. A Relation message alone is never an error: the problem
+	// is reported at the relation's first insert, if any.
+	problem, fix string
 }
 
 // newRelation builds the cache entry for m; index maps each outbox column to its wire position, or -1
-// when m lacks it. Columns are matched by name, so their order and any extra columns do not matter.
-func newRelation(m relationMsg, schema, table string) *relation {
+// when m lacks it. Columns are matched by name, so their order and any extra columns do not matter; the
+// outbox must have all of them with an accepted type (acceptedTypes), any other relation is drift.
+func (d *Decoder) newRelation(m relationMsg) *relation {
 	rel := &relation{
 		table:   m.namespace + "." + m.name,
 		columns: m.columns,
-		outbox:  m.namespace == schema && m.name == table,
+		outbox:  m.namespace == d.schema && m.name == d.table,
 	}
 	for c := range rel.index {
 		rel.index[c] = -1
@@ -24,21 +38,58 @@ func newRelation(m relationMsg, schema, table string) *relation {
 			rel.index[c] = pos
 		}
 	}
+	quoted := quoteIdent(m.namespace) + "." + quoteIdent(m.name)
+	if !rel.outbox {
+		outbox := d.schema + "." + d.table
+		rel.problem = "table " + rel.table + " is in the publication but is not the outbox table " + outbox
+		rel.fix = otherFix(rel.table, quoted, quoteIdent(d.schema)+"."+quoteIdent(d.table), d.cfg.Publication)
+		return rel
+	}
+	var actions []string
+	if rel.problem, actions = d.shapeDrift(m, &rel.index); rel.problem != "" {
+		rel.fix = shapeFix(quoted, actions)
+	}
 	return rel
 }
 
-// rawColumns is the tuple as Quarantined.Columns: text by column name, nil for NULL, no entry for an
-// unchanged TOASTed value.
-func rawColumns(names []string, tuple []value) map[string]*string {
-	m := make(map[string]*string, len(tuple))
+// rawColumns is the tuple as Quarantined.Columns: a bounded cdc.RawValue by column name (NullValue for
+// NULL), no entry for an unchanged TOASTed value. It copies at most cdc.MaxStoredValue bytes of a value.
+func rawColumns(names []string, tuple []value) map[string]cdc.RawValue {
+	m := make(map[string]cdc.RawValue, len(tuple))
 	for i, v := range tuple {
 		switch v.kind {
 		case kindNull:
-			m[names[i]] = nil
+			m[names[i]] = cdc.NullValue()
 		case kindText:
-			s := string(v.data)
-			m[names[i]] = &s
+			m[names[i]] = cdc.NewRawValue(v.data)
 		}
 	}
 	return m
+}
+
+// eventID is the text of rel's id column in tuple, cut to maxEventID bytes at a UTF-8 sequence boundary,
+// or "" when the relation has no id column or the value is not text.
+func eventID(rel *relation, tuple []value) string {
+	pos := rel.index[colID]
+	if pos < 0 || tuple[pos].kind != kindText {
+		return ""
+	}
+	return string(cutUTF8(tuple[pos].data, maxEventID))
+}
+
+// cutUTF8 cuts b to at most n bytes without leaving a partial UTF-8 sequence at the end.
+func cutUTF8(b []byte, n int) []byte {
+	if len(b) <= n {
+		return b
+	}
+	b = b[:n]
+	for i := len(b) - 1; i >= 0 && i >= len(b)-utf8.UTFMax; i-- {
+		if utf8.RuneStart(b[i]) {
+			if !utf8.FullRune(b[i:]) {
+				b = b[:i]
+			}
+			break
+		}
+	}
+	return b
 }

@@ -114,7 +114,9 @@ func MapRow(cfg Config, values map[string]*string) (cdc.Event, error) {
 }
 
 // mapFields applies the row rules in column order, then cfg.Check. Every column but headers is required.
-// The event's strings and byte slices are copies.
+// A payload over cfg.MaxPayloadBytes, or another value over the larger of that and DefaultMaxPayloadBytes,
+// is refused from its length alone, before any rule reads it; the other rules copy or convert at most a
+// bounded prefix. The event's strings and byte slices are copies.
 func mapFields(cfg *Config, f *fields, commitLSN cdc.LSN) (cdc.Event, *RowError) {
 	for c := range f {
 		switch {
@@ -123,6 +125,16 @@ func mapFields(cfg *Config, f *fields, commitLSN cdc.LSN) (cdc.Event, *RowError)
 			return cdc.Event{}, rowErrorf("column %s is missing", columnName(c))
 		case f[c].state == stateNull:
 			return cdc.Event{}, rowErrorf("column %s is NULL", columnName(c))
+		}
+	}
+	if n := len(f[colPayload].text); n > cfg.MaxPayloadBytes {
+		return cdc.Event{}, rowErrorf("payload is %d bytes, over the %d-byte limit (--max-payload-bytes)", n, cfg.MaxPayloadBytes)
+	}
+	limit := max(cfg.MaxPayloadBytes, DefaultMaxPayloadBytes)
+	for c := range f {
+		if c != colPayload && len(f[c].text) > limit {
+			return cdc.Event{}, rowErrorf("%s is %d bytes, over the %d-byte limit of a column other than the payload",
+				columnName(c), len(f[c].text), limit)
 		}
 	}
 	if id := f[colID].text; !isUUID(id) {
@@ -136,9 +148,9 @@ func mapFields(cfg *Config, f *fields, commitLSN cdc.LSN) (cdc.Event, *RowError)
 	if err != nil {
 		return cdc.Event{}, err
 	}
-	payload, err := checkPayload(f[colPayload].text, cfg.MaxPayloadBytes)
-	if err != nil {
-		return cdc.Event{}, err
+	payload := f[colPayload].text
+	if !isJSON(payload) {
+		return cdc.Event{}, rowErrorf("payload is not valid JSON")
 	}
 	headers := f[colHeaders].text
 	if f[colHeaders].state == stateText && !isJSONObject(headers) {
@@ -178,14 +190,4 @@ func parseIntColumn(f *fields, c int, bits uint) (int64, *RowError) {
 		return 0, rowErrorf("%s %s is out of the int%d range", columnName(c), quote(text), bits)
 	}
 	return n, nil
-}
-
-func checkPayload(payload []byte, limit int) ([]byte, *RowError) {
-	if len(payload) > limit {
-		return nil, rowErrorf("payload is %d bytes, over the %d-byte limit (--max-payload-bytes)", len(payload), limit)
-	}
-	if !isJSON(payload) {
-		return nil, rowErrorf("payload is not valid JSON")
-	}
-	return payload, nil
 }

@@ -81,6 +81,9 @@ func isJSONObject(b []byte) bool {
 // "2024-01-02 03:04:05.123456+00", the fraction optional, the offset ±hh, ±hh:mm or ±hh:mm:ss.
 // The result is in UTC.
 func parseTimestamptz(b []byte) (time.Time, bool) {
+	if len(b) > len("2006-01-02 15:04:05.999999-07:00:00") { // too long for the layouts: convert nothing
+		return time.Time{}, false
+	}
 	sign := bytes.LastIndexAny(b, "+-")
 	if sign < len("2006-01-02 15:04:05") {
 		return time.Time{}, false

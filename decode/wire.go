@@ -148,6 +148,7 @@ type relationMsg struct {
 	namespace string
 	name      string
 	columns   []string
+	types     []uint32 // each column's type OID (pg_type.oid), in the order of columns
 }
 
 func (r *reader) relation() relationMsg {
@@ -161,11 +162,11 @@ func (r *reader) relation() relationMsg {
 		r.fail(fmt.Sprintf("relation claims %d columns in %d bytes", n, len(r.buf)))
 		return m
 	}
-	m.columns = make([]string, 0, n)
+	m.columns, m.types = make([]string, 0, n), make([]uint32, 0, n)
 	for i := 0; i < n && r.err == ""; i++ {
 		r.u8("column flags")
 		m.columns = append(m.columns, string(r.cstring("column name")))
-		r.u32("column type OID")
+		m.types = append(m.types, r.u32("column type OID"))
 		r.u32("column type modifier")
 	}
 	return m
