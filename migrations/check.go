@@ -2,11 +2,7 @@ package migrations
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"slices"
-	"sort"
-	"strings"
 
 	"github.com/jackc/pgx/v5"
 )
@@ -18,22 +14,11 @@ func (p *Problem) Error() string { return p.Msg }
 
 func problemf(format string, args ...any) error { return &Problem{Msg: fmt.Sprintf(format, args...)} }
 
-// columnTypes lists, per outbox column, the types the decoder accepts (pg_type names).
-var columnTypes = map[string][]string{
-	"id":                {"uuid"},
-	"aggregate_type":    {"text", "varchar"},
-	"aggregate_id":      {"text", "varchar"},
-	"aggregate_version": {"int8", "int4", "int2"},
-	"event_type":        {"text", "varchar"},
-	"schema_version":    {"int4", "int2"},
-	"payload":           {"jsonb", "json"},
-	"headers":           {"jsonb", "json"},
-	"occurred_at":       {"timestamptz"},
-}
-
-// Check verifies what `run` needs before it touches a slot: wal_level=logical, the REPLICATION right, the
-// outbox table with the expected columns, the publication with that table and inserts, and the router's
-// schema. The first problem found is returned as a *Problem.
+// Check verifies what `run` needs before it touches a slot: wal_level=logical, the REPLICATION right, room
+// for a slot and a walsender, the outbox table with the expected columns, NOT NULL keys and a unique key,
+// a publication that publishes inserts of the outbox table and nothing else (with every column it needs),
+// the router's schema as the migrations leave it, and the role's privileges on all of it. The first
+// problem found is returned as a *Problem; privileges come last and are reported all at once.
 func Check(ctx context.Context, conn *pgx.Conn, cfg Config) error {
 	cfg = cfg.Defaults()
 	var walLevel string
@@ -54,107 +39,37 @@ func Check(ctx context.Context, conn *pgx.Conn, cfg Config) error {
 		return problemf("role %q has no REPLICATION right: run ALTER ROLE %s WITH REPLICATION as a superuser "+
 			"(docs/operations.md shows a least-privilege role)", role, pgx.Identifier{role}.Sanitize())
 	}
+	if err := checkSettings(ctx, conn); err != nil {
+		return err
+	}
 	if err := checkTable(ctx, conn, cfg); err != nil {
 		return err
 	}
 	if err := checkPublication(ctx, conn, cfg); err != nil {
 		return err
 	}
-	var positions *string
-	if err := conn.QueryRow(ctx, "SELECT to_regclass($1)::text", cfg.Schema+".positions").Scan(&positions); err != nil {
-		return fmt.Errorf("look up router schema: %w", err)
+	tables, err := checkRouterSchema(ctx, conn, cfg)
+	if err != nil {
+		return err
 	}
-	if positions == nil {
-		return problemf("the router's table %s.positions does not exist: run `cdc-router migrate` first", cfg.Schema)
-	}
-	return nil
+	return checkGrants(ctx, conn, cfg, role, tables)
 }
 
-func checkTable(ctx context.Context, conn *pgx.Conn, cfg Config) error {
-	ident := TableIdent(cfg.Table)
-	rows, err := conn.Query(ctx, `
-		SELECT a.attname, t.typname
-		FROM pg_attribute a JOIN pg_type t ON t.oid = a.atttypid
-		WHERE a.attrelid = to_regclass($1) AND a.attnum > 0 AND NOT a.attisdropped`, ident.Sanitize())
+// checkSettings refuses a server that can hold no replication slot or serve no replication connection.
+func checkSettings(ctx context.Context, conn *pgx.Conn) error {
+	var slots, senders int
+	err := conn.QueryRow(ctx, `SELECT current_setting('max_replication_slots')::int,
+		current_setting('max_wal_senders')::int`).Scan(&slots, &senders)
 	if err != nil {
-		return fmt.Errorf("read outbox columns: %w", err)
+		return fmt.Errorf("read replication settings: %w", err)
 	}
-	found, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) ([2]string, error) {
-		var c [2]string
-		return c, r.Scan(&c[0], &c[1])
-	})
-	if err != nil {
-		return fmt.Errorf("read outbox columns: %w", err)
+	if slots == 0 {
+		return problemf("max_replication_slots is 0, so PostgreSQL cannot keep the router's slot: run " +
+			"ALTER SYSTEM SET max_replication_slots = 10 as a superuser and restart PostgreSQL")
 	}
-	if len(found) == 0 {
-		return problemf("the outbox table %s does not exist: run `cdc-router migrate` to create it, or point "+
-			"--table (CDC_ROUTER_TABLE) at yours", cfg.Table)
-	}
-	have := map[string]string{}
-	for _, c := range found {
-		have[c[0]] = c[1]
-	}
-	names := make([]string, 0, len(columnTypes))
-	for name := range columnTypes {
-		names = append(names, name)
-	}
-	sort.Strings(names)
-	var bad []string
-	for _, name := range names {
-		want := columnTypes[name]
-		got, ok := have[name]
-		switch {
-		case !ok:
-			bad = append(bad, fmt.Sprintf("column %s is missing", name))
-		case !slices.Contains(want, got):
-			bad = append(bad, fmt.Sprintf("column %s is %s, want %s", name, got, strings.Join(want, " or ")))
-		}
-	}
-	if len(bad) > 0 {
-		return problemf("the outbox table %s does not have the expected shape (%s): alter it to match "+
-			"migrations/sql/002_outbox.sql", cfg.Table, strings.Join(bad, "; "))
-	}
-	var keyed bool
-	err = conn.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_index i
-		WHERE i.indrelid = to_regclass($1) AND i.indisunique AND i.indpred IS NULL
-		  AND ARRAY(SELECT a.attname::text FROM unnest(i.indkey::int2[]) WITH ORDINALITY AS k(attnum, ord)
-		            JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = k.attnum ORDER BY k.ord)
-		      = ARRAY['aggregate_type', 'aggregate_id', 'aggregate_version'])`, ident.Sanitize()).Scan(&keyed)
-	if err != nil {
-		return fmt.Errorf("read outbox keys: %w", err)
-	}
-	if !keyed {
-		return problemf("the outbox table %s has no unique key on (aggregate_type, aggregate_id, aggregate_version), "+
-			"which snapshots page by and which keeps one version per aggregate: ALTER TABLE %s ADD UNIQUE "+
-			"(aggregate_type, aggregate_id, aggregate_version)", cfg.Table, ident.Sanitize())
-	}
-	return nil
-}
-
-func checkPublication(ctx context.Context, conn *pgx.Conn, cfg Config) error {
-	var inserts bool
-	err := conn.QueryRow(ctx, `SELECT pubinsert FROM pg_publication WHERE pubname = $1`, cfg.Publication).Scan(&inserts)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return problemf("publication %q does not exist: run `cdc-router migrate`, or point --publication "+
-			"(CDC_ROUTER_PUBLICATION) at yours", cfg.Publication)
-	}
-	if err != nil {
-		return fmt.Errorf("read publication: %w", err)
-	}
-	if !inserts {
-		return problemf("publication %q does not publish inserts: ALTER PUBLICATION %s SET (publish = 'insert')",
-			cfg.Publication, pgx.Identifier{cfg.Publication}.Sanitize())
-	}
-	ident := TableIdent(cfg.Table)
-	var member bool
-	err = conn.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_publication_tables
-		WHERE pubname = $1 AND schemaname = $2 AND tablename = $3)`, cfg.Publication, ident[0], ident[1]).Scan(&member)
-	if err != nil {
-		return fmt.Errorf("read publication tables: %w", err)
-	}
-	if !member {
-		return problemf("publication %q does not contain %s: ALTER PUBLICATION %s ADD TABLE %s",
-			cfg.Publication, cfg.Table, pgx.Identifier{cfg.Publication}.Sanitize(), ident.Sanitize())
+	if senders == 0 {
+		return problemf("max_wal_senders is 0, so PostgreSQL accepts no replication connection: run " +
+			"ALTER SYSTEM SET max_wal_senders = 10 as a superuser and restart PostgreSQL")
 	}
 	return nil
 }

@@ -1,5 +1,8 @@
 // Package migrations owns the SQL that cdc-router needs in PostgreSQL: the outbox table, the router's own
-// schema (stored positions, quarantined rows, snapshot progress) and the publication. The files are embedded
-// in the binary and every statement is idempotent, so `cdc-router migrate` can run any number of times.
-// It never drops or alters what already exists; Check reports what is missing or wrong instead.
+// schema (stored positions, quarantined rows, snapshot progress, publication checks) and the publication.
+// The files are embedded in the binary and every statement is idempotent, so `cdc-router migrate` can run
+// any number of times. It never drops anything and never touches the outbox table or the publication once
+// they exist; Check reports what is missing or wrong there instead, each as one sentence naming the fix.
+// The router's own tables are altered only to add what a newer version needs (005: quarantine.event_id
+// and value_notes, a nullable row_values), each change made only when it is missing.
 package migrations

@@ -46,8 +46,12 @@ func TableIdent(table string) pgx.Identifier {
 }
 
 type vars struct {
-	Schema, Table, Publication, PublicationLiteral string
+	Schema, Table, Publication        string
+	SchemaLiteral, PublicationLiteral string // the names as SQL string literals
 }
+
+// literal quotes s as an SQL string literal (standard_conforming_strings is on from PostgreSQL 9.1).
+func literal(s string) string { return "'" + strings.ReplaceAll(s, "'", "''") + "'" }
 
 // Statements renders the embedded SQL files in order.
 func Statements(cfg Config) ([]string, error) {
@@ -56,7 +60,8 @@ func Statements(cfg Config) ([]string, error) {
 		Schema:             pgx.Identifier{cfg.Schema}.Sanitize(),
 		Table:              TableIdent(cfg.Table).Sanitize(),
 		Publication:        pgx.Identifier{cfg.Publication}.Sanitize(),
-		PublicationLiteral: "'" + strings.ReplaceAll(cfg.Publication, "'", "''") + "'",
+		SchemaLiteral:      literal(cfg.Schema),
+		PublicationLiteral: literal(cfg.Publication),
 	}
 	names, err := fs.Glob(files, "sql/*.sql")
 	if err != nil {

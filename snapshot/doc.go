@@ -7,8 +7,15 @@
 // aggregate_version), so memory stays bounded whatever the table size and every aggregate's rows are
 // published in version order. Progress (the last key whose rows, and every row before it, were confirmed)
 // is stored in the router's snapshots table, so a crashed snapshot or backfill resumes from that key: a
-// crash may publish some rows twice, never lose one. Rows are mapped with the decoder's rules; a row that
-// cannot become an event is quarantined, never dropped.
+// crash may publish some rows twice, never lose one.
+//
+// No row is skipped or dropped, each pinned by a test:
+//   - A row that cannot become an event (the decoder's rules), or whose event the publisher refuses with
+//     an error wrapping cdc.ErrUnpublishable, is written to the quarantine table through package
+//     quarantine, under the job's slot and read position and keyed by quarantine.Key, and counts as done.
+//   - A row with a NULL key part is never after anything in keyset order, so where the key columns allow
+//     NULL (the setup check refuses that, the copy does not rely on it) the pages read complete keys only
+//     and one last pass reads the others; those rows are keyed [type, id, version, "ctid (b,i)"].
 //
 // It never touches the replication connection: the caller creates the slot and hands over the name of its
 // exported snapshot.

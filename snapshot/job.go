@@ -107,9 +107,17 @@ func (s *Jobs) Start(ctx context.Context, tx pgx.Tx, j Job) error {
 
 // Progress stores the last confirmed key and the counts.
 func (s *Jobs) Progress(ctx context.Context, name string, last Key, done, total int64) error {
-	key, _ := json.Marshal([]any{last.AggregateType, last.AggregateID, last.Version})
-	_, err := s.conn.Exec(ctx, `UPDATE `+s.table+` SET last_key = $2, rows_done = $3, rows_total = $4,
-		updated_at = now() WHERE name = $1`, name, key, done, total)
+	return s.progress(ctx, name, &last, done, total)
+}
+
+// progress stores the counts, and the last confirmed key unless last is nil.
+func (s *Jobs) progress(ctx context.Context, name string, last *Key, done, total int64) error {
+	var key []byte
+	if last != nil {
+		key, _ = json.Marshal([]any{last.AggregateType, last.AggregateID, last.Version})
+	}
+	_, err := s.conn.Exec(ctx, `UPDATE `+s.table+` SET last_key = coalesce($2, last_key), rows_done = $3,
+		rows_total = $4, updated_at = now() WHERE name = $1`, name, key, done, total)
 	if err != nil {
 		return fmt.Errorf("store snapshot progress: %w", err)
 	}
@@ -159,20 +167,4 @@ func (s *Jobs) All(ctx context.Context) ([]Job, error) {
 		}
 	}
 	return out, nil
-}
-
-// Quarantine stores a row that cannot become an event, keyed by the job's read position and the row's key.
-func (s *Jobs) Quarantine(ctx context.Context, schema, slot string, key Key, q cdc.Quarantined) error {
-	values, err := json.Marshal(q.Columns)
-	if err != nil {
-		return err
-	}
-	rowKey := fmt.Sprintf("%s/%s/%d", key.AggregateType, key.AggregateID, key.Version)
-	_, err = s.conn.Exec(ctx, "INSERT INTO "+pgx.Identifier{schema, "quarantine"}.Sanitize()+
-		` (slot, lsn, row_key, commit_lsn, table_name, reason, row_values) VALUES ($1, $2::pg_lsn, $3, $2::pg_lsn, $4, $5, $6)
-		ON CONFLICT (slot, lsn, row_key) DO NOTHING`, slot, q.LSN.String(), rowKey, q.Table, q.Reason, values)
-	if err != nil {
-		return fmt.Errorf("quarantine row %s: %w", rowKey, err)
-	}
-	return nil
 }

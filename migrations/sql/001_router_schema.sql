@@ -11,12 +11,15 @@ CREATE TABLE IF NOT EXISTS {{.Schema}}.positions (
     updated_at timestamptz NOT NULL DEFAULT now()
 );
 
--- Outbox rows that could not become events, with their raw values, position and reason.
+-- Outbox rows that could not become events, and events the broker refused, with their bounded raw values,
+-- position and reason; written only by package quarantine. 005 adds event_id and value_notes and lets
+-- row_values be NULL (a minimal record).
 CREATE TABLE IF NOT EXISTS {{.Schema}}.quarantine (
     id             bigserial PRIMARY KEY,
     slot           text NOT NULL,
     lsn            pg_lsn NOT NULL,
-    row_key        text NOT NULL DEFAULT '',  -- the row's key for rows read by a snapshot or backfill
+    row_key        text NOT NULL DEFAULT '',  -- streamed rows: '' or '#<ordinal>' among the inserts at lsn;
+                                              -- snapshot and backfill rows: the JSON key [type, id, version]
     commit_lsn     pg_lsn,
     table_name     text NOT NULL,
     reason         text NOT NULL,

@@ -1,0 +1,170 @@
+package migrations
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sort"
+	"strings"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// checkPublication refuses a publication that does not publish the outbox table's inserts, that publishes
+// any other table (the router stops at an insert into a table that is not its outbox, taking it for a renamed
+// one), or, from PostgreSQL 15 on, whose column list leaves out a column the router needs. A row filter is
+// the user's choice and is kept.
+func checkPublication(ctx context.Context, conn *pgx.Conn, cfg Config) error {
+	var inserts, allTables bool
+	err := conn.QueryRow(ctx, `SELECT pubinsert, puballtables FROM pg_publication WHERE pubname = $1`, cfg.Publication).
+		Scan(&inserts, &allTables)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return problemf("publication %q does not exist: run `cdc-router migrate`, or point --publication "+
+			"(CDC_ROUTER_PUBLICATION) at yours", cfg.Publication)
+	}
+	if err != nil {
+		return fmt.Errorf("read publication: %w", err)
+	}
+	pub := pgx.Identifier{cfg.Publication}.Sanitize()
+	if !inserts {
+		return problemf("publication %q does not publish inserts: ALTER PUBLICATION %s SET (publish = 'insert')",
+			cfg.Publication, pub)
+	}
+	ident := TableIdent(cfg.Table)
+	var member bool
+	err = conn.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_publication_tables
+		WHERE pubname = $1 AND schemaname = $2 AND tablename = $3)`, cfg.Publication, ident[0], ident[1]).Scan(&member)
+	if err != nil {
+		return fmt.Errorf("read publication tables: %w", err)
+	}
+	if !member {
+		return problemf("publication %q does not contain %s: ALTER PUBLICATION %s ADD TABLE %s",
+			cfg.Publication, cfg.Table, pub, ident.Sanitize())
+	}
+	own := "cdc_router_outbox"
+	if cfg.Publication == own {
+		own = "cdc_router_outbox_only"
+	}
+	dedicated := fmt.Sprintf("use a publication of its own: `cdc-router migrate --publication %s`, then run with "+
+		"--publication %s", own, own)
+	if allTables {
+		return problemf("publication %q publishes every table (FOR ALL TABLES), and the router stops at an insert "+
+			"into any table but %s: %s", cfg.Publication, cfg.Table, dedicated)
+	}
+	var version int
+	if err := conn.QueryRow(ctx, `SELECT current_setting('server_version_num')::int`).Scan(&version); err != nil {
+		return fmt.Errorf("read server version: %w", err)
+	}
+	if err := checkOtherTables(ctx, conn, cfg, version, dedicated); err != nil {
+		return err
+	}
+	if version < 150000 {
+		return nil // no column lists or row filters before PostgreSQL 15
+	}
+	return checkColumnList(ctx, conn, cfg)
+}
+
+// checkOtherTables names the tables besides the outbox, and the fix: DROP TABLE for the tables listed on
+// their own, DROP TABLES IN SCHEMA for a schema the publication publishes whole (PostgreSQL 15+), and then
+// ADD TABLE for the outbox when it was only there through its schema.
+func checkOtherTables(ctx context.Context, conn *pgx.Conn, cfg Config, version int, dedicated string) error {
+	ident := TableIdent(cfg.Table)
+	rows, err := conn.Query(ctx, `SELECT schemaname, tablename FROM pg_publication_tables
+		WHERE pubname = $1 AND NOT (schemaname = $2 AND tablename = $3) ORDER BY 1, 2`, cfg.Publication, ident[0], ident[1])
+	if err != nil {
+		return fmt.Errorf("read publication tables: %w", err)
+	}
+	others, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (pgx.Identifier, error) {
+		var s, t string
+		return pgx.Identifier{s, t}, r.Scan(&s, &t)
+	})
+	if err != nil || len(others) == 0 {
+		return wrapErr("read publication tables", err)
+	}
+	var schemas []string
+	if version >= 150000 {
+		rows, err := conn.Query(ctx, `SELECT n.nspname FROM pg_publication_namespace pn
+			JOIN pg_publication p ON p.oid = pn.pnpubid JOIN pg_namespace n ON n.oid = pn.pnnspid
+			WHERE p.pubname = $1 ORDER BY 1`, cfg.Publication)
+		if err != nil {
+			return fmt.Errorf("read publication schemas: %w", err)
+		}
+		if schemas, err = pgx.CollectRows(rows, pgx.RowTo[string]); err != nil {
+			return fmt.Errorf("read publication schemas: %w", err)
+		}
+	}
+	var listed bool // the outbox is in the publication by name, not only through its schema
+	err = conn.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_publication_rel pr
+		JOIN pg_publication p ON p.oid = pr.prpubid JOIN pg_class c ON c.oid = pr.prrelid
+		JOIN pg_namespace n ON n.oid = c.relnamespace WHERE p.pubname = $1 AND n.nspname = $2 AND c.relname = $3)`,
+		cfg.Publication, ident[0], ident[1]).Scan(&listed)
+	if err != nil {
+		return fmt.Errorf("read publication tables: %w", err)
+	}
+	pub := pgx.Identifier{cfg.Publication}.Sanitize()
+	var names, drop, fixes []string
+	for _, t := range others {
+		names = append(names, t[0]+"."+t[1])
+		if !slices.Contains(schemas, t[0]) {
+			drop = append(drop, t.Sanitize())
+		}
+	}
+	if len(drop) > 0 {
+		fixes = append(fixes, fmt.Sprintf("ALTER PUBLICATION %s DROP TABLE %s", pub, strings.Join(drop, ", ")))
+	}
+	if len(schemas) > 0 {
+		quoted := make([]string, len(schemas))
+		for i, s := range schemas {
+			quoted[i] = pgx.Identifier{s}.Sanitize()
+		}
+		fixes = append(fixes, fmt.Sprintf("ALTER PUBLICATION %s DROP TABLES IN SCHEMA %s", pub, strings.Join(quoted, ", ")))
+		if !listed && slices.Contains(schemas, ident[0]) {
+			fixes = append(fixes, fmt.Sprintf("ALTER PUBLICATION %s ADD TABLE %s", pub, ident.Sanitize()))
+		}
+	}
+	if len(names) > 10 {
+		names = append(names[:10], fmt.Sprintf("%d more", len(names)-10))
+	}
+	return problemf("publication %q also publishes %s, and the router stops at an insert into any table but %s: "+
+		"run %s, or %s", cfg.Publication, strings.Join(names, ", "), cfg.Table, strings.Join(fixes, "; "), dedicated)
+}
+
+// checkColumnList refuses a column list (PostgreSQL 15+) without every column the router reads, naming
+// SET TABLE with the publication's row filter kept.
+func checkColumnList(ctx context.Context, conn *pgx.Conn, cfg Config) error {
+	ident := TableIdent(cfg.Table)
+	var published []string
+	var filter *string
+	err := conn.QueryRow(ctx, `SELECT attnames::text[], rowfilter FROM pg_publication_tables
+		WHERE pubname = $1 AND schemaname = $2 AND tablename = $3`, cfg.Publication, ident[0], ident[1]).
+		Scan(&published, &filter)
+	if err != nil {
+		return fmt.Errorf("read publication columns: %w", err)
+	}
+	var missing []string
+	for name := range columnTypes {
+		if !slices.Contains(published, name) {
+			missing = append(missing, name)
+		}
+	}
+	if len(missing) == 0 {
+		return nil
+	}
+	sort.Strings(missing)
+	where := ""
+	if filter != nil {
+		where = " WHERE (" + *filter + ")"
+	}
+	return problemf("publication %q publishes only the columns %s of %s, so the router would never see %s: run "+
+		"ALTER PUBLICATION %s SET TABLE %s%s to publish every column", cfg.Publication, strings.Join(published, ", "),
+		cfg.Table, strings.Join(missing, ", "), pgx.Identifier{cfg.Publication}.Sanitize(), ident.Sanitize(), where)
+}
+
+// wrapErr wraps a non-nil err with what was being done.
+func wrapErr(doing string, err error) error {
+	if err != nil {
+		return fmt.Errorf("%s: %w", doing, err)
+	}
+	return nil
+}

@@ -1,0 +1,128 @@
+package migrations
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sort"
+	"strings"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// columnTypes lists, per outbox column, the types the decoder accepts (pg_type names).
+var columnTypes = map[string][]string{
+	"id":                {"uuid"},
+	"aggregate_type":    {"text", "varchar"},
+	"aggregate_id":      {"text", "varchar"},
+	"aggregate_version": {"int8", "int4", "int2"},
+	"event_type":        {"text", "varchar"},
+	"schema_version":    {"int4", "int2"},
+	"payload":           {"jsonb", "json"},
+	"headers":           {"jsonb", "json"},
+	"occurred_at":       {"timestamptz"},
+}
+
+// keyColumns is the outbox key that snapshots page by, in order.
+var keyColumns = []string{"aggregate_type", "aggregate_id", "aggregate_version"}
+
+type outboxColumn struct {
+	typ     string
+	notNull bool
+}
+
+// relation returns the oid of the table schema.name, or 0 when there is none. It reads the catalog by
+// name, so unlike to_regclass it needs no USAGE on the schema.
+func relation(ctx context.Context, conn *pgx.Conn, schema, name string) (uint32, error) {
+	var oid uint32
+	err := conn.QueryRow(ctx, `SELECT coalesce((SELECT c.oid FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+		WHERE n.nspname = $1 AND c.relname = $2 AND c.relkind IN ('r', 'p')), 0)`, schema, name).Scan(&oid)
+	if err != nil {
+		return 0, fmt.Errorf("look up %s.%s: %w", schema, name, err)
+	}
+	return oid, nil
+}
+
+func readColumns(ctx context.Context, conn *pgx.Conn, table uint32) (map[string]outboxColumn, error) {
+	rows, err := conn.Query(ctx, `
+		SELECT a.attname, t.typname, a.attnotnull
+		FROM pg_attribute a JOIN pg_type t ON t.oid = a.atttypid
+		WHERE a.attrelid = $1 AND a.attnum > 0 AND NOT a.attisdropped`, table)
+	if err != nil {
+		return nil, fmt.Errorf("read outbox columns: %w", err)
+	}
+	have := map[string]outboxColumn{}
+	var name string
+	var c outboxColumn
+	_, err = pgx.ForEachRow(rows, []any{&name, &c.typ, &c.notNull}, func() error {
+		have[name] = c
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("read outbox columns: %w", err)
+	}
+	return have, nil
+}
+
+func checkTable(ctx context.Context, conn *pgx.Conn, cfg Config) error {
+	ident := TableIdent(cfg.Table)
+	table, err := relation(ctx, conn, ident[0], ident[1])
+	if err != nil {
+		return err
+	}
+	have, err := readColumns(ctx, conn, table)
+	if err != nil {
+		return err
+	}
+	if len(have) == 0 {
+		return problemf("the outbox table %s does not exist: run `cdc-router migrate` to create it, or point "+
+			"--table (CDC_ROUTER_TABLE) at yours", cfg.Table)
+	}
+	names := make([]string, 0, len(columnTypes))
+	for name := range columnTypes {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	var bad []string
+	for _, name := range names {
+		want := columnTypes[name]
+		got, ok := have[name]
+		switch {
+		case !ok:
+			bad = append(bad, fmt.Sprintf("column %s is missing", name))
+		case !slices.Contains(want, got.typ):
+			bad = append(bad, fmt.Sprintf("column %s is %s, want %s", name, got.typ, strings.Join(want, " or ")))
+		}
+	}
+	if len(bad) > 0 {
+		return problemf("the outbox table %s does not have the expected shape (%s): alter it to match "+
+			"migrations/sql/002_outbox.sql", cfg.Table, strings.Join(bad, "; "))
+	}
+	var nullable, fixes []string
+	for _, name := range keyColumns {
+		if !have[name].notNull {
+			nullable = append(nullable, name)
+			fixes = append(fixes, "ALTER COLUMN "+name+" SET NOT NULL")
+		}
+	}
+	if len(nullable) > 0 {
+		return problemf("the outbox table %s allows NULL in %s, but every event needs its key and snapshots page by "+
+			"it: run ALTER TABLE %s %s (after fixing any row that holds a NULL)",
+			cfg.Table, strings.Join(nullable, ", "), ident.Sanitize(), strings.Join(fixes, ", "))
+	}
+	var keyed bool
+	err = conn.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_index i
+		WHERE i.indrelid = $1 AND i.indisunique AND i.indpred IS NULL
+		  AND ARRAY(SELECT a.attname::text FROM unnest(i.indkey::int2[]) WITH ORDINALITY AS k(attnum, ord)
+		            JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = k.attnum ORDER BY k.ord)
+		      = ARRAY['aggregate_type', 'aggregate_id', 'aggregate_version'])`, table).Scan(&keyed)
+	if err != nil {
+		return fmt.Errorf("read outbox keys: %w", err)
+	}
+	if !keyed {
+		return problemf("the outbox table %s has no unique key on (aggregate_type, aggregate_id, aggregate_version), "+
+			"which snapshots page by and which keeps one version per aggregate: ALTER TABLE %s ADD UNIQUE "+
+			"(aggregate_type, aggregate_id, aggregate_version)", cfg.Table, ident.Sanitize())
+	}
+	return nil
+}

@@ -1,0 +1,24 @@
+// Package quarantine owns writing the router's quarantine table (<schema>.quarantine): the outbox rows that
+// cannot become events and the events the broker refuses, from the stream, the initial snapshot and
+// backfills alike. It is the one writer of that table.
+//
+// It guarantees, each pinned by a test:
+//   - A record never fails to be written because of the row's content. Each column value is stored as its
+//     bounded prefix (cdc.MaxStoredValue bytes), made valid UTF-8 (invalid sequences and NUL become U+FFFD),
+//     in JSON text whose only \u escapes are for control characters below U+0020, so jsonb accepts it in any
+//     server encoding, SQL_ASCII included. A value that was cut or was not valid UTF-8 gets a note in
+//     value_notes: its whole length in bytes, the SHA-256 of the whole value, truncated and invalid_utf8.
+//   - If the INSERT still fails with a data error (SQLSTATE class 22, e.g. a character the server encoding
+//     cannot hold) or a program limit (class 54), a minimal record is written instead: slot, position, key,
+//     event id and reason, row_values NULL and value_notes {"values_not_stored": "<PostgreSQL's message>"}.
+//     A last attempt keeps only ASCII in every text.
+//   - Each row has its own key (slot, lsn, row_key): a streamed row's is its WAL position and its ordinal
+//     among the inserts at that position (row_key empty for ordinal 0, '#<n>' for ordinal n), stable across
+//     replays; a snapshot or backfill row's is its outbox key as a JSON array (Key). A replayed row does not
+//     make a second record and is not an error.
+//
+// Other errors (connection, permission, a missing column when migrations were not run) are returned
+// wrapped: the caller retries or stops, it never skips the row.
+//
+// It never logs and never returns a value in an error, so no payload reaches a log through it.
+package quarantine

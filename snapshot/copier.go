@@ -1,0 +1,190 @@
+package snapshot
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/cdc-router/cdc-router/internal/cdc"
+	"github.com/cdc-router/cdc-router/offsets"
+	"github.com/cdc-router/cdc-router/quarantine"
+)
+
+// mark is what the progress store needs once every row up to a page end is confirmed.
+type mark struct {
+	last *Key // nil while no key has been confirmed (only rows with a NULL key part so far)
+	done int64
+}
+
+// Copy publishes every row of the job after its last key, in key order, storing progress whenever every
+// row up to a page end is confirmed (at most once a second, and at the end), then marks the job done.
+// Where the key columns allow NULL, the rows with a NULL key part come last, in a pass of their own.
+// A row that cannot become an event, or whose event the publisher refuses as unpublishable, is
+// quarantined under cfg.Slot and counts as done. It returns the finished job.
+func Copy(ctx context.Context, cfg Config, q Querier, jobs *Jobs, job Job, pub Publisher, rep *Reporter) (Job, error) {
+	cfg = cfg.withDefaults()
+	c := &copier{cfg: cfg, q: q, jobs: jobs, job: job, pub: pub, rep: rep, pages: offsets.NewTracker(1),
+		quar: quarantine.NewStore(jobs.conn, cfg.Schema, cfg.Slot), marks: map[cdc.LSN]mark{}, began: time.Now()}
+	if err := c.run(ctx); err != nil {
+		return c.job, err
+	}
+	if err := jobs.Finish(ctx, job.Name, c.job.RowsDone); err != nil {
+		return c.job, err
+	}
+	c.job.State = "done"
+	rep.Finish(c.job.RowsDone)
+	return c.job, nil
+}
+
+type copier struct {
+	cfg      Config
+	q        Querier
+	jobs     *Jobs
+	job      Job
+	pub      Publisher
+	rep      *Reporter
+	quar     *quarantine.Store
+	nullable bool             // a key column allows NULL
+	pages    *offsets.Tracker // a page is a "transaction" whose end is its number
+	marks    map[cdc.LSN]mark
+	page     cdc.LSN
+	prev     *mark // mark of the last page that had rows
+	read     int64 // rows read by this process, for the rate limit
+	began    time.Time
+	saved    time.Time
+}
+
+func (c *copier) run(ctx context.Context) error {
+	err := c.copyAll(ctx)
+	if err != nil && ctx.Err() != nil {
+		c.settle(5 * time.Second)
+	}
+	return err
+}
+
+// settle is the stop path: it lets the confirms of the pages already read arrive (bounded) and stores how
+// far they reach, so that the next start resumes as late as possible.
+func (c *copier) settle(bound time.Duration) {
+	deadline := time.Now().Add(bound)
+	for c.pages.Watermark() < c.page+1 && time.Now().Before(deadline) {
+		select {
+		case <-c.pub.Failed():
+			deadline = time.Now()
+		case <-c.pages.Advanced():
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	c.progress(ctx, true)
+}
+
+func (c *copier) copyAll(ctx context.Context) error {
+	var err error
+	if c.nullable, err = nullableKey(ctx, c.cfg, c.q); err != nil {
+		return err
+	}
+	after, read := c.job.LastKey, c.job.RowsDone
+	for {
+		sql, args := c.cfg.pageQuery(after, c.nullable)
+		n, last, err := c.copyPage(ctx, sql, args, read, true)
+		if err != nil {
+			return err
+		}
+		read += int64(n)
+		if n < c.cfg.PageSize {
+			break
+		}
+		after = &last
+	}
+	if c.nullable {
+		if _, _, err := c.copyPage(ctx, c.cfg.nullKeyQuery(), nil, read, false); err != nil {
+			return err
+		}
+	}
+	for c.pages.InFlight() > 0 {
+		select {
+		case <-c.pub.Failed():
+			return fmt.Errorf("publish: %w", c.pub.Err())
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-c.pages.Advanced():
+			if err := c.progress(ctx, false); err != nil {
+				return err
+			}
+		case <-time.After(time.Second):
+		}
+	}
+	return c.progress(ctx, true)
+}
+
+// copyPage reads one page (keyed: in key order, else the NULL-key pass, whose rows carry their ctid) and
+// publishes or quarantines its rows; it returns the number of rows and the last key.
+func (c *copier) copyPage(ctx context.Context, sql string, args []any, doneBefore int64, keyed bool) (int, Key, error) {
+	rows, err := c.q.Query(ctx, sql, args...)
+	if err != nil {
+		return 0, Key{}, explainQuery(err, c.cfg)
+	}
+	defer rows.Close()
+	page := c.pages.Begin()
+	var last Key
+	n := 0
+	for rows.Next() {
+		width := len(columnNames)
+		if !keyed {
+			width++ // the ctid
+		}
+		raw := make([]*string, width)
+		dest := make([]any, len(raw))
+		for i := range raw {
+			dest[i] = &raw[i]
+		}
+		if err := rows.Scan(dest...); err != nil {
+			return 0, Key{}, fmt.Errorf("read row: %w", err)
+		}
+		if last, err = c.emit(ctx, page, raw); err != nil {
+			return 0, Key{}, err
+		}
+		n++
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return 0, Key{}, explainQuery(err, c.cfg)
+	}
+	c.page++
+	c.pages.Commit(page, c.page+1)
+	if n > 0 {
+		m := mark{last: &last, done: doneBefore + int64(n)}
+		if !keyed { // the NULL-key pass moves no key
+			m.last = c.job.LastKey
+			if c.prev != nil {
+				m.last = c.prev.last
+			}
+		}
+		c.prev = &m
+	}
+	if c.prev != nil {
+		c.marks[c.page+1] = *c.prev
+	}
+	return n, last, c.progress(ctx, false)
+}
+
+// progress stores the newest fully confirmed page's key (at most once a second unless forced).
+func (c *copier) progress(ctx context.Context, force bool) error {
+	w := c.pages.Watermark()
+	m, ok := c.marks[w]
+	if ok {
+		for end := range c.marks {
+			if end < w {
+				delete(c.marks, end)
+			}
+		}
+		c.rep.Update(m.done, c.job.RowsTotal)
+	}
+	if !ok || (!force && time.Since(c.saved) < time.Second) {
+		return nil
+	}
+	c.job.LastKey, c.job.RowsDone = m.last, m.done
+	c.saved = time.Now()
+	return c.jobs.progress(ctx, c.job.Name, m.last, m.done, c.job.RowsTotal)
+}

@@ -1,0 +1,114 @@
+package snapshot
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/cdc-router/cdc-router/decode"
+	"github.com/cdc-router/cdc-router/internal/cdc"
+	"github.com/cdc-router/cdc-router/offsets"
+	"github.com/cdc-router/cdc-router/quarantine"
+)
+
+// emit publishes one row, or quarantines it, and applies the rate limit. raw holds the row's columns in
+// the order of columnNames, followed by its ctid in the NULL-key pass. A quarantined row is handled: it
+// leaves nothing outstanding in its page.
+func (c *copier) emit(ctx context.Context, page offsets.Txn, raw []*string) (Key, error) {
+	values := make(map[string]*string, len(columnNames))
+	for i, name := range columnNames {
+		values[name] = raw[i]
+	}
+	key := Key{AggregateType: deref(raw[1]), AggregateID: deref(raw[2])}
+	key.Version, _ = strconv.ParseInt(deref(raw[3]), 10, 64)
+	ev, err := decode.MapRow(c.cfg.Decode, values)
+	var rowErr *decode.RowError
+	switch {
+	case errors.As(err, &rowErr):
+		return key, c.quarantine(ctx, c.rowRecord(raw, key, rowErr.Reason))
+	case err != nil:
+		return key, err
+	}
+	ev.CommitLSN, ev.Backfill = c.job.ReadLSN, true
+	c.pages.Add(page)
+	err = c.pub.Publish(ctx, ev, func() { c.pages.Confirm(page) })
+	switch {
+	case errors.Is(err, cdc.ErrUnpublishable):
+		// The publisher never calls done for a refused event: the record stands in for its confirm.
+		q := quarantine.FromEvent(ev, c.cfg.Table, err.Error())
+		if len(raw) > len(columnNames) {
+			q.RowKey = nullKey(raw)
+		}
+		if err := c.quarantine(ctx, q); err != nil {
+			return key, err
+		}
+		c.pages.Confirm(page)
+	case err != nil:
+		return key, fmt.Errorf("publish: %w", err)
+	}
+	c.read++
+	if c.cfg.Rate > 0 {
+		due := c.began.Add(time.Duration(float64(c.read) / c.cfg.Rate * float64(time.Second)))
+		if wait := time.Until(due); wait > 0 {
+			select {
+			case <-time.After(wait):
+			case <-ctx.Done():
+				return key, ctx.Err()
+			}
+		}
+	}
+	return key, nil
+}
+
+func (c *copier) quarantine(ctx context.Context, q cdc.Quarantined) error {
+	if err := c.quar.Write(ctx, q); err != nil {
+		return fmt.Errorf("quarantine row %s of %s: %w", q.RowKey, c.job.Name, err)
+	}
+	return nil
+}
+
+// rowRecord is the quarantine record of a row that cannot become an event: its bounded column values, keyed
+// by the job's read position and the row's key.
+func (c *copier) rowRecord(raw []*string, key Key, reason string) cdc.Quarantined {
+	cols := make(map[string]cdc.RawValue, len(columnNames))
+	for i, name := range columnNames {
+		if raw[i] == nil {
+			cols[name] = cdc.NullValue()
+		} else {
+			cols[name] = cdc.TextValue(*raw[i])
+		}
+	}
+	rowKey := quarantine.Key(key.AggregateType, key.AggregateID, key.Version)
+	if len(raw) > len(columnNames) {
+		rowKey = nullKey(raw)
+	}
+	return cdc.Quarantined{LSN: c.job.ReadLSN, CommitLSN: c.job.ReadLSN, RowKey: rowKey, Table: c.cfg.Table,
+		EventID: deref(raw[0]), Columns: cols, Reason: reason}
+}
+
+// nullKey is the row key of a row read by the NULL-key pass: [type, id, version, ctid] with JSON null for
+// the NULL parts. The ctid tells apart rows whose keys are equal (a unique key lets NULLs repeat); it is
+// stable while the snapshot or the page is read, so a resumed copy may add a second record for a row that
+// was moved since, never lose one.
+func nullKey(raw []*string) string {
+	parts := []any{raw[1], raw[2], nil, "ctid " + deref(raw[len(columnNames)])}
+	if raw[3] != nil {
+		parts[2] = json.Number(*raw[3])
+	}
+	var b bytes.Buffer
+	enc := json.NewEncoder(&b)
+	enc.SetEscapeHTML(false)
+	enc.Encode(parts)
+	return string(bytes.TrimSuffix(b.Bytes(), []byte("\n")))
+}
+
+func deref(s *string) string {
+	if s == nil {
+		return ""
+	}
+	return *s
+}
