@@ -14,6 +14,8 @@ const (
 	DefaultWindow         = 512
 	DefaultConfirmTimeout = 60 * time.Second
 	DefaultConnectionName = "cdc-router"
+	// DefaultMaxInflightBytes bounds the bytes of unconfirmed messages held across all lanes: 64 MiB.
+	DefaultMaxInflightBytes = 64 << 20
 	// UnroutableSuffix is appended to Exchange to name the default alternate exchange and its queue.
 	UnroutableSuffix = ".unroutable"
 
@@ -42,6 +44,11 @@ type Config struct {
 	ConfirmTimeout time.Duration
 	// ConnectionName is shown in the RabbitMQ management UI; default "cdc-router".
 	ConnectionName string
+	// MaxInflightBytes bounds the memory of the publish window: the bytes (body and encoded content header)
+	// of the messages handed to Publish and not yet confirmed, across all lanes. Publish blocks while one
+	// more event would go over it, except that an event is always taken when nothing else is in flight, so
+	// an event larger than the bound goes through alone. Default DefaultMaxInflightBytes (64 MiB).
+	MaxInflightBytes int
 }
 
 // withDefaults returns c with every zero field set to its default.
@@ -66,6 +73,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.ConnectionName == "" {
 		c.ConnectionName = DefaultConnectionName
+	}
+	if c.MaxInflightBytes == 0 {
+		c.MaxInflightBytes = DefaultMaxInflightBytes
 	}
 	return c
 }
@@ -98,6 +108,9 @@ func (c Config) Validate() error {
 		return fmt.Errorf("%w: window is %d: choose between 1 and %d", ErrInvalidConfig, c.Window, maxWindow)
 	case c.ConfirmTimeout < 0:
 		return fmt.Errorf("%w: confirm timeout is %s: choose a positive duration", ErrInvalidConfig, c.ConfirmTimeout)
+	case c.MaxInflightBytes < 0:
+		return fmt.Errorf("%w: max in-flight bytes is %d: choose a positive number of bytes (default %d, 64 MiB)",
+			ErrInvalidConfig, c.MaxInflightBytes, DefaultMaxInflightBytes)
 	}
 	return nil
 }

@@ -99,7 +99,7 @@ func (r *Router) watch() {
 			select {
 			case e, ok := <-closes:
 				if ok && e != nil {
-					r.fail(fmt.Errorf("connection: %w: %w", ErrBrokerClosed, e), -1, "")
+					r.fail(closedError(e, true, -1, ""), -1, "")
 				}
 				closes = nil
 			case b, ok := <-blocked:

@@ -7,16 +7,35 @@
 // Each lane is one channel, written by one goroutine and confirmed by another; an aggregate
 // (aggregate_type, aggregate_id) always goes through the same lane.
 //
-// What it guarantees:
+// What it guarantees, each pinned by a test:
 //   - Messages of one lane are published in the order of the Publish calls, so the events of one aggregate
 //     reach every queue in the order the caller handed them over.
-//   - A lane keeps at most Window messages unconfirmed; Publish blocks while the window is full.
+//   - An event RabbitMQ would refuse deterministically is never published: Check (static, no connection
+//     needed) and Publish (which adds the connection's negotiated frame_max) refuse it with an error
+//     wrapping ErrInvalidEvent, which is cdc.ErrUnpublishable, naming the reason, and the Router goes on.
+//     Refused: a routing key, message id or header name over 255 bytes (AMQP short strings); an empty
+//     outbox id; a headers column that is not a JSON object; the header names RabbitMQ reserves (CC and
+//     BCC exactly, as RabbitMQ matches them case-sensitively: sender-selected distribution would route
+//     copies elsewhere, or close the channel with 406 for a non-array; x-death, x-first-death-* and
+//     x-last-death-*: the broker's dead-lettering history; x-amqp-1.0-*: RabbitMQ's AMQP 1.0 conversion
+//     headers); and a message whose encoded properties and headers make a content header frame larger
+//     than frame_max (RabbitMQ would close the connection with 501). The frame size is computed exactly as
+//     amqp091 encodes it, and every header value is one of string, int64, int32, float64 or bool.
+//   - A lane keeps at most Window messages unconfirmed, and the Router holds at most MaxInflightBytes of
+//     unconfirmed messages (body and content header) across its lanes, except one event larger than that,
+//     which goes alone. Publish blocks while either is full and returns ctx.Err() without enqueueing when
+//     ctx ends first. A message's body is dropped as soon as it is written; its bytes go back to the window
+//     when it is confirmed, or when the Router fails or is closed.
 //   - done is called exactly once per event, from a route goroutine, only after the broker confirmed the
 //     message positively and did not return it (basic.return, matched by message id within the lane).
 //     A nack, a return, a channel or connection close, or a confirm that does not arrive within
 //     ConfirmTimeout puts the Router into a failed state; after that, done is never called again for any
 //     event. The caller then closes the Router and restarts its stream from its last acknowledged position,
 //     which is how no event is lost and the order per aggregate holds (modulo duplicates).
+//   - A close by the broker or a lost connection is a *ClosedError (matching ErrBrokerClosed) whose
+//     PerMessage says whether a single message can have caused it (406, 501, 502, 505, 540), so that the
+//     caller can find that message by republishing one event at a time; a nack, a confirm timeout, a lost
+//     connection and an operator's or a node's close (320) never are.
 //
 // What it never does: retry or republish (the caller restarts), reconnect on its own (amqp091's
 // Config.Recovery stays nil: its recovery restarts delivery tags and nacks the window silently), log a

@@ -8,6 +8,8 @@ import (
 	"syscall"
 
 	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/cdc-router/cdc-router/internal/cdc"
 )
 
 // Sentinel errors, checked with errors.Is.
@@ -28,8 +30,10 @@ var (
 	ErrBrokerClosed = errors.New("channel or connection closed")
 	// ErrConfirmTimeout: a message stayed unconfirmed for longer than Config.ConfirmTimeout.
 	ErrConfirmTimeout = errors.New("publisher confirm timed out")
-	// ErrInvalidEvent: an event breaks an AMQP limit (see Check); it was not published.
-	ErrInvalidEvent = errors.New("event cannot become an AMQP message")
+	// ErrInvalidEvent: an event can never become a message RabbitMQ accepts (an AMQP limit, a reserved
+	// header name, a content header over the connection's frame_max; see Check and Router.Publish); it was
+	// not published. It is cdc.ErrUnpublishable itself, so callers can detect it without importing route.
+	ErrInvalidEvent = cdc.ErrUnpublishable
 )
 
 // PublishError is the failure of one event that the broker refused: a nack, or a basic.return.

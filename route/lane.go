@@ -2,6 +2,7 @@ package route
 
 import (
 	"fmt"
+	"sync"
 	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
@@ -14,6 +15,7 @@ type publishing struct {
 	eventID  string
 	key      string
 	msg      amqp.Publishing // released once written
+	size     int             // body and content header bytes, held in the Router's budget until resolved
 	done     func()
 	confirm  *amqp.DeferredConfirmation
 	deadline time.Time
@@ -23,7 +25,8 @@ type publishing struct {
 // only reader of its notifications and resolves the publishings in the order they were written.
 // A publishing holds one slot from Publish until it is resolved, so queued and sent never fill up and
 // at most Window messages are unconfirmed; returns holds at most one return per held slot, so the
-// reader goroutine of amqp091 never waits on it.
+// reader goroutine of amqp091 never waits on it. A publishing also holds its bytes in the Router's budget
+// until it is resolved or, once the Router has failed, discarded by the goroutine that holds it.
 type lane struct {
 	r        *Router
 	id       int
@@ -74,31 +77,63 @@ func laneOf(ev cdc.Event, lanes int) int {
 	return int(h % uint64(lanes))
 }
 
-// publishLoop writes the queued publishings in order with mandatory set, until the Router fails. A write
-// that fails (the channel is closed) fails the Router.
-func (l *lane) publishLoop() {
+// run runs the lane's two goroutines until the Router fails, then discards what is left in the lane.
+func (l *lane) run() {
 	defer l.r.wg.Done()
+	var wg sync.WaitGroup
+	wg.Add(2)
+	go func() { defer wg.Done(); l.publishLoop() }()
+	go func() { defer wg.Done(); l.confirmLoop() }()
+	wg.Wait()
+	l.discard()
+}
+
+// discard releases the publishings left in queued and sent once both loops have ended (the Router has
+// failed): their bytes go back to the budget and their bodies to the garbage collector. Taking the admit
+// lock once waits for a Publish that is enqueueing; every later one sees the failure and enqueues nothing.
+func (l *lane) discard() {
+	l.r.admit.Lock() // a barrier, not a critical section
+	l.r.admit.Unlock()
+	for {
+		select {
+		case p := <-l.queued:
+			l.r.bytes.release(p.size)
+		case p := <-l.sent:
+			l.r.bytes.release(p.size)
+		default:
+			return
+		}
+	}
+}
+
+// publishLoop writes the queued publishings in order with mandatory set, until the Router fails. A write
+// that fails (the channel or the connection is closed or lost) fails the Router; the message body is
+// dropped as soon as it is written.
+func (l *lane) publishLoop() {
 	for {
 		select {
 		case <-l.r.failed:
 			return
 		case p := <-l.queued:
 			if l.r.Err() != nil {
+				l.r.bytes.release(p.size)
 				return
 			}
 			dc, err := l.ch.PublishWithDeferredConfirm(l.r.cfg.Exchange, p.key, true, false, p.msg)
+			p.msg = amqp.Publishing{}
 			if err != nil {
-				if l.ch.IsClosed() { // let confirmLoop report the broker's reason for the close
-					select {
-					case <-l.r.failed:
-						return
-					case <-time.After(time.Second):
-					}
+				l.r.bytes.release(p.size)
+				// A failed write means the channel or the connection is gone: let confirmLoop or the
+				// connection's watcher report the broker's reason for the close.
+				select {
+				case <-l.r.failed:
+					return
+				case <-time.After(time.Second):
 				}
 				l.r.fail(fmt.Errorf("lane %d: publish event %s: %w", l.id, p.eventID, err), l.id, p.eventID)
 				return
 			}
-			p.confirm, p.deadline, p.msg = dc, time.Now().Add(l.r.cfg.ConfirmTimeout), amqp.Publishing{}
+			p.confirm, p.deadline = dc, time.Now().Add(l.r.cfg.ConfirmTimeout)
 			l.sent <- p
 		}
 	}
@@ -106,7 +141,6 @@ func (l *lane) publishLoop() {
 
 // confirmLoop resolves the sent publishings in order until the Router fails or the channel closes.
 func (l *lane) confirmLoop() {
-	defer l.r.wg.Done()
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
 	for {
@@ -114,7 +148,14 @@ func (l *lane) confirmLoop() {
 		case <-l.r.failed:
 			return
 		case e, ok := <-l.closes:
-			l.closed(e, ok)
+			var first string
+			select {
+			case p := <-l.sent: // the oldest unresolved publishing of the lane
+				first = p.eventID
+				l.r.bytes.release(p.size)
+			default:
+			}
+			l.closed(e, ok, first)
 			return
 		case p := <-l.sent:
 			if !l.resolve(p, timer) {
@@ -125,8 +166,10 @@ func (l *lane) confirmLoop() {
 }
 
 // resolve waits for the confirmation of p and acts on it: done for a positive confirm of a message that
-// was not returned, failure otherwise. It reports whether the lane goes on.
+// was not returned, failure otherwise. It reports whether the lane goes on. Either way p's bytes go back
+// to the budget.
 func (l *lane) resolve(p *publishing, timer *time.Timer) bool {
+	defer func() { l.r.bytes.release(p.size) }() // p.size is zeroed once released
 	timer.Reset(time.Until(p.deadline))
 	select {
 	case <-p.confirm.Done():
@@ -146,7 +189,7 @@ func (l *lane) resolve(p *publishing, timer *time.Timer) bool {
 	if !p.confirm.Acked() {
 		if l.ch.IsClosed() {
 			e, ok := l.closeError()
-			l.closed(e, ok)
+			l.closed(e, ok, p.eventID)
 			return false
 		}
 		l.r.fail(&PublishError{EventID: p.eventID, Reason: "nacked by the broker " +
@@ -154,6 +197,8 @@ func (l *lane) resolve(p *publishing, timer *time.Timer) bool {
 		return false
 	}
 	l.r.deliver(p)
+	l.r.bytes.release(p.size) // before track, so that the bytes are back once Drain returns
+	p.size = 0
 	<-l.slots
 	l.r.track(-1)
 	return true
@@ -197,11 +242,11 @@ func (l *lane) closeError() (*amqp.Error, bool) {
 	}
 }
 
-// closed fails the Router for a closed channel; a close without error is the Router's own Close.
-func (l *lane) closed(e *amqp.Error, ok bool) {
-	if !ok || e == nil {
-		l.r.fail(fmt.Errorf("lane %d: %w", l.id, ErrBrokerClosed), l.id, "")
-		return
+// closed fails the Router with a *ClosedError for a closed channel; first is the oldest unresolved event
+// of the lane, when known. A close without error is the Router's own Close, which failed it already.
+func (l *lane) closed(e *amqp.Error, ok bool, first string) {
+	if !ok {
+		e = nil
 	}
-	l.r.fail(fmt.Errorf("lane %d: %w: %w", l.id, ErrBrokerClosed, e), l.id, "")
+	l.r.fail(closedError(e, l.r.conn.IsClosed(), l.id, first), l.id, first)
 }

@@ -23,40 +23,8 @@ const (
 	HeaderBackfill         = "x-backfill"        // bool true, only on backfilled events
 )
 
-const maxShortString = 255 // AMQP shortstr: routing key, message id, type, table keys
-
 // RoutingKey is the routing key of an event: "<aggregate_type>.<event_type>".
 func RoutingKey(ev cdc.Event) string { return ev.AggregateType + "." + ev.EventType }
-
-// Check reports why an event cannot become an AMQP message, or nil when it can: the routing key, the
-// message id and every header key must be at most 255 bytes, the message id must not be empty (returns
-// are matched by it), and the headers column, when present, must be a JSON object. The decoder quarantines
-// a row that fails Check; Publish refuses it with ErrInvalidEvent.
-func Check(ev cdc.Event) error {
-	user, err := userHeaders(ev.Headers)
-	return check(ev, user, err)
-}
-
-// check is Check on the already converted user headers.
-func check(ev cdc.Event, user amqp.Table, headersErr error) error {
-	if n := len(ev.AggregateType) + 1 + len(ev.EventType); n > maxShortString {
-		return fmt.Errorf("%w: routing key %q... is %d bytes, AMQP allows 255", ErrInvalidEvent, RoutingKey(ev)[:32], n)
-	}
-	switch {
-	case ev.ID == "":
-		return fmt.Errorf("%w: the outbox id (message id) is empty", ErrInvalidEvent)
-	case len(ev.ID) > maxShortString:
-		return fmt.Errorf("%w: the outbox id (message id) is %d bytes, AMQP allows 255", ErrInvalidEvent, len(ev.ID))
-	case headersErr != nil:
-		return fmt.Errorf("%w: headers: %w", ErrInvalidEvent, headersErr)
-	}
-	for k := range user {
-		if len(k) > maxShortString {
-			return fmt.Errorf("%w: header key %q... is %d bytes, AMQP allows 255", ErrInvalidEvent, k[:32], len(k))
-		}
-	}
-	return nil
-}
 
 // build checks ev (as Check does) and maps it to its routing key and AMQP message, converting the
 // headers column once.

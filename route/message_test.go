@@ -177,7 +177,8 @@ func TestCheck(t *testing.T) {
 
 func FuzzHeaders(f *testing.F) {
 	for _, s := range []string{``, `{}`, `{"a":1}`, `{"a":"b","c":[1,2],"d":{"e":null}}`, `{"x":1e400}`,
-		`{"y":-9223372036854775809}`, `{"z":true,"w":false}`, `[]`, `null`, `{"a":1}{`, "{\"\xff\":1}"} {
+		`{"y":-9223372036854775809}`, `{"z":true,"w":false}`, `[]`, `null`, `{"a":1}{`, "{\"\xff\":1}",
+		`{"CC":"x"}`, `{"BCC":["a"]}`, `{"cc":["a"]}`, `{"x-death":1}`, `{"x-amqp-1.0-footer":""}`, `{"":""}`} {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, raw []byte) {
@@ -200,10 +201,21 @@ func FuzzHeaders(f *testing.F) {
 			t.Fatalf("build and Check disagree: %v", err)
 		}
 		if Check(ev) == nil {
-			for k := range msg.Headers {
+			for k, v := range msg.Headers {
 				if len(k) > maxShortString {
 					t.Fatalf("Check passed a header key of %d bytes", len(k))
 				}
+				if _, reserved := reservedHeader(k); reserved {
+					t.Fatalf("Check passed the reserved header %q", k)
+				}
+				switch v.(type) {
+				case string, int64, int32, float64, bool:
+				default:
+					t.Fatalf("header %q has a value of type %T, which RabbitMQ may refuse", k, v)
+				}
+			}
+			if _, err := checkFrame(msg, 0); err != nil && !errors.Is(err, ErrInvalidEvent) {
+				t.Fatalf("checkFrame = %v, want nil or ErrInvalidEvent", err)
 			}
 		}
 	})

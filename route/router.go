@@ -38,6 +38,12 @@ type Router struct {
 	inflight int
 	idle     chan struct{} // closed while inflight == 0
 
+	frameMax int          // the connection's negotiated frame_max (RabbitMQ's default when it set none)
+	bytes    *budget      // Config.MaxInflightBytes
+	admit    sync.RWMutex // read-held by Publish while it enqueues; a lane write-locks it once to stop enqueues after failure
+
+	unchecked bool // test hook: publish what the checks would refuse, to provoke the broker's own refusal
+
 	closeOnce sync.Once
 	closeErr  error
 }
@@ -89,7 +95,11 @@ func open(cfg Config, logger *slog.Logger, uri amqp.URI, conn *amqp.Connection, 
 	if err := declare(conn, cfg, uri); err != nil {
 		return nil, err
 	}
-	r := &Router{cfg: cfg, log: logger, conn: conn, sock: sock, failed: make(chan struct{}), idle: make(chan struct{})}
+	r := &Router{cfg: cfg, log: logger, conn: conn, sock: sock, failed: make(chan struct{}), idle: make(chan struct{}),
+		frameMax: conn.Config.FrameSize, bytes: newBudget(cfg.MaxInflightBytes)}
+	if r.frameMax <= 0 {
+		r.frameMax = defaultFrameMax
+	}
 	close(r.idle)
 	for i := range cfg.Lanes {
 		l, err := openLane(r, i)
@@ -100,21 +110,23 @@ func open(cfg Config, logger *slog.Logger, uri amqp.URI, conn *amqp.Connection, 
 	}
 	r.watch()
 	for _, l := range r.lanes {
-		r.wg.Add(2)
-		go l.publishLoop()
-		go l.confirmLoop()
+		r.wg.Add(1)
+		go l.run()
 	}
 	return r, nil
 }
 
 // Publish hands ev to its lane (chosen by aggregate_type and aggregate_id) and returns without waiting
-// for the confirm. It blocks while that lane's window is full; if ctx ends first it returns ctx.Err() and
-// ev is not enqueued. It returns the Router's error once the Router has failed, and an ErrInvalidEvent
-// error (without failing the Router) for an event that fails Check. done, which may be nil, is called
-// once, from a route goroutine, when the broker confirmed the message positively and did not return it;
-// it is never called after the Router has failed. done must return quickly and must not call Close.
+// for the confirm. It blocks while that lane's window is full or while the event's bytes do not fit
+// MaxInflightBytes next to those of the events in flight; if ctx ends first it returns ctx.Err() and ev is
+// not enqueued. It returns the Router's error once the Router has failed. An event that can never become
+// a message the broker accepts (it fails Check, or its properties and headers do not fit the connection's
+// frame_max) is refused with an error wrapping ErrInvalidEvent (cdc.ErrUnpublishable), and the Router
+// goes on. done, which may be nil, is called once, from a route goroutine, when the broker confirmed the
+// message positively and did not return it; it is never called after the Router has failed. done must
+// return quickly and must not call Close.
 func (r *Router) Publish(ctx context.Context, ev cdc.Event, done func()) error {
-	key, msg, err := build(ev)
+	key, msg, header, err := r.build(ev)
 	if err != nil {
 		return err
 	}
@@ -132,16 +144,51 @@ func (r *Router) Publish(ctx context.Context, ev cdc.Event, done func()) error {
 	case <-r.failed:
 		return r.Err()
 	}
+	size := header + len(msg.Body)
+	if err := r.bytes.acquire(ctx, r.failed, size); err != nil {
+		<-l.slots
+		if errors.Is(err, errFailed) {
+			return r.Err()
+		}
+		return err
+	}
+	r.admit.RLock()
+	defer r.admit.RUnlock()
+	if err := r.Err(); err != nil { // the lane may already have discarded its queue
+		r.bytes.release(size)
+		<-l.slots
+		return err
+	}
 	r.track(1)
-	l.queued <- &publishing{eventID: ev.ID, key: key, msg: msg, done: done} // a held slot guarantees room
+	l.queued <- &publishing{eventID: ev.ID, key: key, msg: msg, done: done, size: size} // a held slot guarantees room
 	return nil
+}
+
+// build maps ev to its message after the static checks (Check) and the frame check against the
+// connection's frame_max; it returns the size of the content header frame as well.
+func (r *Router) build(ev cdc.Event) (string, amqp.Publishing, int, error) {
+	if r.unchecked {
+		key, msg := message(ev)
+		n, _, _ := contentHeaderSize(msg)
+		return key, msg, n + frameOverhead, nil
+	}
+	key, msg, err := build(ev)
+	if err != nil {
+		return "", amqp.Publishing{}, 0, err
+	}
+	n, err := checkFrame(msg, r.frameMax)
+	if err != nil {
+		return "", amqp.Publishing{}, 0, err
+	}
+	return key, msg, n, nil
 }
 
 // Failed is closed when the Router has failed or was closed; Err then says why.
 func (r *Router) Failed() <-chan struct{} { return r.failed }
 
-// Err is nil while the Router works. After a failure it is a *PublishError (nack, return), an error
-// matching ErrBrokerClosed (channel or connection closed, wrapping the broker's reason), ErrConfirmTimeout,
+// Err is nil while the Router works. After a failure it is a *PublishError (nack, return), a *ClosedError
+// (a channel or the connection closed by the broker, or the connection lost; it matches ErrBrokerClosed
+// and says with PerMessage whether one message can have caused it), an error matching ErrConfirmTimeout,
 // or the error of a publish that could not be written; after Close of a working Router it is ErrClosed.
 func (r *Router) Err() error {
 	select {

@@ -49,6 +49,9 @@ func TestCutWhileInFlight(t *testing.T) {
 	if n := c.t.Load(); n != 0 {
 		t.Errorf("done called %d times after Close", n)
 	}
+	if used, _ := r.bytes.usage(); used != 0 {
+		t.Errorf("%d bytes of the publish window still held after the failure and Close", used)
+	}
 }
 
 // TestConfirmTimeout: a confirm that does not come within ConfirmTimeout fails the Router.
@@ -103,6 +106,9 @@ func TestCloseWhileBlocked(t *testing.T) {
 	case err := <-waiting:
 		if !errors.Is(err, ErrClosed) {
 			t.Fatalf("blocked Publish returned %v, want ErrClosed", err)
+		}
+		if used, _ := r.bytes.usage(); used != 0 {
+			t.Fatalf("%d bytes of the publish window still held after Close", used)
 		}
 	case <-time.After(2 * time.Second):
 		t.Fatal("Publish still blocked after Close")

@@ -1,0 +1,67 @@
+package route
+
+import (
+	"context"
+	"errors"
+	"sync"
+)
+
+// errFailed is budget.acquire's answer when the Router failed while it waited.
+var errFailed = errors.New("router failed while waiting for the publish window")
+
+// budget bounds the bytes of the unresolved publishings of a Router, across its lanes: each holds the size
+// of its body and content header from Publish until it is confirmed or discarded. An acquire that does
+// not fit waits, except when nothing is held, so that one publishing larger than the whole budget still
+// goes through, alone.
+type budget struct {
+	max int
+
+	mu    sync.Mutex
+	used  int
+	peak  int           // the highest used so far; read by tests
+	freed chan struct{} // closed and replaced whenever bytes are released
+}
+
+func newBudget(max int) *budget { return &budget{max: max, freed: make(chan struct{})} }
+
+// acquire takes n bytes, waiting while they do not fit. It returns ctx.Err() if ctx ends first and
+// errFailed if failed is closed first; then nothing was taken.
+func (b *budget) acquire(ctx context.Context, failed <-chan struct{}, n int) error {
+	for {
+		b.mu.Lock()
+		if b.used == 0 || b.used+n <= b.max {
+			b.used += n
+			b.peak = max(b.peak, b.used)
+			b.mu.Unlock()
+			return nil
+		}
+		freed := b.freed
+		b.mu.Unlock()
+		select {
+		case <-freed:
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-failed:
+			return errFailed
+		}
+	}
+}
+
+// release gives back n bytes and wakes the waiting acquires.
+func (b *budget) release(n int) {
+	if n == 0 {
+		return
+	}
+	b.mu.Lock()
+	b.used -= n
+	close(b.freed)
+	b.freed = make(chan struct{})
+	b.mu.Unlock()
+}
+
+// usage returns the bytes held now and the most ever held.
+func (b *budget) usage() (used, peak int) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.used, b.peak
+}
