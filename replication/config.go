@@ -22,6 +22,9 @@ type Config struct {
 	ShutdownTimeout time.Duration // bound on reading to the commit and draining confirms at stop; default 30s
 	StoreInterval   time.Duration // stored-position write period; default 1s
 	MaxBackoff      time.Duration // cap of the restart backoff; default 30s
+	// PublicationCheckInterval is how often a streaming router re-checks that the publication still carries
+	// the outbox's inserts; default DefaultPublicationCheckInterval.
+	PublicationCheckInterval time.Duration
 
 	Decode decode.Config // row rules: payload limit and the router's message checks
 
@@ -56,8 +59,12 @@ func (c Config) WithDefaults() Config {
 	dur(&c.ShutdownTimeout, 30*time.Second)
 	dur(&c.StoreInterval, time.Second)
 	dur(&c.MaxBackoff, 30*time.Second)
+	dur(&c.PublicationCheckInterval, DefaultPublicationCheckInterval)
 	if c.Decode.Table == "" {
 		c.Decode.Table = c.Table
+	}
+	if c.Decode.Publication == "" {
+		c.Decode.Publication = c.Publication
 	}
 	return c
 }

@@ -60,6 +60,7 @@ func ConnectSQL(ctx context.Context, url string) (*pgx.Conn, error) {
 	}
 	delete(cfg.RuntimeParams, "replication")
 	cfg.RuntimeParams["application_name"] = "cdc-router"
+	cfg.RuntimeParams["client_encoding"] = "UTF8" // quarantine values are UTF-8 whatever the database's encoding
 	conn, err := pgx.ConnectConfig(ctx, cfg)
 	if err != nil {
 		return nil, explainConnect(err, hostOf(&cfg.Config))

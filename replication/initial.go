@@ -33,7 +33,7 @@ func createWithSnapshot(ctx context.Context, cfg Config, log *slog.Logger, stats
 		pglogrepl.CreateReplicationSlotOptions{SnapshotAction: "EXPORT_SNAPSHOT"})
 	stop()
 	if err != nil {
-		return 0, fmt.Errorf("create replication slot %s: %w", cfg.Slot, err)
+		return 0, createError(cfg.Slot, err)
 	}
 	point, err := cdc.ParseLSN(res.ConsistentPoint)
 	if err != nil {
@@ -123,6 +123,7 @@ func ConnectReader(ctx context.Context, url string) (*pgx.Conn, error) {
 	}
 	delete(cfg.RuntimeParams, "replication")
 	for k, v := range map[string]string{"application_name": "cdc-router reader", "TimeZone": "UTC", "DateStyle": "ISO",
+		"client_encoding":    "UTF8",
 		"extra_float_digits": "3", "idle_in_transaction_session_timeout": "0", "statement_timeout": "0"} {
 		cfg.RuntimeParams[k] = v
 	}

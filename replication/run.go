@@ -17,8 +17,45 @@ import (
 	"github.com/cdc-router/cdc-router/internal/cdc"
 	"github.com/cdc-router/cdc-router/migrations"
 	"github.com/cdc-router/cdc-router/offsets"
+	"github.com/cdc-router/cdc-router/quarantine"
 	"github.com/cdc-router/cdc-router/snapshot"
 )
+
+// permanentSetupError turns an error that no retry can fix (a missing privilege, a router table or schema
+// that does not exist) into a refusal at once, instead of retrying it through the start-up grace.
+func permanentSetupError(err error) error {
+	var pgErr *pgconn.PgError
+	if !errors.As(err, &pgErr) {
+		return nil
+	}
+	switch pgErr.Code {
+	case "42501":
+		return fatalf("PostgreSQL refused the router's role: %s; grant what it needs (docs/operations.md lists "+
+			"the grants of a least-privilege role) and start again", pgErr.Message)
+	case "42P01", "3F000":
+		return fatalf("PostgreSQL says %s: run `cdc-router migrate` (as the owner of the outbox table) and start again",
+			pgErr.Message)
+	}
+	return nil
+}
+
+// withBackfillHint adds to a setup problem with the publication which rows to backfill once it is fixed:
+// rows inserted while the outbox was out of the publication were never decoded, and never will be.
+func withBackfillHint(ctx context.Context, sql *pgx.Conn, cfg Config, err error) error {
+	var p *migrations.Problem
+	if !errors.As(err, &p) {
+		return err
+	}
+	problem, qerr := publicationProblem(ctx, sql, cfg)
+	if qerr != nil || problem == "" {
+		return err
+	}
+	okAt := lastSeen(ctx, sql, cfg)
+	if okAt == nil {
+		return err
+	}
+	return &Fatal{Msg: p.Msg + "; " + backfillHint(cfg, okAt)}
+}
 
 // startupGrace is how long connection failures are retried before the first successful start; after it,
 // the router gives up with the last error instead of retrying a setup that never worked.
@@ -44,8 +81,9 @@ func Run(ctx context.Context, cfg Config, dial Dialer, log *slog.Logger, stats *
 	began := time.Now()
 	started := false
 	backoff := 100 * time.Millisecond
+	net := newSafetyNet()
 	for {
-		progressed, err := runOnce(ctx, cfg, dial, log, stats, &started)
+		progressed, err := runOnce(ctx, cfg, dial, log, stats, &started, net)
 		if err == nil || (ctx.Err() != nil && !IsFatal(err)) {
 			stats.setState(StateStopped, nil)
 			log.Info("stopped", "published", stats.Published(), "quarantined", stats.Quarantined())
@@ -54,11 +92,18 @@ func Run(ctx context.Context, cfg Config, dial Dialer, log *slog.Logger, stats *
 		if IsFatal(err) {
 			return err
 		}
+		if f := permanentSetupError(err); f != nil {
+			return f
+		}
 		if !started && time.Since(began) > startupGrace && !errors.Is(err, errSlotBusy) {
 			return &Fatal{Msg: err.Error()}
 		}
 		if progressed {
 			backoff = 100 * time.Millisecond
+		}
+		if net.failed(err) {
+			log.Warn("RabbitMQ refused a message: the events up to the furthest received position are published one "+
+				"at a time, and one refused "+fmt.Sprint(strikesToQuarantine)+" times in a row is quarantined", "lsn", net.until)
 		}
 		wait := backoff/2 + rand.N(backoff/2+1)
 		stats.restarts.Add(1)
@@ -75,7 +120,8 @@ func Run(ctx context.Context, cfg Config, dial Dialer, log *slog.Logger, stats *
 
 // runOnce is one stream run: checks, slot decision, publisher, START_REPLICATION, stream. It reports
 // whether the acknowledged position moved.
-func runOnce(ctx context.Context, cfg Config, dial Dialer, log *slog.Logger, stats *Stats, started *bool) (bool, error) {
+func runOnce(ctx context.Context, cfg Config, dial Dialer, log *slog.Logger, stats *Stats, started *bool,
+	net *safetyNet) (bool, error) {
 	sql, err := ConnectSQL(ctx, cfg.PGURL)
 	if err != nil {
 		return false, err
@@ -92,8 +138,10 @@ func runOnce(ctx context.Context, cfg Config, dial Dialer, log *slog.Logger, sta
 	}
 	mcfg := migrations.Config{Table: cfg.Table, Publication: cfg.Publication, Schema: cfg.Schema}
 	if err := migrations.Check(ctx, sql, mcfg); err != nil {
-		return false, err
+		return false, withBackfillHint(ctx, sql, cfg, err)
 	}
+	watch := &publicationWatch{cfg: cfg, log: log, stats: stats}
+	watch.record(ctx, sql, "")
 	conn, err := connectReplication(ctx, cfg.PGURL)
 	if err != nil {
 		return false, err
@@ -128,7 +176,9 @@ func runOnce(ctx context.Context, cfg Config, dial Dialer, log *slog.Logger, sta
 	log.Info("streaming", "lsn", start, "publication", cfg.Publication, "system_id", sys.SystemID, "timeline", sys.Timeline)
 	s := &session{cfg: cfg, log: log, conn: conn, sql: sql, store: store, tracker: offsets.NewTracker(start),
 		pub: pub, dec: decode.New(cfg.Decode), sys: sys, stats: stats, lastHeard: time.Now(),
-		silence: silenceLimit(ctx, sql)}
+		silence: silenceLimit(ctx, sql), net: net, quar: quarantine.NewStore(sql, cfg.Schema, cfg.Slot), watch: watch}
+	watch.next = time.Now().Add(cfg.PublicationCheckInterval)
+	net.received = 0
 	err = s.stream(ctx)
 	return s.tracker.Watermark() > start, err
 }

@@ -101,7 +101,19 @@ func createSlot(ctx context.Context, conn *pgconn.PgConn, slot string) (cdc.LSN,
 	res, err := pglogrepl.CreateReplicationSlot(ctx, conn, slot, "pgoutput",
 		pglogrepl.CreateReplicationSlotOptions{SnapshotAction: "NOEXPORT_SNAPSHOT"})
 	if err != nil {
-		return 0, fmt.Errorf("create replication slot %s: %w", slot, err)
+		return 0, createError(slot, err)
 	}
 	return cdc.ParseLSN(res.ConsistentPoint)
+}
+
+// createError turns a failed CREATE_REPLICATION_SLOT into one sentence that names the fix where the
+// cause is the server's configuration, which retrying cannot change.
+func createError(slot string, err error) error {
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) && pgErr.Code == "53400" {
+		return fatalf("PostgreSQL cannot create replication slot %s: %s; drop slots nobody uses (SELECT slot_name, "+
+			"active FROM pg_replication_slots; SELECT pg_drop_replication_slot('<name>')) or raise max_replication_slots "+
+			"(ALTER SYSTEM SET max_replication_slots = ..., then restart PostgreSQL)", slot, pgErr.Message)
+	}
+	return fmt.Errorf("create replication slot %s: %w", slot, err)
 }

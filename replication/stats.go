@@ -31,12 +31,27 @@ type Stats struct {
 	state   string
 	since   time.Time
 	lastErr string
+	problem string // a condition that makes the router unready while it runs, e.g. the publication lost the outbox
+}
+
+// Problem is what makes a running router unready although it streams (empty when nothing does): the
+// publication no longer carries the outbox table's inserts, so new rows are not streamed.
+func (s *Stats) Problem() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.problem
+}
+
+func (s *Stats) setProblem(p string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.problem = p
 }
 
 // Published is the number of streamed events confirmed by the broker.
 func (s *Stats) Published() int64 { return s.published.Load() }
 
-// Quarantined is the number of streamed rows written to the quarantine table.
+// Quarantined is the number of streamed rows and refused events written to the quarantine table.
 func (s *Stats) Quarantined() int64 { return s.quarantined.Load() }
 
 // Restarts is the number of in-process stream restarts after a failure.

@@ -2,7 +2,6 @@ package replication
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -16,6 +15,7 @@ import (
 	"github.com/cdc-router/cdc-router/decode"
 	"github.com/cdc-router/cdc-router/internal/cdc"
 	"github.com/cdc-router/cdc-router/offsets"
+	"github.com/cdc-router/cdc-router/quarantine"
 )
 
 // errAbandoned ends a stop that could not reach the commit of the open transaction in time; its events are
@@ -51,6 +51,10 @@ type session struct {
 	// expires, instead of one timer per event.
 	pubCtx    context.Context
 	pubCancel context.CancelFunc
+
+	net   *safetyNet        // finds the event the broker keeps refusing; shared by the runs of one Run
+	quar  *quarantine.Store // the quarantine table
+	watch *publicationWatch // re-checks that the publication still carries the outbox
 }
 
 // stream reads until ctx ends (then reads on to the end of the open transaction), the publisher fails or
@@ -74,6 +78,9 @@ func (s *session) stream(ctx context.Context) error {
 			return errAbandoned
 		}
 		if err := s.status(false); err != nil {
+			return err
+		}
+		if err := s.watch.due(s); err != nil {
 			return err
 		}
 		select {
@@ -133,7 +140,15 @@ func (s *session) copyData(data []byte) error {
 		if err != nil {
 			return fmt.Errorf("parse XLogData: %w", err)
 		}
-		return s.dec.Decode(cdc.LSN(x.WALStart), x.WALData, s)
+		s.net.received = max(s.net.received, cdc.LSN(x.WALStart))
+		err = s.dec.Decode(cdc.LSN(x.WALStart), x.WALData, s)
+		var drift *decode.DriftError
+		if errors.As(err, &drift) {
+			// Nothing of the affected transaction is acknowledged: the slot stays before the first affected row.
+			s.drain()
+			return &Fatal{Msg: drift.Error()}
+		}
+		return err
 	default:
 		return nil
 	}
@@ -209,10 +224,22 @@ func (s *session) Begin(commitLSN cdc.LSN) error {
 	return nil
 }
 
-// Event implements decode.Handler: it publishes ev, keeping the status updates going while the window is full.
+// Event implements decode.Handler: it publishes ev, keeping the status updates going while the window is
+// full. An event the broker can never accept is quarantined instead. While the safety net replays the
+// events around a per-message refusal, ev is published alone and confirmed before the next one.
 func (s *session) Event(ev cdc.Event) error {
 	x := s.cur
 	s.tracker.Add(x)
+	careful := s.net.careful(ev)
+	if careful {
+		if reason, ok := s.net.condemned(ev.ID); ok {
+			return s.quarantineEvent(x, ev, fmt.Sprintf("RabbitMQ refused this event %d times in a row while it was "+
+				"the only message in flight: %s", strikesToQuarantine, reason))
+		}
+		if err := s.settle(); err != nil {
+			return err
+		}
+	}
 	for {
 		if s.pubCtx == nil || s.pubCtx.Err() != nil {
 			if s.pubCancel != nil {
@@ -223,39 +250,78 @@ func (s *session) Event(ev cdc.Event) error {
 		err := s.pub.Publish(s.pubCtx, ev, func() { s.tracker.Confirm(x); s.stats.published.Add(1) })
 		if err == nil {
 			s.log.Debug("published", "event_id", ev.ID, "lsn", ev.CommitLSN)
+			break
+		}
+		if errors.Is(err, cdc.ErrUnpublishable) {
+			return s.quarantineEvent(x, ev, err.Error())
+		}
+		if !errors.Is(err, context.DeadlineExceeded) {
+			return fmt.Errorf("publish: %w", err)
+		}
+		if err := s.waited(); err != nil {
+			return err
+		}
+	}
+	if !careful {
+		return nil
+	}
+	s.net.alone = ev.ID
+	if err := s.settle(); err != nil {
+		return err
+	}
+	s.net.alone = ""
+	s.net.cleared(ev.ID)
+	return nil
+}
+
+// settle waits until every published event is confirmed, keeping the status updates going; it returns the
+// publisher's error if it fails first.
+func (s *session) settle() error {
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), s.cfg.StatusInterval)
+		err := s.pub.Drain(ctx)
+		cancel()
+		if err == nil {
 			return nil
 		}
 		if !errors.Is(err, context.DeadlineExceeded) {
 			return fmt.Errorf("publish: %w", err)
 		}
-		if !s.stopBy.IsZero() && time.Now().After(s.stopBy) {
-			s.drain()
-			return errAbandoned
-		}
-		if err := s.status(false); err != nil {
+		if err := s.waited(); err != nil {
 			return err
 		}
 	}
 }
 
-// Quarantine implements decode.Handler: the row is stored with its raw values, counted and logged (without
-// the values), and the stream goes on.
-func (s *session) Quarantine(q cdc.Quarantined) error {
-	values, err := json.Marshal(q.Columns)
-	if err != nil {
-		return fmt.Errorf("quarantine: %w", err)
+// waited runs between two bounded waits on the publisher: it ends a stop whose deadline passed and sends
+// the status update that is due.
+func (s *session) waited() error {
+	if !s.stopBy.IsZero() && time.Now().After(s.stopBy) {
+		s.drain()
+		return errAbandoned
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	return s.status(false)
+}
+
+// quarantineEvent stores an event the broker refuses and resolves it, so the stream goes on past it.
+func (s *session) quarantineEvent(x offsets.Txn, ev cdc.Event, reason string) error {
+	if err := s.Quarantine(quarantine.FromEvent(ev, s.cfg.Table, reason)); err != nil {
+		return err
+	}
+	s.tracker.Confirm(x)
+	return nil
+}
+
+// Quarantine implements decode.Handler: the row is stored with its bounded raw values, counted and logged
+// (without the values), and the stream goes on.
+func (s *session) Quarantine(q cdc.Quarantined) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	_, err = s.sql.Exec(ctx, "INSERT INTO "+pgx.Identifier{s.cfg.Schema, "quarantine"}.Sanitize()+
-		` (slot, lsn, commit_lsn, table_name, reason, row_values) VALUES ($1, $2::pg_lsn, $3::pg_lsn, $4, $5, $6)
-		ON CONFLICT (slot, lsn, row_key) DO NOTHING`,
-		s.cfg.Slot, q.LSN.String(), q.CommitLSN.String(), q.Table, q.Reason, values)
-	if err != nil {
+	if err := s.quar.Write(ctx, q); err != nil {
 		return fmt.Errorf("quarantine row at %s: %w", q.LSN, err)
 	}
 	s.stats.quarantined.Add(1)
-	s.log.Warn("row quarantined", "lsn", q.LSN, "table", q.Table, "reason", q.Reason)
+	s.log.Warn("row quarantined", "lsn", q.LSN, "ordinal", q.Ordinal, "event_id", q.EventID, "table", q.Table, "reason", q.Reason)
 	return nil
 }
 

@@ -40,7 +40,7 @@ func (p pgFlags) migrations() migrations.Config {
 type brokerFlags struct {
 	amqpURL, exchange, alternate *string
 	noAlternate                  *bool
-	maxPayload                   *int
+	maxPayload, maxInflight      *int
 	logLevel, logFormat          *string
 }
 
@@ -51,6 +51,7 @@ func addBrokerFlags(s *settings) brokerFlags {
 		alternate:   s.String("alternate-exchange", "", "alternate exchange and queue for unroutable events (default <exchange>.unroutable)"),
 		noAlternate: s.Bool("no-alternate-exchange", false, "declare the exchange without an alternate exchange: an unroutable event is retried (and holds the position) until a binding matches it"),
 		maxPayload:  s.Int("max-payload-bytes", 8<<20, "larger payloads are quarantined instead of published (keep it below the broker's max_message_size)"),
+		maxInflight: s.Int("max-inflight-bytes", route.DefaultMaxInflightBytes, "bytes of unconfirmed messages held at most, across all channels (bounds memory)"),
 		logLevel:    s.String("log-level", "info", "debug, info, warn or error"),
 		logFormat:   s.String("log-format", "text", "text or json"),
 	}
@@ -58,7 +59,7 @@ func addBrokerFlags(s *settings) brokerFlags {
 
 func (b brokerFlags) route(connectionName string) route.Config {
 	return route.Config{URL: *b.amqpURL, Exchange: *b.exchange, AlternateExchange: *b.alternate,
-		NoAlternateExchange: *b.noAlternate, ConnectionName: connectionName}
+		NoAlternateExchange: *b.noAlternate, ConnectionName: connectionName, MaxInflightBytes: *b.maxInflight}
 }
 
 func (b brokerFlags) decode(table string) decode.Config {
@@ -155,6 +156,8 @@ func runRun(ctx context.Context, args []string, env func(string) string, stdout,
 	snapWhere := s.String("snapshot-where", "", "SQL predicate restricting the initial snapshot, e.g. \"published_at IS NULL\" when taking over from a polling publisher")
 	shutdown := s.Duration("shutdown-timeout", 30*time.Second, "bound on finishing the open transaction and waiting for confirms at stop")
 	httpAddr := s.String("http-addr", "", "serve /healthz, /readyz and /metrics on this address, e.g. :8080 (off when empty)")
+	pubCheck := s.Duration("publication-check-interval", replication.DefaultPublicationCheckInterval, "how often to re-check that the publication still carries the outbox table's inserts")
+	onDrift := s.String("on-drift", "refuse", "when the outbox table's shape changes under the stream, or another table's rows arrive: refuse (stop before the first affected row) or quarantine (quarantine those rows and go on)")
 	if err := parse(s, args); err != nil {
 		return err
 	}
@@ -179,6 +182,8 @@ func runRun(ctx context.Context, args []string, env func(string) string, stdout,
 	cfg := replication.Config{PGURL: *pg.url, Slot: *pg.slot, Publication: *pg.publication, Table: *pg.table,
 		Schema: *pg.schema, ShutdownTimeout: *shutdown, Snapshot: *snap, SnapshotWhere: *snapWhere, Progress: terminal(stderr),
 		Decode: broker.decode(*pg.table)}
+	cfg.Decode.OnDrift = *onDrift
+	cfg.PublicationCheckInterval = *pubCheck
 	dial := func(ctx context.Context) (replication.Publisher, error) {
 		r, err := route.Dial(ctx, rcfg, log)
 		if err != nil {

@@ -24,6 +24,7 @@ type health struct {
 	SnapshotRowsDone  int64  `json:"snapshot_rows_done,omitempty"`
 	SnapshotRowsTotal int64  `json:"snapshot_rows_total,omitempty"`
 	LastError         string `json:"last_error,omitempty"`
+	Problem           string `json:"problem,omitempty"`
 }
 
 func healthOf(s *replication.Stats) health {
@@ -31,11 +32,12 @@ func healthOf(s *replication.Stats) health {
 	done, total := s.Snapshot()
 	return health{State: state, Since: since.UTC().Format(time.RFC3339), AcknowledgedLSN: s.Acknowledged().String(),
 		Published: s.Published(), Quarantined: s.Quarantined(), Restarts: s.Restarts(),
-		SnapshotRowsDone: done, SnapshotRowsTotal: total, LastError: lastErr}
+		SnapshotRowsDone: done, SnapshotRowsTotal: total, LastError: lastErr, Problem: s.Problem()}
 }
 
 // handler serves /healthz (the process is alive), /readyz (200 while streaming or copying the initial
-// snapshot, which is work in progress, not a stall; 503 while starting or restarting) and /metrics
+// snapshot, which is work in progress, not a stall; 503 while starting or restarting, and while the
+// publication no longer carries the outbox, so new rows are not streamed) and /metrics
 // (Prometheus text format).
 func handler(s *replication.Stats) http.Handler {
 	mux := http.NewServeMux()
@@ -46,8 +48,10 @@ func handler(s *replication.Stats) http.Handler {
 	}
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { write(w, http.StatusOK) })
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
-		switch state, _, _ := s.State(); state {
-		case replication.StateStreaming, replication.StateSnapshot:
+		switch state, _, _ := s.State(); {
+		case s.Problem() != "":
+			write(w, http.StatusServiceUnavailable)
+		case state == replication.StateStreaming, state == replication.StateSnapshot:
 			write(w, http.StatusOK)
 		default:
 			write(w, http.StatusServiceUnavailable)

@@ -1,0 +1,70 @@
+package replication
+
+import (
+	"errors"
+	"fmt"
+	"testing"
+
+	"github.com/cdc-router/cdc-router/internal/cdc"
+)
+
+// refusal is a publisher error as route.ClosedError reports it.
+type refusal struct{ per bool }
+
+func (r refusal) Error() string    { return fmt.Sprintf("closed (per message %v)", r.per) }
+func (r refusal) PerMessage() bool { return r.per }
+
+func TestSafetyNetQuarantinesOnlyRepeatedPerMessageRefusals(t *testing.T) {
+	perMsg := fmt.Errorf("publish: lane 1: %w", refusal{per: true})
+	transient := fmt.Errorf("publish: lane 1: %w", refusal{per: false})
+	nack := errors.New("publish event x: nacked by the broker")
+	ev := func(id string, lsn cdc.LSN) cdc.Event { return cdc.Event{ID: id, LSN: lsn} }
+
+	n := newSafetyNet()
+	n.received = 100
+	if n.careful(ev("a", 50)) {
+		t.Fatal("careful before any refusal")
+	}
+	if n.failed(nack) || n.failed(transient) {
+		t.Fatal("a nack or a transient close counted as a per-message refusal")
+	}
+	if n.until != 0 {
+		t.Fatalf("until = %v after transient failures, want 0", n.until)
+	}
+	// A pipelined run fails: no event was alone in flight, so nobody gets a strike.
+	if !n.failed(perMsg) {
+		t.Fatal("per-message refusal not recognised")
+	}
+	if n.until != 100 || !n.careful(ev("a", 100)) || n.careful(ev("b", 101)) || n.careful(ev("snap", 0)) {
+		t.Fatalf("careful range wrong: until %v", n.until)
+	}
+	for strike := 1; strike <= strikesToQuarantine; strike++ {
+		if _, ok := n.condemned("a"); ok {
+			t.Fatalf("condemned after %d strikes", strike-1)
+		}
+		n.alone = "a"
+		n.failed(perMsg)
+		// A transient failure between strikes neither counts nor forgives.
+		n.alone = "a"
+		n.failed(transient)
+	}
+	reason, ok := n.condemned("a")
+	if !ok || reason != perMsg.Error() {
+		t.Fatalf("condemned(a) = %q, %v after %d strikes", reason, ok, strikesToQuarantine)
+	}
+	if _, ok := n.condemned("b"); ok {
+		t.Fatal("another event condemned")
+	}
+	n.alone = "b"
+	n.failed(perMsg)
+	n.cleared("b")
+	if n.strikes["b"].n != 0 {
+		t.Fatal("a confirm did not clear the strikes")
+	}
+	// The range only grows.
+	n.received = 10
+	n.failed(perMsg)
+	if n.until != 100 {
+		t.Fatalf("until went back to %v", n.until)
+	}
+}
