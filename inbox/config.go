@@ -3,6 +3,7 @@ package inbox
 import (
 	"fmt"
 	"time"
+	"unicode/utf8"
 )
 
 // GapPolicy says what Process does with an event that arrives ahead of a gap (its version is more than
@@ -32,6 +33,10 @@ func (g GapPolicy) String() string {
 // Config configures a Processor and its RabbitMQ consumer loop. The zero value is usable: Defaults fills
 // in every unset field.
 type Config struct {
+	// Consumer names this projection (this consumer of the events). Records are kept per consumer, so
+	// two projections sharing one schema never see each other's events. Required: 1 to 63 characters,
+	// stable across restarts and shared by every instance of the same projection.
+	Consumer string
 	// Schema holds the inbox tables (see MigrateSchema). Default DefaultSchema ("inbox").
 	Schema string
 	// OnGap is what happens to an event ahead of a gap. Default Park.
@@ -65,6 +70,10 @@ func (c Config) Defaults() Config {
 // Validate reports the first field that cannot work, in a sentence naming the fix.
 func (c Config) Validate() error {
 	switch {
+	case c.Consumer == "":
+		return fmt.Errorf("inbox config: Consumer is empty; set inbox.Config.Consumer to a stable name of this projection (for example \"billing-projection\"), the same for all its instances")
+	case utf8.RuneCountInString(c.Consumer) > 63:
+		return fmt.Errorf("inbox config: Consumer %q is longer than 63 characters; choose a shorter name", c.Consumer)
 	case c.OnGap != Park && c.OnGap != Requeue:
 		return fmt.Errorf("inbox config: OnGap is %v; use inbox.Park or inbox.Requeue", c.OnGap)
 	case c.OnGap == Requeue && c.Prefetch == 1:

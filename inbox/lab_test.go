@@ -111,9 +111,13 @@ func (l *lab) processor(cfg inbox.Config) *inbox.Processor {
 	return l.processorOn(l.db, cfg)
 }
 
-// processorOn returns a Processor over db with the projection handler.
+// processorOn returns a Processor over db with the projection handler, for consumer
+// "orders-projection" unless cfg names another.
 func (l *lab) processorOn(db inbox.Beginner, cfg inbox.Config) *inbox.Processor {
 	log := slog.New(slog.NewTextHandler(l.t.Output(), &slog.HandlerOptions{Level: slog.LevelWarn}))
+	if cfg.Consumer == "" {
+		cfg.Consumer = "orders-projection"
+	}
 	p, err := inbox.New(db, l.handle, cfg, log)
 	if err != nil {
 		l.t.Fatal(err)

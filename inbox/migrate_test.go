@@ -60,7 +60,7 @@ func TestMigrateIsIdempotentAndConcurrent(t *testing.T) {
 	want(t, "tables in both schemas", tables, 8)
 
 	p, err := inbox.New(c, func(context.Context, pgx.Tx, inbox.Event) error { return nil },
-		inbox.Config{Schema: "Billing Inbox"}, nil)
+		inbox.Config{Consumer: "billing", Schema: "Billing Inbox"}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
