@@ -38,6 +38,7 @@ func runBackfill(ctx context.Context, args []string, env func(string) string, st
 	if err != nil {
 		return err
 	}
+	broker.limitMemory(env)
 	read, err := replication.ConnectReader(ctx, *pg.url)
 	if err != nil {
 		return err

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"runtime/debug"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -68,6 +69,25 @@ func (b brokerFlags) decode(table string) decode.Config {
 
 func (b brokerFlags) logger(stderr io.Writer) (*slog.Logger, error) {
 	return newLogger(stderr, *b.logLevel, *b.logFormat)
+}
+
+// memoryHeadroom is what the process needs besides the messages in flight: the runtime, the decoder,
+// the connections' buffers and one page of a snapshot.
+const memoryHeadroom = 40 << 20
+
+// limitMemory sets the Go runtime's soft memory limit to the in-flight byte bound plus headroom, unless
+// GOMEMLIMIT is set. Without it the garbage collector lets the heap grow to twice what is live, so a full
+// 64 MiB window would cost about 128 MiB of RSS. A single row larger than the limit still goes through:
+// the limit is soft and the collector caps its own CPU share.
+func (b brokerFlags) limitMemory(env func(string) string) {
+	if env("GOMEMLIMIT") != "" {
+		return
+	}
+	inflight := *b.maxInflight
+	if inflight <= 0 {
+		inflight = route.DefaultMaxInflightBytes
+	}
+	debug.SetMemoryLimit(int64(inflight) + memoryHeadroom)
 }
 
 func requireURL(p pgFlags) error {
@@ -168,6 +188,7 @@ func runRun(ctx context.Context, args []string, env func(string) string, stdout,
 	if err != nil {
 		return err
 	}
+	broker.limitMemory(env)
 	stats := &replication.Stats{}
 	if *httpAddr != "" {
 		if err := serveHTTP(ctx, *httpAddr, stats, log); err != nil {
