@@ -148,6 +148,7 @@ func TestBrokerRefusalOfOneMessageIsQuarantined(t *testing.T) {
 	if reason := q[big]; !strings.Contains(reason, "406") || !strings.Contains(reason, "3 times") {
 		t.Errorf("quarantine reason %q, want the broker's 406 and the count", reason)
 	}
+	t.Logf("quarantined after %d stream restarts: %s", strings.Count(r.Output(), "restarting"), q[big])
 	if strings.Contains(r.Output(), "xxxxxxxxxx") {
 		t.Error("the log carries the payload")
 	}
