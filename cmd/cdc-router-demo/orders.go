@@ -5,31 +5,40 @@ import (
 	crand "crypto/rand"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 
 	"github.com/jackc/pgx/v5"
 )
 
+// createOrders is the business table. version is the aggregate version: every change of an order moves it
+// by one in the same transaction as the outbox row that carries it (the producer pattern of
+// docs/producers.md).
 const createOrders = `CREATE TABLE IF NOT EXISTS orders (
 	id         bigserial PRIMARY KEY,
 	customer   text NOT NULL,
 	amount     numeric NOT NULL,
+	status     text NOT NULL DEFAULT 'created',
+	version    bigint NOT NULL DEFAULT 1,
 	created_at timestamptz NOT NULL DEFAULT now()
-)`
+);
+ALTER TABLE orders ADD COLUMN IF NOT EXISTS status text NOT NULL DEFAULT 'created';
+ALTER TABLE orders ADD COLUMN IF NOT EXISTS version bigint NOT NULL DEFAULT 1`
 
 var customers = []string{"ada", "grace", "edsger", "barbara", "ken", "margaret", "dennis", "frances"}
 
-// order is an order written by this run that has not been paid yet.
+// order is an order written by this run that has not been paid yet, with the version the writer last saw.
 type order struct {
-	id     int64
-	amount string
+	id      int64
+	amount  string
+	version int64
 }
 
 // insertOrder inserts an order and its order.created event (version 1) in one transaction.
 func insertOrder(ctx context.Context, conn *pgx.Conn, table string, t *tally) (order, error) {
 	customer := customers[rand.IntN(len(customers))]
-	o := order{amount: fmt.Sprintf("%d.%02d", 5+rand.IntN(200), rand.IntN(100))}
+	o := order{amount: fmt.Sprintf("%d.%02d", 5+rand.IntN(200), rand.IntN(100)), version: 1}
 	err := transact(ctx, conn, t, func(tx pgx.Tx) (string, error) {
 		err := tx.QueryRow(ctx, "INSERT INTO orders (customer, amount) VALUES ($1, $2::numeric) RETURNING id",
 			customer, o.amount).Scan(&o.id)
@@ -42,11 +51,24 @@ func insertOrder(ctx context.Context, conn *pgx.Conn, table string, t *tally) (o
 	return o, err
 }
 
-// insertPaid inserts the order.paid event (version 2) of an earlier order.
+// errConcurrentChange is a change made against a version of the order that is no longer current.
+var errConcurrentChange = errors.New("the order changed since it was read")
+
+// insertPaid marks an earlier order paid the producer way: a conditional update at the version the writer
+// read, a check that exactly one row changed, and the order.paid event at the next version, all in one
+// transaction. A lost race rolls back both, so no version is ever skipped or used twice.
 func insertPaid(ctx context.Context, conn *pgx.Conn, table string, o order, t *tally) error {
 	return transact(ctx, conn, t, func(tx pgx.Tx) (string, error) {
+		tag, err := tx.Exec(ctx, `UPDATE orders SET status = 'paid', version = version + 1
+			WHERE id = $1 AND version = $2`, o.id, o.version)
+		if err != nil {
+			return "", fmt.Errorf("update order: %w", err)
+		}
+		if tag.RowsAffected() != 1 {
+			return "", fmt.Errorf("order %d at version %d: %w", o.id, o.version, errConcurrentChange)
+		}
 		payload := map[string]any{"order_id": o.id, "amount": o.amount, "method": "card"}
-		return insertEvent(ctx, tx, table, o.id, 2, "paid", payload)
+		return insertEvent(ctx, tx, table, o.id, o.version+1, "paid", payload)
 	})
 }
 
