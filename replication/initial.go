@@ -111,8 +111,28 @@ func copyRows(ctx context.Context, cfg Config, log *slog.Logger, stats *Stats, t
 	stats.snapshotProgress(job.RowsDone, job.RowsTotal)
 	rep := snapshot.NewReporter(log, cfg.Progress, job.Name, job.RowsDone)
 	rep.Observe = stats.snapshotProgress
-	_, err = snapshot.Copy(ctx, scfg, tx, jobs, job, pub, rep)
-	return err
+	depth, watched := pub.(unroutableDepth)
+	var before int
+	if watched {
+		before, watched = depth.UnroutableMessages()
+	}
+	if _, err = snapshot.Copy(ctx, scfg, tx, jobs, job, pub, rep); err != nil {
+		return err
+	}
+	if watched {
+		if after, ok := depth.UnroutableMessages(); ok && after > before {
+			log.Warn("the initial snapshot sent events that no queue was bound for to the unroutable queue: bind the "+
+				"consumers' queues, then move them back (docs/operations.md, Unroutable events)", "unroutable_gained", after-before)
+		}
+	}
+	return nil
+}
+
+// unroutableDepth is satisfied by a publisher that can count the messages in its unroutable queue
+// (route.Router); the snapshot's end reports what it parked there, which happens when it runs before any
+// consumer bound a queue.
+type unroutableDepth interface {
+	UnroutableMessages() (n int, ok bool)
 }
 
 // ConnectReader opens a snapshot or backfill reader's connection, with the output formats the row mapping expects.
