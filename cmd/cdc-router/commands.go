@@ -121,17 +121,29 @@ func withConn(ctx context.Context, name string, args []string, env func(string) 
 }
 
 func runMigrate(ctx context.Context, args []string, env func(string) string, stdout, stderr io.Writer) error {
-	var withInbox *bool
-	var inboxSchema *string
+	var withInbox, noAlternate *bool
+	var inboxSchema, amqpURL, exchange, alternate *string
 	flags := func(s *settings) {
 		withInbox = s.Bool("inbox", false, "also create the consumer-side inbox tables (package inbox) in this database")
 		inboxSchema = s.String("inbox-schema", inbox.DefaultSchema, "schema of the inbox tables")
+		amqpURL = s.String("amqp-url", "", "also declare the exchange (and the alternate exchange and its queue) in RabbitMQ, as run does, so consumers can bind before the first run")
+		exchange = s.String("exchange", route.DefaultExchange, "exchange to declare with --amqp-url")
+		alternate = s.String("alternate-exchange", "", "alternate exchange and queue to declare with --amqp-url (default <exchange>.unroutable)")
+		noAlternate = s.Bool("no-alternate-exchange", false, "declare the exchange without an alternate exchange, as run does with this flag")
 	}
 	return withConn(ctx, "migrate", args, env, stderr, flags, func(conn *pgx.Conn, pg pgFlags) error {
 		if err := migrations.Apply(ctx, conn, pg.migrations()); err != nil {
 			return err
 		}
 		fmt.Fprintf(stdout, "migrated: table %s, publication %s, schema %s\n", *pg.table, *pg.publication, *pg.schema)
+		if *amqpURL != "" {
+			rcfg := route.Config{URL: *amqpURL, Exchange: *exchange, AlternateExchange: *alternate,
+				NoAlternateExchange: *noAlternate, ConnectionName: "cdc-router migrate"}
+			if err := route.Declare(ctx, rcfg); err != nil {
+				return err
+			}
+			fmt.Fprintf(stdout, "declared: exchange %s in RabbitMQ; bind your queues to it before the first run\n", *exchange)
+		}
 		if !*withInbox {
 			return nil
 		}
