@@ -42,6 +42,21 @@ type Config struct {
 	// OnGap is what happens to an event ahead of a gap. Default Park.
 	OnGap GapPolicy
 
+	// LockTimeout bounds each wait for a lock in an event's transaction (SET LOCAL lock_timeout), so a
+	// consumer whose transaction froze while holding an aggregate's row lock stalls only that aggregate,
+	// for this long per attempt: the waiting event fails with a transient error (SQLSTATE 55P03) and is
+	// retried. Default 5s; negative leaves the session's own setting.
+	LockTimeout time.Duration
+	// StatementTimeout bounds each statement of an event's transaction, the handler's included (SET
+	// LOCAL statement_timeout). Default 30s; negative leaves the session's own setting.
+	StatementTimeout time.Duration
+	// MaxAttempts is how many failed attempts an event gets before it is recorded in the failed table
+	// with reason 'exhausted' and acknowledged (the Failed outcome). Attempts are counted durably per
+	// consumer and event id; errors that say nothing about the event (lock timeout, deadlock,
+	// serialization failure, the server shutting down or out of connections, a cancelled context) are
+	// not counted. Default 10; negative counts without a cap.
+	MaxAttempts int
+
 	// Prefetch is the AMQP basic.qos prefetch count of Consume. Default 16. With OnGap
 	// Requeue it must not be 1: the missing event has to be delivered while the early one is held.
 	Prefetch int
@@ -54,6 +69,15 @@ type Config struct {
 func (c Config) Defaults() Config {
 	if c.Schema == "" {
 		c.Schema = DefaultSchema
+	}
+	if c.LockTimeout == 0 {
+		c.LockTimeout = 5 * time.Second
+	}
+	if c.StatementTimeout == 0 {
+		c.StatementTimeout = 30 * time.Second
+	}
+	if c.MaxAttempts == 0 {
+		c.MaxAttempts = 10
 	}
 	if c.Prefetch == 0 {
 		c.Prefetch = 16

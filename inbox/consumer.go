@@ -19,8 +19,13 @@ var ErrChannelClosed = errors.New("AMQP channel closed")
 //   - an outcome whose Ack is true (Applied, Duplicate, Stale, Parked, Conflict, Failed) is acknowledged
 //     after its transaction committed, never before;
 //   - a malformed message is recorded in the failed table and acknowledged;
-//   - a Gap outcome or any error (serialization failure, deadlock, lost database connection, a handler
-//     error not marked Permanent) is requeued with basic.nack after an exponential backoff with jitter.
+//   - a Gap outcome or any error (serialization failure, deadlock, lock timeout, lost database
+//     connection, a handler error not marked Permanent) is requeued with basic.nack after an exponential
+//     backoff with jitter, based on the event's durable count of failed attempts (FailedAttempts) or, for
+//     a failure not counted, on this channel's run of such failures; an event whose failure reaches
+//     Config.MaxAttempts is recorded in the failed table and acknowledged (the Failed outcome).
+//
+// The backoff sleeps while holding the channel's other prefetched deliveries; the runner does not.
 //
 // Consume returns nil when ctx is cancelled: it cancels the consumer, requeues the deliveries it holds,
 // and returns. It returns ErrChannelClosed when the channel goes away. Give each Consume its own channel;
@@ -35,7 +40,7 @@ func (p *Processor) Consume(ctx context.Context, ch *amqp.Channel, queue string)
 		return fmt.Errorf("consume %s: %w", queue, err)
 	}
 	p.log.Info("inbox consumer started", "queue", queue, "consumer_tag", tag, "prefetch", p.cfg.Prefetch)
-	failures := 0
+	uncounted := 0
 	for {
 		select {
 		case <-ctx.Done():
@@ -45,16 +50,17 @@ func (p *Processor) Consume(ctx context.Context, ch *amqp.Channel, queue string)
 			if !ok {
 				return fmt.Errorf("consume %s: %w", queue, ErrChannelClosed)
 			}
-			if err := p.deliver(ctx, d, &failures); err != nil {
+			if err := p.deliver(ctx, d, &uncounted); err != nil {
 				return fmt.Errorf("consume %s: %w: %w", queue, ErrChannelClosed, err)
 			}
 		}
 	}
 }
 
-// deliver processes one delivery and acknowledges or requeues it. It returns an error only when the
-// acknowledgement itself fails, which means the channel is gone.
-func (p *Processor) deliver(ctx context.Context, d amqp.Delivery, failures *int) error {
+// deliver processes one delivery and acknowledges or requeues it. uncounted is the channel's run of
+// failures that counted no attempt (Gap, contention). It returns an error only when the acknowledgement
+// itself fails, which means the channel is gone.
+func (p *Processor) deliver(ctx context.Context, d amqp.Delivery, uncounted *int) error {
 	ev, err := DecodeDelivery(d)
 	var res Result
 	if err != nil {
@@ -63,11 +69,15 @@ func (p *Processor) deliver(ctx context.Context, d amqp.Delivery, failures *int)
 		res, err = p.Process(ctx, ev)
 	}
 	if err == nil && res.Outcome.Ack() {
-		*failures = 0
+		*uncounted = 0
 		return d.Ack(false)
 	}
-	*failures++
-	wait := backoff(*failures, p.cfg.RetryMin, p.cfg.RetryMax)
+	n := FailedAttempts(err)
+	if n == 0 {
+		*uncounted++
+		n = *uncounted
+	}
+	wait := backoff(n, p.cfg.RetryMin, p.cfg.RetryMax)
 	switch {
 	case ctx.Err() != nil:
 		wait = 0

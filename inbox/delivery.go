@@ -19,11 +19,14 @@ const (
 	headerSchemaVersion    = "schema_version"
 	headerCommitLSN        = "commit_lsn"
 	headerBackfill         = "x-backfill"
+	// headerFullState is set by the producer, in the outbox row's headers ({"full_state": true}), on an
+	// event whose payload is the aggregate's whole state.
+	headerFullState = "full_state"
 )
 
 // DecodeDelivery reads a cdc-router message: message_id is the event id, type the event type, the body
-// the payload, and the aggregate_type, aggregate_id, aggregate_version, schema_version, commit_lsn and
-// x-backfill headers the rest. Integer headers may arrive as any integer type amqp091 decodes (int8 to
+// the payload, and the aggregate_type, aggregate_id, aggregate_version, schema_version, commit_lsn,
+// x-backfill and full_state headers the rest (full_state a boolean or a string such as "true"). Integer headers may arrive as any integer type amqp091 decodes (int8 to
 // int64, unsigned) or as a decimal string. Other headers are copied into Event.Headers in text form. The
 // error wraps ErrMalformed and the returned Event holds whatever could be read, for the failed table.
 func DecodeDelivery(d amqp.Delivery) (Event, error) {
@@ -51,6 +54,8 @@ func DecodeDelivery(d amqp.Delivery) (Event, error) {
 			ev.CommitLSN, err = lsnHeader(v)
 		case headerBackfill:
 			ev.Backfill, err = boolHeader(k, v)
+		case headerFullState:
+			ev.FullState, err = boolHeader(k, v)
 		default:
 			ev.Headers[k] = headerText(v)
 		}

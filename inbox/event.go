@@ -24,6 +24,11 @@ type Event struct {
 	Backfill         bool              // x-backfill header: read by a snapshot or backfill, not the stream
 	Payload          []byte            // message body (JSON), unchanged
 	Headers          map[string]string // the other AMQP headers, values in text form
+
+	// FullState is the full_state header: the payload is the aggregate's whole state at this version,
+	// not a change. The inbox applies it even across a gap, and the handler must replace the
+	// projection's state with it, not add to it. Versions it skips are Stale when they arrive.
+	FullState bool
 }
 
 // Validate reports, wrapping ErrMalformed, what the event lacks to be processed.
@@ -40,7 +45,7 @@ func (e Event) Validate() error {
 }
 
 // Fingerprint is the SHA-256 of what makes the event this event: its aggregate, version, type, schema
-// version and payload bytes. Transport details (commit LSN, backfill flag, other headers) are left out,
+// version, payload bytes and, when set, the full-state mark. Transport details (commit LSN, backfill flag, other headers) are left out,
 // so a snapshot or replayed copy of an event has the same fingerprint as the original. The payload is
 // compared byte for byte: the router passes the outbox column through unchanged.
 func (e Event) Fingerprint() []byte {
@@ -60,5 +65,8 @@ func (e Event) Fingerprint() []byte {
 	binary.BigEndian.PutUint64(num[:], uint64(e.SchemaVersion))
 	field(num[:])
 	field(e.Payload)
+	if e.FullState { // only when set, so that deltas keep the fingerprints stored before this mark existed
+		field([]byte(headerFullState))
+	}
 	return h.Sum(nil)
 }

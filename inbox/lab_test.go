@@ -39,13 +39,20 @@ CREATE TABLE applied_log (n bigint GENERATED ALWAYS AS IDENTITY, event_id text N
 
 func newLab(t *testing.T) *lab {
 	t.Helper()
+	l := newBareLab(t)
+	if err := inbox.Migrate(l.ctx, l.db); err != nil {
+		t.Fatal(err)
+	}
+	return l
+}
+
+// newBareLab is a lab without the inbox tables.
+func newBareLab(t *testing.T) *lab {
+	t.Helper()
 	l := &lab{t: t, ctx: ctxFor(t)}
 	var err error
 	l.url = pg.NewDatabase(t)
 	l.db = l.connect()
-	if err := inbox.Migrate(l.ctx, l.db); err != nil {
-		t.Fatal(err)
-	}
 	if _, err := l.db.Exec(l.ctx, projectionSQL); err != nil {
 		t.Fatalf("create projection: %v", err)
 	}
@@ -182,6 +189,9 @@ func (l *lab) publish(ev inbox.Event) {
 	}
 	if ev.Backfill {
 		headers["x-backfill"] = true
+	}
+	if ev.FullState {
+		headers["full_state"] = true
 	}
 	ctx, cancel := context.WithTimeout(l.ctx, 10*time.Second)
 	defer cancel()

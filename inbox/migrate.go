@@ -21,16 +21,22 @@ type Execer interface {
 	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
 }
 
-// Migrate creates the inbox tables in DefaultSchema. It is idempotent and safe to run concurrently, so
-// a consumer may call it at every start.
+// Migrate creates the inbox tables in DefaultSchema, or upgrades them in place from an earlier version.
+// It is idempotent and safe to run concurrently, and on an up-to-date schema it takes no table lock, so a
+// consumer may call it at every start. After an upgrade from a version without consumer names, the
+// existing records belong to the empty consumer name until AdoptRecords gives them to their consumer.
 func Migrate(ctx context.Context, conn Execer) error {
 	return MigrateSchema(ctx, conn, DefaultSchema)
 }
 
-// MigrateSchema creates the inbox tables in the named schema (created if missing). It is idempotent.
+// MigrateSchema creates or upgrades the inbox tables in the named schema (created if missing), as
+// Migrate does. It is idempotent.
 func MigrateSchema(ctx context.Context, conn Execer, schema string) error {
 	if schema == "" {
 		return fmt.Errorf("migrate inbox: empty schema name")
+	}
+	if strings.Contains(schema, "$migrate$") {
+		return fmt.Errorf("migrate inbox: schema name %q contains $migrate$; choose another name", schema)
 	}
 	// Without arguments pgx sends the text with the simple protocol: one implicit transaction, which
 	// holds the advisory lock taken by its first statement until the last one is done.
@@ -40,7 +46,10 @@ func MigrateSchema(ctx context.Context, conn Execer, schema string) error {
 	return nil
 }
 
-// inSchema replaces the {schema} placeholder by the quoted schema name.
+// inSchema replaces the {schema} placeholder by the quoted schema name, and {schema_literal} by that
+// quoted name as an SQL string literal.
 func inSchema(sql, schema string) string {
-	return strings.ReplaceAll(sql, "{schema}", pgx.Identifier{schema}.Sanitize())
+	ident := pgx.Identifier{schema}.Sanitize()
+	literal := "'" + strings.ReplaceAll(ident, "'", "''") + "'"
+	return strings.NewReplacer("{schema}", ident, "{schema_literal}", literal).Replace(sql)
 }

@@ -8,8 +8,8 @@ import (
 	"github.com/jackc/pgx/v5"
 )
 
-// Prune deletes the inbox rows received before cutoff that the aggregate's version watermark still
-// blocks: applied or stale rows at or below their aggregate's applied version. The applied version
+// Prune deletes this consumer's inbox rows received before cutoff that the aggregate's version watermark still
+// blocks: applied, stale or skipped rows at or below their aggregate's applied version. The applied version
 // never goes back (events move it by one, Repair only forward), so a redelivery of a pruned event is
 // recorded again as Stale and has no effect. What pruning loses is the fingerprint: the same id with
 // other content is then Stale rather than Conflict. Parked rows are never pruned. Choose cutoff beyond
@@ -17,7 +17,7 @@ import (
 func (p *Processor) Prune(ctx context.Context, cutoff time.Time) (int64, error) {
 	var n int64
 	err := p.inTx(ctx, func(tx pgx.Tx) error {
-		tag, err := tx.Exec(ctx, p.q.prune, cutoff)
+		tag, err := tx.Exec(ctx, p.q.prune, p.consumer, cutoff)
 		n = tag.RowsAffected()
 		return err
 	})

@@ -61,18 +61,18 @@ func (p *Processor) Repair(ctx context.Context, s Snapshot, apply RepairFunc) (R
 }
 
 func (p *Processor) repair(ctx context.Context, tx pgx.Tx, s Snapshot, apply RepairFunc) (RepairResult, error) {
-	if _, err := tx.Exec(ctx, p.q.ensureAggregate, s.AggregateType, s.AggregateID); err != nil {
+	if _, err := tx.Exec(ctx, p.q.ensureAggregate, p.consumer, s.AggregateType, s.AggregateID); err != nil {
 		return RepairResult{}, fmt.Errorf("create aggregate state: %w", err)
 	}
 	// In read committed, the UPDATE waits for a concurrent event's transaction and then checks the
 	// condition against the row it committed.
-	tag, err := tx.Exec(ctx, p.q.repair, s.AggregateType, s.AggregateID, s.Observed, s.Source)
+	tag, err := tx.Exec(ctx, p.q.repair, p.consumer, s.AggregateType, s.AggregateID, s.Observed, s.Source)
 	if err != nil {
 		return RepairResult{}, fmt.Errorf("conditional update: %w", err)
 	}
 	if tag.RowsAffected() == 0 {
 		var st AggregateState
-		if err := tx.QueryRow(ctx, p.q.state, s.AggregateType, s.AggregateID).Scan(&st.Applied, &st.Baseline); err != nil {
+		if err := tx.QueryRow(ctx, p.q.state, p.consumer, s.AggregateType, s.AggregateID).Scan(&st.Applied, &st.Baseline); err != nil {
 			return RepairResult{}, fmt.Errorf("read aggregate state: %w", err)
 		}
 		return RepairResult{Version: st.Applied}, nil
@@ -84,7 +84,7 @@ func (p *Processor) repair(ctx context.Context, tx pgx.Tx, s Snapshot, apply Rep
 	if err != nil {
 		return RepairResult{}, err
 	}
-	if _, err := tx.Exec(ctx, p.q.setApplied, s.AggregateType, s.AggregateID, applied); err != nil {
+	if _, err := tx.Exec(ctx, p.q.setApplied, p.consumer, s.AggregateType, s.AggregateID, applied); err != nil {
 		return RepairResult{}, fmt.Errorf("set applied version: %w", err)
 	}
 	return RepairResult{Repaired: true, Version: applied, Unparked: n}, nil
