@@ -104,3 +104,33 @@ func TestFingerprintIgnoresTransport(t *testing.T) {
 		}
 	}
 }
+
+func TestDecodeDeliveryFullState(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		header    any
+		want      bool
+		malformed bool
+	}{
+		{"absent", nil, false, false}, {"bool true", true, true, false}, {"bool false", false, false, false},
+		{"string true", "true", true, false}, {"string false", "false", false, false}, {"not a boolean", "yes", false, true},
+		{"an integer", int64(1), false, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			d := routerDelivery(int64(3))
+			if tc.header != nil {
+				d.Headers["full_state"] = tc.header
+			}
+			ev, err := DecodeDelivery(d)
+			if got := errors.Is(err, ErrMalformed); got != tc.malformed {
+				t.Fatalf("DecodeDelivery error %v, want malformed %v", err, tc.malformed)
+			}
+			if ev.FullState != tc.want {
+				t.Fatalf("FullState = %v, want %v", ev.FullState, tc.want)
+			}
+			if _, ok := ev.Headers["full_state"]; ok {
+				t.Fatal("full_state copied into the user headers")
+			}
+		})
+	}
+}

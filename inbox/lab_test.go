@@ -133,20 +133,29 @@ func (l *lab) processorOn(db inbox.Beginner, cfg inbox.Config) *inbox.Processor 
 }
 
 // handle adds the event's delta to the order's amount, and insists on the version order the inbox
-// promises: the projection must be at exactly the previous version.
+// promises: the projection must be at exactly the previous version. A full state replaces the amount
+// and may skip versions, never go back.
 func (l *lab) handle(ctx context.Context, tx pgx.Tx, ev inbox.Event) error {
-	var body struct{ Delta int64 }
+	var body struct{ Delta, Amount int64 }
 	if err := json.Unmarshal(ev.Payload, &body); err != nil {
 		return inbox.Permanent(fmt.Errorf("read payload: %w", err))
 	}
-	tag, err := tx.Exec(ctx, `INSERT INTO projection AS p (id, amount, version) VALUES ($1, $2, $3)
+	sql := `INSERT INTO projection AS p (id, amount, version) VALUES ($1, $2, $3)
 		ON CONFLICT (id) DO UPDATE SET amount = p.amount + EXCLUDED.amount, version = EXCLUDED.version
-		WHERE p.version = EXCLUDED.version - 1`, ev.AggregateID, body.Delta, ev.AggregateVersion)
+		WHERE p.version = EXCLUDED.version - 1`
+	amount := body.Delta
+	if ev.FullState {
+		sql = `INSERT INTO projection AS p (id, amount, version) VALUES ($1, $2, $3)
+			ON CONFLICT (id) DO UPDATE SET amount = EXCLUDED.amount, version = EXCLUDED.version
+			WHERE p.version < EXCLUDED.version`
+		amount = body.Amount
+	}
+	tag, err := tx.Exec(ctx, sql, ev.AggregateID, amount, ev.AggregateVersion)
 	if err != nil {
 		return err
 	}
 	if tag.RowsAffected() != 1 {
-		return fmt.Errorf("projection %s is not at version %d", ev.AggregateID, ev.AggregateVersion-1)
+		return fmt.Errorf("projection %s is not below version %d as expected", ev.AggregateID, ev.AggregateVersion)
 	}
 	if _, err := tx.Exec(ctx, `INSERT INTO applied_log (event_id) VALUES ($1)`, ev.ID); err != nil {
 		return err
@@ -167,6 +176,13 @@ func order(aggregateID string, version, delta int64) inbox.Event {
 		Type: "OrderAmountAdded", SchemaVersion: 1, CommitLSN: uint64(0x16B3748 + version),
 		Payload: fmt.Appendf(nil, `{"delta": %d}`, delta), Headers: map[string]string{"trace_id": "t-1"},
 	}
+}
+
+// fullState is a full-state event of order aggregateID at version, whose amount is amount.
+func fullState(aggregateID string, version, amount int64) inbox.Event {
+	ev := order(aggregateID, version, 0)
+	ev.Type, ev.FullState, ev.Payload = "OrderState", true, fmt.Appendf(nil, `{"amount": %d}`, amount)
+	return ev
 }
 
 func newID() string {
