@@ -2,12 +2,18 @@
 // consumer that keeps a projection in PostgreSQL, although RabbitMQ delivers cdc-router's events at
 // least once and, after retries or replays, out of order.
 //
-// It owns four tables in a schema of the consumer's choosing (Migrate, MigrateSchema): inbox (every event
+// It owns five tables in a schema of the consumer's choosing (Migrate, MigrateSchema): inbox (every event
 // id received, with a fingerprint of its content and what became of it), aggregate (per aggregate, the
 // applied version and the baseline version of the last trusted snapshot), parked (events that arrived
-// ahead of a gap) and failed (events that can never apply, with the reason).
+// ahead of a gap), failed (events that did not apply, with the reason) and attempts (failed attempts of
+// events not yet applied). Every record belongs to one consumer, named by Config.Consumer, so several
+// projections can share a schema.
 //
-// It guarantees, for each event, in one read-committed transaction that also holds the handler's writes:
+// It guarantees, for each event and consumer, in one read-committed transaction that also holds the
+// handler's writes:
+//   - consumers are independent: every record and every query is keyed by the consumer name, so one
+//     projection never sees another's events as duplicates (two consumers on one schema each apply all
+//     1,000 events of a test);
 //   - an event id is applied at most once: the inbox row is inserted with ON CONFLICT DO NOTHING and the
 //     same id again is a Duplicate (same fingerprint, no effect) or a Conflict (different fingerprint:
 //     never applied, recorded in failed with both fingerprints, and acknowledged);
@@ -15,14 +21,23 @@
 //     handler; a version at or below the applied or baseline version is Stale (recorded, no effect); a
 //     version beyond a gap is Parked (or, with policy Requeue, rolled back and requeued), and parked
 //     events are applied in order in the transaction that closes their gap;
+//   - a full-state event (Event.FullState, header full_state) newer than the applied version applies
+//     even across a gap: the parked events at or below it become stale and those after it apply;
 //   - nothing is marked processed unless the business write committed with it: any error rolls back the
 //     inbox row too, so a redelivery is never blocked by an "already processed" mark;
+//   - no transaction waits for a lock longer than Config.LockTimeout, so a consumer frozen while holding
+//     an aggregate's row lock stalls that aggregate only, and only until the waiter's transient error;
+//   - an event whose transaction keeps failing is counted durably, per consumer and event id, and on its
+//     Config.MaxAttempts-th counted failure is recorded in failed and acknowledged; a success clears the
+//     count; RetryFailed and ResolveFailed settle a failed event and unblock its aggregate;
 //   - Consume acknowledges a delivery only after its transaction committed, and requeues it otherwise;
 //   - Repair writes a trusted full snapshot only over the version the repairer observed and only below
-//     the snapshot's version, and records that version as the baseline.
+//     the snapshot's version, and records that version as the baseline;
+//   - New refuses a schema whose tables are missing or out of date, naming the fix (Check).
 //
 // It never acknowledges before commit, never applies an event whose id it has seen with other content,
-// never treats a parked event as applied, never logs a payload, and never makes an external side effect
-// (an e-mail, an SMS, a call to another service) exactly-once: that takes the next hop's idempotency key.
-// It imports nothing from the router's pipeline; it reads only the message format the router publishes.
+// never treats a parked event as applied, never logs a payload, never takes a table lock when migrating
+// an up-to-date schema, and never makes an external side effect (an e-mail, an SMS, a call to another
+// service) exactly-once: that takes the next hop's idempotency key. It imports nothing from the router's
+// pipeline; it reads only the message format the router publishes.
 package inbox

@@ -25,8 +25,9 @@ const (
 	// applied; it was recorded in the failed table with both fingerprints. Redelivery cannot change
 	// that, so the delivery is acknowledged: the failed table, not the queue, holds it for repair.
 	Conflict
-	// Failed: the event was malformed or its handler returned a Permanent error. It was recorded in the
-	// failed table without an inbox row (so a replay after the fix is processed) and acknowledged.
+	// Failed: the event was malformed, its handler returned a Permanent error, or it failed
+	// Config.MaxAttempts times. It was recorded in the failed table without an inbox row (so a replay
+	// after the fix is processed, and RetryFailed or ResolveFailed can settle it) and acknowledged.
 	Failed
 )
 

@@ -8,12 +8,13 @@ import (
 	"github.com/jackc/pgx/v5"
 )
 
-// Prune deletes this consumer's inbox rows received before cutoff that the aggregate's version watermark still
-// blocks: applied, stale or skipped rows at or below their aggregate's applied version. The applied version
-// never goes back (events move it by one, Repair only forward), so a redelivery of a pruned event is
-// recorded again as Stale and has no effect. What pruning loses is the fingerprint: the same id with
-// other content is then Stale rather than Conflict. Parked rows are never pruned. Choose cutoff beyond
-// every window in which an old event can come back (see docs/consumers.md).
+// Prune deletes this consumer's inbox rows received before cutoff that the aggregate's version
+// watermark still blocks: applied, stale or skipped rows at or below their aggregate's applied version.
+// The applied version never goes back (events, full states and Repair only move it forward), so a
+// redelivery of a pruned event is recorded again as Stale and has no effect. What pruning loses is the
+// fingerprint: the same id with other content is then Stale rather than Conflict. Parked rows are never
+// pruned. Choose cutoff beyond every window in which an old event can come back (see
+// docs/consumers.md).
 func (p *Processor) Prune(ctx context.Context, cutoff time.Time) (int64, error) {
 	var n int64
 	err := p.inTx(ctx, func(tx pgx.Tx) error {
