@@ -13,13 +13,19 @@ import (
 // The applied version never goes back (events, full states and Repair only move it forward), so a
 // redelivery of a pruned event is recorded again as Stale and has no effect. What pruning loses is the
 // fingerprint: the same id with other content is then Stale rather than Conflict. Parked rows are never
-// pruned. Choose cutoff beyond every window in which an old event can come back (see
-// docs/consumers.md).
+// pruned. It also deletes the attempt counts last updated before cutoff (of events that stopped coming).
+// Choose cutoff beyond every window in which an old event can come back (see docs/consumers.md). It
+// runs with Config.LockTimeout but not Config.StatementTimeout.
 func (p *Processor) Prune(ctx context.Context, cutoff time.Time) (int64, error) {
 	var n int64
-	err := p.inTx(ctx, func(tx pgx.Tx) error {
+	// A large prune may take longer than the statement timeout meant for one event.
+	err := p.inTxWith(ctx, timeoutsSQL(p.cfg.LockTimeout, -1), func(tx pgx.Tx) error {
 		tag, err := tx.Exec(ctx, p.q.prune, p.consumer, cutoff)
+		if err != nil {
+			return err
+		}
 		n = tag.RowsAffected()
+		_, err = tx.Exec(ctx, p.q.pruneAttempts, p.consumer, cutoff)
 		return err
 	})
 	if err != nil {

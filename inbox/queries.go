@@ -6,7 +6,7 @@ type queries struct {
 	insertInbox, inboxEntry, setStatus, markApplied, deleteInbox, insertSkipped string
 	ensureAggregate, lockAggregate, setApplied, state                           string
 	park, takeParked, dropStaleParked                                           string
-	fail, repair, prune                                                         string
+	fail, repair, prune, pruneAttempts                                          string
 	countAttempt, attempts, clearAttempts                                       string
 	listFailed, failedByID, resolveFailed, failedAgain                          string
 	check, unnamed                                                              string
@@ -53,7 +53,8 @@ func newQueries(schema string) queries {
 		dropStaleParked: `WITH gone AS (
 				DELETE FROM {schema}.parked
 				WHERE consumer = $1 AND aggregate_type = $2 AND aggregate_id = $3 AND aggregate_version <= $4
-				RETURNING event_id)
+				RETURNING event_id),
+			cleared AS (DELETE FROM {schema}.attempts a USING gone WHERE a.consumer = $1 AND a.event_id = gone.event_id)
 			UPDATE {schema}.inbox i SET status = 'stale' FROM gone WHERE i.consumer = $1 AND i.event_id = gone.event_id`,
 
 		// A failure recorded again reopens a resolved row.
@@ -73,6 +74,9 @@ func newQueries(schema string) queries {
 			WHERE i.consumer = $1 AND i.received_at < $2 AND i.status IN ('applied', 'stale', 'skipped')
 			  AND a.consumer = i.consumer AND a.aggregate_type = i.aggregate_type AND a.aggregate_id = i.aggregate_id
 			  AND i.aggregate_version <= a.applied_version`,
+
+		// Attempts of events that stopped coming (a queue's TTL, a purge) are left behind otherwise.
+		pruneAttempts: `DELETE FROM {schema}.attempts WHERE consumer = $1 AND last_failed_at < $2`,
 
 		countAttempt: `INSERT INTO {schema}.attempts AS a (consumer, event_id, attempts, last_error) VALUES ($1, $2, 1, $3)
 			ON CONFLICT (consumer, event_id) DO UPDATE
@@ -99,7 +103,7 @@ func newQueries(schema string) queries {
 	}
 	for _, s := range []*string{&q.insertInbox, &q.inboxEntry, &q.setStatus, &q.markApplied, &q.deleteInbox,
 		&q.insertSkipped, &q.ensureAggregate, &q.lockAggregate, &q.setApplied, &q.state, &q.park, &q.takeParked,
-		&q.dropStaleParked, &q.fail, &q.repair, &q.prune, &q.countAttempt, &q.attempts, &q.clearAttempts,
+		&q.dropStaleParked, &q.fail, &q.repair, &q.prune, &q.pruneAttempts, &q.countAttempt, &q.attempts, &q.clearAttempts,
 		&q.listFailed, &q.failedByID, &q.resolveFailed, &q.failedAgain, &q.unnamed} {
 		*s = inSchema(*s, schema)
 	}

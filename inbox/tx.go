@@ -32,13 +32,19 @@ func timeoutsSQL(lock, statement time.Duration) string {
 // inTx runs fn in a read-committed transaction with the configured lock and statement timeouts, and
 // commits when fn returns nil.
 func (p *Processor) inTx(ctx context.Context, fn func(tx pgx.Tx) error) error {
+	return p.inTxWith(ctx, p.timeouts, fn)
+}
+
+// inTxWith runs fn in a read-committed transaction that first runs timeouts (timeoutsSQL), and commits
+// when fn returns nil.
+func (p *Processor) inTxWith(ctx context.Context, timeouts string, fn func(tx pgx.Tx) error) error {
 	tx, err := p.db.BeginTx(ctx, pgx.TxOptions{})
 	if err != nil {
 		return fmt.Errorf("begin: %w", err)
 	}
 	defer tx.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck // a no-op after Commit
-	if p.timeouts != "" {
-		if _, err := tx.Exec(ctx, p.timeouts); err != nil {
+	if timeouts != "" {
+		if _, err := tx.Exec(ctx, timeouts); err != nil {
 			return fmt.Errorf("set timeouts: %w", err)
 		}
 	}
