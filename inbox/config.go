@@ -30,8 +30,8 @@ func (g GapPolicy) String() string {
 	return fmt.Sprintf("GapPolicy(%d)", int(g))
 }
 
-// Config configures a Processor and its RabbitMQ consumer loop. The zero value is usable: Defaults fills
-// in every unset field.
+// Config configures a Processor and its RabbitMQ consumer loop. Only Consumer is required: Defaults
+// fills in every other unset field.
 type Config struct {
 	// Consumer names this projection (this consumer of the events). Records are kept per consumer, so
 	// two projections sharing one schema never see each other's events. Required: 1 to 63 characters,
@@ -60,8 +60,9 @@ type Config struct {
 	// Prefetch is the AMQP basic.qos prefetch count of Consume. Default 16. With OnGap
 	// Requeue it must not be 1: the missing event has to be delivered while the early one is held.
 	Prefetch int
-	// RetryMin is the first backoff before a failed delivery is requeued; it doubles, with jitter, on
-	// each consecutive failure up to RetryMax. Defaults 100ms and 10s.
+	// RetryMin is Consume's first backoff before a failed delivery is requeued; it doubles, with jitter,
+	// with the event's counted attempts (or the channel's run of uncounted failures) up to RetryMax.
+	// Defaults 100ms and 10s.
 	RetryMin, RetryMax time.Duration
 }
 
