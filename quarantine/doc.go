@@ -1,6 +1,6 @@
 // Package quarantine owns writing the router's quarantine table (<schema>.quarantine): the outbox rows that
 // cannot become events and the events the broker refuses, from the stream, the initial snapshot and
-// backfills alike. It is the one writer of that table.
+// backfills alike. It is the one writer of that table's records.
 //
 // It guarantees, each pinned by a test:
 //   - A record never fails to be written because of the row's content. Each column value is stored as its
@@ -19,6 +19,14 @@
 //
 // Other errors (connection, permission, a missing column when migrations were not run) are returned
 // wrapped: the caller retries or stops, it never skips the row.
+//
+// It also gives the operator commands their access to the table (Records, ReplayEvent, PublishConfirmed):
+//   - A record is never deleted except by Purge, and Purge deletes only records handled before a given time;
+//     replaying or discarding marks handled_at and handled_how, once (MarkHandled).
+//   - A replay uses the outbox row when it is still there, else the stored values only when none was cut or
+//     replaced (value_notes); both go through decode.MapRow. A record neither can turn into a valid event is
+//     refused with ErrNotReplayable and stays open. A replayed event carries HeaderReplayed and
+//     HeaderQuarantineID and is marked handled only after its positive confirm.
 //
 // It never logs and never returns a value in an error, so no payload reaches a log through it.
 package quarantine

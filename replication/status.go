@@ -3,6 +3,10 @@ package replication
 import (
 	"context"
 	"fmt"
+	"net"
+	"net/url"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -12,28 +16,45 @@ import (
 	"github.com/cdc-router/cdc-router/snapshot"
 )
 
-// Report is what `cdc-router status` shows.
+// Report is what `cdc-router status` shows: the slot as seen from the database of the connection, and the
+// state in that database's router schema. A slot of the same name in another database is reported as
+// foreign (SlotDatabase) and none of its facts are shown as this database's.
 type Report struct {
 	Slot           string
-	SlotExists     bool
+	Database       string // current_database()
+	SlotExists     bool   // the slot exists in this database
+	SlotDatabase   string // the database of a slot of this name in another database; empty otherwise
+	Locked         bool   // a router of this slot runs in this database (it holds the slot's advisory lock)
 	Active         bool
 	ConfirmedFlush cdc.LSN
 	LagBytes       int64 // pg_current_wal_lsn() - confirmed_flush_lsn
 	WALStatus      string
 	Stored         *offsets.Position // nil when none is stored
-	Quarantined    int64
-	Jobs           []snapshot.Job // the initial snapshot and backfills, finished or not
+	Quarantined    int64             // records of this slot and of this database's backfills
+	Handled        int64             // of those, the ones replayed or discarded (`cdc-router quarantine`)
+	Jobs           []snapshot.Job    // the slot's initial snapshot and this database's backfills, finished or not
 }
 
-// Status reads the slot, the stored position and the quarantine count over an ordinary connection.
+// Status reads the slot, the stored position, the quarantine counts and the jobs over an ordinary
+// connection. Backfills are not tied to a slot: they are this database's (the router schema's) own.
 func Status(ctx context.Context, conn *pgx.Conn, slot, schema string) (Report, error) {
 	r := Report{Slot: slot}
 	info, err := InspectSlot(ctx, conn, slot)
 	if err != nil {
 		return r, err
 	}
-	r.SlotExists, r.Active, r.ConfirmedFlush, r.WALStatus = info.Exists, info.Active, info.ConfirmedFlush, info.WALStatus
-	if info.Exists && info.ConfirmedFlush != 0 {
+	if err := conn.QueryRow(ctx, "SELECT current_database()").Scan(&r.Database); err != nil {
+		return r, fmt.Errorf("read the database name: %w", err)
+	}
+	if r.Locked, err = snapshot.Locked(ctx, conn, snapshot.LockKey(snapshot.InitialName(slot))); err != nil {
+		return r, err
+	}
+	if info.Exists && info.Database != r.Database {
+		r.SlotDatabase = info.Database
+	} else if info.Exists {
+		r.SlotExists, r.Active, r.ConfirmedFlush, r.WALStatus = true, info.Active, info.ConfirmedFlush, info.WALStatus
+	}
+	if r.SlotExists && info.ConfirmedFlush != 0 {
 		err := conn.QueryRow(ctx, "SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), $1::pg_lsn)::bigint",
 			info.ConfirmedFlush.String()).Scan(&r.LagBytes)
 		if err != nil {
@@ -47,13 +68,19 @@ func Status(ctx context.Context, conn *pgx.Conn, slot, schema string) (Report, e
 	if ok {
 		r.Stored = &p
 	}
-	err = conn.QueryRow(ctx, "SELECT count(*) FROM "+pgx.Identifier{schema, "quarantine"}.Sanitize()+" WHERE slot = $1",
-		slot).Scan(&r.Quarantined)
+	err = conn.QueryRow(ctx, `SELECT count(*), count(handled_at) FROM `+pgx.Identifier{schema, "quarantine"}.Sanitize()+
+		` WHERE slot = $1 OR slot LIKE 'backfill:%'`, slot).Scan(&r.Quarantined, &r.Handled)
 	if err != nil {
-		return r, fmt.Errorf("count quarantine: %w", err)
+		return r, fmt.Errorf("count quarantine (has `cdc-router migrate` run?): %w", err)
 	}
-	if r.Jobs, err = snapshot.NewJobs(conn, schema).All(ctx); err != nil {
+	all, err := snapshot.NewJobs(conn, schema).All(ctx)
+	if err != nil {
 		return r, fmt.Errorf("read snapshot progress: %w", err)
+	}
+	for _, j := range all {
+		if j.Name == snapshot.InitialName(slot) || j.Kind == "backfill" {
+			r.Jobs = append(r.Jobs, j)
+		}
 	}
 	return r, nil
 }
@@ -61,14 +88,20 @@ func Status(ctx context.Context, conn *pgx.Conn, slot, schema string) (Report, e
 // String renders the report for a terminal, one fact per line.
 func (r Report) String() string {
 	s := fmt.Sprintf("slot:             %s\n", r.Slot)
-	if !r.SlotExists {
+	switch {
+	case r.SlotDatabase != "":
+		s += fmt.Sprintf("slot exists:      no, not in this database (%s): a slot of that name belongs to database %s, "+
+			"so its facts are not shown here; point --pg-url at %s to see them\n", r.Database, r.SlotDatabase, r.SlotDatabase)
+	case !r.SlotExists:
 		s += "slot exists:      no\n"
-	} else {
+	default:
 		active := "no (no router is streaming from it)"
 		if r.Active {
 			active = "yes"
-		} else if j := r.initial(); j != nil && !j.Done() {
+		} else if j := r.initial(); j != nil && j.Running() {
 			active = "no: the initial snapshot is in progress (see below); streaming starts when it is done"
+		} else if r.Locked {
+			active = "no, but a router of this slot runs (starting, or waiting for the slot)"
 		}
 		s += fmt.Sprintf("slot active:      %s\nconfirmed flush:  %s\nlag:              %d bytes\nwal_status:       %s\n",
 			active, r.ConfirmedFlush, r.LagBytes, r.WALStatus)
@@ -79,7 +112,8 @@ func (r Report) String() string {
 		s += fmt.Sprintf("stored position:  %s (cluster %s, timeline %d, %s ago)\n", r.Stored.LSN, r.Stored.SystemID,
 			r.Stored.Timeline, time.Since(r.Stored.UpdatedAt).Round(time.Second))
 	}
-	s += fmt.Sprintf("quarantined rows: %d\n", r.Quarantined)
+	s += fmt.Sprintf("quarantined rows: %d (%d handled, %d not handled)\n", r.Quarantined, r.Handled,
+		r.Quarantined-r.Handled)
 	for _, j := range r.Jobs {
 		s += "snapshot:         " + jobLine(j) + "\n"
 	}
@@ -101,38 +135,117 @@ func jobLine(j snapshot.Job) string {
 	if j.RowsTotal > 0 {
 		pct = 100 * float64(j.RowsDone) / float64(j.RowsTotal)
 	}
-	line := fmt.Sprintf("%s %s, %d/%d rows (%.1f%%)", j.Name, j.State, j.RowsDone, j.RowsTotal, pct)
+	line := fmt.Sprintf("%s %s, %d/%d rows (%.1f%%)", j.Name, jobState(j), j.RowsDone, j.RowsTotal, pct)
 	if secs := j.UpdatedAt.Sub(j.StartedAt).Seconds(); secs > 0 && j.RowsDone > 0 {
 		rate := float64(j.RowsDone) / secs
 		line += fmt.Sprintf(", %.0f rows/s", rate)
-		if !j.Done() && j.RowsTotal > j.RowsDone {
+		if j.Running() && j.RowsTotal > j.RowsDone {
 			line += fmt.Sprintf(", about %v left", time.Duration(float64(j.RowsTotal-j.RowsDone)/rate*float64(time.Second)).Round(time.Second))
 		}
 	}
-	if !j.Done() {
+	if j.Failed() {
+		line += ", error: " + j.Error
+	}
+	if j.Running() {
 		line += fmt.Sprintf(", last progress %v ago", time.Since(j.UpdatedAt).Round(time.Second))
 	}
 	return line
 }
 
-// Reset forgets the stored position of slot and drops the slot if it exists and is not active, so that
-// the next `run` creates a new slot (and, with --snapshot=initial, backfills the table). It is the
-// operator's answer to a refusal after a lost slot or a restore.
+// jobState is the job's state as status shows it: running (a process runs it), interrupted (recorded as
+// running, but no process holds it), done or failed.
+func jobState(j snapshot.Job) string {
+	if j.Interrupted() {
+		return "interrupted"
+	}
+	return j.State
+}
+
+// Reset removes exactly the state of slot in the connection's database: it drops the slot, and forgets
+// the slot's stored position, its initial snapshot job and its publication check, so that the next `run`
+// creates a new slot (and, with --snapshot=initial, snapshots the table). It is the operator's answer to a
+// refusal after a lost slot or a restore. It holds the router's advisory lock of the slot throughout, so it
+// refuses while any router of the slot runs in this database (streaming, waiting, or copying the initial
+// snapshot) and no router starts meanwhile; it refuses a slot that belongs to another database. Nothing of
+// other slots, backfills and quarantine records is touched.
 func Reset(ctx context.Context, conn *pgx.Conn, slot, schema string) error {
+	lock := snapshot.LockKey(snapshot.InitialName(slot))
+	mine, err := tryLock(ctx, conn, lock, resetLockWait)
+	if err != nil {
+		return fmt.Errorf("lock slot %s: %w", slot, err)
+	}
+	if !mine {
+		return fatalf("a router of slot %s is running (streaming, waiting for the slot, or copying the initial snapshot): "+
+			"stop it before resetting; nothing was changed", slot)
+	}
+	defer conn.Exec(context.WithoutCancel(ctx), "SELECT pg_advisory_unlock(hashtextextended($1, 0))", lock)
 	info, err := InspectSlot(ctx, conn, slot)
 	if err != nil {
 		return err
 	}
+	var db string
+	if err := conn.QueryRow(ctx, "SELECT current_database()").Scan(&db); err != nil {
+		return fmt.Errorf("read the database name: %w", err)
+	}
+	if info.Exists && info.Database != db {
+		return fatalf("replication slot %s belongs to database %s, not %s: to reset it run reset with --pg-url %s; "+
+			"to keep it, choose another --slot for this database; nothing was changed", slot, info.Database, db,
+			urlOf(conn, info.Database))
+	}
 	if info.Active {
-		return fatalf("slot %s is active: stop the router that streams from it before resetting", slot)
+		return fatalf("slot %s is active: stop the process that streams from it (pg_stat_replication shows it) before "+
+			"resetting; nothing was changed", slot)
 	}
 	if info.Exists {
 		if _, err := conn.Exec(ctx, "SELECT pg_drop_replication_slot($1)", slot); err != nil {
 			return fmt.Errorf("drop slot %s: %w", slot, err)
 		}
 	}
-	if err := snapshot.NewJobs(conn, schema).Delete(ctx, snapshot.InitialName(slot)); err != nil {
-		return err
+	return pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
+		for _, table := range []string{"snapshots", "positions", "publication_checks"} {
+			col, val := "slot", slot
+			if table == "snapshots" {
+				col, val = "name", snapshot.InitialName(slot)
+			}
+			_, err := tx.Exec(ctx, "DELETE FROM "+pgx.Identifier{schema, table}.Sanitize()+" WHERE "+col+" = $1", val)
+			if err != nil {
+				return fmt.Errorf("forget the state of slot %s in %s.%s: %w", slot, schema, table, err)
+			}
+		}
+		return nil
+	})
+}
+
+// resetLockWait is how long reset tries the slot's lock: a router that has just exited may still hold it
+// for a moment, until its server process has ended.
+const resetLockWait = 3 * time.Second
+
+// tryLock tries the session advisory lock of key for up to wait.
+func tryLock(ctx context.Context, conn *pgx.Conn, key string, wait time.Duration) (bool, error) {
+	deadline := time.Now().Add(wait)
+	for {
+		var mine bool
+		if err := conn.QueryRow(ctx, "SELECT pg_try_advisory_lock(hashtextextended($1, 0))", key).Scan(&mine); err != nil {
+			return false, err
+		}
+		if mine || time.Now().After(deadline) {
+			return mine, nil
+		}
+		select {
+		case <-ctx.Done():
+			return false, ctx.Err()
+		case <-time.After(100 * time.Millisecond):
+		}
 	}
-	return offsets.NewStore(conn, schema, slot, 0).Delete(ctx)
+}
+
+// urlOf is the connection's URL for database db, without its password.
+func urlOf(conn *pgx.Conn, db string) string {
+	c := conn.Config()
+	u := url.URL{Scheme: "postgres", User: url.User(c.User), Host: net.JoinHostPort(c.Host, strconv.Itoa(int(c.Port))),
+		Path: "/" + db}
+	if strings.HasPrefix(c.Host, "/") {
+		u.Host, u.RawQuery = "", "host="+url.QueryEscape(c.Host)+"&port="+strconv.Itoa(int(c.Port))
+	}
+	return u.String()
 }

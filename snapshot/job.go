@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -28,13 +29,59 @@ type Job struct {
 	LastKey   *Key // nil until the first page is confirmed
 	RowsDone  int64
 	RowsTotal int64
-	State     string // running or done
+	State     string // running, done or failed
+	Error     string // why a failed job stopped
 	StartedAt time.Time
 	UpdatedAt time.Time
+	// Live reports whether a process holds the job's lock (see LockKey); filled by All. A running job that no
+	// process holds was interrupted (a kill, a crash, a stop) and resumes at the next run of it.
+	Live bool
 }
 
+// Job states.
+const (
+	StateRunning = "running"
+	StateDone    = "done"
+	StateFailed  = "failed"
+)
+
 // Done reports whether the job finished.
-func (j Job) Done() bool { return j.State == "done" }
+func (j Job) Done() bool { return j.State == StateDone }
+
+// Failed reports whether the job stopped on an error (Error says which).
+func (j Job) Failed() bool { return j.State == StateFailed }
+
+// Running reports whether the job is recorded as running and a process holds it.
+func (j Job) Running() bool { return j.State == StateRunning && j.Live }
+
+// Interrupted reports whether the job is recorded as running but no process holds it.
+func (j Job) Interrupted() bool { return j.State == StateRunning && !j.Live }
+
+// LockKey is the text whose hashtextextended(·, 0) is the session advisory lock held by the process that
+// runs the job: for initial:<slot> the router's lock of the slot ('cdc_router:<slot>', taken by run for
+// the stream and the initial snapshot alike), for backfill:<name> 'cdc_router:backfill:<name>'. Slot names
+// hold no colon, so the two never meet.
+func LockKey(name string) string {
+	if slot, ok := strings.CutPrefix(name, "initial:"); ok {
+		return "cdc_router:" + slot
+	}
+	return "cdc_router:" + name
+}
+
+// Locked reports whether some session of this database holds the advisory lock of key (see LockKey). It
+// reads pg_locks and takes nothing: a bigint advisory key is classid (high 32 bits), objid (low 32 bits)
+// and objsubid 1.
+func Locked(ctx context.Context, conn *pgx.Conn, key string) (bool, error) {
+	var held bool
+	err := conn.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_locks l, (SELECT hashtextextended($1, 0) AS k) h
+		WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 1
+		  AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())
+		  AND l.classid = ((h.k >> 32) & 4294967295)::oid AND l.objid = (h.k & 4294967295)::oid)`, key).Scan(&held)
+	if err != nil {
+		return false, fmt.Errorf("read advisory locks: %w", err)
+	}
+	return held, nil
+}
 
 // InitialName is the job name of a slot's initial snapshot.
 func InitialName(slot string) string { return "initial:" + slot }
@@ -54,14 +101,19 @@ func NewJobs(conn *pgx.Conn, schema string) *Jobs {
 func (s *Jobs) Load(ctx context.Context, name string) (j Job, ok bool, err error) {
 	var lsn string
 	var key []byte
+	var jobErr *string
 	err = s.conn.QueryRow(ctx, `SELECT name, kind, predicate, read_lsn::text, last_key, rows_done, rows_total, state,
-		started_at, updated_at FROM `+s.table+` WHERE name = $1`, name).
-		Scan(&j.Name, &j.Kind, &j.Predicate, &lsn, &key, &j.RowsDone, &j.RowsTotal, &j.State, &j.StartedAt, &j.UpdatedAt)
+		to_jsonb(t)->>'error', started_at, updated_at FROM `+s.table+` t WHERE name = $1`, name).
+		Scan(&j.Name, &j.Kind, &j.Predicate, &lsn, &key, &j.RowsDone, &j.RowsTotal, &j.State, &jobErr, &j.StartedAt,
+			&j.UpdatedAt)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return Job{}, false, nil
 	}
 	if err != nil {
 		return Job{}, false, fmt.Errorf("load snapshot progress: %w", err)
+	}
+	if jobErr != nil {
+		j.Error = *jobErr
 	}
 	if j.ReadLSN, err = cdc.ParseLSN(lsn); err != nil {
 		return Job{}, false, err
@@ -91,7 +143,8 @@ func parseKey(b []byte) (Key, error) {
 	return key, json.Unmarshal(k[2], &key.Version)
 }
 
-// Start records a new running job, replacing a finished one of the same name.
+// Start records a new running job, replacing a finished one of the same name. It leaves the error column
+// alone (so that it works before migration 006): delete a failed job before starting it again.
 func (s *Jobs) Start(ctx context.Context, tx pgx.Tx, j Job) error {
 	_, err := tx.Exec(ctx, `INSERT INTO `+s.table+` (name, kind, predicate, read_lsn, state)
 		VALUES ($1, $2, $3, $4::pg_lsn, 'running')
@@ -140,13 +193,24 @@ func (s *Jobs) Finish(ctx context.Context, name string, done int64) error {
 	return nil
 }
 
+// Fail records that the job stopped on cause: state failed, the error, the time. Its last confirmed key
+// stays, so a rerun with the same predicate resumes after it.
+func (s *Jobs) Fail(ctx context.Context, name string, cause error) error {
+	_, err := s.conn.Exec(ctx, `UPDATE `+s.table+` SET state = 'failed', error = $2, updated_at = now(),
+		finished_at = now() WHERE name = $1`, name, cause.Error())
+	if err != nil {
+		return fmt.Errorf("record the failure of %s (has `cdc-router migrate` run?): %w", name, err)
+	}
+	return nil
+}
+
 // Delete forgets the job.
 func (s *Jobs) Delete(ctx context.Context, name string) error {
 	_, err := s.conn.Exec(ctx, `DELETE FROM `+s.table+` WHERE name = $1`, name)
 	return err
 }
 
-// All lists every job, oldest first, for `status`.
+// All lists every job, oldest first, for `status` and `jobs list`, each with Live filled in.
 func (s *Jobs) All(ctx context.Context) ([]Job, error) {
 	rows, err := s.conn.Query(ctx, `SELECT name FROM `+s.table+` ORDER BY started_at`)
 	if err != nil {
@@ -162,9 +226,35 @@ func (s *Jobs) All(ctx context.Context) ([]Job, error) {
 		if err != nil {
 			return nil, err
 		}
-		if ok {
-			out = append(out, j)
+		if !ok {
+			continue
 		}
+		if j.Live, err = Locked(ctx, s.conn, LockKey(j.Name)); err != nil {
+			return nil, err
+		}
+		out = append(out, j)
 	}
 	return out, nil
+}
+
+// Remove forgets the job called name, holding its lock while it does, so that no process starts or
+// resumes it meanwhile. It refuses a job that a process runs (ErrJobBusy) and an initial snapshot (it
+// belongs to its slot: `cdc-router reset` removes it with the slot); a finished, failed or interrupted
+// backfill is removed. ok is false when there is no such job.
+func (s *Jobs) Remove(ctx context.Context, name string) (ok bool, err error) {
+	if strings.HasPrefix(name, "initial:") {
+		slot := strings.TrimPrefix(name, "initial:")
+		return false, fmt.Errorf("%s is the initial snapshot of slot %s: `cdc-router reset --slot %s` removes it "+
+			"together with the slot and its position", name, slot, slot)
+	}
+	unlock, err := lockJob(ctx, s.conn, name)
+	if err != nil {
+		return false, err
+	}
+	defer unlock()
+	tag, err := s.conn.Exec(ctx, `DELETE FROM `+s.table+` WHERE name = $1`, name)
+	if err != nil {
+		return false, fmt.Errorf("remove %s: %w", name, err)
+	}
+	return tag.RowsAffected() == 1, nil
 }

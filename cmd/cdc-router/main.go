@@ -32,6 +32,8 @@ func commands() []command {
 		{"status", "show the slot, its lag, the stored position and quarantined rows", runStatus},
 		{"backfill", "publish retained outbox rows again (x-backfill: true) while run keeps streaming", runBackfill},
 		{"reset", "forget the stored position and drop the slot, to start over after a refusal", runReset},
+		{"jobs", "list the snapshot and backfill jobs, or remove finished, failed or interrupted backfills", runJobs},
+		{"quarantine", "list, show, replay, discard or purge quarantined rows", runQuarantine},
 		{"version", "print the version", runVersion},
 	}
 }

@@ -1,0 +1,378 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/cdc-router/cdc-router/internal/cdc"
+	"github.com/cdc-router/cdc-router/quarantine"
+	"github.com/cdc-router/cdc-router/replication"
+	"github.com/cdc-router/cdc-router/route"
+	"github.com/cdc-router/cdc-router/snapshot"
+)
+
+const quarantineUsage = `Usage: cdc-router quarantine <subcommand> [flags] [ID...]
+
+Subcommands:
+  list               the records, newest first: id, time, slot, event id, handled, reason (--limit, --open)
+  show ID            one record: position, key, reason, the stored values and their notes
+  replay ID...       publish each row again (header x-replayed: true) and mark it handled (--force: again)
+  discard ID...      mark each record handled without publishing
+  purge              delete records handled more than --handled-before ago (default 720h)
+
+` + "`cdc-router quarantine <subcommand> --help` lists the flags."
+
+// subcommand is one of the quarantine or jobs subcommands: its flags are added to s, then run is called
+// with the positional arguments once the flags are parsed.
+type subcommand struct {
+	name string
+	bind func(s *settings) func(ctx context.Context, conn *pgx.Conn, pg opsFlags, args []string, stdout, stderr io.Writer) error
+}
+
+// opsFlags are the PostgreSQL settings of the operator commands.
+type opsFlags struct {
+	url, schema, table *string
+}
+
+func runQuarantine(ctx context.Context, args []string, env func(string) string, stdout, stderr io.Writer) error {
+	return runSubcommand(ctx, "quarantine", quarantineUsage, args, env, stdout, stderr, []subcommand{
+		{"list", quarantineList}, {"show", quarantineShow}, {"replay", quarantineReplay},
+		{"discard", quarantineDiscard}, {"purge", quarantinePurge},
+	})
+}
+
+// runSubcommand dispatches args[0] among subs; the flags may come before, between or after the IDs.
+func runSubcommand(ctx context.Context, name, usageText string, args []string, env func(string) string,
+	stdout, stderr io.Writer, subs []subcommand) error {
+	if len(args) == 0 {
+		return usageError{errors.New("name a subcommand\n\n" + usageText)}
+	}
+	if args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
+		fmt.Fprintln(stdout, usageText)
+		return flag.ErrHelp
+	}
+	for _, sub := range subs {
+		if sub.name != args[0] {
+			continue
+		}
+		s := newSettings(name+" "+sub.name, env, stderr)
+		pg := opsFlags{
+			url:    s.String("pg-url", "", "PostgreSQL URL, postgres://user:password@host:5432/db"),
+			schema: s.String("schema", "cdc_router", "schema of the router's own tables"),
+			table:  s.String("table", "public.outbox", "outbox table, schema.table"),
+		}
+		run := sub.bind(s)
+		flags, positional := splitArgs(s.fs, args[1:])
+		if err := parse(s, flags); err != nil {
+			return err
+		}
+		if *pg.url == "" {
+			return usageError{errors.New("no PostgreSQL URL: set --pg-url or CDC_ROUTER_PG_URL (postgres://user:password@host:5432/db)")}
+		}
+		conn, err := replication.ConnectSQL(ctx, *pg.url)
+		if err != nil {
+			return err
+		}
+		defer conn.Close(context.Background())
+		return run(ctx, conn, pg, positional, stdout, stderr)
+	}
+	return usageError{fmt.Errorf("unknown subcommand %q\n\n%s", args[0], usageText)}
+}
+
+// splitArgs separates the flags (with the values of the flags that take one) from the positional
+// arguments, so that `show 7 --pg-url …` and `show --pg-url … 7` both work. After "--" all are positional.
+func splitArgs(fs *flag.FlagSet, args []string) (flags, positional []string) {
+	for i := 0; i < len(args); i++ {
+		a := args[i]
+		if a == "--" {
+			return flags, append(positional, args[i+1:]...)
+		}
+		if !strings.HasPrefix(a, "-") || a == "-" {
+			positional = append(positional, a)
+			continue
+		}
+		flags = append(flags, a)
+		name := strings.TrimLeft(a, "-")
+		if strings.Contains(name, "=") {
+			continue
+		}
+		f := fs.Lookup(name)
+		if f == nil {
+			continue
+		}
+		if b, ok := f.Value.(interface{ IsBoolFlag() bool }); ok && b.IsBoolFlag() {
+			continue
+		}
+		if i+1 < len(args) {
+			flags = append(flags, args[i+1])
+			i++
+		}
+	}
+	return flags, positional
+}
+
+// recordIDs parses the IDs; at least one is required.
+func recordIDs(args []string) ([]int64, error) {
+	if len(args) == 0 {
+		return nil, usageError{errors.New("name at least one record ID (`cdc-router quarantine list` shows them)")}
+	}
+	ids := make([]int64, 0, len(args))
+	for _, a := range args {
+		id, err := strconv.ParseInt(a, 10, 64)
+		if err != nil || id <= 0 {
+			return nil, usageError{fmt.Errorf("%q is not a record ID: use the numbers in the id column of `cdc-router quarantine list`", a)}
+		}
+		ids = append(ids, id)
+	}
+	return ids, nil
+}
+
+func quarantineList(s *settings) func(context.Context, *pgx.Conn, opsFlags, []string, io.Writer, io.Writer) error {
+	limit := s.Int("limit", 50, "show at most this many records, newest first (0: all)")
+	open := s.Bool("open", false, "only the records not handled yet")
+	return func(ctx context.Context, conn *pgx.Conn, pg opsFlags, args []string, stdout, _ io.Writer) error {
+		if len(args) > 0 {
+			return usageError{fmt.Errorf("unexpected argument %q: list takes only flags", args[0])}
+		}
+		recs, err := quarantine.NewRecords(conn, *pg.schema).List(ctx, *limit, *open)
+		if err != nil {
+			return err
+		}
+		w := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
+		fmt.Fprintln(w, "ID\tQUARANTINED AT\tSLOT\tEVENT ID\tHANDLED\tREASON")
+		for _, r := range recs {
+			handled := "no"
+			if r.Handled() {
+				handled = r.HandledHow + " " + r.HandledAt.UTC().Format(time.RFC3339)
+			}
+			fmt.Fprintf(w, "%d\t%s\t%s\t%s\t%s\t%s\n", r.ID, r.QuarantinedAt.UTC().Format(time.RFC3339), r.Slot,
+				orDash(r.EventID), handled, oneLine(r.Reason, 120))
+		}
+		return w.Flush()
+	}
+}
+
+func quarantineShow(s *settings) func(context.Context, *pgx.Conn, opsFlags, []string, io.Writer, io.Writer) error {
+	return func(ctx context.Context, conn *pgx.Conn, pg opsFlags, args []string, stdout, _ io.Writer) error {
+		if len(args) != 1 {
+			return usageError{errors.New("show takes one record ID")}
+		}
+		ids, err := recordIDs(args)
+		if err != nil {
+			return err
+		}
+		r, ok, err := quarantine.NewRecords(conn, *pg.schema).Load(ctx, ids[0])
+		if err != nil {
+			return err
+		}
+		if !ok {
+			return fmt.Errorf("no quarantine record %d in %s.quarantine", ids[0], *pg.schema)
+		}
+		fmt.Fprint(stdout, showRecord(r))
+		return nil
+	}
+}
+
+// showRecord renders one record, one fact per line, the values and notes as stored (JSON).
+func showRecord(r quarantine.Record) string {
+	handled := "no"
+	if r.Handled() {
+		handled = r.HandledHow + " at " + r.HandledAt.UTC().Format(time.RFC3339)
+	}
+	commit := "-"
+	if r.CommitLSN != 0 {
+		commit = r.CommitLSN.String()
+	}
+	values, notes := "NULL (a minimal record: PostgreSQL refused the values, see notes)", "none (every value is whole)"
+	if r.Values != nil {
+		values = string(r.Values)
+	}
+	if r.Notes != nil {
+		notes = string(r.Notes)
+	}
+	return fmt.Sprintf("id:             %d\nquarantined at: %s\nslot:           %s\nlsn:            %s\ncommit lsn:     %s\n"+
+		"row key:        %s\ntable:          %s\nevent id:       %s\nhandled:        %s\nreason:         %s\n"+
+		"values:         %s\nvalue notes:    %s\n", r.ID, r.QuarantinedAt.UTC().Format(time.RFC3339Nano), r.Slot, r.LSN,
+		commit, orDash(r.RowKey), r.Table, orDash(r.EventID), handled, r.Reason, values, notes)
+}
+
+func quarantineReplay(s *settings) func(context.Context, *pgx.Conn, opsFlags, []string, io.Writer, io.Writer) error {
+	broker := addBrokerFlags(s)
+	force := s.Bool("force", false, "replay a record that was handled before (replayed or discarded) once more")
+	timeout := s.Duration("confirm-timeout", route.DefaultConfirmTimeout, "how long to wait for RabbitMQ's confirm of each message")
+	return func(ctx context.Context, conn *pgx.Conn, pg opsFlags, args []string, stdout, stderr io.Writer) error {
+		ids, err := recordIDs(args)
+		if err != nil {
+			return err
+		}
+		log, err := broker.logger(stderr)
+		if err != nil {
+			return err
+		}
+		read, err := replication.ConnectReader(ctx, *pg.url)
+		if err != nil {
+			return err
+		}
+		defer read.Close(context.Background())
+		records := quarantine.NewRecords(conn, *pg.schema)
+		var r *route.Router
+		defer func() {
+			if r != nil {
+				r.Close()
+			}
+		}()
+		var failed []string
+		for _, id := range ids {
+			rec, ev, source, err := replayable(ctx, records, read, broker, pg, id, *force)
+			if err == nil && r == nil {
+				if r, err = route.Dial(ctx, broker.route("cdc-router quarantine replay"), log); err != nil {
+					return err
+				}
+			}
+			if err == nil {
+				err = quarantine.PublishConfirmed(ctx, r, ev, id, *timeout)
+			}
+			if err == nil {
+				_, err = records.MarkHandled(ctx, id, quarantine.HandledReplayed)
+			}
+			if err != nil {
+				if !errors.Is(err, quarantine.ErrNotReplayable) && !errors.Is(err, errHandled) {
+					return err
+				}
+				fmt.Fprintf(stderr, "cdc-router quarantine replay: %v\n", err)
+				failed = append(failed, strconv.FormatInt(id, 10))
+				continue
+			}
+			fmt.Fprintf(stdout, "record %d replayed from %s: event %s published to %s (routing key %s)\n", rec.ID,
+				source, ev.ID, *broker.exchange, route.RoutingKey(ev))
+		}
+		if len(failed) > 0 {
+			return fmt.Errorf("%d of %d records not replayed (%s): see above", len(failed), len(ids), strings.Join(failed, ", "))
+		}
+		return nil
+	}
+}
+
+var errHandled = errors.New("already handled")
+
+// replayable loads record id and builds its event, from the outbox row when it is still there.
+func replayable(ctx context.Context, records *quarantine.Records, read *pgx.Conn, broker brokerFlags, pg opsFlags,
+	id int64, force bool) (quarantine.Record, cdc.Event, string, error) {
+	rec, ok, err := records.Load(ctx, id)
+	if err != nil {
+		return rec, cdc.Event{}, "", err
+	}
+	if !ok {
+		return rec, cdc.Event{}, "", fmt.Errorf("record %d %w: there is no such record in %s.quarantine", id,
+			quarantine.ErrNotReplayable, *pg.schema)
+	}
+	if rec.Handled() && !force {
+		return rec, cdc.Event{}, "", fmt.Errorf("record %d was %s at %s (%w): pass --force to replay it once more", id,
+			rec.HandledHow, rec.HandledAt.UTC().Format(time.RFC3339), errHandled)
+	}
+	var row map[string]*string
+	if isUUID(rec.EventID) {
+		if row, _, err = snapshot.ReadRow(ctx, read, *pg.table, rec.EventID); err != nil {
+			return rec, cdc.Event{}, "", err
+		}
+	}
+	ev, source, err := quarantine.ReplayEvent(broker.decode(*pg.table), rec, row)
+	return rec, ev, source, err
+}
+
+func quarantineDiscard(s *settings) func(context.Context, *pgx.Conn, opsFlags, []string, io.Writer, io.Writer) error {
+	return func(ctx context.Context, conn *pgx.Conn, pg opsFlags, args []string, stdout, stderr io.Writer) error {
+		ids, err := recordIDs(args)
+		if err != nil {
+			return err
+		}
+		records := quarantine.NewRecords(conn, *pg.schema)
+		var missing []string
+		for _, id := range ids {
+			changed, err := records.MarkHandled(ctx, id, quarantine.HandledDiscarded)
+			if err != nil {
+				return err
+			}
+			if changed {
+				fmt.Fprintf(stdout, "record %d discarded (marked handled; the record stays)\n", id)
+				continue
+			}
+			rec, ok, err := records.Load(ctx, id)
+			switch {
+			case err != nil:
+				return err
+			case !ok:
+				fmt.Fprintf(stderr, "cdc-router quarantine discard: no record %d in %s.quarantine\n", id, *pg.schema)
+				missing = append(missing, strconv.FormatInt(id, 10))
+			default:
+				fmt.Fprintf(stdout, "record %d was already %s at %s; unchanged\n", id, rec.HandledHow,
+					rec.HandledAt.UTC().Format(time.RFC3339))
+			}
+		}
+		if len(missing) > 0 {
+			return fmt.Errorf("no such records: %s", strings.Join(missing, ", "))
+		}
+		return nil
+	}
+}
+
+func quarantinePurge(s *settings) func(context.Context, *pgx.Conn, opsFlags, []string, io.Writer, io.Writer) error {
+	age := s.Duration("handled-before", 30*24*time.Hour, "delete the records handled (replayed or discarded) more than this long ago")
+	return func(ctx context.Context, conn *pgx.Conn, pg opsFlags, args []string, stdout, _ io.Writer) error {
+		if len(args) > 0 {
+			return usageError{fmt.Errorf("unexpected argument %q: purge takes only flags", args[0])}
+		}
+		if *age < 0 {
+			return usageError{errors.New("--handled-before must not be negative")}
+		}
+		n, err := quarantine.NewRecords(conn, *pg.schema).Purge(ctx, time.Now().Add(-*age))
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(stdout, "purged %d records handled more than %v ago; records not handled are kept\n", n, *age)
+		return nil
+	}
+}
+
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
+
+// oneLine makes s one line of at most n characters for a table.
+func oneLine(s string, n int) string {
+	s = strings.Join(strings.Fields(s), " ")
+	if r := []rune(s); len(r) > n {
+		return string(r[:n-1]) + "…"
+	}
+	return s
+}
+
+// isUUID reports whether s has the text form of a uuid, so it can be looked up in the outbox's id column.
+func isUUID(s string) bool {
+	if len(s) != 36 {
+		return false
+	}
+	for i, c := range s {
+		switch {
+		case i == 8 || i == 13 || i == 18 || i == 23:
+			if c != '-' {
+				return false
+			}
+		case !strings.ContainsRune("0123456789abcdefABCDEF", c):
+			return false
+		}
+	}
+	return true
+}

@@ -1,0 +1,132 @@
+package quarantine
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/cdc-router/cdc-router/decode"
+	"github.com/cdc-router/cdc-router/internal/cdc"
+)
+
+// The headers a replayed message carries besides the row's own (they win over user headers of the same name).
+const (
+	HeaderReplayed     = "x-replayed"      // bool true
+	HeaderQuarantineID = "x-quarantine-id" // int, the record's id
+)
+
+// Sources of a replayed event.
+const (
+	FromOutbox = "the outbox table"
+	FromStored = "the stored values"
+)
+
+// ErrNotReplayable wraps the refusal of a record that neither the outbox table nor its stored values can
+// turn into a valid event; its message is one sentence naming what to do instead.
+var ErrNotReplayable = errors.New("cannot be replayed")
+
+// ReplayEvent builds the event to publish again for rec. row is the outbox row with rec.EventID (as
+// snapshot.ReadRow returns it), nil when it is no longer there: then the stored values are used, but only
+// when none was cut or replaced (value_notes). Both go through decode.MapRow with cfg, as a backfill's rows
+// do. The event keeps the record's commit position and carries HeaderReplayed and HeaderQuarantineID.
+func ReplayEvent(cfg decode.Config, rec Record, row map[string]*string) (ev cdc.Event, source string, err error) {
+	source = FromOutbox
+	if row == nil {
+		source = FromStored
+		if row, err = storedValues(rec); err != nil {
+			return cdc.Event{}, source, err
+		}
+	}
+	ev, err = decode.MapRow(cfg, row)
+	var rowErr *decode.RowError
+	switch {
+	case errors.As(err, &rowErr) && source == FromOutbox:
+		return cdc.Event{}, source, fmt.Errorf("record %d %w: its row in the outbox table still cannot become an event "+
+			"(%s): fix the row there, or discard the record", rec.ID, ErrNotReplayable, rowErr.Reason)
+	case errors.As(err, &rowErr):
+		return cdc.Event{}, source, fmt.Errorf("record %d %w: its row is no longer in the outbox table and its stored "+
+			"values still cannot become an event (%s): insert a fixed row (docs/operations.md, Quarantine), then "+
+			"discard the record", rec.ID, ErrNotReplayable, rowErr.Reason)
+	case err != nil:
+		return cdc.Event{}, source, err
+	}
+	ev.CommitLSN = rec.CommitLSN
+	if ev.CommitLSN == 0 {
+		ev.CommitLSN = rec.LSN
+	}
+	if ev.Headers, err = replayHeaders(ev.Headers, rec.ID); err != nil {
+		return cdc.Event{}, source, err
+	}
+	return ev, source, nil
+}
+
+// storedValues returns the record's row_values as MapRow's input, or refuses when they are not the whole row.
+func storedValues(rec Record) (map[string]*string, error) {
+	cut, notStored, err := cutColumns(rec.Notes)
+	if err != nil {
+		return nil, err
+	}
+	if rec.Values == nil || notStored {
+		return nil, fmt.Errorf("record %d %w: its row is no longer in the outbox table and its values were not stored "+
+			"(PostgreSQL refused them): insert the row again if you have it, then discard the record", rec.ID, ErrNotReplayable)
+	}
+	if len(cut) > 0 {
+		slices.Sort(cut)
+		return nil, fmt.Errorf("record %d %w: its row is no longer in the outbox table and the stored value of %s is "+
+			"not the whole value (cut to 64 KiB or not valid UTF-8, see value_notes): insert the row again if you have "+
+			"it, then discard the record", rec.ID, ErrNotReplayable, strings.Join(cut, ", "))
+	}
+	var values map[string]*string
+	if err := json.Unmarshal(rec.Values, &values); err != nil {
+		return nil, fmt.Errorf("record %d: row_values is not a JSON object of texts: %w", rec.ID, err)
+	}
+	return values, nil
+}
+
+// replayHeaders adds HeaderReplayed and HeaderQuarantineID to the headers column's JSON object (empty: none).
+func replayHeaders(headers []byte, id int64) ([]byte, error) {
+	m := map[string]json.RawMessage{}
+	if len(strings.TrimSpace(string(headers))) > 0 {
+		if err := json.Unmarshal(headers, &m); err != nil || m == nil {
+			return nil, fmt.Errorf("headers is not a JSON object: %v", err)
+		}
+	}
+	m[HeaderReplayed] = json.RawMessage("true")
+	m[HeaderQuarantineID] = json.RawMessage(fmt.Sprint(id))
+	return json.Marshal(m)
+}
+
+// Publisher takes an event to the broker and calls done after a positive confirm; route.Router satisfies it.
+type Publisher interface {
+	Publish(ctx context.Context, ev cdc.Event, done func()) error
+	Failed() <-chan struct{}
+	Err() error
+}
+
+// PublishConfirmed publishes ev and waits for its positive confirm, the publisher's failure, ctx or timeout.
+// An event the broker can never accept is refused with ErrNotReplayable.
+func PublishConfirmed(ctx context.Context, pub Publisher, ev cdc.Event, id int64, timeout time.Duration) error {
+	confirmed := make(chan struct{})
+	err := pub.Publish(ctx, ev, func() { close(confirmed) })
+	if errors.Is(err, cdc.ErrUnpublishable) {
+		return fmt.Errorf("record %d %w: RabbitMQ would still refuse its message (%v): fix the cause first", id,
+			ErrNotReplayable, err)
+	}
+	if err != nil {
+		return fmt.Errorf("publish record %d: %w", id, err)
+	}
+	select {
+	case <-confirmed:
+		return nil
+	case <-pub.Failed():
+		return fmt.Errorf("publish record %d: RabbitMQ did not confirm it: %w", id, pub.Err())
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-time.After(timeout):
+		return fmt.Errorf("publish record %d: no confirm from RabbitMQ within %v", id, timeout)
+	}
+}
