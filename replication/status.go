@@ -51,6 +51,9 @@ func Status(ctx context.Context, conn *pgx.Conn, slot, schema string) (Report, e
 	}
 	if info.Exists && info.Database != r.Database {
 		r.SlotDatabase = info.Database
+		if r.SlotDatabase == "" {
+			r.SlotDatabase = "(none: a physical slot)"
+		}
 	} else if info.Exists {
 		r.SlotExists, r.Active, r.ConfirmedFlush, r.WALStatus = true, info.Active, info.ConfirmedFlush, info.WALStatus
 	}
@@ -186,6 +189,9 @@ func Reset(ctx context.Context, conn *pgx.Conn, slot, schema string) error {
 	var db string
 	if err := conn.QueryRow(ctx, "SELECT current_database()").Scan(&db); err != nil {
 		return fmt.Errorf("read the database name: %w", err)
+	}
+	if info.Exists && info.Database == "" {
+		return fatalf("replication slot %s is a physical slot, not the router's: choose another --slot; nothing was changed", slot)
 	}
 	if info.Exists && info.Database != db {
 		return fatalf("replication slot %s belongs to database %s, not %s: to reset it run reset with --pg-url %s; "+

@@ -27,15 +27,12 @@ next run of the same backfill resumes it. A job that a process runs is never rem
 
 func runJobs(ctx context.Context, args []string, env func(string) string, stdout, stderr io.Writer) error {
 	return runSubcommand(ctx, "jobs", jobsUsage, args, env, stdout, stderr, []subcommand{
-		{"list", jobsList}, {"remove", jobsRemove},
+		{"list", noArgs, jobsList}, {"remove", someNames, jobsRemove},
 	})
 }
 
 func jobsList(s *settings) func(context.Context, *pgx.Conn, opsFlags, []string, io.Writer, io.Writer) error {
 	return func(ctx context.Context, conn *pgx.Conn, pg opsFlags, args []string, stdout, _ io.Writer) error {
-		if len(args) > 0 {
-			return usageError{fmt.Errorf("unexpected argument %q: list takes only flags", args[0])}
-		}
 		jobs, err := snapshot.NewJobs(conn, *pg.schema).All(ctx)
 		if err != nil {
 			return fmt.Errorf("read %s.snapshots (has `cdc-router migrate` run?): %w", *pg.schema, err)
@@ -59,11 +56,15 @@ func shownState(j snapshot.Job) string {
 	return j.State
 }
 
+func someNames(args []string) error {
+	if len(args) == 0 {
+		return errors.New("name at least one job (`cdc-router jobs list` shows them)")
+	}
+	return nil
+}
+
 func jobsRemove(s *settings) func(context.Context, *pgx.Conn, opsFlags, []string, io.Writer, io.Writer) error {
 	return func(ctx context.Context, conn *pgx.Conn, pg opsFlags, args []string, stdout, stderr io.Writer) error {
-		if len(args) == 0 {
-			return usageError{errors.New("name at least one job (`cdc-router jobs list` shows them)")}
-		}
 		jobs := snapshot.NewJobs(conn, *pg.schema)
 		var refused []string
 		for _, name := range args {

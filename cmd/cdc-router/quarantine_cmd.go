@@ -31,10 +31,11 @@ Subcommands:
 
 ` + "`cdc-router quarantine <subcommand> --help` lists the flags."
 
-// subcommand is one of the quarantine or jobs subcommands: its flags are added to s, then run is called
-// with the positional arguments once the flags are parsed.
+// subcommand is one of the quarantine or jobs subcommands: its flags are added to s, args checks the
+// positional arguments before anything connects, then run is called with them.
 type subcommand struct {
 	name string
+	args func([]string) error
 	bind func(s *settings) func(ctx context.Context, conn *pgx.Conn, pg opsFlags, args []string, stdout, stderr io.Writer) error
 }
 
@@ -45,8 +46,8 @@ type opsFlags struct {
 
 func runQuarantine(ctx context.Context, args []string, env func(string) string, stdout, stderr io.Writer) error {
 	return runSubcommand(ctx, "quarantine", quarantineUsage, args, env, stdout, stderr, []subcommand{
-		{"list", quarantineList}, {"show", quarantineShow}, {"replay", quarantineReplay},
-		{"discard", quarantineDiscard}, {"purge", quarantinePurge},
+		{"list", noArgs, quarantineList}, {"show", oneID, quarantineShow}, {"replay", someIDs, quarantineReplay},
+		{"discard", someIDs, quarantineDiscard}, {"purge", noArgs, quarantinePurge},
 	})
 }
 
@@ -74,6 +75,9 @@ func runSubcommand(ctx context.Context, name, usageText string, args []string, e
 		flags, positional := splitArgs(s.fs, args[1:])
 		if err := parse(s, flags); err != nil {
 			return err
+		}
+		if err := sub.args(positional); err != nil {
+			return usageError{fmt.Errorf("%s: %w", sub.name, err)}
 		}
 		if *pg.url == "" {
 			return usageError{errors.New("no PostgreSQL URL: set --pg-url or CDC_ROUTER_PG_URL (postgres://user:password@host:5432/db)")}
@@ -120,16 +124,36 @@ func splitArgs(fs *flag.FlagSet, args []string) (flags, positional []string) {
 	return flags, positional
 }
 
+func noArgs(args []string) error {
+	if len(args) > 0 {
+		return fmt.Errorf("unexpected argument %q: this subcommand takes only flags", args[0])
+	}
+	return nil
+}
+
+func oneID(args []string) error {
+	if len(args) != 1 {
+		return errors.New("name exactly one record ID")
+	}
+	_, err := recordIDs(args)
+	return err
+}
+
+func someIDs(args []string) error {
+	_, err := recordIDs(args)
+	return err
+}
+
 // recordIDs parses the IDs; at least one is required.
 func recordIDs(args []string) ([]int64, error) {
 	if len(args) == 0 {
-		return nil, usageError{errors.New("name at least one record ID (`cdc-router quarantine list` shows them)")}
+		return nil, errors.New("name at least one record ID (`cdc-router quarantine list` shows them)")
 	}
 	ids := make([]int64, 0, len(args))
 	for _, a := range args {
 		id, err := strconv.ParseInt(a, 10, 64)
 		if err != nil || id <= 0 {
-			return nil, usageError{fmt.Errorf("%q is not a record ID: use the numbers in the id column of `cdc-router quarantine list`", a)}
+			return nil, fmt.Errorf("%q is not a record ID: use the numbers in the id column of `cdc-router quarantine list`", a)
 		}
 		ids = append(ids, id)
 	}
@@ -140,9 +164,6 @@ func quarantineList(s *settings) func(context.Context, *pgx.Conn, opsFlags, []st
 	limit := s.Int("limit", 50, "show at most this many records, newest first (0: all)")
 	open := s.Bool("open", false, "only the records not handled yet")
 	return func(ctx context.Context, conn *pgx.Conn, pg opsFlags, args []string, stdout, _ io.Writer) error {
-		if len(args) > 0 {
-			return usageError{fmt.Errorf("unexpected argument %q: list takes only flags", args[0])}
-		}
 		recs, err := quarantine.NewRecords(conn, *pg.schema).List(ctx, *limit, *open)
 		if err != nil {
 			return err
@@ -163,9 +184,6 @@ func quarantineList(s *settings) func(context.Context, *pgx.Conn, opsFlags, []st
 
 func quarantineShow(s *settings) func(context.Context, *pgx.Conn, opsFlags, []string, io.Writer, io.Writer) error {
 	return func(ctx context.Context, conn *pgx.Conn, pg opsFlags, args []string, stdout, _ io.Writer) error {
-		if len(args) != 1 {
-			return usageError{errors.New("show takes one record ID")}
-		}
 		ids, err := recordIDs(args)
 		if err != nil {
 			return err
@@ -328,9 +346,6 @@ func quarantineDiscard(s *settings) func(context.Context, *pgx.Conn, opsFlags, [
 func quarantinePurge(s *settings) func(context.Context, *pgx.Conn, opsFlags, []string, io.Writer, io.Writer) error {
 	age := s.Duration("handled-before", 30*24*time.Hour, "delete the records handled (replayed or discarded) more than this long ago")
 	return func(ctx context.Context, conn *pgx.Conn, pg opsFlags, args []string, stdout, _ io.Writer) error {
-		if len(args) > 0 {
-			return usageError{fmt.Errorf("unexpected argument %q: purge takes only flags", args[0])}
-		}
 		if *age < 0 {
 			return usageError{errors.New("--handled-before must not be negative")}
 		}

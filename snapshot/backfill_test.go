@@ -1,0 +1,75 @@
+package snapshot
+
+import (
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"strings"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// TestBackfillFailureIsRecordedAndTheJobLocked: a backfill holds its job's lock while it runs (a second
+// one is refused with ErrJobBusy, and Locked sees it); an error after the start records the job failed
+// with the error; the same name with a corrected predicate starts over; Remove refuses a held job and an
+// initial snapshot and forgets a failed one.
+func TestBackfillFailureIsRecordedAndTheJobLocked(t *testing.T) {
+	ctx := context.Background()
+	read, state := setup(t, 2, 3)
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	jobs := NewJobs(state, "cdc_router")
+	cfg := Config{Where: "nonexistent_col = 1"}
+
+	_, err := Backfill(ctx, cfg, read, state, "fix", false, &fakePublisher{}, log, nil)
+	if err == nil || !strings.Contains(err.Error(), "nonexistent_col") {
+		t.Fatalf("Backfill with a bad predicate = %v", err)
+	}
+	j, ok, err := jobs.Load(ctx, BackfillName("fix"))
+	if err != nil || !ok || !j.Failed() || !strings.Contains(j.Error, "nonexistent_col") {
+		t.Fatalf("the failed job is %+v (%v, %v), want failed with its error", j, ok, err)
+	}
+
+	other := setupConn(t, state)
+	if _, err := other.Exec(ctx, "SELECT pg_advisory_lock(hashtextextended($1, 0))", LockKey(BackfillName("fix"))); err != nil {
+		t.Fatal(err)
+	}
+	if held, err := Locked(ctx, state, LockKey(BackfillName("fix"))); err != nil || !held {
+		t.Errorf("Locked = %v, %v while another session holds the lock", held, err)
+	}
+	cfg.Where = "true"
+	if _, err := Backfill(ctx, cfg, read, state, "fix", false, &fakePublisher{}, log, nil); !errors.Is(err, ErrJobBusy) {
+		t.Errorf("Backfill while another process holds the job = %v, want ErrJobBusy", err)
+	}
+	if _, err := jobs.Remove(ctx, BackfillName("fix")); !errors.Is(err, ErrJobBusy) {
+		t.Errorf("Remove of a held job = %v, want ErrJobBusy", err)
+	}
+	other.Exec(ctx, "SELECT pg_advisory_unlock_all()")
+
+	pub := &fakePublisher{}
+	job, err := Backfill(ctx, cfg, read, state, "fix", false, pub, log, nil)
+	if err != nil || !job.Done() || len(pub.events) != 6 {
+		t.Fatalf("Backfill with a corrected predicate = %+v, %v, %d events", job, err, len(pub.events))
+	}
+	if held, _ := Locked(ctx, state, LockKey(BackfillName("fix"))); held {
+		t.Error("the job's lock is still held after the backfill returned")
+	}
+	if _, err := jobs.Remove(ctx, InitialName("slot1")); err == nil || !strings.Contains(err.Error(), "reset") {
+		t.Errorf("Remove of an initial snapshot = %v", err)
+	}
+	if ok, err := jobs.Remove(ctx, BackfillName("fix")); !ok || err != nil {
+		t.Errorf("Remove of a finished job = %v, %v", ok, err)
+	}
+}
+
+// setupConn opens another session on the database of conn.
+func setupConn(t *testing.T, conn *pgx.Conn) *pgx.Conn {
+	t.Helper()
+	c, err := pgx.ConnectConfig(context.Background(), conn.Config().Copy())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close(context.Background()) })
+	return c
+}
