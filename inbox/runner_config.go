@@ -99,8 +99,8 @@ func (c RunnerConfig) Validate() error {
 		return fmt.Errorf("inbox runner config: URLs is empty; set RunnerConfig.URLs to the broker's AMQP URL, e.g. amqp://user:password@host:5672/")
 	}
 	for i, u := range c.URLs {
-		if _, err := amqp.ParseURI(u); err != nil {
-			return fmt.Errorf("inbox runner config: URLs[%d] is not an AMQP URL (%v); use amqp://user:password@host:5672/vhost", i, err)
+		if _, err := amqp.ParseURI(u); err != nil { // its text may quote the URL, password included
+			return fmt.Errorf("inbox runner config: URLs[%d] is not an AMQP URL; use amqp://user:password@host:5672/vhost", i)
 		}
 	}
 	switch {

@@ -29,7 +29,7 @@ func declareLikeRouter(t *testing.T, ch *amqp.Channel, exchange, ae string) erro
 }
 
 // A runner started before the router has declared its exchange waits for it, logging that it waits,
-// without declaring it; once the router has declared it, the runner declares its durable queue, binds
+// without declaring it; once the router has declared it, the runner declares its durable quorum queue, binds
 // it and applies the events; the router's declaration is undisturbed (declaring it again with the
 // router's arguments still succeeds).
 func TestRunnerWaitsForTheRoutersExchange(t *testing.T) {
@@ -50,6 +50,7 @@ func TestRunnerWaitsForTheRoutersExchange(t *testing.T) {
 	})
 	cfg := l.config(2)
 	cfg.Exchange, cfg.Queue, cfg.ExchangeWaitLog = exchange, queue, 300*time.Millisecond
+	cfg.Quorum = true
 	stop := l.start(l.processor(inbox.Config{}), cfg)
 
 	l.waitFor("the runner logs that it waits", 10*time.Second, func() bool {
@@ -88,5 +89,10 @@ func TestRunnerWaitsForTheRoutersExchange(t *testing.T) {
 		t.Errorf("the router's declaration was disturbed: declaring it again fails: %v", err)
 	}
 	want(t, "amount", l.amount("order-1"), 55)
+	// A quorum queue: declaring it as a classic one is refused.
+	_, err = l.channel().QueueDeclare(queue, true, false, false, false, amqp.Table{amqp.QueueTypeArg: amqp.QueueTypeClassic})
+	if !errors.As(err, &amqpErr) || amqpErr.Code != amqp.PreconditionFailed {
+		t.Errorf("declaring the runner's queue as classic: %v, want 406 (it is a quorum queue)", err)
+	}
 	summary(t, "the runner waited for exchange %s, then applied %d events", exchange, len(events))
 }

@@ -1,9 +1,18 @@
 package inbox_test
 
 import (
+	"context"
+	"errors"
+	"strings"
+	"sync"
 	"testing"
+	"time"
 
+	"github.com/cdc-router/cdc-router/inbox"
+	"github.com/jackc/pgx/v5"
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	amqp "github.com/rabbitmq/amqp091-go"
 )
 
 // metric is the value of the counter, gauge or histogram (its count) name whose labels include the
@@ -42,4 +51,106 @@ func metric(t *testing.T, reg *prometheus.Registry, name string, labels ...strin
 		}
 	}
 	return 0
+}
+
+// A known sequence of outcomes (applied, duplicate, parked, applied closing the gap, stale, conflict,
+// malformed, a parked event whose gap stays open, a handler error then applied) gives the same counts
+// in inbox_events_total and in the OnOutcome hook, and the gauges read the tables.
+func TestRunnerMetricsAfterKnownOutcomes(t *testing.T) {
+	l := newRunnerLab(t)
+	v1, v2, v3, v4 := order("m", 1, 1), order("m", 2, 2), order("m", 3, 3), order("m", 4, 4)
+	stale := order("m", 1, 1) // a new id at an applied version
+	conflict := v1
+	conflict.Payload = []byte(`{"delta": 99}`)
+	ahead := order("b", 2, 2)
+	failOnce := true
+	l.wrap = func(ctx context.Context, tx pgx.Tx, ev inbox.Event, next inbox.Handler) error {
+		if ev.ID == v4.ID && failOnce {
+			failOnce = false // one worker: no race
+			return errors.New("flaky")
+		}
+		return next(ctx, tx, ev)
+	}
+	l.publishAll([]inbox.Event{v1, v1, v3, v2, stale, conflict})
+	ctx, cancel := context.WithTimeout(l.ctx, 10*time.Second)
+	defer cancel()
+	dc, err := l.pub.PublishWithDeferredConfirmWithContext(ctx, l.exchange, "order.OrderAmountAdded", true, false,
+		amqp.Publishing{MessageId: newID(), Body: []byte(`{}`)}) // no aggregate headers: malformed
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ok, err := dc.WaitContext(ctx); !ok || err != nil {
+		t.Fatalf("confirm: %v %v", ok, err)
+	}
+	l.publishAll([]inbox.Event{ahead, v4})
+
+	var mu sync.Mutex
+	hooked := map[string]int{}
+	cfg := l.config(1)
+	cfg.OnOutcome = func(ev inbox.Event, res inbox.Result, err error) {
+		mu.Lock()
+		defer mu.Unlock()
+		if err != nil {
+			hooked["error"]++
+			return
+		}
+		hooked[res.Outcome.String()]++
+	}
+	stop := l.start(l.processor(inbox.Config{}), cfg)
+	l.waitFor("ten outcomes", 30*time.Second, func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		n := 0
+		for _, c := range hooked {
+			n += c
+		}
+		return n == 10
+	})
+	if err := stop(); err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	time.Sleep(10 * time.Millisecond) // the parked event ages
+
+	wantOutcomes := map[string]int{"applied": 3, "duplicate": 1, "parked": 2, "stale": 1, "conflict": 1,
+		"failed": 1, "gap": 0, "error": 1}
+	for outcome, n := range wantOutcomes {
+		want(t, "inbox_events_total "+outcome, metric(t, l.reg, "inbox_events_total", "outcome", outcome,
+			"consumer", l.consumer), float64(n))
+		want(t, "OnOutcome "+outcome, hooked[outcome], n)
+	}
+	want(t, "inbox_handler_retries_total", metric(t, l.reg, "inbox_handler_retries_total"), 1)
+	want(t, "inbox_redeliveries_total", metric(t, l.reg, "inbox_redeliveries_total"), 0)
+	want(t, "inbox_apply_latency_seconds count", metric(t, l.reg, "inbox_apply_latency_seconds"), 3)
+	want(t, "inbox_parked_events", metric(t, l.reg, "inbox_parked_events", "consumer", l.consumer), 1)
+	want(t, "inbox_failed_events", metric(t, l.reg, "inbox_failed_events"), 2)
+	if age := metric(t, l.reg, "inbox_oldest_parked_age_seconds"); age <= 0 || age > 60 {
+		t.Errorf("inbox_oldest_parked_age_seconds = %v, want a few milliseconds", age)
+	}
+	if err := testutil.GatherAndCompare(l.reg, strings.NewReader(`
+# HELP inbox_handler_retries_total Retries scheduled after Process returned an error.
+# TYPE inbox_handler_retries_total counter
+inbox_handler_retries_total{consumer="`+l.consumer+`"} 1
+`), "inbox_handler_retries_total"); err != nil {
+		t.Error(err)
+	}
+	summary(t, "outcomes %v; parked gauge %v, failed gauge %v", hooked,
+		metric(t, l.reg, "inbox_parked_events"), metric(t, l.reg, "inbox_failed_events"))
+}
+
+// Two runners of different consumers share one registry; a second runner of the same consumer on it is
+// refused, naming the cause.
+func TestRunnerMetricsPerConsumer(t *testing.T) {
+	l := newRunnerLab(t)
+	if _, err := inbox.NewRunner(l.processor(inbox.Config{}), l.config(1), nil); err != nil {
+		t.Fatal(err)
+	}
+	other := *l
+	other.consumer = l.consumer + "-2"
+	if _, err := inbox.NewRunner(other.processor(inbox.Config{}), l.config(1), nil); err != nil {
+		t.Errorf("a second consumer on the same registry: %v", err)
+	}
+	_, err := inbox.NewRunner(l.processor(inbox.Config{}), l.config(1), nil)
+	if err == nil || !strings.Contains(err.Error(), "one Runner per consumer and registry") {
+		t.Errorf("a second runner of the same consumer on one registry: err = %v", err)
+	}
 }

@@ -24,6 +24,7 @@ type session struct {
 	ch       *amqp.Channel
 	tag      string
 	chClosed chan *amqp.Error
+	canceled chan string      // consumer tags the broker cancelled (queue deleted, its node down)
 	closed   chan *amqp.Error // the connection's
 	dead     atomic.Bool
 }
@@ -102,6 +103,7 @@ func (r *Runner) setup(s *session) error {
 	}
 	s.ch = ch
 	s.chClosed = ch.NotifyClose(make(chan *amqp.Error, 1))
+	s.canceled = ch.NotifyCancel(make(chan string, 1))
 	var args amqp.Table
 	if r.cfg.Quorum {
 		args = amqp.Table{amqp.QueueTypeArg: amqp.QueueTypeQuorum}
@@ -166,6 +168,8 @@ func (s *session) lost() error {
 	select {
 	case e = <-s.chClosed:
 	case e = <-s.closed:
+	case tag := <-s.canceled:
+		return fmt.Errorf("consume: %w: RabbitMQ cancelled consumer %s (queue deleted, or its node is down)", ErrChannelClosed, tag)
 	case <-t.C:
 	}
 	if e == nil {
