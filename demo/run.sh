@@ -71,6 +71,11 @@ go build -o bin/cdc-router-demo ./cmd/cdc-router-demo
 
 # setsid: a Ctrl-C reaches only the foreground demo; the trap then stops the router before PostgreSQL.
 say "starting a throwaway PostgreSQL cluster with wal_level=logical"
+# The files exist before the background jobs start: the polling below reads them under set -e, and the
+# job's own redirection may not have created them yet (make demo once failed on exactly that).
+: >"$work/pg.out"
+: >"$work/pg.err"
+: >"$work/router.log"
 setsid bin/cdc-router-demo --local-postgres >"$work/pg.out" 2>"$work/pg.err" </dev/null &
 pg_pid=$!
 pg_url=""

@@ -23,6 +23,20 @@ var columnTypes = map[string][]string{
 	"occurred_at":       {"timestamptz"},
 }
 
+// columnOrder is the order the migration creates the outbox columns in.
+var columnOrder = []string{"id", "aggregate_type", "aggregate_id", "aggregate_version", "event_type",
+	"schema_version", "payload", "headers", "occurred_at"}
+
+// expectedColumns lists every outbox column with the types the decoder accepts, for users who have no copy
+// of the migration files (a binary or an image).
+func expectedColumns() string {
+	cols := make([]string, len(columnOrder))
+	for i, name := range columnOrder {
+		cols[i] = name + " " + strings.Join(columnTypes[name], "|")
+	}
+	return strings.Join(cols, ", ")
+}
+
 // keyColumns is the outbox key that snapshots page by, in order.
 var keyColumns = []string{"aggregate_type", "aggregate_id", "aggregate_version"}
 
@@ -95,8 +109,8 @@ func checkTable(ctx context.Context, conn *pgx.Conn, cfg Config) error {
 		}
 	}
 	if len(bad) > 0 {
-		return problemf("the outbox table %s does not have the expected shape (%s): alter it to match "+
-			"migrations/sql/002_outbox.sql", cfg.Table, strings.Join(bad, "; "))
+		return problemf("the outbox table %s does not have the expected shape (%s): alter it to have the columns "+
+			"%s (`cdc-router migrate` creates such a table)", cfg.Table, strings.Join(bad, "; "), expectedColumns())
 	}
 	var nullable, fixes []string
 	for _, name := range keyColumns {

@@ -48,6 +48,24 @@ func TableIdent(table string) pgx.Identifier {
 type vars struct {
 	Schema, Table, Publication        string
 	SchemaLiteral, PublicationLiteral string // the names as SQL string literals
+	// Dollar is the dollar-quote delimiter of DO bodies (write DO {{.Dollar}} ... {{.Dollar}}; never $$): $$
+	// unless a name holds it, then one no name holds, so a name can never end the body early.
+	Dollar string
+}
+
+// dollarTag is a dollar-quote delimiter that occurs in none of names.
+func dollarTag(names ...string) string {
+	tag := "$$"
+	for i := 0; ; i++ {
+		clash := false
+		for _, n := range names {
+			clash = clash || strings.Contains(n, tag)
+		}
+		if !clash {
+			return tag
+		}
+		tag = fmt.Sprintf("$cdc_router_%d$", i)
+	}
 }
 
 // literal quotes s as an SQL string literal (standard_conforming_strings is on from PostgreSQL 9.1).
@@ -63,6 +81,7 @@ func Statements(cfg Config) ([]string, error) {
 		SchemaLiteral:      literal(cfg.Schema),
 		PublicationLiteral: literal(cfg.Publication),
 	}
+	v.Dollar = dollarTag(v.Schema, v.Table, v.Publication, v.SchemaLiteral, v.PublicationLiteral)
 	names, err := fs.Glob(files, "sql/*.sql")
 	if err != nil {
 		return nil, err

@@ -5,7 +5,10 @@ import (
 	"fmt"
 	"io"
 	"regexp"
+	"strings"
 	"time"
+
+	"github.com/jackc/pgx/v5"
 
 	"github.com/cdc-router/cdc-router/decode"
 )
@@ -37,6 +40,15 @@ type Config struct {
 }
 
 var slotName = regexp.MustCompile(`^[a-z0-9_]{1,63}$`)
+
+// publicationNamesOption is pgoutput's publication_names option for START_REPLICATION. Its value is an
+// identifier list that pgoutput splits at commas and folds to lower case unless quoted, so the name is
+// written as a quoted identifier (embedded double quotes doubled) inside a string literal (single quotes
+// doubled): MyPub stays MyPub and a comma in a name does not split it.
+func publicationNamesOption(publication string) string {
+	ident := pgx.Identifier{publication}.Sanitize()
+	return "publication_names '" + strings.ReplaceAll(ident, "'", "''") + "'"
+}
 
 // WithDefaults returns c with every empty field set to its default.
 func (c Config) WithDefaults() Config {

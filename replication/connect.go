@@ -2,7 +2,9 @@ package replication
 
 import (
 	"context"
+	"errors"
 	"strconv"
+	"strings"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -22,8 +24,20 @@ var replicationParams = map[string]string{
 
 // parseURL parses the user's postgres:// URL once, with a message that names the fix and never echoes
 // the URL (it may hold a password).
+// The certificate and key files the URL names are read first, so that a problem with one is reported naming
+// the file and its parameter instead of as an invalid URL.
 func parseURL(url string) (*pgconn.Config, error) {
+	if err := pgTLSFiles(url).Check(); err != nil {
+		return nil, &Fatal{Msg: err.Error()}
+	}
 	cfg, err := pgconn.ParseConfig(url)
+	var perr *pgconn.ParseConfigError
+	if errors.As(err, &perr) && strings.Contains(perr.Error(), "failed to configure TLS") && errors.Unwrap(perr) != nil {
+		// ParseConfigError's text holds the URL (with the password masked at best); its cause does not.
+		return nil, fatalf("the TLS settings of the PostgreSQL URL cannot be used (%v): check sslmode, sslrootcert, "+
+			"sslcert, sslkey and sslpassword in --pg-url (CDC_ROUTER_PG_URL) and the PGSSL* environment variables",
+			errors.Unwrap(perr))
+	}
 	if err != nil {
 		return nil, fatalf("the PostgreSQL URL is invalid: use postgres://user:password@host:5432/dbname in --pg-url (CDC_ROUTER_PG_URL)")
 	}

@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"strings"
+	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
 
@@ -28,12 +30,18 @@ func IsFatal(err error) bool {
 // explainConnect turns a failed PostgreSQL connection into one sentence naming the fix. Errors it does
 // not recognise are returned wrapped, and are retried by the caller.
 func explainConnect(err error, host string) error {
+	if f := explainTLS(err); f != nil {
+		return f
+	}
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) {
 		switch pgErr.Code {
 		case "28P01":
 			return fatalf("PostgreSQL refused the password for this user: check the credentials in --pg-url (CDC_ROUTER_PG_URL)")
 		case "28000":
+			if f := explainHBA(pgErr); f != nil {
+				return f
+			}
 			return fatalf("PostgreSQL refused the connection (%s): add a pg_hba.conf line for this user and database, "+
 				"then reload PostgreSQL", pgErr.Message)
 		case "3D000":
@@ -55,6 +63,22 @@ func explainConnect(err error, host string) error {
 	return fmt.Errorf("connect to PostgreSQL at %s: %w", host, err)
 }
 
+// explainHBA names the fix for a pg_hba.conf refusal that is about TLS: a client certificate the server did
+// not accept for this user, or a connection without TLS where only hostssl lines match. Otherwise nil.
+func explainHBA(pgErr *pgconn.PgError) error {
+	switch msg := pgErr.Message; {
+	case strings.Contains(msg, "certificate"):
+		return fatalf("PostgreSQL refused the client certificate (%s): with cert authentication or clientcert=verify-full "+
+			"the certificate that sslcert in --pg-url (CDC_ROUTER_PG_URL) names must have the user name as its common "+
+			"name (or a pg_ident.conf mapping), and be signed by a CA in the server's ssl_ca_file", msg)
+	case strings.Contains(msg, "no encryption"):
+		return fatalf("PostgreSQL refused the connection (%s): this connection was not encrypted; if the server's "+
+			"pg_hba.conf has a hostssl line for this user, add sslmode=verify-full (with sslrootcert) to --pg-url "+
+			"(CDC_ROUTER_PG_URL), else add a pg_hba.conf line for this user and database and reload PostgreSQL", msg)
+	}
+	return nil
+}
+
 // retryable is a transient error whose message is already one sentence; it unwraps to its cause.
 type retryable struct {
 	msg string
@@ -63,3 +87,13 @@ type retryable struct {
 
 func (r *retryable) Error() string { return r.msg }
 func (r *retryable) Unwrap() error { return r.err }
+
+// withinGrace shortens a restart wait before the first successful start so that it ends at the start-up
+// grace at the latest: the last attempt is then made when the grace ends, and the router gives up about
+// startupGrace after it began instead of up to a whole backoff later. After the grace, wait is unchanged.
+func withinGrace(wait time.Duration, began time.Time, started bool) time.Duration {
+	if left := startupGrace - time.Since(began); !started && left > 0 {
+		return min(wait, left)
+	}
+	return wait
+}

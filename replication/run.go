@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
-	"strings"
 	"time"
 
 	"github.com/jackc/pglogrepl"
@@ -105,7 +104,7 @@ func Run(ctx context.Context, cfg Config, dial Dialer, log *slog.Logger, stats *
 			log.Warn("RabbitMQ refused a message: the events up to the furthest received position are published one "+
 				"at a time, and one refused "+fmt.Sprint(strikesToQuarantine)+" times in a row is quarantined", "lsn", net.until)
 		}
-		wait := backoff/2 + rand.N(backoff/2+1)
+		wait := withinGrace(backoff/2+rand.N(backoff/2+1), began, started)
 		stats.restarts.Add(1)
 		stats.setState(StateRestarting, err)
 		log.Warn("stream stopped; restarting from the acknowledged position", "error", err, "backoff", wait.Round(time.Millisecond))
@@ -166,7 +165,7 @@ func runOnce(ctx context.Context, cfg Config, dial Dialer, log *slog.Logger, sta
 		return false, err
 	}
 	err = pglogrepl.StartReplication(ctx, conn, cfg.Slot, pglogrepl.LSN(start), pglogrepl.StartReplicationOptions{
-		PluginArgs: []string{"proto_version '1'", "publication_names '" + strings.ReplaceAll(cfg.Publication, "'", "''") + "'"},
+		PluginArgs: []string{"proto_version '1'", publicationNamesOption(cfg.Publication)},
 	})
 	if err != nil {
 		return false, startError(err, cfg)

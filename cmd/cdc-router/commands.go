@@ -139,8 +139,11 @@ func runMigrate(ctx context.Context, args []string, env func(string) string, std
 		if *amqpURL != "" {
 			rcfg := route.Config{URL: *amqpURL, Exchange: *exchange, AlternateExchange: *alternate,
 				NoAlternateExchange: *noAlternate, ConnectionName: "cdc-router migrate"}
-			if err := route.Declare(ctx, rcfg); err != nil {
+			if err := amqpTLSFiles(*amqpURL); err != nil {
 				return err
+			}
+			if err := route.Declare(ctx, rcfg); err != nil {
+				return brokerError(err)
 			}
 			fmt.Fprintf(stdout, "declared: exchange %s in RabbitMQ; bind your queues to it before the first run\n", *exchange)
 		}
@@ -207,6 +210,18 @@ func runRun(ctx context.Context, args []string, env func(string) string, stdout,
 			return usageError{err}
 		}
 	}
+	// route.Config takes 0 for its default; on the command line 0 is outside the documented range.
+	for _, f := range []struct {
+		name  string
+		value int
+	}{{"lanes", *lanes}, {"window", *window}} {
+		if f.value < 1 {
+			return usageError{fmt.Errorf("--%s %d (%s): use 1 or more", f.name, f.value, envName(f.name))}
+		}
+	}
+	if err := amqpTLSFiles(*broker.amqpURL); err != nil {
+		return err
+	}
 	rcfg := broker.route("cdc-router")
 	rcfg.Lanes, rcfg.Window, rcfg.ConfirmTimeout = *lanes, *window, *confirmTimeout
 	if err := rcfg.Validate(); err != nil {
@@ -229,14 +244,4 @@ func runRun(ctx context.Context, args []string, env func(string) string, stdout,
 	}
 	log.Info("starting", "version", version, "exchange", *broker.exchange, "table", *pg.table)
 	return replication.Run(ctx, cfg, dial, log, stats)
-}
-
-// brokerError marks the broker errors that retrying cannot fix as fatal; the rest are retried.
-func brokerError(err error) error {
-	for _, permanent := range []error{route.ErrInvalidURL, route.ErrAccessRefused, route.ErrExchangeMismatch} {
-		if errors.Is(err, permanent) {
-			return &replication.Fatal{Msg: err.Error()}
-		}
-	}
-	return err
 }

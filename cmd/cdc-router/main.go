@@ -59,7 +59,11 @@ func cli(ctx context.Context, args []string, env func(string) string, stdout, st
 			continue
 		}
 		err := c.run(ctx, args[1:], env, stdout, stderr)
+		var help helpRequest
 		switch {
+		case errors.As(err, &help):
+			fmt.Fprint(stdout, help.text)
+			return 0
 		case err == nil, errors.Is(err, flag.ErrHelp):
 			return 0
 		case errors.As(err, new(usageError)):
@@ -86,16 +90,27 @@ func usage(w io.Writer) {
 // usageError marks a bad command line (exit code 2).
 type usageError struct{ error }
 
-func newSettings(name string, env func(string) string, stderr io.Writer) *settings {
+// helpRequest is --help: cli prints text to stdout and exits 0, so `cdc-router run --help | grep` works.
+// It unwraps to flag.ErrHelp.
+type helpRequest struct{ text string }
+
+func (h helpRequest) Error() string { return flag.ErrHelp.Error() }
+func (h helpRequest) Unwrap() error { return flag.ErrHelp }
+
+// newSettings makes a command's flag set. The flag package's own output (the flag list for --help, and the
+// flag list it adds to a parse error) is captured: parse returns the list for --help, and cli prints a parse
+// error as one line with a pointer to --help. stderr is kept for the commands' signature.
+func newSettings(name string, env func(string) string, _ io.Writer) *settings {
 	fs := flag.NewFlagSet("cdc-router "+name, flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	return &settings{fs: fs, getenv: env}
+	s := &settings{fs: fs, getenv: env, kinds: map[string]string{}}
+	fs.SetOutput(&s.flagOutput)
+	return s
 }
 
 func parse(s *settings, args []string) error {
 	if err := s.parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
-			return err
+			return helpRequest{text: s.flagOutput.String()}
 		}
 		return usageError{err}
 	}
@@ -107,7 +122,7 @@ func newLogger(w io.Writer, level, format string) (*slog.Logger, error) {
 	if err := l.UnmarshalText([]byte(level)); err != nil {
 		return nil, usageError{fmt.Errorf("log level %q: use debug, info, warn or error", level)}
 	}
-	opts := &slog.HandlerOptions{Level: l}
+	opts := &slog.HandlerOptions{Level: l, ReplaceAttr: durationText}
 	switch strings.ToLower(format) {
 	case "text":
 		return slog.New(slog.NewTextHandler(w, opts)), nil
@@ -115,6 +130,15 @@ func newLogger(w io.Writer, level, format string) (*slog.Logger, error) {
 		return slog.New(slog.NewJSONHandler(w, opts)), nil
 	}
 	return nil, usageError{fmt.Errorf("log format %q: use text or json", format)}
+}
+
+// durationText writes every duration attribute in one form, Go's duration text ("1.5s", "250ms"): the JSON
+// handler would otherwise write integer nanoseconds for a time.Duration next to the strings of others.
+func durationText(_ []string, a slog.Attr) slog.Attr {
+	if a.Value.Kind() == slog.KindDuration {
+		a.Value = slog.StringValue(a.Value.Duration().String())
+	}
+	return a
 }
 
 func runVersion(_ context.Context, args []string, env func(string) string, stdout, stderr io.Writer) error {

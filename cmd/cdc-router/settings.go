@@ -1,8 +1,12 @@
 package main
 
 import (
+	"bytes"
+	"errors"
 	"flag"
 	"fmt"
+	"net/url"
+	"strconv"
 	"strings"
 	"time"
 )
@@ -11,8 +15,10 @@ import (
 // line wins, then the environment, then the default. Only main reads the environment; getenv is passed in.
 // --help shows the built-in defaults, never a value from the environment (it may hold a password).
 type settings struct {
-	fs     *flag.FlagSet
-	getenv func(string) string
+	fs         *flag.FlagSet
+	getenv     func(string) string
+	kinds      map[string]string // flag name -> what a value must look like, for the environment's errors
+	flagOutput bytes.Buffer      // what the flag package prints: the flag list for --help
 }
 
 func envName(flagName string) string {
@@ -28,24 +34,30 @@ func (s *settings) String(name, def, text string) *string {
 }
 
 func (s *settings) Int(name string, def int, text string) *int {
+	s.kinds[name] = "a whole number, e.g. " + strconv.Itoa(def)
 	return s.fs.Int(name, def, s.usage(name, text))
 }
 
 func (s *settings) Bool(name string, def bool, text string) *bool {
+	s.kinds[name] = "true or false"
 	return s.fs.Bool(name, def, s.usage(name, text))
 }
 
 func (s *settings) Duration(name string, def time.Duration, text string) *time.Duration {
+	s.kinds[name] = "a duration such as 30s, 1m30s or 500ms"
 	return s.fs.Duration(name, def, s.usage(name, text))
 }
 
 // parse parses args, then applies the environment to every flag the command line did not set.
 func (s *settings) parse(args []string) error {
 	if err := s.fs.Parse(args); err != nil {
-		return err
+		if errors.Is(err, flag.ErrHelp) {
+			return err
+		}
+		return fmt.Errorf("%w (`%s --help` lists the flags)", err, s.fs.Name())
 	}
 	if s.fs.NArg() > 0 {
-		return fmt.Errorf("unexpected argument %q: every setting is a --flag", s.fs.Arg(0))
+		return fmt.Errorf("unexpected argument %s: every setting is a --flag, e.g. --pg-url", redactArg(s.fs.Arg(0)))
 	}
 	given := map[string]bool{}
 	s.fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
@@ -56,11 +68,29 @@ func (s *settings) parse(args []string) error {
 			return
 		}
 		if err := s.fs.Set(f.Name, v); err != nil {
-			errs = append(errs, fmt.Sprintf("%s: %v", envName(f.Name), err))
+			want := s.kinds[f.Name]
+			if want == "" {
+				want = "a valid value"
+			}
+			errs = append(errs, fmt.Sprintf("%s=%q is not %s (it sets --%s)", envName(f.Name), v, want, f.Name))
 		}
 	})
 	if len(errs) > 0 {
 		return fmt.Errorf("%s", strings.Join(errs, "; "))
 	}
 	return nil
+}
+
+// redactArg quotes a stray command-line argument for an error message without the password a URL in it may
+// hold: a URL's password becomes xxxxx and its query (password=... is allowed there) is left out; a
+// key=value connection string is not shown at all.
+func redactArg(arg string) string {
+	if u, err := url.Parse(arg); err == nil && u.Scheme != "" && u.Host != "" {
+		u.RawQuery, u.Fragment = "", ""
+		return strconv.Quote(u.Redacted())
+	}
+	if strings.Contains(arg, "=") || strings.Contains(arg, "@") {
+		return "(not shown: it may hold a password)"
+	}
+	return strconv.Quote(arg)
 }

@@ -3,7 +3,7 @@
 -- UTF-8 (with the whole value's length and SHA-256); row_values is NULL in a minimal record, written when
 -- PostgreSQL refused the values themselves (value_notes then holds its message). Each change is made only
 -- when it is missing, so running `migrate` again does not need to own the table.
-DO $$
+DO {{.Dollar}}
 DECLARE
     q regclass := format('%I.quarantine', {{.SchemaLiteral}})::regclass;
 BEGIN
@@ -17,7 +17,7 @@ BEGIN
         EXECUTE format('ALTER TABLE %s ALTER COLUMN row_values DROP NOT NULL', q);
     END IF;
 END
-$$;
+{{.Dollar}};
 
 -- What the router last saw of its publication while streaming, per slot: ok_at is when a check last found
 -- the outbox table in the publication, publishing inserts; failed_at is when a check first found it missing

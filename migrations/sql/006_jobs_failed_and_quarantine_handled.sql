@@ -3,7 +3,7 @@
 -- record that an operator replayed or discarded keeps its row (the audit trail) and says when and how it
 -- was handled (handled_how is replayed or discarded). Each column is added only when it is missing, so
 -- running `migrate` again does not need to own the tables.
-DO $$
+DO {{.Dollar}}
 DECLARE
     s regclass := format('%I.snapshots', {{.SchemaLiteral}})::regclass;
     q regclass := format('%I.quarantine', {{.SchemaLiteral}})::regclass;
@@ -18,4 +18,4 @@ BEGIN
         EXECUTE format('ALTER TABLE %s ADD COLUMN IF NOT EXISTS handled_how text', q);
     END IF;
 END
-$$;
+{{.Dollar}};
