@@ -82,3 +82,34 @@ func TestRunnerOrderAndThroughput(t *testing.T) {
 		})
 	}
 }
+
+// The same stream through Processor.Consume on 4 channels, for comparison: the channels race each
+// other on an aggregate's events, so some park. Logged, not asserted.
+func TestRunnerBaselineConsumeChannels(t *testing.T) {
+	const aggregates, versions, channels = 100, 30, 4
+	l := newRunnerLab(t)
+	// An event applied from the parked table shares its transaction with the event that closed its gap.
+	if _, err := l.db.Exec(l.ctx, `ALTER TABLE applied_log ADD COLUMN tx bigint DEFAULT txid_current()`); err != nil {
+		t.Fatal(err)
+	}
+	msgs, events := orderStream(4, aggregates, versions, 10)
+	l.publishAll(msgs)
+	p := l.processor(inbox.Config{Prefetch: 16})
+	ctx, cancel := context.WithCancel(l.ctx)
+	var wg sync.WaitGroup
+	start := time.Now()
+	for range channels {
+		ch := l.channel()
+		wg.Go(func() { p.Consume(ctx, ch, l.queue) })
+	}
+	l.waitFor("every event applied", time.Minute, func() bool {
+		return l.count(`SELECT count(*) FROM applied_log`) >= int64(len(events))
+	})
+	elapsed := time.Since(start)
+	cancel()
+	wg.Wait()
+	unparked := l.count(`SELECT count(*) - count(DISTINCT tx) FROM applied_log`)
+	summary(t, "Consume on %d channels: events=%d elapsed=%v throughput=%.0f events/s parked=%.1f%%",
+		channels, len(events), elapsed.Round(time.Millisecond), float64(len(events))/elapsed.Seconds(),
+		100*float64(unparked)/float64(len(events)))
+}

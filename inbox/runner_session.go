@@ -13,6 +13,10 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 )
 
+// setupTimeout bounds the declarations and the start of consuming on a new connection: the client
+// library's calls have no deadline of their own, and a broker that stops answering would hold them.
+const setupTimeout = 30 * time.Second
+
 // exchangePoll is how often a runner waiting for the router's exchange checks for it again.
 const exchangePoll = 500 * time.Millisecond
 
@@ -40,8 +44,17 @@ func (r *Runner) connect(ctx context.Context) (*session, error) {
 		s.close(r.log)
 		return nil, err
 	}
-	if err := r.setup(s); err != nil {
+	// Closing the connection ends a call that hangs; its error is then the library's "closed".
+	watchdog := time.AfterFunc(setupTimeout, func() { _ = conn.Close() })
+	unwatch := context.AfterFunc(ctx, func() { _ = conn.Close() })
+	err = r.setup(s)
+	timedOut := !watchdog.Stop()
+	unwatch()
+	if err != nil {
 		s.close(r.log)
+		if timedOut {
+			err = fmt.Errorf("set up the queue: no answer from the broker within %v: %w", setupTimeout, err)
+		}
 		return nil, err
 	}
 	return s, nil
