@@ -10,10 +10,11 @@ const maxGapEntries = 100_000
 
 // retryLater keeps l, with its head j, on a timer for j's backoff, then hands it back to the workers:
 // the other aggregates proceed meanwhile, and the later events of j's aggregate wait behind it so that
-// their order holds. The backoff counts j's own failures only. After Config.MaxAttempts Process
-// itself records the event as failed and returns the Failed outcome, which is acknowledged.
+// their order holds. The backoff counts j's own failures only (or the event's durable count, after a
+// reconnect or a restart). After Config.MaxAttempts Process itself records the event as failed and
+// returns the Failed outcome, which is acknowledged.
 func (d *dispatcher) retryLater(l *lane, j *job, cause error) {
-	wait := backoff(j.fails, d.r.cfg.RetryMin, d.r.cfg.RetryMax)
+	wait := backoff(max(j.fails, FailedAttempts(cause)), d.r.cfg.RetryMin, d.r.cfg.RetryMax)
 	d.mu.Lock()
 	if d.stopping {
 		d.mu.Unlock()

@@ -132,3 +132,35 @@ func TestRunnerRequeuesGapWithoutSleepingOnTheChannel(t *testing.T) {
 	}
 	summary(t, "OnGap Requeue: applied %d events with %v gap requeues", total, gaps)
 }
+
+// A handler that always fails: after Config.MaxAttempts the event is recorded as failed and its delivery
+// acknowledged; the other aggregates were applied meanwhile.
+func TestRunnerStopsRetryingAtMaxAttempts(t *testing.T) {
+	l := newRunnerLab(t)
+	bad := order("bad", 1, 1)
+	_, others := orderStream(5, 10, 10, 0)
+	calls := 0
+	l.wrap = func(ctx context.Context, tx pgx.Tx, ev inbox.Event, next inbox.Handler) error {
+		if ev.ID == bad.ID {
+			calls++ // only bad's lane runs it: no race
+			return errors.New("never works")
+		}
+		return next(ctx, tx, ev)
+	}
+	l.publishAll(append([]inbox.Event{bad}, others...))
+	stop := l.start(l.processor(inbox.Config{MaxAttempts: 3}), l.config(4))
+	l.waitFor("the event recorded as failed", 30*time.Second, func() bool {
+		return metric(t, l.reg, "inbox_events_total", "outcome", "failed") == 1
+	})
+	l.waitFor("the others applied", 30*time.Second, func() bool {
+		return l.count(`SELECT count(*) FROM applied_log`) == int64(len(others))
+	})
+	l.waitFor("every delivery acknowledged", 10*time.Second, func() bool { return l.queueMessages() == 0 })
+	if err := stop(); err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	want(t, "handler calls", calls, 3)
+	want(t, "errors before the cap", metric(t, l.reg, "inbox_events_total", "outcome", "error"), 2)
+	want(t, "inbox_failed_events", metric(t, l.reg, "inbox_failed_events"), 1)
+	want(t, "failed rows", l.count(`SELECT count(*) FROM inbox.failed WHERE event_id = $1`, bad.ID), 1)
+}
