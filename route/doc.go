@@ -5,11 +5,21 @@
 // (a durable topic exchange whose alternate exchange is a durable fanout exchange feeding a durable queue
 // of the same name), the mapping of a cdc.Event to an AMQP message, and Lanes confirm-mode channels.
 // Each lane is one channel, written by one goroutine and confirmed by another; an aggregate
-// (aggregate_type, aggregate_id) always goes through the same lane.
+// (aggregate_type, aggregate_id) always goes through the same lane, and has at most one event
+// unconfirmed in it (hold.go).
 //
 // What it guarantees, each pinned by a test:
-//   - Messages of one lane are published in the order of the Publish calls, so the events of one aggregate
-//     reach every queue in the order the caller handed them over.
+//   - The events of one aggregate are written in the order of the Publish calls, so they reach every queue
+//     in the order the caller handed them over, and at most one of them is unconfirmed at a time: while
+//     an earlier event of its aggregate is unconfirmed, an event is held in the lane, not written, and it
+//     is written once that one is confirmed positively and not returned. So when the broker refuses an
+//     event (a nack, a return, a channel close, a confirm timeout), no later event of its aggregate has
+//     been written, and after the caller's restart from its acknowledged position the aggregate's events
+//     are first delivered in order. Events of other aggregates go on being written meanwhile: the write
+//     order of a lane is the Publish order within each aggregate, no longer across aggregates.
+//     The cost: one aggregate moves at one event per confirm round trip (a burst of 1,000 events of one
+//     aggregate runs at about a third of the rate of 1,000 aggregates end to end; docs/adr/0006), and a
+//     held event takes its slot of the window and its bytes of MaxInflightBytes like a written one.
 //   - An event RabbitMQ would refuse deterministically is never published: Check (static, no connection
 //     needed) and Publish (which adds the connection's negotiated frame_max) refuse it with an error
 //     wrapping ErrInvalidEvent, which is cdc.ErrUnpublishable, naming the reason, and the Router goes on.
@@ -21,11 +31,12 @@
 //     headers); and a message whose encoded properties and headers make a content header frame larger
 //     than frame_max (RabbitMQ would close the connection with 501). The frame size is computed exactly as
 //     amqp091 encodes it, and every header value is one of string, int64, int32, float64 or bool.
-//   - A lane keeps at most Window messages unconfirmed, and the Router holds at most MaxInflightBytes of
-//     unconfirmed messages (body and content header) across its lanes, except one event larger than that,
-//     which goes alone. Publish blocks while either is full and returns ctx.Err() without enqueueing when
-//     ctx ends first. A message's body is dropped as soon as it is written; its bytes go back to the window
-//     when it is confirmed, or when the Router fails or is closed.
+//   - A lane keeps at most Window events unresolved (written and unconfirmed, or held), and the Router
+//     holds at most MaxInflightBytes of unresolved messages (body and content header) across its lanes,
+//     except one event larger than that, which goes alone. Publish blocks while either is full and returns
+//     ctx.Err() without enqueueing when ctx ends first. A message's body is dropped as soon as it is
+//     written; its bytes go back to the window when it is confirmed, or when the Router fails or is
+//     closed, held events included (a failure or Close also ends every Publish and Drain that waits).
 //   - done is called exactly once per event, from a route goroutine, only after the broker confirmed the
 //     message positively and did not return it (basic.return, matched by message id within the lane).
 //     A nack, a return, a channel or connection close, or a confirm that does not arrive within

@@ -14,6 +14,8 @@ import (
 type publishing struct {
 	eventID  string
 	key      string
+	agg      uint64          // aggregateHash of the event: the lane, and the aggregate for holds
+	next     *publishing     // the next held publishing of the same aggregate
 	msg      amqp.Publishing // released once written
 	size     int             // body and content header bytes, held in the Router's budget until resolved
 	done     func()
@@ -23,17 +25,22 @@ type publishing struct {
 
 // lane is one confirm-mode channel. publishLoop is the only writer of the channel; confirmLoop is the
 // only reader of its notifications and resolves the publishings in the order they were written.
-// A publishing holds one slot from Publish until it is resolved, so queued and sent never fill up and
-// at most Window messages are unconfirmed; returns holds at most one return per held slot, so the
-// reader goroutine of amqp091 never waits on it. A publishing also holds its bytes in the Router's budget
-// until it is resolved or, once the Router has failed, discarded by the goroutine that holds it.
+// publishLoop writes a publishing only when no other event of its aggregate is unconfirmed (holds); a
+// held one is written once confirmLoop has resolved its predecessor positively and handed it back on
+// ready. A publishing holds one slot from Publish until it is resolved, whether queued, held, ready or
+// sent, so queued, ready and sent never fill up and at most Window messages are unresolved (written or
+// held); returns holds at most one return per held slot, so the reader goroutine of amqp091 never waits
+// on it. A publishing also holds its bytes in the Router's budget until it is resolved or, once the
+// Router has failed, discarded by the goroutine that holds it.
 type lane struct {
 	r        *Router
 	id       int
 	ch       *amqp.Channel
 	slots    chan struct{}          // the window: one token per unresolved publishing
 	queued   chan *publishing       // Publish → publishLoop, in call order
+	ready    chan *publishing       // confirmLoop → publishLoop: held publishings whose predecessor is confirmed
 	sent     chan *publishing       // publishLoop → confirmLoop, in delivery-tag order
+	holds    *holds                 // at most one unconfirmed event per aggregate
 	returns  chan amqp.Return       // basic.return, drained before each confirmation is acted on
 	closes   chan *amqp.Error       // the channel's close (a connection close closes it too)
 	returned map[string]amqp.Return // by message id: returns not yet matched to their confirmation
@@ -55,16 +62,21 @@ func openLane(r *Router, id int) (*lane, error) {
 		ch:       ch,
 		slots:    make(chan struct{}, w),
 		queued:   make(chan *publishing, w),
+		ready:    make(chan *publishing, w),
 		sent:     make(chan *publishing, w),
+		holds:    newHolds(),
 		returns:  ch.NotifyReturn(make(chan amqp.Return, w+1)),
 		closes:   ch.NotifyClose(make(chan *amqp.Error, 1)),
 		returned: make(map[string]amqp.Return),
 	}, nil
 }
 
-// laneOf picks the lane of an event by an FNV-1a hash of (aggregate_type, aggregate_id), so one
-// aggregate always goes through the same channel.
-func laneOf(ev cdc.Event, lanes int) int {
+// laneOf picks the lane of an event by its aggregateHash, so one aggregate always goes through the same
+// channel.
+func laneOf(ev cdc.Event, lanes int) int { return int(aggregateHash(ev) % uint64(lanes)) }
+
+// aggregateHash is the FNV-1a hash of (aggregate_type, aggregate_id).
+func aggregateHash(ev cdc.Event) uint64 {
 	const offset, prime = 14695981039346656037, 1099511628211
 	h := uint64(offset)
 	for i := 0; i < len(ev.AggregateType); i++ {
@@ -74,7 +86,7 @@ func laneOf(ev cdc.Event, lanes int) int {
 	for i := 0; i < len(ev.AggregateID); i++ {
 		h = (h ^ uint64(ev.AggregateID[i])) * prime
 	}
-	return int(h % uint64(lanes))
+	return h
 }
 
 // run runs the lane's two goroutines until the Router fails, then discards what is left in the lane.
@@ -88,55 +100,78 @@ func (l *lane) run() {
 	l.discard()
 }
 
-// discard releases the publishings left in queued and sent once both loops have ended (the Router has
-// failed): their bytes go back to the budget and their bodies to the garbage collector. Taking the admit
-// lock once waits for a Publish that is enqueueing; every later one sees the failure and enqueues nothing.
+// discard releases the publishings left in queued, ready, sent and holds once both loops have ended (the
+// Router has failed): their bytes go back to the budget and their bodies to the garbage collector. Taking
+// the admit lock once waits for a Publish that is enqueueing; every later one sees the failure and
+// enqueues nothing.
 func (l *lane) discard() {
 	l.r.admit.Lock() // a barrier, not a critical section
 	l.r.admit.Unlock()
+	release := func(p *publishing) { l.r.bytes.release(p.size); p.size, p.msg = 0, amqp.Publishing{} }
 	for {
 		select {
 		case p := <-l.queued:
-			l.r.bytes.release(p.size)
+			release(p)
+		case p := <-l.ready:
+			release(p)
 		case p := <-l.sent:
-			l.r.bytes.release(p.size)
+			release(p)
 		default:
+			l.holds.discard(release)
 			return
 		}
 	}
 }
 
-// publishLoop writes the queued publishings in order with mandatory set, until the Router fails. A write
-// that fails (the channel or the connection is closed or lost) fails the Router; the message body is
-// dropped as soon as it is written.
+// publishLoop writes the publishings with mandatory set until the Router fails: a queued one in Publish
+// order unless another event of its aggregate is unconfirmed (it is then held), and a ready one (held
+// until its predecessor was confirmed) first. A write that fails (the channel or the connection is closed
+// or lost) fails the Router; the message body is dropped as soon as it is written.
 func (l *lane) publishLoop() {
 	for {
+		var p *publishing
 		select {
-		case <-l.r.failed:
-			return
-		case p := <-l.queued:
-			if l.r.Err() != nil {
-				l.r.bytes.release(p.size)
+		case p = <-l.ready: // the older events go first
+		default:
+			select {
+			case <-l.r.failed:
 				return
-			}
-			dc, err := l.ch.PublishWithDeferredConfirm(l.r.cfg.Exchange, p.key, true, false, p.msg)
-			p.msg = amqp.Publishing{}
-			if err != nil {
-				l.r.bytes.release(p.size)
-				// A failed write means the channel or the connection is gone: let confirmLoop or the
-				// connection's watcher report the broker's reason for the close.
-				select {
-				case <-l.r.failed:
-					return
-				case <-time.After(time.Second):
+			case p = <-l.ready:
+			case p = <-l.queued:
+				if !l.holds.admit(p) {
+					continue
 				}
-				l.r.fail(fmt.Errorf("lane %d: publish event %s: %w", l.id, p.eventID, err), l.id, p.eventID)
-				return
 			}
-			p.confirm, p.deadline = dc, time.Now().Add(l.r.cfg.ConfirmTimeout)
-			l.sent <- p
+		}
+		if !l.write(p) {
+			return
 		}
 	}
+}
+
+// write publishes p and hands it to confirmLoop; it reports whether the lane goes on.
+func (l *lane) write(p *publishing) bool {
+	if l.r.Err() != nil {
+		l.r.bytes.release(p.size)
+		return false
+	}
+	dc, err := l.ch.PublishWithDeferredConfirm(l.r.cfg.Exchange, p.key, true, false, p.msg)
+	p.msg = amqp.Publishing{}
+	if err != nil {
+		l.r.bytes.release(p.size)
+		// A failed write means the channel or the connection is gone: let confirmLoop or the
+		// connection's watcher report the broker's reason for the close.
+		select {
+		case <-l.r.failed:
+			return false
+		case <-time.After(time.Second):
+		}
+		l.r.fail(fmt.Errorf("lane %d: publish event %s: %w", l.id, p.eventID, err), l.id, p.eventID)
+		return false
+	}
+	p.confirm, p.deadline = dc, time.Now().Add(l.r.cfg.ConfirmTimeout)
+	l.sent <- p
+	return true
 }
 
 // confirmLoop resolves the sent publishings in order until the Router fails or the channel closes.
@@ -199,6 +234,9 @@ func (l *lane) resolve(p *publishing, timer *time.Timer) bool {
 	l.r.deliver(p)
 	l.r.bytes.release(p.size) // before track, so that the bytes are back once Drain returns
 	p.size = 0
+	if n := l.holds.next(p); n != nil {
+		l.ready <- n // n holds a slot: ready has room
+	}
 	<-l.slots
 	l.r.track(-1)
 	return true

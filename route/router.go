@@ -21,7 +21,8 @@ const (
 )
 
 // Router publishes events on Lanes confirm-mode channels of its own connection. Its methods are safe for
-// concurrent use; the order of one lane is the order of the Publish calls that return.
+// concurrent use. The events of one aggregate are written in the order of the Publish calls that return,
+// each only once the one before it is confirmed; events of other aggregates of the lane go on meanwhile.
 type Router struct {
 	cfg   Config
 	log   *slog.Logger
@@ -117,9 +118,10 @@ func open(cfg Config, logger *slog.Logger, uri amqp.URI, conn *amqp.Connection, 
 }
 
 // Publish hands ev to its lane (chosen by aggregate_type and aggregate_id) and returns without waiting
-// for the confirm. It blocks while that lane's window is full or while the event's bytes do not fit
-// MaxInflightBytes next to those of the events in flight; if ctx ends first it returns ctx.Err() and ev is
-// not enqueued. It returns the Router's error once the Router has failed. An event that can never become
+// for the confirm. While an earlier event of the same aggregate is unconfirmed, ev is held in the lane and
+// written once that one is confirmed (never if it is refused). It blocks while that lane's window (written
+// and held events) is full or while the event's bytes do not fit MaxInflightBytes next to those of the
+// events in flight; if ctx ends first it returns ctx.Err() and ev is not enqueued. It returns the Router's error once the Router has failed. An event that can never become
 // a message the broker accepts (it fails Check, or its properties and headers do not fit the connection's
 // frame_max) is refused with an error wrapping ErrInvalidEvent (cdc.ErrUnpublishable), and the Router
 // goes on. done, which may be nil, is called once, from a route goroutine, when the broker confirmed the
@@ -136,7 +138,8 @@ func (r *Router) Publish(ctx context.Context, ev cdc.Event, done func()) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	l := r.lanes[laneOf(ev, len(r.lanes))]
+	agg := aggregateHash(ev)
+	l := r.lanes[agg%uint64(len(r.lanes))]
 	select {
 	case l.slots <- struct{}{}:
 	case <-ctx.Done():
@@ -160,7 +163,7 @@ func (r *Router) Publish(ctx context.Context, ev cdc.Event, done func()) error {
 		return err
 	}
 	r.track(1)
-	l.queued <- &publishing{eventID: ev.ID, key: key, msg: msg, done: done, size: size} // a held slot guarantees room
+	l.queued <- &publishing{eventID: ev.ID, key: key, agg: agg, msg: msg, done: done, size: size} // a held slot guarantees room
 	return nil
 }
 

@@ -100,7 +100,7 @@ func TestDrain(t *testing.T) {
 }
 
 // TestWindowPipelines shows that a lane keeps many messages in flight: Window 512 against Window 1 on
-// one lane, to a durable queue.
+// one lane, to a durable queue, over 512 aggregates (one aggregate has at most one event in flight).
 func TestWindowPipelines(t *testing.T) {
 	rate := func(window, n int) float64 {
 		b := newBroker(t)
@@ -117,7 +117,7 @@ func TestWindowPipelines(t *testing.T) {
 		}
 		start := time.Now()
 		for i := range n {
-			if err := r.Publish(context.Background(), event("bench", "1", i), nil); err != nil {
+			if err := r.Publish(context.Background(), event("bench", fmt.Sprint(i%512), i), nil); err != nil {
 				t.Fatal(err)
 			}
 		}

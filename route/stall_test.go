@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 )
@@ -87,7 +88,7 @@ func TestCloseWhileBlocked(t *testing.T) {
 	p.Pause()
 	big := bytes.Repeat([]byte("x"), 4<<20) // several MiB per message fill the socket buffers
 	for i := range cfg.Window {
-		ev := event("blocked", "1", i)
+		ev := event("blocked", fmt.Sprint(i), i) // one aggregate each: all are written, none held
 		ev.Payload = big
 		if err := r.Publish(context.Background(), ev, nil); err != nil {
 			t.Fatal(err)
