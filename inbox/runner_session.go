@@ -177,16 +177,28 @@ func (s *session) consume(ctx context.Context, d *dispatcher) error {
 func (s *session) lost() error {
 	t := time.NewTimer(time.Second)
 	defer t.Stop()
-	var e *amqp.Error
-	select {
-	case e = <-s.chClosed:
-	case e = <-s.closed:
-	case tag := <-s.canceled:
-		return fmt.Errorf("consume: %w: RabbitMQ cancelled consumer %s (queue deleted, or its node is down)", ErrChannelClosed, tag)
-	case <-t.C:
+	canceled := s.canceled
+	for {
+		select {
+		case e := <-s.chClosed:
+			return closeReason(e)
+		case e := <-s.closed:
+			return closeReason(e)
+		case tag, ok := <-canceled:
+			if !ok { // closed with the channel: the close notification says why
+				canceled = nil
+				continue
+			}
+			return fmt.Errorf("consume: %w: RabbitMQ cancelled consumer %s (queue deleted, or its node is down)", ErrChannelClosed, tag)
+		case <-t.C:
+			return fmt.Errorf("consume: %w: no reason given", ErrChannelClosed)
+		}
 	}
+}
+
+func closeReason(e *amqp.Error) error {
 	if e == nil {
-		return fmt.Errorf("%w: no reason given", ErrChannelClosed)
+		return fmt.Errorf("consume: %w: no reason given", ErrChannelClosed)
 	}
 	return brokerError("consume", e)
 }
