@@ -8,7 +8,9 @@
 //   - a keepalive's WAL end is adopted only when nothing is in flight and no transaction is open.
 //
 // Store keeps the acknowledged position in the router's table, stamped with the cluster's system
-// identifier, so a restart resumes from it and a position from another cluster is refused.
+// identifier, so a restart resumes from it and a position from another cluster is refused. An advance that
+// keepalives alone made is stored at most once per IdleInterval (SaveIdle), so that an idle router does not
+// keep writing its own WAL; the slot itself follows every advance through the status updates.
 //
 // The package never talks to the replication connection or the broker: callers hand it values.
 package offsets

@@ -19,6 +19,10 @@ type Position struct {
 	UpdatedAt time.Time
 }
 
+// IdleInterval is how often SaveIdle writes at most: an advance that only keepalives made is stored about
+// once a minute, since each write is itself WAL that the next keepalive reports.
+const IdleInterval = time.Minute
+
 // Store reads and writes the stored position of one slot in the router's table. It is not safe for
 // concurrent use; the stream's goroutine owns it.
 type Store struct {
@@ -26,6 +30,7 @@ type Store struct {
 	table    string // schema-qualified, sanitized
 	slot     string
 	interval time.Duration
+	idle     time.Duration // IdleInterval; shorter in tests
 
 	saved     cdc.LSN
 	lastWrite time.Time
@@ -37,7 +42,8 @@ func NewStore(conn *pgx.Conn, schema, slot string, interval time.Duration) *Stor
 	if interval <= 0 {
 		interval = time.Second
 	}
-	return &Store{conn: conn, table: pgx.Identifier{schema, "positions"}.Sanitize(), slot: slot, interval: interval}
+	return &Store{conn: conn, table: pgx.Identifier{schema, "positions"}.Sanitize(), slot: slot, interval: interval,
+		idle: IdleInterval}
 }
 
 // Load returns the stored position of the slot; ok is false when none was ever stored.
@@ -54,8 +60,24 @@ func (s *Store) Load(ctx context.Context) (p Position, ok bool, err error) {
 	if p.LSN, err = cdc.ParseLSN(lsn); err != nil {
 		return Position{}, false, err
 	}
-	s.saved = p.LSN
+	s.saved, s.lastWrite = p.LSN, time.Now()
 	return p, true, nil
+}
+
+// Saved is the position last stored or loaded by this Store.
+func (s *Store) Saved() cdc.LSN { return s.saved }
+
+// SaveIdle stores p when no transaction ended since the last write, so that its advance is the keepalives'
+// alone: at most once per IdleInterval since the last write or load. On an idle database that advance is
+// mostly the WAL of the router's own last write; storing it at once would make the next keepalive report
+// the new write, and the router would update its row every second forever. The slot's confirmed_flush_lsn
+// still follows every advance through the standby status updates, which write nothing, and a stored
+// position behind it is harmless: START_REPLICATION starts from the later of the two.
+func (s *Store) SaveIdle(ctx context.Context, p Position) error {
+	if time.Since(s.lastWrite) < s.idle {
+		return nil
+	}
+	return s.Save(ctx, p, true)
 }
 
 // Save stores p when its LSN moved and at least the interval passed since the last write, or at once when

@@ -13,6 +13,10 @@
 //     is refused within seconds: the stream never silently skips events.
 //   - On any publish failure the whole stream restarts in-process from the acknowledged position, so every
 //     unconfirmed event is published again in its original order.
+//   - A stop ends within the shutdown timeout of its request, whatever the stream waits for then (a full
+//     publish window, confirms that never come, the publisher's close).
+//   - A router that finds its slot held by another router stands by (StateStandby, retried every second),
+//     which is neither a failure nor a restart.
 //
 // It never talks to the broker directly: it sees a Publisher.
 package replication

@@ -27,8 +27,14 @@ type publicationWatch struct {
 	log     *slog.Logger
 	stats   *Stats
 	next    time.Time
-	problem string // the last check's problem; empty while the publication is sound
+	problem string    // the last check's problem; empty while the publication is sound
+	okAt    time.Time // when this process last recorded a sound check
 }
+
+// okRefresh is how often a sound check that changes nothing is recorded: an idle router writes (and makes
+// WAL) only this rarely. The recorded ok_at may be that much older than the last sound check, which makes
+// the suggested backfill start earlier (more duplicates, never a gap).
+const okRefresh = 10 * time.Minute
 
 // due runs the check when its interval has passed.
 func (w *publicationWatch) due(s *session) error {
@@ -62,6 +68,9 @@ func (w *publicationWatch) record(ctx context.Context, sql *pgx.Conn, problem st
 		w.log.Error("the outbox's rows are no longer streamed: "+problem+"; "+backfillHint(w.cfg, okAt), "publication", w.cfg.Publication)
 		return
 	}
+	if w.problem == "" && !w.okAt.IsZero() && time.Since(w.okAt) < okRefresh {
+		return
+	}
 	var okAt, failedAt *time.Time
 	err := sql.QueryRow(ctx, `WITH old AS (SELECT ok_at, failed_at FROM `+table+` WHERE slot = $1)
 		INSERT INTO `+table+` (slot, ok_at) VALUES ($1, now())
@@ -69,6 +78,8 @@ func (w *publicationWatch) record(ctx context.Context, sql *pgx.Conn, problem st
 		RETURNING (SELECT ok_at FROM old), (SELECT failed_at FROM old)`, w.cfg.Slot).Scan(&okAt, &failedAt)
 	if err != nil {
 		w.log.Warn("could not record the publication check", "error", err)
+	} else {
+		w.okAt = time.Now()
 	}
 	if w.problem != "" || failedAt != nil {
 		w.log.Error("the outbox table is in the publication again, but rows inserted while it was not were never "+

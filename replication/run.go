@@ -60,13 +60,19 @@ func withBackfillHint(ctx context.Context, sql *pgx.Conn, cfg Config, err error)
 // the router gives up with the last error instead of retrying a setup that never worked.
 const startupGrace = 30 * time.Second
 
-// errSlotBusy marks a slot held by another walsender: retried for as long as it takes, also at start,
-// since a second router waits for the first and a restarted one waits for its predecessor's walsender.
+// errSlotBusy marks a slot held by another router (its advisory lock) or walsender (55006 at
+// START_REPLICATION): the router stands by, retrying every standbyRetry for as long as it takes, also at
+// start, since a second router waits for the first and a restarted one waits for its predecessor's walsender.
 var errSlotBusy = errors.New("slot busy")
 
+// standbyRetry is how often a router in standby tries to take the slot. It bounds the takeover after the
+// active router dies, next to how fast PostgreSQL ends the dead router's session and walsender.
+const standbyRetry = time.Second
+
 // Run streams until ctx ends, restarting in-process from the acknowledged position after any failure
-// with bounded exponential backoff and jitter. It returns nil after a graceful stop and a *Fatal (or a
-// migrations.Problem) when the router must not go on.
+// with bounded exponential backoff and jitter. While another router holds the slot it stands by
+// (StateStandby), which is not a restart. It returns nil after a graceful stop, within
+// cfg.ShutdownTimeout of ctx's end, and a *Fatal (or a migrations.Problem) when the router must not go on.
 func Run(ctx context.Context, cfg Config, dial Dialer, log *slog.Logger, stats *Stats) error {
 	cfg = cfg.WithDefaults()
 	if err := cfg.Validate(); err != nil {
@@ -77,16 +83,20 @@ func Run(ctx context.Context, cfg Config, dial Dialer, log *slog.Logger, stats *
 	}
 	log = log.With("slot", cfg.Slot)
 	stats.setState(StateStarting, nil)
+	stop := newStopClock(ctx, cfg.ShutdownTimeout)
 	began := time.Now()
-	started := false
+	started, standby := false, false
 	backoff := 100 * time.Millisecond
 	net := newSafetyNet()
+	stopped := func() error {
+		stats.setState(StateStopped, nil)
+		log.Info("stopped", "published", stats.Published(), "quarantined", stats.Quarantined())
+		return nil
+	}
 	for {
-		progressed, err := runOnce(ctx, cfg, dial, log, stats, &started, net)
+		progressed, err := runOnce(ctx, cfg, dial, log, stats, &started, net, stop)
 		if err == nil || (ctx.Err() != nil && !IsFatal(err)) {
-			stats.setState(StateStopped, nil)
-			log.Info("stopped", "published", stats.Published(), "quarantined", stats.Quarantined())
-			return nil
+			return stopped()
 		}
 		if IsFatal(err) {
 			return err
@@ -94,7 +104,22 @@ func Run(ctx context.Context, cfg Config, dial Dialer, log *slog.Logger, stats *
 		if f := permanentSetupError(err); f != nil {
 			return f
 		}
-		if !started && time.Since(began) > startupGrace && !errors.Is(err, errSlotBusy) {
+		if errors.Is(err, errSlotBusy) {
+			if !standby {
+				log.Info("another router holds slot "+cfg.Slot+"; standing by", "retry", standbyRetry.String(), "reason", err)
+			} else {
+				log.Debug("slot still busy; standing by", "error", err)
+			}
+			standby = true
+			began = time.Now() // the start-up grace counts from the end of the standby
+			stats.setState(StateStandby, nil)
+			if !sleep(ctx, standbyRetry) {
+				return stopped()
+			}
+			continue
+		}
+		standby = false
+		if !started && time.Since(began) > startupGrace {
 			return &Fatal{Msg: err.Error()}
 		}
 		if progressed {
@@ -108,24 +133,38 @@ func Run(ctx context.Context, cfg Config, dial Dialer, log *slog.Logger, stats *
 		stats.restarts.Add(1)
 		stats.setState(StateRestarting, err)
 		log.Warn("stream stopped; restarting from the acknowledged position", "error", err, "backoff", wait.Round(time.Millisecond))
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-time.After(wait):
+		if !sleep(ctx, wait) {
+			return stopped()
 		}
 		backoff = min(2*backoff, cfg.MaxBackoff)
+	}
+}
+
+// sleep waits d and reports false when ctx ended first.
+func sleep(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
 	}
 }
 
 // runOnce is one stream run: checks, slot decision, publisher, START_REPLICATION, stream. It reports
 // whether the acknowledged position moved.
 func runOnce(ctx context.Context, cfg Config, dial Dialer, log *slog.Logger, stats *Stats, started *bool,
-	net *safetyNet) (bool, error) {
+	net *safetyNet, stop *stopClock) (bool, error) {
 	sql, err := ConnectSQL(ctx, cfg.PGURL)
 	if err != nil {
 		return false, err
 	}
-	defer sql.Close(context.Background())
+	defer func() {
+		cctx, cancel := stop.closeContext()
+		sql.Close(cctx)
+		cancel()
+	}()
 	// One router per slot, also while the slot is not streamed yet (during the initial snapshot): the lock
 	// belongs to this session and goes with it.
 	var mine bool
@@ -145,7 +184,11 @@ func runOnce(ctx context.Context, cfg Config, dial Dialer, log *slog.Logger, sta
 	if err != nil {
 		return false, err
 	}
-	defer conn.Close(context.Background())
+	defer func() {
+		cctx, cancel := stop.closeContext()
+		conn.Close(cctx)
+		cancel()
+	}()
 	sys, err := pglogrepl.IdentifySystem(ctx, conn)
 	if err != nil {
 		return false, fmt.Errorf("identify system: %w", err)
@@ -159,7 +202,11 @@ func runOnce(ctx context.Context, cfg Config, dial Dialer, log *slog.Logger, sta
 	if err != nil {
 		return false, err
 	}
-	defer pub.Close()
+	defer func() {
+		if !stop.closeWithin(pub) {
+			log.Warn("the RabbitMQ connection did not close within the shutdown timeout; exiting without waiting for it")
+		}
+	}()
 	start, err := plan.execute(ctx, cfg, log, stats, conn, sql, store, sys, pub)
 	if err != nil {
 		return false, err
@@ -173,12 +220,12 @@ func runOnce(ctx context.Context, cfg Config, dial Dialer, log *slog.Logger, sta
 	*started = true
 	stats.setState(StateStreaming, nil)
 	log.Info("streaming", "lsn", start, "publication", cfg.Publication, "system_id", sys.SystemID, "timeline", sys.Timeline)
-	s := &session{cfg: cfg, log: log, conn: conn, sql: sql, store: store, tracker: offsets.NewTracker(start),
+	s := &session{ctx: ctx, stop: stop, cfg: cfg, log: log, conn: conn, sql: sql, store: store, tracker: offsets.NewTracker(start),
 		pub: pub, dec: decode.New(cfg.Decode), sys: sys, stats: stats, lastHeard: time.Now(),
 		silence: silenceLimit(ctx, sql), net: net, quar: quarantine.NewStore(sql, cfg.Schema, cfg.Slot), watch: watch}
 	watch.next = time.Now().Add(cfg.PublicationCheckInterval)
 	net.received = 0
-	err = s.stream(ctx)
+	err = s.stream()
 	return s.tracker.Watermark() > start, err
 }
 
@@ -209,6 +256,11 @@ func planStart(ctx context.Context, cfg Config, sql *pgx.Conn, store *offsets.St
 	slot, err := InspectSlot(ctx, sql, cfg.Slot)
 	if err != nil {
 		return plan{}, err
+	}
+	if slot.Active {
+		// Checked before the broker is dialled, so that a standby waiting for a dead router's walsender stays
+		// quiet; one that becomes active after this check meets 55006 at START_REPLICATION.
+		return plan{}, busyError(cfg)
 	}
 	d, err := decideStart(cfg, sys, slot, stored, hasStored)
 	if err != nil || d.create {
@@ -276,11 +328,17 @@ func startError(err error, cfg Config) error {
 	if errors.As(err, &pgErr) {
 		switch pgErr.Code {
 		case "55006":
-			return fmt.Errorf("slot %s is in use by another process (a second router, or the walsender of one that "+
-				"just died, which PostgreSQL ends within wal_sender_timeout): %w: %w", cfg.Slot, errSlotBusy, err)
+			return fmt.Errorf("%w: %w", busyError(cfg), err)
 		default:
 			return streamError(pgErr, cfg)
 		}
 	}
 	return fmt.Errorf("start replication: %w", err)
+}
+
+// busyError says that the slot is streamed by another process while this router holds the advisory lock.
+func busyError(cfg Config) error {
+	return fmt.Errorf("slot %s is in use by another process (the walsender of a router that just died, which "+
+		"PostgreSQL ends when it finds the connection closed, or within wal_sender_timeout; or a consumer that "+
+		"is not a router): %w", cfg.Slot, errSlotBusy)
 }

@@ -10,9 +10,12 @@ import (
 
 // States of the router, as Stats reports them.
 const (
-	StateStarting   = "starting"   // checking the setup and connecting
-	StateSnapshot   = "snapshot"   // copying the rows already in the table; the slot is not streamed yet
-	StateStreaming  = "streaming"  // reading the slot
+	StateStarting  = "starting"  // checking the setup and connecting
+	StateSnapshot  = "snapshot"  // copying the rows already in the table; the slot is not streamed yet
+	StateStreaming = "streaming" // reading the slot
+	// StateStandby: another router holds the slot (its advisory lock, or its walsender at START_REPLICATION);
+	// this one tries again every second and takes over when the slot is free. Not a restart.
+	StateStandby    = "standby"
 	StateRestarting = "restarting" // waiting to restart the stream after a failure
 	StateStopped    = "stopped"
 )

@@ -24,6 +24,8 @@ var errAbandoned = errors.New("stop: the open transaction did not reach its comm
 
 // session is one run of the stream: one replication connection, one publisher, one tracker.
 type session struct {
+	ctx     context.Context // ends at the stop request
+	stop    *stopClock      // the bound of the whole stop
 	cfg     Config
 	log     *slog.Logger
 	conn    *pgconn.PgConn // replication connection, owned by this goroutine only
@@ -39,16 +41,20 @@ type session struct {
 	nextStatus time.Time // when the timer wants the next status update
 	cur        offsets.Txn
 	inTxn      bool
-	lastEnd    cdc.LSN   // end of the last commit received
-	stopBy     time.Time // zero until a stop is requested
+	lastEnd    cdc.LSN // end of the last commit received
+	// lastEventEnd is the end of the last commit received of a transaction with an event or a quarantined
+	// row; eventful says whether the open transaction has one.
+	lastEventEnd cdc.LSN
+	eventful     bool
+	stopLogged   bool
 
 	// silence bounds how long the server may send nothing (it sends keepalives every half
 	// wal_sender_timeout) before the connection is taken as dead; zero disables the check.
 	silence   time.Duration
 	lastHeard time.Time
 
-	// pubCtx bounds a blocked Publish so that status updates go on; one is shared by every publish until it
-	// expires, instead of one timer per event.
+	// pubCtx bounds a blocked Publish so that status updates go on and a stop is noticed at once; one is
+	// shared by every publish until it ends, instead of one timer per event.
 	pubCtx    context.Context
 	pubCancel context.CancelFunc
 
@@ -57,23 +63,25 @@ type session struct {
 	watch *publicationWatch // re-checks that the publication still carries the outbox
 }
 
-// stream reads until ctx ends (then reads on to the end of the open transaction), the publisher fails or
-// the connection breaks. It always finishes with a drain and a final status update.
-func (s *session) stream(ctx context.Context) error {
+// stream reads until the stop is requested (then reads on to the end of the open transaction), the
+// publisher fails or the connection breaks. It always finishes with a drain and a final status update,
+// all within the stop's bound.
+func (s *session) stream() error {
 	defer func() {
 		if s.pubCancel != nil {
 			s.pubCancel()
 		}
 	}()
 	for {
-		if s.stopBy.IsZero() && ctx.Err() != nil {
-			s.stopBy = time.Now().Add(s.cfg.ShutdownTimeout)
+		by := s.stop.readBy()
+		if !by.IsZero() && !s.stopLogged {
+			s.stopLogged = true
 			s.log.Info("stop requested: reading on to the end of the open transaction", "in_transaction", s.inTxn)
 		}
-		if !s.stopBy.IsZero() && !s.inTxn {
+		if !by.IsZero() && !s.inTxn {
 			return s.drain()
 		}
-		if !s.stopBy.IsZero() && time.Now().After(s.stopBy) {
+		if !by.IsZero() && !time.Now().Before(by) {
 			s.drain()
 			return errAbandoned
 		}
@@ -94,16 +102,23 @@ func (s *session) stream(ctx context.Context) error {
 	}
 }
 
-// receive reads one message, waiting at most until the next status update is due.
+// receive reads one message, waiting at most until the next status update is due or the stop request.
 func (s *session) receive() error {
 	wait := s.cfg.StatusInterval
 	if s.tracker.InFlight() > 0 {
 		wait = 50 * time.Millisecond // confirms may move the watermark: report it promptly
 	}
-	rctx, cancel := context.WithTimeout(context.Background(), wait)
+	parent := s.ctx
+	if s.ctx.Err() != nil {
+		parent = context.Background() // stopping: read on to the commit
+	}
+	rctx, cancel := context.WithTimeout(parent, wait)
 	msg, err := s.conn.ReceiveMessage(rctx)
 	cancel()
 	if err != nil {
+		if errors.Is(err, context.Canceled) && s.ctx.Err() != nil {
+			return nil // the stop request: the loop takes it from here
+		}
 		if !pgconn.Timeout(err) {
 			return fmt.Errorf("receive: %w", err)
 		}
@@ -178,26 +193,38 @@ func (s *session) status(force bool) error {
 }
 
 func (s *session) save(force bool) error {
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	end := s.stop.end()
+	if end.IsZero() {
+		end = time.Now().Add(10 * time.Second)
+	}
+	ctx, cancel := context.WithDeadline(context.Background(), end)
 	defer cancel()
-	return s.store.Save(ctx, offsets.Position{LSN: s.tracker.Watermark(), SystemID: s.sys.SystemID,
-		Timeline: s.sys.Timeline}, force)
+	p := offsets.Position{LSN: s.tracker.Watermark(), SystemID: s.sys.SystemID, Timeline: s.sys.Timeline}
+	if !force && s.lastEventEnd <= s.store.Saved() {
+		// No transaction with an event ended since the last write: the advance is the keepalives' (or, before
+		// PostgreSQL 15, empty transactions') alone, and on an idle database that WAL is mostly the router's
+		// own last write.
+		return s.store.SaveIdle(ctx, p)
+	}
+	return s.store.Save(ctx, p, force)
 }
 
-// drain stops reading, waits (bounded) until every committed transaction is confirmed, and sends and
-// stores the final position.
+// drain stops reading, waits (bounded by the stop, or by the shutdown timeout when no stop was requested)
+// until every committed transaction is confirmed, and sends and stores the final position.
 func (s *session) drain() error {
-	deadline := time.Now().Add(s.cfg.ShutdownTimeout)
-	if !s.stopBy.IsZero() && s.stopBy.Before(deadline) {
-		deadline = s.stopBy // one bound for the whole stop: reading to the commit and draining
+	deadline := s.stop.readBy()
+	if deadline.IsZero() {
+		deadline = time.Now().Add(s.cfg.ShutdownTimeout)
 	}
 	for s.tracker.Watermark() < s.lastEnd && time.Now().Before(deadline) {
+		t := time.NewTimer(min(s.cfg.StatusInterval, time.Until(deadline)))
 		select {
 		case <-s.tracker.Advanced():
 		case <-s.pub.Failed():
 			deadline = time.Now()
-		case <-time.After(s.cfg.StatusInterval):
+		case <-t.C:
 		}
+		t.Stop()
 		if err := s.status(false); err != nil {
 			return err
 		}
@@ -220,7 +247,7 @@ func (s *session) drain() error {
 
 // Begin implements decode.Handler.
 func (s *session) Begin(commitLSN cdc.LSN) error {
-	s.cur, s.inTxn = s.tracker.Begin(), true
+	s.cur, s.inTxn, s.eventful = s.tracker.Begin(), true, false
 	return nil
 }
 
@@ -230,6 +257,7 @@ func (s *session) Begin(commitLSN cdc.LSN) error {
 func (s *session) Event(ev cdc.Event) error {
 	x := s.cur
 	s.tracker.Add(x)
+	s.eventful = true
 	careful := s.net.careful(ev)
 	if careful {
 		if reason, ok := s.net.condemned(ev.ID); ok {
@@ -245,7 +273,7 @@ func (s *session) Event(ev cdc.Event) error {
 			if s.pubCancel != nil {
 				s.pubCancel()
 			}
-			s.pubCtx, s.pubCancel = context.WithTimeout(context.Background(), s.cfg.StatusInterval)
+			s.pubCtx, s.pubCancel = s.boundedWait()
 		}
 		err := s.pub.Publish(s.pubCtx, ev, func() { s.tracker.Confirm(x); s.stats.published.Add(1) })
 		if err == nil {
@@ -255,7 +283,7 @@ func (s *session) Event(ev cdc.Event) error {
 		if errors.Is(err, cdc.ErrUnpublishable) {
 			return s.quarantineEvent(x, ev, err.Error())
 		}
-		if !errors.Is(err, context.DeadlineExceeded) {
+		if !waitEnded(err) {
 			return fmt.Errorf("publish: %w", err)
 		}
 		if err := s.waited(); err != nil {
@@ -278,13 +306,13 @@ func (s *session) Event(ev cdc.Event) error {
 // publisher's error if it fails first.
 func (s *session) settle() error {
 	for {
-		ctx, cancel := context.WithTimeout(context.Background(), s.cfg.StatusInterval)
+		ctx, cancel := s.boundedWait()
 		err := s.pub.Drain(ctx)
 		cancel()
 		if err == nil {
 			return nil
 		}
-		if !errors.Is(err, context.DeadlineExceeded) {
+		if !waitEnded(err) {
 			return fmt.Errorf("publish: %w", err)
 		}
 		if err := s.waited(); err != nil {
@@ -293,10 +321,28 @@ func (s *session) settle() error {
 	}
 }
 
+// boundedWait is the context of one wait on the publisher: it ends after a status interval, at the stop
+// request, and at the stop's reading deadline, so that neither a full window nor missing confirms (a
+// stalled connection, a broker alarm) hold up the status updates or the stop.
+func (s *session) boundedWait() (context.Context, context.CancelFunc) {
+	if by := s.stop.readBy(); !by.IsZero() {
+		if next := time.Now().Add(s.cfg.StatusInterval); next.Before(by) {
+			by = next
+		}
+		return context.WithDeadline(context.Background(), by)
+	}
+	return context.WithTimeout(s.ctx, s.cfg.StatusInterval)
+}
+
+// waitEnded reports whether err only says that a boundedWait ended.
+func waitEnded(err error) bool {
+	return errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled)
+}
+
 // waited runs between two bounded waits on the publisher: it ends a stop whose deadline passed and sends
 // the status update that is due.
 func (s *session) waited() error {
-	if !s.stopBy.IsZero() && time.Now().After(s.stopBy) {
+	if by := s.stop.readBy(); !by.IsZero() && !time.Now().Before(by) {
 		s.drain()
 		return errAbandoned
 	}
@@ -321,6 +367,7 @@ func (s *session) Quarantine(q cdc.Quarantined) error {
 		return fmt.Errorf("quarantine row at %s: %w", q.LSN, err)
 	}
 	s.stats.quarantined.Add(1)
+	s.eventful = true
 	s.log.Warn("row quarantined", "lsn", q.LSN, "ordinal", q.Ordinal, "event_id", q.EventID, "table", q.Table, "reason", q.Reason)
 	return nil
 }
@@ -329,6 +376,9 @@ func (s *session) Quarantine(q cdc.Quarantined) error {
 func (s *session) Commit(commitLSN, endLSN cdc.LSN) error {
 	s.tracker.Commit(s.cur, endLSN)
 	s.inTxn, s.lastEnd = false, endLSN
+	if s.eventful {
+		s.lastEventEnd = endLSN
+	}
 	return nil
 }
 

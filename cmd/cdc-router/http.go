@@ -35,10 +35,14 @@ func healthOf(s *replication.Stats) health {
 		SnapshotRowsDone: done, SnapshotRowsTotal: total, LastError: lastErr, Problem: s.Problem()}
 }
 
-// handler serves /healthz (the process is alive), /readyz (200 while streaming or copying the initial
-// snapshot, which is work in progress, not a stall; 503 while starting or restarting, and while the
-// publication no longer carries the outbox, so new rows are not streamed) and /metrics
-// (Prometheus text format).
+// handler serves /healthz (the process is alive), /readyz and /metrics (Prometheus text format).
+//
+// /readyz answers 200 while streaming or copying the initial snapshot (work in progress, not a stall) and
+// in standby (another router holds the slot and this one takes over when it is free: a healthy spare, so
+// that a rolling update gated on readiness can finish with two routers); 503 while starting or
+// restarting, and while the publication no longer carries the outbox, so new rows are not streamed.
+// /readyz?active=1 answers 503 in standby too, for a probe or a Service that wants only the router that
+// holds the slot.
 func handler(s *replication.Stats) http.Handler {
 	mux := http.NewServeMux()
 	write := func(w http.ResponseWriter, code int) {
@@ -47,11 +51,14 @@ func handler(s *replication.Stats) http.Handler {
 		json.NewEncoder(w).Encode(healthOf(s))
 	}
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { write(w, http.StatusOK) })
-	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
+	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
+		activeOnly := r.URL.Query().Get("active") == "1"
 		switch state, _, _ := s.State(); {
 		case s.Problem() != "":
 			write(w, http.StatusServiceUnavailable)
 		case state == replication.StateStreaming, state == replication.StateSnapshot:
+			write(w, http.StatusOK)
+		case state == replication.StateStandby && !activeOnly:
 			write(w, http.StatusOK)
 		default:
 			write(w, http.StatusServiceUnavailable)
@@ -74,6 +81,11 @@ func handler(s *replication.Stats) http.Handler {
 			streaming = 1
 		}
 		metric("cdc_router_streaming", "gauge", "1 while the slot is being streamed.", streaming)
+		standby := 0
+		if h.State == replication.StateStandby {
+			standby = 1
+		}
+		metric("cdc_router_standby", "gauge", "1 while another router holds the slot and this one stands by.", standby)
 	})
 	return mux
 }
