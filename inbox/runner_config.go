@@ -52,7 +52,7 @@ type RunnerConfig struct {
 	// Default "cdc-router inbox <Config.Consumer>".
 	ConnectionName string
 
-	// Registerer receives the runner's metrics (see the inbox_ metrics in docs/consumers-runner.md);
+	// Registerer receives the runner's metrics (see the inbox_ metrics in docs/consumers.md);
 	// nil registers none. The global registry is never used implicitly.
 	Registerer prometheus.Registerer
 	// OnOutcome, if set, is called after each Process with the event, its result and its error, from the

@@ -22,7 +22,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 )
 
-// The program of docs/consumers-runner.md: applyOrder, runConsumer and, as Example_runner, its main.
+// The program of docs/consumers.md: applyOrder, runConsumer and, as Example_runner, its main.
 // TestRunnerDocsExample runs it against the test's broker and database.
 
 // applyOrder is the business write. It runs inside the inbox transaction: use tx, nothing else.
