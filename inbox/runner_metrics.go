@@ -14,7 +14,7 @@ import (
 // tableScrapeTimeout bounds the query that reads the parked and failed gauges at scrape time.
 const tableScrapeTimeout = 5 * time.Second
 
-// outcomeLabels are the values of inbox_events_total's outcome label: every Outcome, and "error" for a
+// outcomeLabels are the values of cdc_router_inbox_events_total's outcome label: every Outcome, and "error" for a
 // Process that returned an error (nothing committed, the delivery retried).
 var outcomeLabels = []string{"applied", "duplicate", "stale", "parked", "conflict", "failed", "gap", "error"}
 
@@ -32,15 +32,15 @@ func newRunnerMetrics(reg prometheus.Registerer, p *Processor, log *slog.Logger)
 		return nil, nil
 	}
 	labels := prometheus.Labels{"consumer": p.cfg.Consumer}
-	events := prometheus.NewCounterVec(prometheus.CounterOpts{Name: "inbox_events_total", ConstLabels: labels,
+	events := prometheus.NewCounterVec(prometheus.CounterOpts{Name: "cdc_router_inbox_events_total", ConstLabels: labels,
 		Help: "Events processed by outcome: applied, duplicate, stale, parked, conflict, failed, gap, or error (retried)."},
 		[]string{"outcome"})
-	latency := prometheus.NewHistogram(prometheus.HistogramOpts{Name: "inbox_apply_latency_seconds", ConstLabels: labels,
+	latency := prometheus.NewHistogram(prometheus.HistogramOpts{Name: "cdc_router_inbox_apply_latency_seconds", ConstLabels: labels,
 		Help:    "Time from the event's occurrence (the AMQP timestamp, whole seconds) to the commit of its projection write.",
 		Buckets: []float64{0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60, 300, 900, 3600, 6 * 3600}})
-	redeliveries := prometheus.NewCounter(prometheus.CounterOpts{Name: "inbox_redeliveries_total", ConstLabels: labels,
+	redeliveries := prometheus.NewCounter(prometheus.CounterOpts{Name: "cdc_router_inbox_redeliveries_total", ConstLabels: labels,
 		Help: "Deliveries the broker marked as redelivered."})
-	retries := prometheus.NewCounter(prometheus.CounterOpts{Name: "inbox_handler_retries_total", ConstLabels: labels,
+	retries := prometheus.NewCounter(prometheus.CounterOpts{Name: "cdc_router_inbox_handler_retries_total", ConstLabels: labels,
 		Help: "Retries scheduled after Process returned an error."})
 	tables := newTableCollector(p, labels, log)
 	m := &runnerMetrics{events: map[string]prometheus.Counter{}, latency: latency, redeliveries: redeliveries, retries: retries}
@@ -100,9 +100,9 @@ func newTableCollector(p *Processor, labels prometheus.Labels, log *slog.Logger)
 			(SELECT count(*) FROM {schema}.parked WHERE consumer = $1),
 			(SELECT coalesce(extract(epoch FROM now() - min(parked_at)), 0)::float8 FROM {schema}.parked WHERE consumer = $1),
 			(SELECT count(*) FROM {schema}.failed WHERE consumer = $1 AND resolved_at IS NULL)`, p.cfg.Schema),
-		parked: prometheus.NewDesc("inbox_parked_events", "Events waiting in the parked table for a gap to close.", nil, labels),
-		oldest: prometheus.NewDesc("inbox_oldest_parked_age_seconds", "Age of the oldest parked event (0 when none).", nil, labels),
-		failed: prometheus.NewDesc("inbox_failed_events", "Events in the failed table not yet retried or resolved.", nil, labels),
+		parked: prometheus.NewDesc("cdc_router_inbox_parked_events", "Events waiting in the parked table for a gap to close.", nil, labels),
+		oldest: prometheus.NewDesc("cdc_router_inbox_oldest_parked_age_seconds", "Age of the oldest parked event (0 when none).", nil, labels),
+		failed: prometheus.NewDesc("cdc_router_inbox_failed_events", "Events in the failed table not yet retried or resolved.", nil, labels),
 	}
 }
 

@@ -55,7 +55,7 @@ func metric(t *testing.T, reg *prometheus.Registry, name string, labels ...strin
 
 // A known sequence of outcomes (applied, duplicate, parked, applied closing the gap, stale, conflict,
 // malformed, a parked event whose gap stays open, a handler error then applied) gives the same counts
-// in inbox_events_total and in the OnOutcome hook, and the gauges read the tables.
+// in cdc_router_inbox_events_total and in the OnOutcome hook, and the gauges read the tables.
 func TestRunnerMetricsAfterKnownOutcomes(t *testing.T) {
 	l := newRunnerLab(t)
 	v1, v2, v3, v4 := order("m", 1, 1), order("m", 2, 2), order("m", 3, 3), order("m", 4, 4)
@@ -114,27 +114,27 @@ func TestRunnerMetricsAfterKnownOutcomes(t *testing.T) {
 	wantOutcomes := map[string]int{"applied": 3, "duplicate": 1, "parked": 2, "stale": 1, "conflict": 1,
 		"failed": 1, "gap": 0, "error": 1}
 	for outcome, n := range wantOutcomes {
-		want(t, "inbox_events_total "+outcome, metric(t, l.reg, "inbox_events_total", "outcome", outcome,
+		want(t, "cdc_router_inbox_events_total "+outcome, metric(t, l.reg, "cdc_router_inbox_events_total", "outcome", outcome,
 			"consumer", l.consumer), float64(n))
 		want(t, "OnOutcome "+outcome, hooked[outcome], n)
 	}
-	want(t, "inbox_handler_retries_total", metric(t, l.reg, "inbox_handler_retries_total"), 1)
-	want(t, "inbox_redeliveries_total", metric(t, l.reg, "inbox_redeliveries_total"), 0)
-	want(t, "inbox_apply_latency_seconds count", metric(t, l.reg, "inbox_apply_latency_seconds"), 3)
-	want(t, "inbox_parked_events", metric(t, l.reg, "inbox_parked_events", "consumer", l.consumer), 1)
-	want(t, "inbox_failed_events", metric(t, l.reg, "inbox_failed_events"), 2)
-	if age := metric(t, l.reg, "inbox_oldest_parked_age_seconds"); age <= 0 || age > 60 {
-		t.Errorf("inbox_oldest_parked_age_seconds = %v, want a few milliseconds", age)
+	want(t, "cdc_router_inbox_handler_retries_total", metric(t, l.reg, "cdc_router_inbox_handler_retries_total"), 1)
+	want(t, "cdc_router_inbox_redeliveries_total", metric(t, l.reg, "cdc_router_inbox_redeliveries_total"), 0)
+	want(t, "cdc_router_inbox_apply_latency_seconds count", metric(t, l.reg, "cdc_router_inbox_apply_latency_seconds"), 3)
+	want(t, "cdc_router_inbox_parked_events", metric(t, l.reg, "cdc_router_inbox_parked_events", "consumer", l.consumer), 1)
+	want(t, "cdc_router_inbox_failed_events", metric(t, l.reg, "cdc_router_inbox_failed_events"), 2)
+	if age := metric(t, l.reg, "cdc_router_inbox_oldest_parked_age_seconds"); age <= 0 || age > 60 {
+		t.Errorf("cdc_router_inbox_oldest_parked_age_seconds = %v, want a few milliseconds", age)
 	}
 	if err := testutil.GatherAndCompare(l.reg, strings.NewReader(`
-# HELP inbox_handler_retries_total Retries scheduled after Process returned an error.
-# TYPE inbox_handler_retries_total counter
-inbox_handler_retries_total{consumer="`+l.consumer+`"} 1
-`), "inbox_handler_retries_total"); err != nil {
+# HELP cdc_router_inbox_handler_retries_total Retries scheduled after Process returned an error.
+# TYPE cdc_router_inbox_handler_retries_total counter
+cdc_router_inbox_handler_retries_total{consumer="`+l.consumer+`"} 1
+`), "cdc_router_inbox_handler_retries_total"); err != nil {
 		t.Error(err)
 	}
 	summary(t, "outcomes %v; parked gauge %v, failed gauge %v", hooked,
-		metric(t, l.reg, "inbox_parked_events"), metric(t, l.reg, "inbox_failed_events"))
+		metric(t, l.reg, "cdc_router_inbox_parked_events"), metric(t, l.reg, "cdc_router_inbox_failed_events"))
 }
 
 // Two runners of different consumers share one registry; a second runner of the same consumer on it is

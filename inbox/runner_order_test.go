@@ -59,8 +59,8 @@ func TestRunnerOrderAndThroughput(t *testing.T) {
 			})
 			elapsed := time.Since(start)
 			l.waitFor("every delivery acknowledged", 30*time.Second, func() bool {
-				return metric(t, l.reg, "inbox_events_total", "outcome", "duplicate")+
-					metric(t, l.reg, "inbox_events_total", "outcome", "applied") >= float64(len(msgs))
+				return metric(t, l.reg, "cdc_router_inbox_events_total", "outcome", "duplicate")+
+					metric(t, l.reg, "cdc_router_inbox_events_total", "outcome", "applied") >= float64(len(msgs))
 			})
 			if err := stop(); err != nil {
 				t.Fatalf("Run: %v", err)
@@ -71,10 +71,10 @@ func TestRunnerOrderAndThroughput(t *testing.T) {
 			want(t, "aggregates at the last version",
 				l.count(`SELECT count(*) FROM projection WHERE version = $1`, versions), int64(aggregates))
 			want(t, "most events of one aggregate at once", c.sameAggMax, 1)
-			parked := metric(t, l.reg, "inbox_events_total", "outcome", "parked")
+			parked := metric(t, l.reg, "cdc_router_inbox_events_total", "outcome", "parked")
 			want(t, "parked outcomes", parked, 0)
-			want(t, "errors", metric(t, l.reg, "inbox_events_total", "outcome", "error"), 0)
-			want(t, "duplicates", metric(t, l.reg, "inbox_events_total", "outcome", "duplicate"), float64(len(msgs)-len(events)))
+			want(t, "errors", metric(t, l.reg, "cdc_router_inbox_events_total", "outcome", "error"), 0)
+			want(t, "duplicates", metric(t, l.reg, "cdc_router_inbox_events_total", "outcome", "duplicate"), float64(len(msgs)-len(events)))
 			want(t, "messages left", l.queueMessages(), 0)
 			summary(t, "workers=%d events=%d deliveries=%d elapsed=%v throughput=%.0f events/s parked=%.1f%% "+
 				"most handlers at once=%d", workers, len(events), len(msgs), elapsed.Round(time.Millisecond),

@@ -79,7 +79,7 @@ func TestRunnerReconnectLosesNothingAndAppliesNothingTwice(t *testing.T) {
 	}
 	summary(t, "events=%d deliveries=%d; broker closed the connection at %d applied, proxy cut at %d; "+
 		"redeliveries=%v duplicates=%v parked=%v; applied once each",
-		len(events), len(msgs), atClose, atCut, metric(t, l.reg, "inbox_redeliveries_total"),
-		metric(t, l.reg, "inbox_events_total", "outcome", "duplicate"),
-		metric(t, l.reg, "inbox_events_total", "outcome", "parked"))
+		len(events), len(msgs), atClose, atCut, metric(t, l.reg, "cdc_router_inbox_redeliveries_total"),
+		metric(t, l.reg, "cdc_router_inbox_events_total", "outcome", "duplicate"),
+		metric(t, l.reg, "cdc_router_inbox_events_total", "outcome", "parked"))
 }

@@ -77,9 +77,9 @@ func TestRunnerRetryDoesNotHoldOtherAggregates(t *testing.T) {
 	want(t, "attempts of the failing event", calls, failures+1)
 	want(t, "poison's version", l.count(`SELECT version FROM projection WHERE id = 'poison'`), 5)
 	want(t, "poison's amount", l.amount("poison"), 15)
-	want(t, "handler retries metric", metric(t, l.reg, "inbox_handler_retries_total"), failures)
-	want(t, "error outcomes", metric(t, l.reg, "inbox_events_total", "outcome", "error"), failures)
-	want(t, "parked outcomes", metric(t, l.reg, "inbox_events_total", "outcome", "parked"), 0)
+	want(t, "handler retries metric", metric(t, l.reg, "cdc_router_inbox_handler_retries_total"), failures)
+	want(t, "error outcomes", metric(t, l.reg, "cdc_router_inbox_events_total", "outcome", "error"), failures)
+	want(t, "parked outcomes", metric(t, l.reg, "cdc_router_inbox_events_total", "outcome", "parked"), 0)
 	if during == 0 {
 		t.Errorf("no other aggregate's event was applied while the failing event waited for its retries")
 	}
@@ -125,8 +125,8 @@ func TestRunnerRequeuesGapWithoutSleepingOnTheChannel(t *testing.T) {
 		t.Fatalf("Run: %v", err)
 	}
 	want(t, "g's version", l.count(`SELECT version FROM projection WHERE id = 'g'`), 3)
-	want(t, "parked", metric(t, l.reg, "inbox_events_total", "outcome", "parked"), 0)
-	gaps := metric(t, l.reg, "inbox_events_total", "outcome", "gap")
+	want(t, "parked", metric(t, l.reg, "cdc_router_inbox_events_total", "outcome", "parked"), 0)
+	gaps := metric(t, l.reg, "cdc_router_inbox_events_total", "outcome", "gap")
 	if gaps < 2 {
 		t.Errorf("gap outcomes = %v, want at least 2 (v2 and v3 arrived first)", gaps)
 	}
@@ -150,7 +150,7 @@ func TestRunnerStopsRetryingAtMaxAttempts(t *testing.T) {
 	l.publishAll(append([]inbox.Event{bad}, others...))
 	stop := l.start(l.processor(inbox.Config{MaxAttempts: 3}), l.config(4))
 	l.waitFor("the event recorded as failed", 30*time.Second, func() bool {
-		return metric(t, l.reg, "inbox_events_total", "outcome", "failed") == 1
+		return metric(t, l.reg, "cdc_router_inbox_events_total", "outcome", "failed") == 1
 	})
 	l.waitFor("the others applied", 30*time.Second, func() bool {
 		return l.count(`SELECT count(*) FROM applied_log`) == int64(len(others))
@@ -160,7 +160,7 @@ func TestRunnerStopsRetryingAtMaxAttempts(t *testing.T) {
 		t.Fatalf("Run: %v", err)
 	}
 	want(t, "handler calls", calls, 3)
-	want(t, "errors before the cap", metric(t, l.reg, "inbox_events_total", "outcome", "error"), 2)
-	want(t, "inbox_failed_events", metric(t, l.reg, "inbox_failed_events"), 1)
+	want(t, "errors before the cap", metric(t, l.reg, "cdc_router_inbox_events_total", "outcome", "error"), 2)
+	want(t, "cdc_router_inbox_failed_events", metric(t, l.reg, "cdc_router_inbox_failed_events"), 1)
 	want(t, "failed rows", l.count(`SELECT count(*) FROM inbox.failed WHERE event_id = $1`, bad.ID), 1)
 }
