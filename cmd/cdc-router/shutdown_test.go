@@ -1,6 +1,7 @@
 package main
 
 import (
+	"os"
 	"strings"
 	"syscall"
 	"testing"
@@ -16,6 +17,8 @@ import (
 // process within --shutdown-timeout plus a second, and a router started afterwards delivers every event.
 func TestShutdownTimeoutBoundsAStopWhileTheBrokerStalls(t *testing.T) {
 	const timeout = 3 * time.Second
+	// A binary built with -race sleeps a second at exit (GORACE atexit_sleep_ms) after the router is done.
+	t.Setenv("GORACE", strings.TrimSpace(os.Getenv("GORACE")+" atexit_sleep_ms=0"))
 	for _, tc := range []struct {
 		name    string
 		stalled int // events written after the connection stalled
