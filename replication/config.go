@@ -28,6 +28,9 @@ type Config struct {
 	// PublicationCheckInterval is how often a streaming router re-checks that the publication still carries
 	// the outbox's inserts; default DefaultPublicationCheckInterval.
 	PublicationCheckInterval time.Duration
+	// ProgressInterval is how often a streaming router logs its progress at info level (only when events
+	// moved); default DefaultProgressInterval.
+	ProgressInterval time.Duration
 
 	Decode decode.Config // row rules: payload limit and the router's message checks
 
@@ -72,6 +75,7 @@ func (c Config) WithDefaults() Config {
 	dur(&c.StoreInterval, time.Second)
 	dur(&c.MaxBackoff, 30*time.Second)
 	dur(&c.PublicationCheckInterval, DefaultPublicationCheckInterval)
+	dur(&c.ProgressInterval, DefaultProgressInterval)
 	if c.Decode.Table == "" {
 		c.Decode.Table = c.Table
 	}

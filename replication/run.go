@@ -222,7 +222,8 @@ func runOnce(ctx context.Context, cfg Config, dial Dialer, log *slog.Logger, sta
 	log.Info("streaming", "lsn", start, "publication", cfg.Publication, "system_id", sys.SystemID, "timeline", sys.Timeline)
 	s := &session{ctx: ctx, stop: stop, cfg: cfg, log: log, conn: conn, sql: sql, store: store, tracker: offsets.NewTracker(start),
 		pub: pub, dec: decode.New(cfg.Decode), sys: sys, stats: stats, lastHeard: time.Now(),
-		silence: silenceLimit(ctx, sql), net: net, quar: quarantine.NewStore(sql, cfg.Schema, cfg.Slot), watch: watch}
+		silence: silenceLimit(ctx, sql), net: net, quar: quarantine.NewStore(sql, cfg.Schema, cfg.Slot), watch: watch,
+		progress: newProgressLog(log, stats, cfg.ProgressInterval)}
 	watch.next = time.Now().Add(cfg.PublicationCheckInterval)
 	net.received = 0
 	err = s.stream()

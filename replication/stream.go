@@ -60,7 +60,8 @@ type session struct {
 
 	net   *safetyNet        // finds the event the broker keeps refusing; shared by the runs of one Run
 	quar  *quarantine.Store // the quarantine table
-	watch *publicationWatch // re-checks that the publication still carries the outbox
+	watch    *publicationWatch // re-checks that the publication still carries the outbox
+	progress *progressLog      // an info line per interval while events flow
 }
 
 // stream reads until the stop is requested (then reads on to the end of the open transaction), the
@@ -91,6 +92,7 @@ func (s *session) stream() error {
 		if err := s.watch.due(s); err != nil {
 			return err
 		}
+		s.progress.due()
 		select {
 		case <-s.pub.Failed():
 			return fmt.Errorf("publish: %w", s.pub.Err())

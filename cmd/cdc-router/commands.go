@@ -191,6 +191,7 @@ func runRun(ctx context.Context, args []string, env func(string) string, stdout,
 	snapWhere := s.String("snapshot-where", "", "SQL predicate restricting the initial snapshot, e.g. \"published_at IS NULL\" when taking over from a polling publisher")
 	shutdown := s.Duration("shutdown-timeout", 30*time.Second, "bound on finishing the open transaction and waiting for confirms at stop")
 	httpAddr := s.String("http-addr", "", "serve /healthz, /readyz and /metrics on this address, e.g. :8080 (off when empty)")
+	progress := s.Duration("progress-interval", replication.DefaultProgressInterval, "how often to log, at info level, how many events were published and quarantined since the last such line (nothing when nothing moved)")
 	pubCheck := s.Duration("publication-check-interval", replication.DefaultPublicationCheckInterval, "how often to re-check that the publication still carries the outbox table's inserts")
 	onDrift := s.String("on-drift", "refuse", "when the outbox table's shape changes under the stream, or another table's rows arrive: refuse (stop before the first affected row) or quarantine (quarantine those rows and go on)")
 	if err := parse(s, args); err != nil {
@@ -232,6 +233,7 @@ func runRun(ctx context.Context, args []string, env func(string) string, stdout,
 		Decode: broker.decode(*pg.table)}
 	cfg.Decode.OnDrift = *onDrift
 	cfg.PublicationCheckInterval = *pubCheck
+	cfg.ProgressInterval = *progress
 	dial := func(ctx context.Context) (replication.Publisher, error) {
 		r, err := route.Dial(ctx, rcfg, log)
 		if err != nil {
