@@ -58,8 +58,8 @@ type session struct {
 	pubCtx    context.Context
 	pubCancel context.CancelFunc
 
-	net   *safetyNet        // finds the event the broker keeps refusing; shared by the runs of one Run
-	quar  *quarantine.Store // the quarantine table
+	net      *safetyNet        // finds the event the broker keeps refusing; shared by the runs of one Run
+	quar     *quarantine.Store // the quarantine table
 	watch    *publicationWatch // re-checks that the publication still carries the outbox
 	progress *progressLog      // an info line per interval while events flow
 }
