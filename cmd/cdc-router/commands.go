@@ -121,9 +121,14 @@ func withConn(ctx context.Context, name string, args []string, env func(string) 
 }
 
 func runMigrate(ctx context.Context, args []string, env func(string) string, stdout, stderr io.Writer) error {
-	var withInbox, noAlternate *bool
-	var inboxSchema, amqpURL, exchange, alternate *string
+	var withInbox, noAlternate, partitioned *bool
+	var inboxSchema, amqpURL, exchange, alternate, interval *string
+	var ahead *int
 	flags := func(s *settings) {
+		partitioned = s.Bool("partitioned", false, "create the outbox range-partitioned by occurred_at, with a default partition and the partitions "+
+			"of the current and next intervals, published through its root; run again (daily) to add the coming partitions (docs/partitioning.md)")
+		interval = s.String("partition-interval", "month", "with --partitioned: the span of each partition, day, week or month (UTC)")
+		ahead = s.Int("partitions-ahead", 3, "with --partitioned: how many partitions to have after the current one")
 		withInbox = s.Bool("inbox", false, "also create the consumer-side inbox tables (package inbox) in this database")
 		inboxSchema = s.String("inbox-schema", inbox.DefaultSchema, "schema of the inbox tables")
 		amqpURL = s.String("amqp-url", "", "also declare the exchange (and the alternate exchange and its queue) in RabbitMQ, as run does, so consumers can bind before the first run")
@@ -132,10 +137,16 @@ func runMigrate(ctx context.Context, args []string, env func(string) string, std
 		noAlternate = s.Bool("no-alternate-exchange", false, "declare the exchange without an alternate exchange, as run does with this flag")
 	}
 	return withConn(ctx, "migrate", args, env, stderr, flags, func(conn *pgx.Conn, pg pgFlags) error {
-		if err := migrations.Apply(ctx, conn, pg.migrations()); err != nil {
+		mcfg := pg.migrations()
+		mcfg.Partitioned, mcfg.PartitionInterval, mcfg.PartitionsAhead = *partitioned, *interval, *ahead
+		if err := migrations.Apply(ctx, conn, mcfg); err != nil {
 			return err
 		}
 		fmt.Fprintf(stdout, "migrated: table %s, publication %s, schema %s\n", *pg.table, *pg.publication, *pg.schema)
+		if *partitioned {
+			fmt.Fprintf(stdout, "partitioned: %s by occurred_at, one partition per %s up to %d ahead, and a default partition\n",
+				*pg.table, *interval, *ahead)
+		}
 		if *amqpURL != "" {
 			rcfg := route.Config{URL: *amqpURL, Exchange: *exchange, AlternateExchange: *alternate,
 				NoAlternateExchange: *noAlternate, ConnectionName: "cdc-router migrate"}
