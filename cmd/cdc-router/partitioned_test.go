@@ -242,3 +242,54 @@ func TestPartitionedLeafNamedRowsAreNeverDropped(t *testing.T) {
 	}
 	c.waitFor(t, leafNamed, 30*time.Second)
 }
+
+// TestPartitionedBackfillAfterRetention: after an old partition is dropped, a backfill by time range
+// republishes the retained rows it selects, each once and in version order per aggregate, and nothing of
+// the dropped partition (those rows are gone: nothing can publish them again).
+func TestPartitionedBackfillAfterRetention(t *testing.T) {
+	e := newPartitionedEnv(t)
+	e.exec(`CREATE TABLE outbox_y2020m01 PARTITION OF outbox FOR VALUES FROM ('2020-01-01+00') TO ('2020-02-01+00')`)
+	c := e.consume(e.queue)
+	e.startStreaming()
+	old := e.insertAt(20, `'2020-01-15+00'`)
+	w := newWriter(t, e.pgURL, 10)
+	w.write(500, 20, 0)
+	c.waitFor(t, append(append([]row(nil), old...), w.rows...), 30*time.Second)
+	e.exec(`DROP TABLE outbox_y2020m01`)
+	out, code := e.cli("backfill", "--where", "occurred_at >= now() - interval '1 day'", "--exchange", e.exchange,
+		"--name", "retained")
+	if code != 0 {
+		t.Fatalf("backfill: exit %d\n%s", code, out)
+	}
+	backfilled := map[string]int{}
+	deadline := time.Now().Add(30 * time.Second)
+	for len(backfilled) < len(w.rows) && time.Now().Before(deadline) {
+		time.Sleep(100 * time.Millisecond)
+		clear(backfilled)
+		for _, d := range c.snapshot() {
+			if d.msg.Headers["x-backfill"] == true {
+				backfilled[d.id]++
+			}
+		}
+	}
+	var got []delivery
+	for _, d := range c.snapshot() {
+		if d.msg.Headers["x-backfill"] == true {
+			got = append(got, d)
+		}
+	}
+	checkOrder(t, got)
+	for _, r := range w.rows {
+		if backfilled[r.id] != 1 {
+			t.Fatalf("retained row %s backfilled %d times, want once", r.id, backfilled[r.id])
+		}
+	}
+	for _, r := range old {
+		if backfilled[r.id] != 0 {
+			t.Fatalf("row %s of the dropped partition was backfilled", r.id)
+		}
+	}
+	if len(got) != len(w.rows) {
+		t.Errorf("%d backfilled deliveries, want the %d retained rows", len(got), len(w.rows))
+	}
+}
