@@ -293,3 +293,31 @@ func TestPartitionedBackfillAfterRetention(t *testing.T) {
 		t.Errorf("%d backfilled deliveries, want the %d retained rows", len(got), len(w.rows))
 	}
 }
+
+// TestPartitionedConversionFromAPlainOutbox runs the procedure of docs/partitioning.md ("Moving a plain
+// outbox to a partitioned one") between two runs of the router on the same slot: the copied rows are not
+// published again, and every row written after arrives once, in order.
+func TestPartitionedConversionFromAPlainOutbox(t *testing.T) {
+	e := newStreamEnv(t)
+	c := e.consume(e.queue)
+	r := e.startStreaming()
+	w := newWriter(t, e.pgURL, 10)
+	w.write(300, 20, 0)
+	c.waitFor(t, w.rows, 30*time.Second)
+	r.signal(syscall.SIGTERM)
+	if code := r.wait(30 * time.Second); code != 0 {
+		t.Fatalf("router exited %d on SIGTERM", code)
+	}
+	e.exec(`ALTER TABLE public.outbox RENAME TO outbox_plain`)
+	e.exec(`ALTER PUBLICATION cdc_router_outbox DROP TABLE public.outbox_plain`)
+	if out, code := e.cli("migrate", "--amqp-url=", "--partitioned"); code != 0 {
+		t.Fatalf("migrate --partitioned: exit %d\n%s", code, out)
+	}
+	e.exec(`INSERT INTO public.outbox SELECT * FROM public.outbox_plain`)
+	e.exec(`ALTER PUBLICATION cdc_router_outbox ADD TABLE public.outbox`)
+	e.exec(`ALTER PUBLICATION cdc_router_outbox SET (publish_via_partition_root = true)`)
+	r2 := e.startStreaming()
+	w.write(300, 20, 0)
+	expectOnceInOrder(t, c, w.rows, 30*time.Second)
+	noRestarts(t, r2)
+}
