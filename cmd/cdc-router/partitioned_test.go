@@ -1,6 +1,7 @@
 package main
 
 import (
+	"encoding/json"
 	"strings"
 	"syscall"
 	"testing"
@@ -38,7 +39,8 @@ func (e *env) insertAt(n int, at string) []row {
 		ids[i], aggs[i] = rows[i].id, rows[i].aggID
 	}
 	e.exec(`INSERT INTO outbox (id, aggregate_type, aggregate_id, aggregate_version, event_type, payload, occurred_at)
-		SELECT id, 'order', a, 1, 'created', '{}', `+at+` FROM unnest($1::uuid[], $2::text[]) AS r(id, a)`, ids, aggs)
+		SELECT id, 'order', a, 1, 'created', jsonb_build_object('agg', a), `+at+` FROM unnest($1::uuid[], $2::text[]) AS r(id, a)`,
+		ids, aggs)
 	return rows
 }
 
@@ -108,7 +110,8 @@ func TestPartitionedInitialSnapshotAndStream(t *testing.T) {
 }
 
 // TestPartitionedAttachAndDropWhileStreaming: while writers run, partitions are attached (CREATE, then
-// ATTACH PARTITION), created (migrate --partitioned, PARTITION OF) and written to at once, and an old
+// ATTACH PARTITION; one with its columns in another order), created (migrate --partitioned, PARTITION OF)
+// and written to at once, and an old
 // partition is detached and dropped, another dropped directly: every row arrives once, the router never
 // stops (no drift refusal for the new partitions, nothing from the DDL), and nothing else arrives.
 func TestPartitionedAttachAndDropWhileStreaming(t *testing.T) {
@@ -130,6 +133,15 @@ func TestPartitionedAttachAndDropWhileStreaming(t *testing.T) {
 	extra = append(extra, e.insertAt(5, `now() + interval '5 days'`)...)
 	e.exec(`CREATE TABLE outbox_y2100m02 PARTITION OF outbox FOR VALUES FROM ('2100-02-01+00') TO ('2100-03-01+00')`)
 	extra = append(extra, e.insertAt(5, `'2100-02-15+00'`)...)
+	// a partition whose columns are in another order, with a dropped one: PostgreSQL converts its rows to
+	// the root's columns
+	e.exec(`CREATE TABLE outbox_y2100m03 (gone int, occurred_at timestamptz NOT NULL, headers jsonb NOT NULL DEFAULT '{}',
+		payload jsonb NOT NULL, schema_version int NOT NULL DEFAULT 1, event_type text NOT NULL,
+		aggregate_version bigint NOT NULL, aggregate_id text NOT NULL, aggregate_type text NOT NULL, id uuid NOT NULL)`)
+	e.exec(`ALTER TABLE outbox_y2100m03 DROP COLUMN gone`)
+	e.exec(`ALTER TABLE outbox ATTACH PARTITION outbox_y2100m03 FOR VALUES FROM ('2100-03-01+00') TO ('2100-04-01+00')`)
+	mixed := e.insertAt(5, `'2100-03-15+00'`)
+	extra = append(extra, mixed...)
 	c.waitFor(t, extra, 30*time.Second)
 	e.exec(`ALTER TABLE outbox DETACH PARTITION outbox_y2020m01`)
 	e.exec(`DROP TABLE outbox_y2020m01`)
@@ -139,8 +151,20 @@ func TestPartitionedAttachAndDropWhileStreaming(t *testing.T) {
 	stop()
 	all := append(append([]row(nil), w.rows...), extra...)
 	got := expectOnceInOrder(t, c, all, 60*time.Second)
-	if parts := e.scalar(`SELECT count(*)::text FROM pg_inherits WHERE inhparent = 'outbox'::regclass`); parts != "10" {
-		t.Errorf("%s partitions, want 10: 7 days, 2 of 2100 and the default (none of 2020)", parts)
+	if parts := e.scalar(`SELECT count(*)::text FROM pg_inherits WHERE inhparent = 'outbox'::regclass`); parts != "11" {
+		t.Errorf("%s partitions, want 11: 7 days, 3 of 2100 and the default (none of 2020)", parts)
+	}
+	for _, d := range got {
+		if d.id != mixed[0].id {
+			continue
+		}
+		var body map[string]any
+		json.Unmarshal(d.msg.Body, &body)
+		h := d.msg.Headers
+		if d.msg.RoutingKey != "order.created" || body["agg"] != mixed[0].aggID || h["aggregate_id"] != mixed[0].aggID ||
+			h["aggregate_version"] != int64(1) || h["schema_version"] != int32(1) {
+			t.Errorf("a row of the partition with reordered columns: key %q body %s headers %v", d.msg.RoutingKey, d.msg.Body, h)
+		}
 	}
 	t.Logf("%d rows by the writers and %d into attached, created and dropped partitions: %d deliveries",
 		len(w.rows), len(extra), len(got))
