@@ -213,3 +213,25 @@ func TestPartitionedCheckRefusesAnExpressionKey(t *testing.T) {
 		CREATE PUBLICATION cdc_router_outbox FOR TABLE outbox WITH (publish = 'insert', publish_via_partition_root = true)`)
 	problem(t, c, Config{}, "partitioned by an expression", "PARTITION BY RANGE (occurred_at)")
 }
+
+// TestPartitionedMigrateQuotesNames: a table name that needs quoting, and holds a dollar-quote delimiter,
+// gets a partitioned outbox, partitions and publication that the check accepts.
+func TestPartitionedMigrateQuotesNames(t *testing.T) {
+	ctx := context.Background()
+	c := connect(t)
+	exec(t, c, `CREATE SCHEMA "App's"`)
+	cfg := Config{Table: `App's.Out"box $$`, Publication: `Pub "x"`, Partitioned: true, PartitionInterval: "week", PartitionsAhead: 1}
+	for i := 0; i < 2; i++ {
+		if err := Apply(ctx, c, cfg); err != nil {
+			t.Fatalf("Apply #%d: %v", i+1, err)
+		}
+	}
+	if err := Check(ctx, c, cfg); err != nil {
+		t.Fatalf("Check: %v", err)
+	}
+	parts := scalar[[]string](t, c, `SELECT array_agg(c.relname::text ORDER BY c.relname) FROM pg_inherits i
+		JOIN pg_class c ON c.oid = i.inhrelid WHERE i.inhparent = '"App''s"."Out""box $$"'::regclass`)
+	if len(parts) != 3 || parts[0] != `Out"box $$_default` || !strings.HasPrefix(parts[1], `Out"box $$_p`) {
+		t.Fatalf("partitions %q, want 2 weekly ones and the default", parts)
+	}
+}
