@@ -5,6 +5,7 @@ import (
 	"errors"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 )
@@ -233,5 +234,45 @@ func TestPartitionedMigrateQuotesNames(t *testing.T) {
 		JOIN pg_class c ON c.oid = i.inhrelid WHERE i.inhparent = '"App''s"."Out""box $$"'::regclass`)
 	if len(parts) != 3 || parts[0] != `Out"box $$_default` || !strings.HasPrefix(parts[1], `Out"box $$_p`) {
 		t.Fatalf("partitions %q, want 2 weekly ones and the default", parts)
+	}
+}
+
+// TestPartitionedMigrateDoesNotHoldUpWriters: while a long transaction reads the outbox (as the router's
+// initial snapshot does), adding a partition would queue an ACCESS EXCLUSIVE lock that every insert waits
+// behind; migrate gives up after its lock_timeout instead, names the cause, and changes nothing.
+func TestPartitionedMigrateDoesNotHoldUpWriters(t *testing.T) {
+	ctx := context.Background()
+	c, cfg := partitioned(t, 0)
+	reader, err := pgx.Connect(ctx, c.Config().ConnString())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer reader.Close(ctx)
+	tx, err := reader.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(ctx)
+	if _, err := tx.Exec(ctx, "SELECT count(*) FROM outbox"); err != nil {
+		t.Fatal(err)
+	}
+	before := len(partitions(t, c))
+	cfg.PartitionsAhead = 2
+	began := time.Now()
+	err = Apply(ctx, c, cfg)
+	var p *Problem
+	if !errors.As(err, &p) || !strings.Contains(p.Msg, "within 5 s") || !strings.Contains(p.Msg, "again later") {
+		t.Fatalf("Apply while a transaction reads the outbox = %v, want the lock refusal", err)
+	}
+	t.Logf("refused after %v: %s", time.Since(began).Round(time.Millisecond), p.Msg)
+	if n := len(partitions(t, c)); n != before {
+		t.Errorf("%d partitions after the refusal, want %d", n, before)
+	}
+	tx.Rollback(ctx)
+	if err := Apply(ctx, c, cfg); err != nil {
+		t.Fatalf("Apply after the transaction ended: %v", err)
+	}
+	if got := scalar[string](t, c, "SHOW lock_timeout"); got != "0" {
+		t.Errorf("lock_timeout after migrate = %s, want the session's own (0)", got)
 	}
 }

@@ -21,6 +21,9 @@ CREATE TABLE IF NOT EXISTS {{.Table}} (
 -- them, so that a writer's insert never fails for want of a partition. Running `migrate --partitioned`
 -- again (daily, from cron) adds the coming ones. A range already covered by another partition is left alone;
 -- a range whose rows are already in the default partition is refused, naming the procedure that moves them.
+-- Creating a partition locks the outbox ACCESS EXCLUSIVE, and while that lock waits (for a long transaction
+-- such as the router's initial snapshot) every insert waits behind it: the wait is bounded by a lock_timeout
+-- of 5 s, after which the run is refused and changes nothing.
 DO {{.Dollar}}
 DECLARE
     parent   regclass := to_regclass({{.TableLiteral}});
@@ -31,8 +34,11 @@ DECLARE
     lo       timestamptz;
     hi       timestamptz;
     part     text;
+    old_tz   text := current_setting('TimeZone');
+    old_lock text := current_setting('lock_timeout');
 BEGIN
     PERFORM set_config('TimeZone', 'UTC', true);
+    PERFORM set_config('lock_timeout', '5s', true);
     SELECT n.nspname, c.relname INTO nsp, base FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
         WHERE c.oid = parent;
     IF (SELECT relkind FROM pg_class WHERE oid = parent) <> 'p' THEN
@@ -49,6 +55,10 @@ BEGIN
         BEGIN
             EXECUTE format('CREATE TABLE %I.%I PARTITION OF %s FOR VALUES FROM (%L) TO (%L)', nsp, part, parent, lo, hi);
         EXCEPTION
+            WHEN lock_not_available THEN
+                RAISE EXCEPTION 'could not lock %.% within 5 s to add the partition %: a long transaction reads or writes it '
+                    '(the router''s initial snapshot, for example), and waiting would hold up every insert: run migrate '
+                    '--partitioned again later', nsp, base, part;
             WHEN invalid_object_definition THEN -- another partition covers (part of) the range: the user's own
                 RAISE NOTICE 'partition % not created: another partition of %.% overlaps [%, %)', part, nsp, base, lo, hi;
             WHEN check_violation THEN
@@ -58,7 +68,16 @@ BEGIN
         END;
     END LOOP;
     IF (SELECT partdefid FROM pg_partitioned_table WHERE partrelid = parent) = 0 THEN
-        EXECUTE format('CREATE TABLE %I.%I PARTITION OF %s DEFAULT', nsp, left(base, 55) || '_default', parent);
+        BEGIN
+            EXECUTE format('CREATE TABLE %I.%I PARTITION OF %s DEFAULT', nsp, left(base, 55) || '_default', parent);
+        EXCEPTION
+            WHEN lock_not_available THEN
+                RAISE EXCEPTION 'could not lock %.% within 5 s to add its default partition: a long transaction reads or '
+                    'writes it (the router''s initial snapshot, for example), and waiting would hold up every insert: '
+                    'run migrate --partitioned again later', nsp, base;
+        END;
     END IF;
+    PERFORM set_config('TimeZone', old_tz, true);
+    PERFORM set_config('lock_timeout', old_lock, true);
 END
 {{.Dollar}};
