@@ -345,3 +345,27 @@ func TestPartitionedConversionFromAPlainOutbox(t *testing.T) {
 	expectOnceInOrder(t, c, w.rows, 30*time.Second)
 	noRestarts(t, r2)
 }
+
+// TestPartitionedViaRootTurnedOffIsNoticed: the publication watch names the option, not ADD TABLE, when
+// publish_via_partition_root is turned off under a router that has no row to refuse yet: /readyz turns 503
+// with the ALTER PUBLICATION that fixes it, and ready again after the fix.
+func TestPartitionedViaRootTurnedOffIsNoticed(t *testing.T) {
+	e := newPartitionedEnv(t)
+	addr := freeAddr(t)
+	r := e.startStreaming("--http-addr", addr, "--publication-check-interval", "500ms")
+	e.exec(`ALTER PUBLICATION cdc_router_outbox SET (publish_via_partition_root = false)`)
+	r.waitLog("no longer streamed", 10*time.Second)
+	code, body := get(t, "http://"+addr+"/readyz")
+	if code != 503 || !strings.Contains(body, "publish_via_partition_root = true") || strings.Contains(body, "ADD TABLE") {
+		t.Fatalf("/readyz = %d %s, want 503 naming SET (publish_via_partition_root = true)", code, body)
+	}
+	e.exec(`ALTER PUBLICATION cdc_router_outbox SET (publish_via_partition_root = true)`)
+	deadline := time.Now().Add(10 * time.Second)
+	for code != 200 && time.Now().Before(deadline) {
+		time.Sleep(200 * time.Millisecond)
+		code, body = get(t, "http://"+addr+"/readyz")
+	}
+	if code != 200 {
+		t.Fatalf("/readyz = %d %s after the fix, want 200", code, body)
+	}
+}
