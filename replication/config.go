@@ -40,6 +40,11 @@ type Config struct {
 	SnapshotWhere    string    // SQL predicate restricting the initial snapshot, e.g. published_at IS NULL
 	SnapshotPageSize int       // rows per keyset page; default 2000
 	Progress         io.Writer // a terminal for the snapshot's progress line, or nil
+
+	// FailoverSlot creates the slot with FAILOVER (PostgreSQL 17+), so that a standby with
+	// sync_replication_slots = on keeps a copy the router continues from after a promotion, and enables it on
+	// an existing slot; refused before PostgreSQL 17.
+	FailoverSlot bool
 }
 
 var slotName = regexp.MustCompile(`^[a-z0-9_]{1,63}$`)

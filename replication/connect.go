@@ -3,6 +3,9 @@ package replication
 import (
 	"context"
 	"errors"
+	"fmt"
+	"reflect"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -41,10 +44,70 @@ func parseURL(url string) (*pgconn.Config, error) {
 	if err != nil {
 		return nil, fatalf("the PostgreSQL URL is invalid: use postgres://user:password@host:5432/dbname in --pg-url (CDC_ROUTER_PG_URL)")
 	}
+	if err := requirePrimary(cfg); err != nil {
+		return nil, err
+	}
 	return cfg, nil
 }
 
-func hostOf(cfg *pgconn.Config) string { return cfg.Host + ":" + strconv.Itoa(int(cfg.Port)) }
+// errStandby marks a server that is in recovery (a standby): the router writes its position and streams
+// from a slot that only a primary can advance, so it connects to primaries only.
+var errStandby = errors.New("the server is a standby (in recovery)")
+
+// validatePrimary is the connection check of every router connection: SELECT pg_is_in_recovery(), which
+// a walsender (replication=database) answers too.
+func validatePrimary(ctx context.Context, conn *pgconn.PgConn) error {
+	res, err := conn.Exec(ctx, "SELECT pg_is_in_recovery()").ReadAll()
+	if err != nil {
+		return err
+	}
+	if len(res) == 1 && len(res[0].Rows) == 1 && string(res[0].Rows[0][0]) == "t" {
+		return errStandby
+	}
+	return nil
+}
+
+// requirePrimary makes every connection of cfg (each host of a multi-host URL) accept only a primary, as
+// target_session_attrs=primary does, and refuses a target_session_attrs that asks for a standby.
+func requirePrimary(cfg *pgconn.Config) error {
+	same := func(f pgconn.ValidateConnectFunc) bool {
+		return reflect.ValueOf(cfg.ValidateConnect).Pointer() == reflect.ValueOf(f).Pointer()
+	}
+	switch {
+	case cfg.ValidateConnect == nil, same(pgconn.ValidateConnectTargetSessionAttrsPrimary),
+		same(pgconn.ValidateConnectTargetSessionAttrsReadWrite):
+	case same(pgconn.ValidateConnectTargetSessionAttrsStandby), same(pgconn.ValidateConnectTargetSessionAttrsReadOnly),
+		same(pgconn.ValidateConnectTargetSessionAttrsPreferStandby):
+		return fatalf("target_session_attrs in --pg-url (CDC_ROUTER_PG_URL) or PGTARGETSESSIONATTRS asks for a standby, " +
+			"but the router writes its position and streams from a slot on the primary: use target_session_attrs=primary " +
+			"(or leave it out)")
+	default:
+		return nil // a check the router does not know (none today): keep it
+	}
+	cfg.ValidateConnect = validatePrimary
+	return nil
+}
+
+// hostOf names the server (or, for a multi-host URL, every server) a connection tries.
+func hostOf(cfg *pgconn.Config) string {
+	hosts := []string{cfg.Host + ":" + strconv.Itoa(int(cfg.Port))}
+	for _, f := range cfg.Fallbacks {
+		if h := f.Host + ":" + strconv.Itoa(int(f.Port)); !slices.Contains(hosts, h) {
+			hosts = append(hosts, h)
+		}
+	}
+	return strings.Join(hosts, ",")
+}
+
+// standbyError is the retryable error of a connection that found only standbys: during a failover the old
+// primary is gone and the standby not promoted yet, so the router retries; before its first start it gives
+// up after the start-up grace with this sentence.
+func standbyError(host string, err error) error {
+	return &retryable{msg: fmt.Sprintf("no primary PostgreSQL at %s: every server that answered is a standby (in recovery) "+
+		"and the router streams only from a primary; point --pg-url (CDC_ROUTER_PG_URL) at the primary, or list every "+
+		"server (postgres://user@host1:5432,host2:5432/db?target_session_attrs=primary) so that the router finds the "+
+		"new primary after a failover", host), err: err}
+}
 
 // connectReplication opens the replication connection (replication=database).
 func connectReplication(ctx context.Context, url string) (*pgconn.PgConn, error) {
@@ -71,6 +134,9 @@ func ConnectSQL(ctx context.Context, url string) (*pgx.Conn, error) {
 	cfg, err := pgx.ParseConfig(url)
 	if err != nil {
 		return nil, fatalf("the PostgreSQL URL is invalid: use postgres://user:password@host:5432/dbname in --pg-url (CDC_ROUTER_PG_URL)")
+	}
+	if err := requirePrimary(&cfg.Config); err != nil {
+		return nil, err
 	}
 	delete(cfg.RuntimeParams, "replication")
 	cfg.RuntimeParams["application_name"] = "cdc-router"

@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/jackc/pglogrepl"
 	"github.com/jackc/pgx/v5"
 )
 
@@ -47,4 +48,19 @@ func watchCreation(ctx context.Context, url string, log *slog.Logger, after time
 		}
 	}()
 	return func() { cancel(); <-done }
+}
+
+// slotOptions is what follows the output plugin in CREATE_REPLICATION_SLOT: the snapshot action in the
+// form every supported version accepts, or, with failover (PostgreSQL 17+), the option list that carries
+// both, e.g. (SNAPSHOT 'export', FAILOVER true).
+func slotOptions(export, failover bool) pglogrepl.CreateReplicationSlotOptions {
+	switch {
+	case failover && export:
+		return pglogrepl.CreateReplicationSlotOptions{SnapshotAction: "(SNAPSHOT 'export', FAILOVER true)"}
+	case failover:
+		return pglogrepl.CreateReplicationSlotOptions{SnapshotAction: "(SNAPSHOT 'nothing', FAILOVER true)"}
+	case export:
+		return pglogrepl.CreateReplicationSlotOptions{SnapshotAction: "EXPORT_SNAPSHOT"}
+	}
+	return pglogrepl.CreateReplicationSlotOptions{SnapshotAction: "NOEXPORT_SNAPSHOT"}
 }

@@ -33,6 +33,9 @@ func explainConnect(err error, host string) error {
 	if f := explainTLS(err); f != nil {
 		return f
 	}
+	if errors.Is(err, errStandby) {
+		return standbyError(host, err)
+	}
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) {
 		switch pgErr.Code {

@@ -29,8 +29,7 @@ func (c Config) snapshotConfig() snapshot.Config {
 func createWithSnapshot(ctx context.Context, cfg Config, log *slog.Logger, stats *Stats, conn *pgconn.PgConn,
 	sql *pgx.Conn, store *offsets.Store, sys pglogrepl.IdentifySystemResult, pub Publisher) (cdc.LSN, error) {
 	stop := watchCreation(ctx, cfg.PGURL, log, 10*time.Second)
-	res, err := pglogrepl.CreateReplicationSlot(ctx, conn, cfg.Slot, "pgoutput",
-		pglogrepl.CreateReplicationSlotOptions{SnapshotAction: "EXPORT_SNAPSHOT"})
+	res, err := pglogrepl.CreateReplicationSlot(ctx, conn, cfg.Slot, "pgoutput", slotOptions(true, cfg.FailoverSlot))
 	stop()
 	if err != nil {
 		return 0, createError(cfg.Slot, err)
@@ -140,6 +139,9 @@ func ConnectReader(ctx context.Context, url string) (*pgx.Conn, error) {
 	cfg, err := pgx.ParseConfig(url)
 	if err != nil {
 		return nil, fatalf("the PostgreSQL URL is invalid: use postgres://user:password@host:5432/dbname in --pg-url (CDC_ROUTER_PG_URL)")
+	}
+	if err := requirePrimary(&cfg.Config); err != nil {
+		return nil, err
 	}
 	delete(cfg.RuntimeParams, "replication")
 	for k, v := range map[string]string{"application_name": "cdc-router reader", "TimeZone": "UTC", "DateStyle": "ISO",

@@ -194,6 +194,9 @@ func runOnce(ctx context.Context, cfg Config, dial Dialer, log *slog.Logger, sta
 		return false, fmt.Errorf("identify system: %w", err)
 	}
 	store := offsets.NewStore(sql, cfg.Schema, cfg.Slot, cfg.StoreInterval)
+	if err := checkTimeline(ctx, cfg, log, conn, store, sys); err != nil {
+		return false, err
+	}
 	plan, err := planStart(ctx, cfg, sql, store, sys)
 	if err != nil {
 		return false, err
@@ -245,6 +248,9 @@ type plan struct {
 	decision startDecision
 	job      *snapshot.Job // an initial snapshot to finish (resumed or never recorded)
 	fresh    bool          // the slot exists with neither a stored position nor a snapshot record
+	slot     SlotInfo      // the slot as found
+	failover failoverCheck // what --failover-slot needs done
+	timeline bool          // the stored position is of an earlier timeline of this cluster: record this one
 }
 
 // planStart applies the refusal rules and decides whether a snapshot is needed.
@@ -263,9 +269,17 @@ func planStart(ctx context.Context, cfg Config, sql *pgx.Conn, store *offsets.St
 		// quiet; one that becomes active after this check meets 55006 at START_REPLICATION.
 		return plan{}, busyError(cfg)
 	}
+	fc, err := checkFailover(ctx, cfg, sql, slot)
+	if err != nil {
+		return plan{}, err
+	}
 	d, err := decideStart(cfg, sys, slot, stored, hasStored)
-	if err != nil || d.create {
-		return plan{decision: d}, err
+	if err != nil {
+		return plan{}, err
+	}
+	p := plan{decision: d, slot: slot, failover: fc, timeline: hasStored && stored.Timeline != sys.Timeline}
+	if d.create {
+		return p, nil
 	}
 	job, ok, err := snapshot.NewJobs(sql, cfg.Schema).Load(ctx, snapshot.InitialName(cfg.Slot))
 	if err != nil {
@@ -277,14 +291,13 @@ func planStart(ctx context.Context, cfg Config, sql *pgx.Conn, store *offsets.St
 			"publish the rest; start with --snapshot=initial to finish it, or run `cdc-router reset --slot %s` to start over",
 			cfg.Slot, job.RowsDone, job.RowsTotal, cfg.Slot)
 	case ok && !job.Done():
-		return plan{decision: d, job: &job}, nil
+		p.job = &job
 	case cfg.Snapshot != "initial":
-		return plan{decision: d}, nil
 	case !ok && !hasStored:
 		job = snapshot.Job{Name: snapshot.InitialName(cfg.Slot), Kind: "initial", Predicate: cfg.SnapshotWhere, ReadLSN: d.start}
-		return plan{decision: d, job: &job, fresh: true}, nil
+		p.job, p.fresh = &job, true
 	}
-	return plan{decision: d}, nil
+	return p, nil
 }
 
 // execute creates the slot (with its snapshot) or finishes a snapshot, and returns the position to
@@ -294,12 +307,20 @@ func (p plan) execute(ctx context.Context, cfg Config, log *slog.Logger, stats *
 	pos := func(l cdc.LSN) offsets.Position {
 		return offsets.Position{LSN: l, SystemID: sys.SystemID, Timeline: sys.Timeline}
 	}
+	if err := p.failover.apply(ctx, cfg, log, conn, p.slot); err != nil {
+		return 0, err
+	}
+	if p.timeline {
+		if err := recordTimeline(ctx, cfg, sql, sys); err != nil {
+			return 0, err
+		}
+	}
 	switch {
 	case p.decision.create && cfg.Snapshot == "initial":
 		return createWithSnapshot(ctx, cfg, log, stats, conn, sql, store, sys, pub)
 	case p.decision.create:
 		stop := watchCreation(ctx, cfg.PGURL, log, 10*time.Second)
-		point, err := createSlot(ctx, conn, cfg.Slot)
+		point, err := createSlot(ctx, conn, cfg.Slot, cfg.FailoverSlot)
 		stop()
 		if err != nil {
 			return 0, err

@@ -21,14 +21,20 @@ type SlotInfo struct {
 	Active         bool
 	ConfirmedFlush cdc.LSN
 	WALStatus      string // reserved, extended, unreserved, lost; empty when unknown
+	Failover       bool   // created or altered with FAILOVER (PostgreSQL 17+; false before)
+	Synced         bool   // synchronized from a primary by a standby's slot sync (PostgreSQL 17+); kept after a promotion
 }
 
 // InspectSlot reads the slot's row from pg_replication_slots.
 func InspectSlot(ctx context.Context, conn *pgx.Conn, slot string) (SlotInfo, error) {
 	var s SlotInfo
 	var flush, walStatus, plugin, database *string
-	err := conn.QueryRow(ctx, `SELECT plugin, database, active, confirmed_flush_lsn::text, wal_status
-		FROM pg_replication_slots WHERE slot_name = $1`, slot).Scan(&plugin, &database, &s.Active, &flush, &walStatus)
+	var failover, synced *bool
+	// failover and synced are read through to_jsonb so that one query serves the versions before 17 too.
+	err := conn.QueryRow(ctx, `SELECT plugin, database, active, confirmed_flush_lsn::text, wal_status,
+			(to_jsonb(s) ->> 'failover')::bool, (to_jsonb(s) ->> 'synced')::bool
+		FROM pg_replication_slots s WHERE slot_name = $1`, slot).Scan(&plugin, &database, &s.Active, &flush, &walStatus,
+		&failover, &synced)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return s, nil
 	}
@@ -37,6 +43,7 @@ func InspectSlot(ctx context.Context, conn *pgx.Conn, slot string) (SlotInfo, er
 	}
 	s.Exists = true
 	s.Plugin, s.Database, s.WALStatus = deref(plugin), deref(database), deref(walStatus)
+	s.Failover, s.Synced = failover != nil && *failover, synced != nil && *synced
 	if flush != nil {
 		if s.ConfirmedFlush, err = cdc.ParseLSN(*flush); err != nil {
 			return s, err
@@ -71,7 +78,7 @@ func decideStart(cfg Config, sys pglogrepl.IdentifySystemResult, slot SlotInfo, 
 		if hasStored {
 			return startDecision{}, fatalf("replication slot %s does not exist but a position (%s) is stored for it: the "+
 				"slot was dropped and the events written since then may be gone from WAL, so the router refuses to create "+
-				"a new slot and skip them; to re-snapshot run %s", cfg.Slot, stored.LSN, reset)
+				"a new slot and skip them; to re-snapshot run %s%s", cfg.Slot, stored.LSN, reset, promotedHint(cfg, sys, stored))
 		}
 		return startDecision{create: true}, nil
 	}
@@ -96,10 +103,27 @@ func decideStart(cfg Config, sys pglogrepl.IdentifySystemResult, slot SlotInfo, 
 	return startDecision{start: start}, nil
 }
 
-// createSlot creates the permanent pgoutput slot and returns its consistent point.
-func createSlot(ctx context.Context, conn *pgconn.PgConn, slot string) (cdc.LSN, error) {
-	res, err := pglogrepl.CreateReplicationSlot(ctx, conn, slot, "pgoutput",
-		pglogrepl.CreateReplicationSlotOptions{SnapshotAction: "NOEXPORT_SNAPSHOT"})
+// promotedHint adds to the slot-lost refusal, when the position was stored on an earlier timeline of this
+// cluster (a promoted standby), how to keep the slot through the next failover.
+func promotedHint(cfg Config, sys pglogrepl.IdentifySystemResult, stored offsets.Position) string {
+	if stored.Timeline == 0 || stored.Timeline == sys.Timeline {
+		return ""
+	}
+	if cfg.FailoverSlot {
+		return fmt.Sprintf(". This server was promoted (timeline %d, the position is of timeline %d) without a "+
+			"synchronized copy of the slot: check sync_replication_slots = on, hot_standby_feedback = on and a "+
+			"primary_conninfo with dbname on the standbys, and synchronized_standby_slots on the primary "+
+			"(docs/operations.md, Failover slots)", sys.Timeline, stored.Timeline)
+	}
+	return fmt.Sprintf(". This server was promoted (timeline %d, the position is of timeline %d) and the slot was "+
+		"not kept: on PostgreSQL 17+ run the router with --failover-slot and standbys with sync_replication_slots = on "+
+		"so that the next promotion keeps it (docs/operations.md, Failover slots)", sys.Timeline, stored.Timeline)
+}
+
+// createSlot creates the permanent pgoutput slot, with FAILOVER when failover is set, and returns its
+// consistent point.
+func createSlot(ctx context.Context, conn *pgconn.PgConn, slot string, failover bool) (cdc.LSN, error) {
+	res, err := pglogrepl.CreateReplicationSlot(ctx, conn, slot, "pgoutput", slotOptions(false, failover))
 	if err != nil {
 		return 0, createError(slot, err)
 	}

@@ -204,6 +204,7 @@ func runRun(ctx context.Context, args []string, env func(string) string, stdout,
 	httpAddr := s.String("http-addr", "", "serve /healthz, /readyz and /metrics on this address, e.g. :8080 (off when empty)")
 	progress := s.Duration("progress-interval", replication.DefaultProgressInterval, "how often to log, at info level, how many events were published and quarantined since the last such line (nothing when nothing moved)")
 	pubCheck := s.Duration("publication-check-interval", replication.DefaultPublicationCheckInterval, "how often to re-check that the publication still carries the outbox table's inserts")
+	failoverSlot := s.Bool("failover-slot", false, "create the slot with FAILOVER (PostgreSQL 17+; enabled on an existing slot too) so that a standby with sync_replication_slots = on keeps it and the router continues on the promoted standby; list every server in --pg-url with target_session_attrs=primary")
 	onDrift := s.String("on-drift", "refuse", "when the outbox table's shape changes under the stream, or another table's rows arrive: refuse (stop before the first affected row) or quarantine (quarantine those rows and go on)")
 	if err := parse(s, args); err != nil {
 		return err
@@ -245,6 +246,7 @@ func runRun(ctx context.Context, args []string, env func(string) string, stdout,
 	cfg.Decode.OnDrift = *onDrift
 	cfg.PublicationCheckInterval = *pubCheck
 	cfg.ProgressInterval = *progress
+	cfg.FailoverSlot = *failoverSlot
 	dial := func(ctx context.Context) (replication.Publisher, error) {
 		r, err := route.Dial(ctx, rcfg, log)
 		if err != nil {

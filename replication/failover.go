@@ -1,0 +1,128 @@
+package replication
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"strings"
+
+	"github.com/jackc/pglogrepl"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/cdc-router/cdc-router/internal/cdc"
+	"github.com/cdc-router/cdc-router/offsets"
+)
+
+// failoverCheck is what --failover-slot needs done before streaming, found before anything is created.
+type failoverCheck struct {
+	enable bool   // the slot exists without FAILOVER: ALTER_REPLICATION_SLOT it before streaming
+	warn   string // a primary setting that makes the standby's copy of the slot unsafe; empty when none
+}
+
+// checkFailover refuses --failover-slot before PostgreSQL 17, and finds whether the existing slot needs
+// FAILOVER enabled and whether the primary holds logical changes back until its standbys have them.
+func checkFailover(ctx context.Context, cfg Config, sql *pgx.Conn, slot SlotInfo) (failoverCheck, error) {
+	if !cfg.FailoverSlot {
+		return failoverCheck{}, nil
+	}
+	var num int
+	var version, standbySlots string
+	err := sql.QueryRow(ctx, `SELECT current_setting('server_version_num')::int, current_setting('server_version'),
+		coalesce(current_setting('synchronized_standby_slots', true), '')`).Scan(&num, &version, &standbySlots)
+	if err != nil {
+		return failoverCheck{}, fmt.Errorf("read the server version: %w", err)
+	}
+	if num < 170000 {
+		return failoverCheck{}, fatalf("--failover-slot (CDC_ROUTER_FAILOVER_SLOT) needs PostgreSQL 17 or later, where a "+
+			"slot can be created with FAILOVER and synchronized to a standby, but this server is PostgreSQL %s: run "+
+			"without it, and after a switch to another server re-snapshot as docs/operations.md (Failover slots) describes",
+			version)
+	}
+	c := failoverCheck{enable: slot.Exists && !slot.Failover}
+	if standbySlots == "" {
+		c.warn = "synchronized_standby_slots is empty on this primary: the router may receive and publish changes that " +
+			"no standby has yet, which a failover then takes back from the database although they were delivered, " +
+			"and the standby's copy of the slot may lag; set it to the physical slots of the standbys that have " +
+			"sync_replication_slots = on (docs/operations.md, Failover slots; after a promotion, once this server " +
+			"has standbys of its own)"
+	}
+	return c, nil
+}
+
+// apply enables FAILOVER on an existing slot (ALTER_REPLICATION_SLOT, PostgreSQL 17+; the slot is not
+// streamed, which planStart checked) and logs what the slot is.
+func (c failoverCheck) apply(ctx context.Context, cfg Config, log *slog.Logger, conn *pgconn.PgConn, slot SlotInfo) error {
+	if c.warn != "" {
+		log.Warn(c.warn)
+	}
+	if c.enable {
+		if _, err := conn.Exec(ctx, "ALTER_REPLICATION_SLOT "+cfg.Slot+" (FAILOVER true)").ReadAll(); err != nil {
+			return fatalf("PostgreSQL did not enable failover on replication slot %s (%v): run ALTER_REPLICATION_SLOT %s "+
+				"(FAILOVER true) on a replication connection as a role with REPLICATION, or drop the slot and re-snapshot "+
+				"(`cdc-router reset --slot %s`)", cfg.Slot, err, cfg.Slot, cfg.Slot)
+		}
+		log.Info("enabled failover on the existing replication slot (--failover-slot): standbys with sync_replication_slots = on now keep a copy of it")
+	}
+	if slot.Synced {
+		log.Info("the replication slot was synchronized from a former primary: continuing from it on this server",
+			"lsn", slot.ConfirmedFlush)
+	}
+	return nil
+}
+
+// checkTimeline logs a timeline change since the position was stored (a promoted standby, or a point-in-time
+// recovery, of the same cluster), and refuses a stored position past the point where its timeline ended on
+// this server (events on the new timeline would be skipped).
+func checkTimeline(ctx context.Context, cfg Config, log *slog.Logger, conn *pgconn.PgConn,
+	store *offsets.Store, sys pglogrepl.IdentifySystemResult) error {
+	stored, ok, err := store.Load(ctx)
+	if err != nil || !ok || stored.SystemID != sys.SystemID || stored.Timeline == sys.Timeline {
+		return err
+	}
+	var end cdc.LSN
+	if stored.Timeline < sys.Timeline && sys.Timeline > 1 {
+		hist, err := pglogrepl.TimelineHistory(ctx, conn, sys.Timeline)
+		if err != nil {
+			return fmt.Errorf("read the history of timeline %d: %w", sys.Timeline, err)
+		}
+		end = timelineEnd(string(hist.Content), stored.Timeline)
+	}
+	log.Info("PostgreSQL is on another timeline than when the position was stored (a standby was promoted, or a "+
+		"point-in-time recovery): continuing if the slot is on this server", "stored_timeline", stored.Timeline,
+		"timeline", sys.Timeline, "stored_timeline_end", end, "lsn", stored.LSN)
+	if end != 0 && stored.LSN > end {
+		return fatalf("the stored position %s of slot %s is past the point %s where timeline %d ended on this server "+
+			"(now timeline %d): the events written here on the new timeline after that point would be skipped, so the "+
+			"router refuses; to re-snapshot run `cdc-router reset --slot %s` then `cdc-router run`",
+			stored.LSN, cfg.Slot, end, stored.Timeline, sys.Timeline, cfg.Slot)
+	}
+	return nil
+}
+
+// recordTimeline stores the server's timeline with the stored position once the router decided to go on
+// from it on this server, before anything moved: the position is on this timeline's history too.
+func recordTimeline(ctx context.Context, cfg Config, sql *pgx.Conn, sys pglogrepl.IdentifySystemResult) error {
+	table := pgx.Identifier{cfg.Schema, "positions"}.Sanitize()
+	if _, err := sql.Exec(ctx, "UPDATE "+table+" SET timeline = $1 WHERE slot = $2 AND system_id = $3",
+		sys.Timeline, cfg.Slot, sys.SystemID); err != nil {
+		return fmt.Errorf("record timeline %d: %w", sys.Timeline, err)
+	}
+	return nil
+}
+
+// timelineEnd returns the switch point of timeline tli in a timeline history file (lines of
+// "<timeline>\t<switch point>\t<reason>"), or 0 when tli is not in it.
+func timelineEnd(history string, tli int32) cdc.LSN {
+	for _, line := range strings.Split(history, "\n") {
+		f := strings.Fields(line)
+		if len(f) < 2 || f[0] != strconv.Itoa(int(tli)) {
+			continue
+		}
+		if l, err := cdc.ParseLSN(f[1]); err == nil {
+			return l
+		}
+	}
+	return 0
+}
