@@ -231,11 +231,14 @@ func testFailoverSlot(t *testing.T, major int) {
 	synced := waitSynced(t, pair, e.slot, e.slot, mark)
 	time.Sleep(500 * time.Millisecond) // mid-stream: writers and the router are busy
 	atCrash := len(fw.committed())
+	stopped := time.Now()
 	pair.Primary.Stop("immediate")
-	promoted := time.Now()
 	if err := pair.Promote(); err != nil {
 		t.Fatal(err)
 	}
+	promoted := time.Now()
+	r.waitLog("timeline=2", 90*time.Second)
+	resumed := time.Now()
 	for len(fw.committed()) < atCrash+1000 {
 		if time.Since(promoted) > 90*time.Second {
 			t.Fatalf("the writers committed %d rows on the new primary within 90 s, want 1000", len(fw.committed())-atCrash)
@@ -249,8 +252,9 @@ func testFailoverSlot(t *testing.T, major int) {
 	got := c.waitFor(t, rows, 120*time.Second)
 	dups, dupIDs := duplicates(got)
 	t.Logf("PostgreSQL %d failover: %d rows (%d before the synced mark, %d at the stop), %d failed commits, "+
-		"%d deliveries, %d duplicates; synced copy at %s, mark %s", major, len(rows), before, atCrash, failed,
-		len(got), dups, synced, mark)
+		"%d deliveries, %d duplicates; synced copy at %s, mark %s; stop to promoted %v, to streaming on the new "+
+		"primary %v", major, len(rows), before, atCrash, failed, len(got), dups, synced, mark,
+		promoted.Sub(stopped).Round(time.Millisecond), resumed.Sub(stopped).Round(time.Millisecond))
 	checkOrder(t, got)
 	if extra := unexpected(got, rows); len(extra) > 0 {
 		t.Errorf("%d deliveries of rows the promoted primary does not have (the router published changes the standby "+
