@@ -17,14 +17,15 @@ import (
 
 // failoverCheck is what --failover-slot needs done before streaming, found before anything is created.
 type failoverCheck struct {
-	enable bool   // the slot exists without FAILOVER: ALTER_REPLICATION_SLOT it before streaming
-	warn   string // a primary setting that makes the standby's copy of the slot unsafe; empty when none
+	enable bool     // the slot exists without FAILOVER: ALTER_REPLICATION_SLOT it before streaming
+	warn   []string // primary settings that make the standby's copy unsafe or hold the stream back
 }
 
-// checkFailover refuses --failover-slot before PostgreSQL 17, and finds whether the existing slot needs
-// FAILOVER enabled and whether the primary holds logical changes back until its standbys have them.
+// checkFailover refuses --failover-slot before PostgreSQL 17, finds whether the existing slot needs
+// FAILOVER enabled, and checks synchronized_standby_slots, which applies to every failover slot: empty, the
+// router may get ahead of the standbys; naming a slot that is missing here, the stream stops.
 func checkFailover(ctx context.Context, cfg Config, sql *pgx.Conn, slot SlotInfo) (failoverCheck, error) {
-	if !cfg.FailoverSlot {
+	if !cfg.FailoverSlot && !slot.Failover {
 		return failoverCheck{}, nil
 	}
 	var num int
@@ -40,13 +41,45 @@ func checkFailover(ctx context.Context, cfg Config, sql *pgx.Conn, slot SlotInfo
 			"without it, and after a switch to another server re-snapshot as docs/operations.md (Failover slots) describes",
 			version)
 	}
-	c := failoverCheck{enable: slot.Exists && !slot.Failover}
+	c := failoverCheck{enable: cfg.FailoverSlot && slot.Exists && !slot.Failover}
 	if standbySlots == "" {
-		c.warn = "synchronized_standby_slots is empty on this primary: the router may receive and publish changes that " +
-			"no standby has yet, which a failover then takes back from the database although they were delivered, " +
-			"and the standby's copy of the slot may lag; set it to the physical slots of the standbys that have " +
-			"sync_replication_slots = on (docs/operations.md, Failover slots; after a promotion, once this server " +
-			"has standbys of its own)"
+		c.warn = append(c.warn, "synchronized_standby_slots is empty on this primary: the router may receive and "+
+			"publish changes that no standby has yet, which a failover then takes back from the database although they "+
+			"were delivered, and the standby's copy of the slot may lag; set it to the physical slots of the standbys "+
+			"that have sync_replication_slots = on (docs/operations.md, Failover slots; after a promotion, once this "+
+			"server has standbys of its own)")
+		return c, nil
+	}
+	rows, err := sql.Query(ctx, `SELECT n, s.slot_type IS NULL, coalesce(s.slot_type = 'physical' AND s.active, false),
+			coalesce(s.wal_status = 'lost', false)
+		FROM unnest(string_to_array($1, ',')) AS u(raw), trim(u.raw) AS n
+		LEFT JOIN pg_replication_slots s ON s.slot_name = n`, standbySlots)
+	if err != nil {
+		return c, fmt.Errorf("check synchronized_standby_slots: %w", err)
+	}
+	type standby struct {
+		name               string
+		missing, live, bad bool
+	}
+	list, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (standby, error) {
+		var s standby
+		return s, r.Scan(&s.name, &s.missing, &s.live, &s.bad)
+	})
+	if err != nil {
+		return c, fmt.Errorf("check synchronized_standby_slots: %w", err)
+	}
+	for _, s := range list {
+		switch {
+		case s.missing || s.bad:
+			c.warn = append(c.warn, fmt.Sprintf("synchronized_standby_slots names %s, which is %s on this server (a "+
+				"promoted standby that kept its old primary's setting?): PostgreSQL holds back every change of a failover "+
+				"slot until that standby has it, so the router receives nothing; set synchronized_standby_slots to the "+
+				"physical slots of this server's standbys (or '') and reload (SELECT pg_reload_conf())",
+				s.name, map[bool]string{true: "missing", false: "invalidated"}[s.missing]))
+		case !s.live:
+			c.warn = append(c.warn, fmt.Sprintf("no standby streams from physical slot %s, which synchronized_standby_slots "+
+				"names: PostgreSQL holds the router's changes back until that standby catches up", s.name))
+		}
 	}
 	return c, nil
 }
@@ -54,8 +87,8 @@ func checkFailover(ctx context.Context, cfg Config, sql *pgx.Conn, slot SlotInfo
 // apply enables FAILOVER on an existing slot (ALTER_REPLICATION_SLOT, PostgreSQL 17+; the slot is not
 // streamed, which planStart checked) and logs what the slot is.
 func (c failoverCheck) apply(ctx context.Context, cfg Config, log *slog.Logger, conn *pgconn.PgConn, slot SlotInfo) error {
-	if c.warn != "" {
-		log.Warn(c.warn)
+	for _, w := range c.warn {
+		log.Warn(w)
 	}
 	if c.enable {
 		if _, err := conn.Exec(ctx, "ALTER_REPLICATION_SLOT "+cfg.Slot+" (FAILOVER true)").ReadAll(); err != nil {

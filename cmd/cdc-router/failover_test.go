@@ -383,3 +383,47 @@ func TestFailoverSlotRefusedBeforePostgres17(t *testing.T) {
 		t.Errorf("%s slots created on PostgreSQL 16 with --failover-slot, want 0", n)
 	}
 }
+
+// TestFailoverSlotWarnsOfAMissingStandbySlot: synchronized_standby_slots naming a slot this server does
+// not have (a promoted standby that kept its old primary's setting) holds every change of a failover slot
+// back. The router says so at start, naming the fix; once it is applied the events flow.
+func TestFailoverSlotWarnsOfAMissingStandbySlot(t *testing.T) {
+	bin, err := testenv.PostgresBin(17)
+	if err != nil {
+		t.Fatal(err)
+	}
+	server, err := testenv.StartPostgresIn(bin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer server.Close()
+	e := &env{t: t, pgURL: server.NewDatabase(t), amqpURL: testenv.AMQPURL(t)}
+	e.slot = e.pgURL[strings.LastIndex(e.pgURL, "/")+1 : strings.Index(e.pgURL, "?")]
+	e.exchange, e.queue = "x_"+e.slot, "q_"+e.slot
+	if e.db, err = pgx.Connect(context.Background(), e.pgURL); err != nil {
+		t.Fatal(err)
+	}
+	defer e.db.Close(context.Background())
+	if err := migrations.Apply(context.Background(), e.db, migrations.Config{}); err != nil {
+		t.Fatal(err)
+	}
+	e.exec(`CREATE TABLE other (id bigserial PRIMARY KEY, note text)`)
+	t.Cleanup(e.deleteTopology)
+	e.declare(true, "#")
+	e.exec("ALTER SYSTEM SET synchronized_standby_slots = 'gone'")
+	e.exec("SELECT pg_reload_conf()")
+	c := e.consume(e.queue)
+	r := e.startStreaming("--failover-slot")
+	if !strings.Contains(r.Output(), "synchronized_standby_slots names gone, which is missing on this server") {
+		t.Errorf("no warning about the missing standby slot:\n%s", tail(r.Output(), 20))
+	}
+	w := newWriter(t, e.pgURL, 5)
+	w.write(20, 5, 0)
+	time.Sleep(3 * time.Second)
+	if n := len(c.snapshot()); n != 0 {
+		t.Fatalf("%d events arrived while synchronized_standby_slots names a missing slot; PostgreSQL should hold them back", n)
+	}
+	e.exec("ALTER SYSTEM SET synchronized_standby_slots = ''")
+	e.exec("SELECT pg_reload_conf()")
+	expectEveryEventInOrder(t, c, w, "after clearing synchronized_standby_slots", 60*time.Second)
+}

@@ -92,6 +92,14 @@ func (pr *Pair) makeStandby() error {
 	for _, f := range []string{"postmaster.pid", "postmaster.opts"} {
 		os.Remove(filepath.Join(dir, "data", f))
 	}
+	// Like pg_basebackup, leave the primary's slots behind: the standby's copies would be stale, and a
+	// physical one would hold WAL on the promoted standby for ever.
+	slots, _ := filepath.Glob(filepath.Join(dir, "data", "pg_replslot", "*"))
+	for _, s := range slots {
+		if err := os.RemoveAll(s); err != nil {
+			return err
+		}
+	}
 	signal := filepath.Join(dir, "data", "standby.signal")
 	if err := os.WriteFile(signal, nil, 0o600); err != nil {
 		return err
