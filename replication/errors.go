@@ -33,9 +33,6 @@ func explainConnect(err error, host string) error {
 	if f := explainTLS(err); f != nil {
 		return f
 	}
-	if errors.Is(err, errStandby) {
-		return standbyError(host, err)
-	}
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) {
 		switch pgErr.Code {
@@ -56,7 +53,14 @@ func explainConnect(err error, host string) error {
 			return fatalf("PostgreSQL refused logical replication (%s): set wal_level = logical and restart PostgreSQL",
 				pgErr.Message)
 		}
+		if errors.Is(err, errStandby) { // another server of a multi-host URL is a standby
+			return standbyError(host, err)
+		}
 		return fmt.Errorf("connect to PostgreSQL: %s (SQLSTATE %s)", pgErr.Message, pgErr.Code)
+	}
+	// Checked after the refusals above, which name a fix that a failover does not bring.
+	if errors.Is(err, errStandby) {
+		return standbyError(host, err)
 	}
 	var opErr *net.OpError
 	if errors.As(err, &opErr) {

@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/jackc/pglogrepl"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/cdc-router/cdc-router/offsets"
 )
@@ -109,6 +110,15 @@ func TestRequirePrimary(t *testing.T) {
 	err := explainConnect(errors.New("a:5432: connection refused"), "a:5432")
 	if errors.Is(err, errStandby) {
 		t.Fatalf("an unrelated connect error was taken for a standby: %v", err)
+	}
+	password := &pgconn.PgError{Code: "28P01", Message: "password authentication failed"}
+	if err := explainConnect(errors.Join(errStandby, password), hostOf(cfg)); !IsFatal(err) ||
+		!strings.Contains(err.Error(), "refused the password") {
+		t.Errorf("a standby and a refused password: %v; want the password refusal, which a failover does not fix", err)
+	}
+	starting := &pgconn.PgError{Code: "57P03", Message: "the database system is starting up"}
+	if err := explainConnect(errors.Join(starting, errStandby), hostOf(cfg)); !errors.Is(err, errStandby) || IsFatal(err) {
+		t.Errorf("a server starting up and a standby: %v; want the retryable no-primary error", err)
 	}
 	err = explainConnect(errors.Join(errors.New("a:5432: refused"), errStandby), hostOf(cfg))
 	if !errors.Is(err, errStandby) || IsFatal(err) || !strings.Contains(err.Error(), "no primary PostgreSQL at a:5432,b:5433") {

@@ -130,6 +130,10 @@ func Run(ctx context.Context, cfg Config, dial Dialer, log *slog.Logger, stats *
 				"at a time, and one refused "+fmt.Sprint(strikesToQuarantine)+" times in a row is quarantined", "lsn", net.until)
 		}
 		wait := withinGrace(backoff/2+rand.N(backoff/2+1), began, started)
+		if errors.Is(err, errStandby) {
+			// A failover in progress: look for the promoted standby every second instead of backing off further.
+			wait = min(wait, standbyRetry)
+		}
 		stats.restarts.Add(1)
 		stats.setState(StateRestarting, err)
 		log.Warn("stream stopped; restarting from the acknowledged position", "error", err, "backoff", wait.Round(time.Millisecond))

@@ -29,6 +29,8 @@ type Report struct {
 	ConfirmedFlush cdc.LSN
 	LagBytes       int64 // pg_current_wal_lsn() - confirmed_flush_lsn
 	WALStatus      string
+	Failover       bool              // the slot has FAILOVER: standbys with sync_replication_slots keep a copy
+	Synced         bool              // the slot was synchronized from a former primary (this one was promoted)
 	Stored         *offsets.Position // nil when none is stored
 	Quarantined    int64             // records of this slot and of this database's backfills
 	Handled        int64             // of those, the ones replayed or discarded (`cdc-router quarantine`)
@@ -56,6 +58,7 @@ func Status(ctx context.Context, conn *pgx.Conn, slot, schema string) (Report, e
 		}
 	} else if info.Exists {
 		r.SlotExists, r.Active, r.ConfirmedFlush, r.WALStatus = true, info.Active, info.ConfirmedFlush, info.WALStatus
+		r.Failover, r.Synced = info.Failover, info.Synced
 	}
 	if r.SlotExists && info.ConfirmedFlush != 0 {
 		err := conn.QueryRow(ctx, "SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), $1::pg_lsn)::bigint",
@@ -108,6 +111,12 @@ func (r Report) String() string {
 		}
 		s += fmt.Sprintf("slot active:      %s\nconfirmed flush:  %s\nlag:              %d bytes\nwal_status:       %s\n",
 			active, r.ConfirmedFlush, r.LagBytes, r.WALStatus)
+		s += "failover:         " + map[bool]string{true: "yes (standbys with sync_replication_slots = on keep a copy)",
+			false: "no (a promoted standby will not have this slot; see --failover-slot)"}[r.Failover]
+		if r.Synced {
+			s += ", synchronized from a former primary"
+		}
+		s += "\n"
 	}
 	if r.Stored == nil {
 		s += "stored position:  none\n"

@@ -196,15 +196,20 @@ func waitSynced(t testing.TB, pair *testenv.Pair, db, slot string, at cdc.LSN) c
 	}
 }
 
-func TestFailoverSlotContinuesOnPromotedStandbyPG17(t *testing.T) { testFailoverSlot(t, 17) }
-func TestFailoverSlotContinuesOnPromotedStandbyPG18(t *testing.T) { testFailoverSlot(t, 18) }
+func TestFailoverSlotContinuesOnPromotedStandbyPG17(t *testing.T) { testFailoverSlot(t, 17, 0) }
+
+// The PostgreSQL 18 run promotes the standby 10 s after the primary stopped, as a failover manager that
+// waits for its leader lock to expire does: the router, retrying every second while it finds only a
+// standby, streams within a few seconds of the promotion instead of after a grown backoff.
+func TestFailoverSlotContinuesOnPromotedStandbyPG18(t *testing.T) { testFailoverSlot(t, 18, 10*time.Second) }
 
 // testFailoverSlot runs the router with --failover-slot on a multi-host URL while writers commit; once the
 // standby's synchronized copy of the slot has passed a point the router acknowledged, the primary is
 // stopped (immediate) and the standby promoted mid-stream, and the writers go on on the new primary. Every
 // committed row arrives, first deliveries per aggregate in order, none that the database does not have;
 // only rows committed after the synced point may come twice; the stored position records the new timeline.
-func testFailoverSlot(t *testing.T, major int) {
+// The standby is promoted delay after the primary stopped.
+func testFailoverSlot(t *testing.T, major int, delay time.Duration) {
 	e, pair := newPairEnv(t, major)
 	c := e.consume(e.queue)
 	r := e.start("", "--failover-slot")
@@ -233,12 +238,17 @@ func testFailoverSlot(t *testing.T, major int) {
 	atCrash := len(fw.committed())
 	stopped := time.Now()
 	pair.Primary.Stop("immediate")
+	time.Sleep(delay)
 	if err := pair.Promote(); err != nil {
 		t.Fatal(err)
 	}
 	promoted := time.Now()
 	r.waitLog("timeline=2", 90*time.Second)
 	resumed := time.Now()
+	if delay > 0 && resumed.Sub(promoted) > 5*time.Second {
+		t.Errorf("the router streamed %v after the promotion (%v after the primary stopped), want within 5 s: it "+
+			"should look for the new primary every second", resumed.Sub(promoted).Round(time.Millisecond), delay)
+	}
 	for len(fw.committed()) < atCrash+1000 {
 		if time.Since(promoted) > 90*time.Second {
 			t.Fatalf("the writers committed %d rows on the new primary within 90 s, want 1000", len(fw.committed())-atCrash)
@@ -253,8 +263,9 @@ func testFailoverSlot(t *testing.T, major int) {
 	dups, dupIDs := duplicates(got)
 	t.Logf("PostgreSQL %d failover: %d rows (%d before the synced mark, %d at the stop), %d failed commits, "+
 		"%d deliveries, %d duplicates; synced copy at %s, mark %s; stop to promoted %v, to streaming on the new "+
-		"primary %v", major, len(rows), before, atCrash, failed, len(got), dups, synced, mark,
-		promoted.Sub(stopped).Round(time.Millisecond), resumed.Sub(stopped).Round(time.Millisecond))
+		"primary %v (%v after the promotion)", major, len(rows), before, atCrash, failed, len(got), dups, synced, mark,
+		promoted.Sub(stopped).Round(time.Millisecond), resumed.Sub(stopped).Round(time.Millisecond),
+		resumed.Sub(promoted).Round(time.Millisecond))
 	checkOrder(t, got)
 	if extra := unexpected(got, rows); len(extra) > 0 {
 		t.Errorf("%d deliveries of rows the promoted primary does not have (the router published changes the standby "+
@@ -295,6 +306,12 @@ func testFailoverSlot(t *testing.T, major int) {
 			t.Fatalf("the stored position's timeline is %d (%v) after the promotion, want 2", timeline, err)
 		}
 		time.Sleep(200 * time.Millisecond)
+	}
+	status, code := e.cli("status", "--slot", e.slot)
+	for _, want := range []string{"timeline 2", "failover:         yes", "synchronized from a former primary"} {
+		if code != 0 || !strings.Contains(status, want) {
+			t.Errorf("cdc-router status over the multi-host URL (exit %d) has no %q:\n%s", code, want, status)
+		}
 	}
 }
 
