@@ -201,7 +201,9 @@ func TestFailoverSlotContinuesOnPromotedStandbyPG17(t *testing.T) { testFailover
 // The PostgreSQL 18 run promotes the standby 10 s after the primary stopped, as a failover manager that
 // waits for its leader lock to expire does: the router, retrying every second while it finds only a
 // standby, streams within a few seconds of the promotion instead of after a grown backoff.
-func TestFailoverSlotContinuesOnPromotedStandbyPG18(t *testing.T) { testFailoverSlot(t, 18, 10*time.Second) }
+func TestFailoverSlotContinuesOnPromotedStandbyPG18(t *testing.T) {
+	testFailoverSlot(t, 18, 10*time.Second)
+}
 
 // testFailoverSlot runs the router with --failover-slot on a multi-host URL while writers commit; once the
 // standby's synchronized copy of the slot has passed a point the router acknowledged, the primary is
