@@ -17,6 +17,11 @@
 //     publish window, confirms that never come, the publisher's close).
 //   - A router that finds its slot held by another router stands by (StateStandby, retried every second),
 //     which is neither a failure nor a restart.
+//   - Every connection accepts only a primary (pg_is_in_recovery() is false); while only standbys answer
+//     (a failover in progress) the router looks for a primary every second.
+//   - A promoted standby (the same system identifier, a later timeline) is streamed from only through the
+//     slot it has (a failover slot's synchronized copy), never a new one; the timeline is recorded with the
+//     position, and a stored position past the end of its timeline on that server is refused.
 //
 // It never talks to the broker directly: it sees a Publisher.
 package replication
