@@ -178,15 +178,17 @@ func lsnOf(t testing.TB, url, sql string, args ...any) cdc.LSN {
 }
 
 // waitSynced waits until the standby's synchronized copy of the slot (synced, not temporary) has a
-// confirmed_flush_lsn at or past at, and returns it.
+// confirmed_flush_lsn at or past at, and returns it (10 to 15 s after the router created the slot, here).
 func waitSynced(t testing.TB, pair *testenv.Pair, db, slot string, at cdc.LSN) cdc.LSN {
 	t.Helper()
 	url := pair.Standby.URL(db)
-	deadline := time.Now().Add(90 * time.Second)
+	began := time.Now()
+	deadline := began.Add(90 * time.Second)
 	for {
 		got := lsnOf(t, url, `SELECT confirmed_flush_lsn::text FROM pg_replication_slots
 			WHERE slot_name = $1 AND synced AND NOT temporary`, slot)
 		if got >= at && got != 0 {
+			t.Logf("the standby's copy of slot %s passed %s after %v", slot, at, time.Since(began).Round(time.Millisecond))
 			return got
 		}
 		if time.Now().After(deadline) {
