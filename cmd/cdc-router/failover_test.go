@@ -232,7 +232,10 @@ func testFailoverSlot(t *testing.T, major int, delay time.Duration) {
 		}
 		wg.Wait()
 	}()
-	for len(fw.committed()) < 1000 {
+	for began := time.Now(); len(fw.committed()) < 1000; {
+		if time.Since(began) > 60*time.Second {
+			t.Fatalf("the writers committed %d rows in 60 s, want 1000", len(fw.committed()))
+		}
 		time.Sleep(50 * time.Millisecond)
 	}
 	before := len(fw.committed()) // these rows commit before mark
