@@ -2,6 +2,7 @@ package decode
 
 import (
 	"fmt"
+	"time"
 
 	"github.com/cdc-router/cdc-router/internal/cdc"
 )
@@ -44,14 +45,15 @@ func protocolError(msg byte, format string, args ...any) error {
 // the relation cache and the open transaction, so it is not safe for concurrent use; after any error, and
 // for every new replication connection, use a new Decoder.
 type Decoder struct {
-	cfg       Config
-	schema    string // the outbox table's namespace and name, from cfg.Table
-	table     string
-	relations map[uint32]*relation // by relation OID; replaced by every Relation message
-	inTxn     bool
-	commitLSN cdc.LSN           // the open transaction's Begin final LSN
-	tuple     []value           // scratch for the current change's tuple, reused between messages
-	types     map[uint32]string // namespace.name of the non-built-in types Type messages announced, by OID
+	cfg        Config
+	schema     string // the outbox table's namespace and name, from cfg.Table
+	table      string
+	relations  map[uint32]*relation // by relation OID; replaced by every Relation message
+	inTxn      bool
+	commitLSN  cdc.LSN           // the open transaction's Begin final LSN
+	commitTime time.Time         // the open transaction's commit timestamp, from Begin
+	tuple      []value           // scratch for the current change's tuple, reused between messages
+	types      map[uint32]string // namespace.name of the non-built-in types Type messages announced, by OID
 	// runLSN is the WAL start of the open transaction's last insert and run the number of its inserts at
 	// runLSN so far: the next insert at runLSN has ordinal run.
 	runLSN cdc.LSN
@@ -107,10 +109,7 @@ func (d *Decoder) decode(walStart cdc.LSN, walData []byte, h Handler) error {
 			d.types[oid] = string(namespace) + "." + string(name)
 		}
 	case msgMessage:
-		r.u8("flags")
-		r.lsn("message LSN")
-		r.cstring("prefix")
-		r.takeLong(uint64(r.u32("content length")), "content")
+		return d.message(walStart, r, h)
 	case 'S', 'E', 'c', 'A', 'b', 'P', 'K', 'r', 'p':
 		return protocolError(t, "streaming and two-phase messages are not supported: use proto_version 1 without streaming")
 	default:
@@ -124,14 +123,15 @@ func (d *Decoder) decode(walStart cdc.LSN, walData []byte, h Handler) error {
 
 func (d *Decoder) begin(r *reader, h Handler) error {
 	final := r.lsn("final LSN")
-	r.take(12, "commit timestamp and xid")
+	commitTime := pgTime(uint64(r.lsn("commit timestamp")))
+	r.take(4, "xid")
 	if reason := r.end(); reason != "" {
 		return protocolError(msgBegin, "%s", reason)
 	}
 	if d.inTxn {
 		return protocolError(msgBegin, "Begin %s inside transaction %s", final, d.commitLSN)
 	}
-	d.inTxn, d.commitLSN, d.runLSN, d.run = true, final, 0, 0
+	d.inTxn, d.commitLSN, d.commitTime, d.runLSN, d.run = true, final, commitTime, 0, 0
 	if err := h.Begin(final); err != nil {
 		return fmt.Errorf("decode: Begin %s: %w", final, err)
 	}

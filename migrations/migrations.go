@@ -21,7 +21,14 @@ type Config struct {
 	Table       string // outbox table, "schema.table" or "table" (public); default public.outbox
 	Publication string // publication name; default cdc_router_outbox
 	Schema      string // the router's own schema; default cdc_router
+	// EmitFunction also creates <Schema>.emit(…), which writes an event as a logical decoding message with
+	// MessagePrefix (migrate --emit-function); off by default.
+	EmitFunction  bool
+	MessagePrefix string // prefix of the messages emit writes; default DefaultMessagePrefix
 }
+
+// DefaultMessagePrefix is the prefix of the messages that <schema>.emit writes when none is given.
+const DefaultMessagePrefix = "cdc-router.outbox"
 
 // Defaults fills empty fields with the documented defaults.
 func (c Config) Defaults() Config {
@@ -33,6 +40,9 @@ func (c Config) Defaults() Config {
 	}
 	if c.Schema == "" {
 		c.Schema = "cdc_router"
+	}
+	if c.MessagePrefix == "" {
+		c.MessagePrefix = DefaultMessagePrefix
 	}
 	return c
 }
@@ -48,6 +58,8 @@ func TableIdent(table string) pgx.Identifier {
 type vars struct {
 	Schema, Table, Publication        string
 	SchemaLiteral, PublicationLiteral string // the names as SQL string literals
+	EmitFunction                      bool   // render 007's emit function
+	MessagePrefixLiteral              string // the emit function's message prefix as an SQL string literal
 	// Dollar is the dollar-quote delimiter of DO bodies (write DO {{.Dollar}} ... {{.Dollar}}; never $$): $$
 	// unless a name holds it, then one no name holds, so a name can never end the body early.
 	Dollar string
@@ -75,13 +87,15 @@ func literal(s string) string { return "'" + strings.ReplaceAll(s, "'", "''") + 
 func Statements(cfg Config) ([]string, error) {
 	cfg = cfg.Defaults()
 	v := vars{
-		Schema:             pgx.Identifier{cfg.Schema}.Sanitize(),
-		Table:              TableIdent(cfg.Table).Sanitize(),
-		Publication:        pgx.Identifier{cfg.Publication}.Sanitize(),
-		SchemaLiteral:      literal(cfg.Schema),
-		PublicationLiteral: literal(cfg.Publication),
+		Schema:               pgx.Identifier{cfg.Schema}.Sanitize(),
+		Table:                TableIdent(cfg.Table).Sanitize(),
+		Publication:          pgx.Identifier{cfg.Publication}.Sanitize(),
+		SchemaLiteral:        literal(cfg.Schema),
+		PublicationLiteral:   literal(cfg.Publication),
+		EmitFunction:         cfg.EmitFunction,
+		MessagePrefixLiteral: literal(cfg.MessagePrefix),
 	}
-	v.Dollar = dollarTag(v.Schema, v.Table, v.Publication, v.SchemaLiteral, v.PublicationLiteral)
+	v.Dollar = dollarTag(v.Schema, v.Table, v.Publication, v.SchemaLiteral, v.PublicationLiteral, v.MessagePrefixLiteral)
 	names, err := fs.Glob(files, "sql/*.sql")
 	if err != nil {
 		return nil, err
@@ -100,6 +114,9 @@ func Statements(cfg Config) ([]string, error) {
 		var b bytes.Buffer
 		if err := tmpl.Execute(&b, v); err != nil {
 			return nil, fmt.Errorf("render %s: %w", name, err)
+		}
+		if strings.TrimSpace(b.String()) == "" { // an optional migration that is off
+			continue
 		}
 		out = append(out, b.String())
 	}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
+	"strings"
 	"time"
 
 	"github.com/jackc/pglogrepl"
@@ -212,7 +213,7 @@ func runOnce(ctx context.Context, cfg Config, dial Dialer, log *slog.Logger, sta
 		return false, err
 	}
 	err = pglogrepl.StartReplication(ctx, conn, cfg.Slot, pglogrepl.LSN(start), pglogrepl.StartReplicationOptions{
-		PluginArgs: []string{"proto_version '1'", publicationNamesOption(cfg.Publication)},
+		PluginArgs: pluginArgs(cfg),
 	})
 	if err != nil {
 		return false, startError(err, cfg)
@@ -330,6 +331,12 @@ func startError(err error, cfg Config) error {
 		switch pgErr.Code {
 		case "55006":
 			return fmt.Errorf("%w: %w", busyError(cfg), err)
+		case "22023":
+			if cfg.Decode.MessagePrefix != "" && strings.Contains(pgErr.Message, "messages") {
+				return fatalf("PostgreSQL refused pgoutput's messages option (%s): --message-prefix needs PostgreSQL 14 or later; "+
+					"upgrade, or run without --message-prefix", pgErr.Message)
+			}
+			return streamError(pgErr, cfg)
 		default:
 			return streamError(pgErr, cfg)
 		}

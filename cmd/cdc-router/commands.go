@@ -121,9 +121,11 @@ func withConn(ctx context.Context, name string, args []string, env func(string) 
 }
 
 func runMigrate(ctx context.Context, args []string, env func(string) string, stdout, stderr io.Writer) error {
-	var withInbox, noAlternate *bool
-	var inboxSchema, amqpURL, exchange, alternate *string
+	var withInbox, noAlternate, emitFunction *bool
+	var inboxSchema, amqpURL, exchange, alternate, messagePrefix *string
 	flags := func(s *settings) {
+		emitFunction = s.Bool("emit-function", false, "also create <schema>.emit(aggregate_type, aggregate_id, aggregate_version, event_type, payload, headers, schema_version), which writes an event as a logical decoding message for run --message-prefix (PostgreSQL 14+)")
+		messagePrefix = s.String("message-prefix", migrations.DefaultMessagePrefix, "the message prefix that --emit-function's function writes; give run the same --message-prefix")
 		withInbox = s.Bool("inbox", false, "also create the consumer-side inbox tables (package inbox) in this database")
 		inboxSchema = s.String("inbox-schema", inbox.DefaultSchema, "schema of the inbox tables")
 		amqpURL = s.String("amqp-url", "", "also declare the exchange (and the alternate exchange and its queue) in RabbitMQ, as run does, so consumers can bind before the first run")
@@ -132,10 +134,16 @@ func runMigrate(ctx context.Context, args []string, env func(string) string, std
 		noAlternate = s.Bool("no-alternate-exchange", false, "declare the exchange without an alternate exchange, as run does with this flag")
 	}
 	return withConn(ctx, "migrate", args, env, stderr, flags, func(conn *pgx.Conn, pg pgFlags) error {
-		if err := migrations.Apply(ctx, conn, pg.migrations()); err != nil {
+		mcfg := pg.migrations()
+		mcfg.EmitFunction, mcfg.MessagePrefix = *emitFunction, *messagePrefix
+		if err := migrations.Apply(ctx, conn, mcfg); err != nil {
 			return err
 		}
 		fmt.Fprintf(stdout, "migrated: table %s, publication %s, schema %s\n", *pg.table, *pg.publication, *pg.schema)
+		if *emitFunction {
+			fmt.Fprintf(stdout, "migrated: function %s.emit, writing messages with prefix %q (run with --message-prefix %s)\n",
+				*pg.schema, *messagePrefix, *messagePrefix)
+		}
 		if *amqpURL != "" {
 			rcfg := route.Config{URL: *amqpURL, Exchange: *exchange, AlternateExchange: *alternate,
 				NoAlternateExchange: *noAlternate, ConnectionName: "cdc-router migrate"}
@@ -193,6 +201,7 @@ func runRun(ctx context.Context, args []string, env func(string) string, stdout,
 	httpAddr := s.String("http-addr", "", "serve /healthz, /readyz and /metrics on this address, e.g. :8080 (off when empty)")
 	progress := s.Duration("progress-interval", replication.DefaultProgressInterval, "how often to log, at info level, how many events were published and quarantined since the last such line (nothing when nothing moved)")
 	pubCheck := s.Duration("publication-check-interval", replication.DefaultPublicationCheckInterval, "how often to re-check that the publication still carries the outbox table's inserts")
+	messagePrefix := s.String("message-prefix", "", "also publish the events that transactions emit with pg_logical_emit_message(true, <this prefix>, <envelope>), e.g. cdc-router.outbox (PostgreSQL 14+; off when empty; see docs/producers.md)")
 	onDrift := s.String("on-drift", "refuse", "when the outbox table's shape changes under the stream, or another table's rows arrive: refuse (stop before the first affected row) or quarantine (quarantine those rows and go on)")
 	if err := parse(s, args); err != nil {
 		return err
@@ -232,6 +241,7 @@ func runRun(ctx context.Context, args []string, env func(string) string, stdout,
 		Schema: *pg.schema, ShutdownTimeout: *shutdown, Snapshot: *snap, SnapshotWhere: *snapWhere, Progress: terminal(stderr),
 		Decode: broker.decode(*pg.table)}
 	cfg.Decode.OnDrift = *onDrift
+	cfg.Decode.MessagePrefix = *messagePrefix
 	cfg.PublicationCheckInterval = *pubCheck
 	cfg.ProgressInterval = *progress
 	dial := func(ctx context.Context) (replication.Publisher, error) {
