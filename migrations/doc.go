@@ -4,5 +4,7 @@
 // any number of times. It never drops anything and never touches the outbox table or the publication once
 // they exist; Check reports what is missing or wrong there instead, each as one sentence naming the fix.
 // The router's own tables are altered only to add what a newer version needs (005: quarantine.event_id
-// and value_notes, a nullable row_values), each change made only when it is missing.
+// and value_notes, a nullable row_values), each change made only when it is missing. The function
+// <schema>.emit (007, table-less events as logical decoding messages) is created only with
+// Config.EmitFunction.
 package migrations
