@@ -9,7 +9,8 @@ import (
 
 // Handler receives what Decode finds, in WAL order: Begin, the transaction's inserts (each an Event or a
 // Quarantine; an insert that drifted is a Quarantine only with OnDriftQuarantine), then Commit. A non-nil
-// error stops Decode, which returns it wrapped; the Decoder must then be discarded.
+// error stops Decode, which returns it wrapped; the Decoder must then be discarded. The one call outside
+// Begin…Commit is the Quarantine of a non-transactional message with Config.MessagePrefix (CommitLSN zero).
 type Handler interface {
 	// Begin starts a transaction; commitLSN is the Begin message's final LSN, the commit record's start.
 	Begin(commitLSN cdc.LSN) error
