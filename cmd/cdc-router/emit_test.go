@@ -125,6 +125,17 @@ func TestEmittedMessagesAreEventsLikeRows(t *testing.T) {
 		t.Errorf("quarantined:\n%s\nwant the malformed envelope, then the non-transactional message", strings.Join(quarantined, "\n"))
 	}
 
+	// Replay cannot rebuild an event from a message record, and says what to do instead.
+	var qid string
+	if err := e.db.QueryRow(ctx, `SELECT min(id)::text FROM cdc_router.quarantine`).Scan(&qid); err != nil {
+		t.Fatal(err)
+	}
+	if out, code := e.cli("quarantine", "replay", "--exchange", e.exchange, qid); code != 1 || !strings.Contains(out, "cannot be replayed") {
+		t.Errorf("quarantine replay of a message record: exit %d:\n%s", code, out)
+	} else {
+		t.Logf("replay: %s", strings.TrimSpace(out))
+	}
+
 	// The slot's acknowledged position passes the transaction that held only a message.
 	deadline := time.Now().Add(30 * time.Second)
 	for {
