@@ -51,7 +51,12 @@ func TestEmittedMessagesAreEventsLikeRows(t *testing.T) {
 		}
 	}
 
-	txn(func(tx pgx.Tx) { insertRow(tx, 1); want = append(want, emit(tx, 2)); insertRow(tx, 3); want = append(want, emit(tx, 4)) })
+	txn(func(tx pgx.Tx) {
+		insertRow(tx, 1)
+		want = append(want, emit(tx, 2))
+		insertRow(tx, 3)
+		want = append(want, emit(tx, 4))
+	})
 	// Emitted, then rolled back: never published.
 	rolledBack := func() string {
 		tx, err := e.db.Begin(ctx)
