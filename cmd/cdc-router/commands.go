@@ -121,9 +121,14 @@ func withConn(ctx context.Context, name string, args []string, env func(string) 
 }
 
 func runMigrate(ctx context.Context, args []string, env func(string) string, stdout, stderr io.Writer) error {
-	var withInbox, noAlternate, emitFunction *bool
-	var inboxSchema, amqpURL, exchange, alternate, messagePrefix *string
+	var withInbox, noAlternate, partitioned, emitFunction *bool
+	var inboxSchema, amqpURL, exchange, alternate, interval, messagePrefix *string
+	var ahead *int
 	flags := func(s *settings) {
+		partitioned = s.Bool("partitioned", false, "create the outbox range-partitioned by occurred_at, with a default partition and the partitions "+
+			"of the current and next intervals, published through its root; run again (daily) to add the coming partitions (docs/partitioning.md)")
+		interval = s.String("partition-interval", "month", "with --partitioned: the span of each partition, day, week or month (UTC)")
+		ahead = s.Int("partitions-ahead", 3, "with --partitioned: how many partitions to have after the current one")
 		emitFunction = s.Bool("emit-function", false, "also create <schema>.emit(aggregate_type, aggregate_id, aggregate_version, event_type, payload, headers, schema_version), which writes an event as a logical decoding message for run --message-prefix (PostgreSQL 14+)")
 		messagePrefix = s.String("message-prefix", migrations.DefaultMessagePrefix, "the message prefix that --emit-function's function writes; give run the same --message-prefix")
 		withInbox = s.Bool("inbox", false, "also create the consumer-side inbox tables (package inbox) in this database")
@@ -135,11 +140,16 @@ func runMigrate(ctx context.Context, args []string, env func(string) string, std
 	}
 	return withConn(ctx, "migrate", args, env, stderr, flags, func(conn *pgx.Conn, pg pgFlags) error {
 		mcfg := pg.migrations()
+		mcfg.Partitioned, mcfg.PartitionInterval, mcfg.PartitionsAhead = *partitioned, *interval, *ahead
 		mcfg.EmitFunction, mcfg.MessagePrefix = *emitFunction, *messagePrefix
 		if err := migrations.Apply(ctx, conn, mcfg); err != nil {
 			return err
 		}
 		fmt.Fprintf(stdout, "migrated: table %s, publication %s, schema %s\n", *pg.table, *pg.publication, *pg.schema)
+		if *partitioned {
+			fmt.Fprintf(stdout, "partitioned: %s by occurred_at, one partition per %s up to %d ahead, and a default partition\n",
+				*pg.table, *interval, *ahead)
+		}
 		if *emitFunction {
 			fmt.Fprintf(stdout, "migrated: function %s.emit, writing messages with prefix %q (run with --message-prefix %s)\n",
 				*pg.schema, *messagePrefix, *messagePrefix)
