@@ -39,7 +39,7 @@ func (d *Decoder) message(walStart cdc.LSN, r *reader, h Handler) error {
 	if d.cfg.MessagePrefix == "" || string(prefix) != d.cfg.MessagePrefix {
 		return nil
 	}
-	q := cdc.Quarantined{LSN: walStart, Table: MessageTable + d.cfg.MessagePrefix,
+	q := cdc.Quarantined{LSN: walStart, Table: MessageTable + d.cfg.MessagePrefix, EventID: d.envelopeID(content),
 		Columns: map[string]cdc.RawValue{MessageColumn: cdc.NewRawValue(content)}}
 	if flags&1 == 0 {
 		q.Reason = "non-transactional message (pg_logical_emit_message(false, …)): PostgreSQL writes it even when " +
@@ -56,7 +56,6 @@ func (d *Decoder) message(walStart cdc.LSN, r *reader, h Handler) error {
 	ev, rowErr := d.mapEnvelope(content)
 	if rowErr != nil {
 		q.Reason = "message: " + rowErr.Reason
-		q.EventID = envelopeID(content)
 		if err := h.Quarantine(q); err != nil {
 			return fmt.Errorf("decode: quarantine message at %s: %w", walStart, err)
 		}
@@ -75,7 +74,7 @@ func (d *Decoder) message(walStart cdc.LSN, r *reader, h Handler) error {
 // value, headers a JSON object (may be left out or null), occurred_at an RFC 3339 string (may be left out:
 // the commit time). Other keys are ignored.
 func (d *Decoder) mapEnvelope(content []byte) (cdc.Event, *RowError) {
-	if limit := max(d.cfg.MaxPayloadBytes, DefaultMaxPayloadBytes) + DefaultMaxPayloadBytes; len(content) > limit {
+	if limit := d.envelopeLimit(); len(content) > limit {
 		return cdc.Event{}, rowErrorf("the message is %d bytes, over the %d-byte limit of an envelope (--max-payload-bytes plus 8 MiB)",
 			len(content), limit)
 	}
@@ -106,6 +105,11 @@ func (d *Decoder) mapEnvelope(content []byte) (cdc.Event, *RowError) {
 		f[colHeaders] = field{}
 	}
 	return mapFields(&d.cfg, &f, d.commitLSN)
+}
+
+// envelopeLimit is the largest envelope parsed: the payload limit plus DefaultMaxPayloadBytes for the rest.
+func (d *Decoder) envelopeLimit() int {
+	return max(d.cfg.MaxPayloadBytes, DefaultMaxPayloadBytes) + DefaultMaxPayloadBytes
 }
 
 // envelopeObject parses one JSON object and nothing after it.
@@ -152,12 +156,13 @@ func envelopeText(c int, raw json.RawMessage) ([]byte, string) {
 	return []byte(s), ""
 }
 
-// envelopeID is the id of a malformed envelope when it has one, for the quarantine record.
-func envelopeID(content []byte) string {
+// envelopeID is the id of a quarantined envelope when it has one (a JSON string of at most 255 bytes), for
+// the quarantine record; an envelope over the size limit is not parsed.
+func (d *Decoder) envelopeID(content []byte) string {
 	var e struct {
 		ID string `json:"id"`
 	}
-	if json.Unmarshal(content, &e) != nil || len(e.ID) > 255 {
+	if len(content) > d.envelopeLimit() || json.Unmarshal(content, &e) != nil || len(e.ID) > 255 {
 		return ""
 	}
 	return e.ID

@@ -96,12 +96,30 @@ func TestDecodeMessages(t *testing.T) {
 		}
 	})
 
+	t.Run("payload limits: the router's, and the envelope's before any parsing", func(t *testing.T) {
+		big := strings.Replace(envelope1, `{"amount": "16.06"}`, `"`+strings.Repeat("a", 100)+`"`, 1)
+		huge := `{"id": "` + id1 + `", "payload": "` + strings.Repeat("a", 2*DefaultMaxPayloadBytes) + `"}`
+		for content, reason := range map[string]string{
+			big:  "payload is 102 bytes, over the 64-byte limit (--max-payload-bytes)",
+			huge: "over the 16777216-byte limit of an envelope",
+		} {
+			rec, err := decodeFrames(Config{MessagePrefix: prefix, MaxPayloadBytes: 64}, []frame{begin, msg(0x110, true, prefix, content), commit})
+			if err != nil || len(rec.quarantined) != 1 || !strings.Contains(rec.quarantined[0].Reason, reason) {
+				t.Fatalf("%v %v, want %q", rec.log, err, reason)
+			}
+			if q := rec.quarantined[0]; q.Columns["content"].Size != int64(len(content)) || len(q.Columns["content"].Text) > 64<<10 {
+				t.Fatalf("stored content: size %d, %d bytes kept", q.Columns["content"].Size, len(q.Columns["content"].Text))
+			}
+		}
+	})
+
 	t.Run("a non-transactional message is quarantined, never published", func(t *testing.T) {
 		rec, err := decodeFrames(cfg, []frame{msg(0x90, false, prefix, envelope1), begin, commit})
 		if err != nil {
 			t.Fatal(err)
 		}
-		if len(rec.events) != 0 || len(rec.quarantined) != 1 || !strings.Contains(rec.quarantined[0].Reason, "non-transactional") {
+		if len(rec.events) != 0 || len(rec.quarantined) != 1 || !strings.Contains(rec.quarantined[0].Reason, "non-transactional") ||
+			rec.quarantined[0].EventID != id1 || rec.quarantined[0].CommitLSN != 0 {
 			t.Fatalf("%v", rec.log)
 		}
 	})

@@ -131,7 +131,9 @@ func conflict(ev *Event, cause error) error {
 	if ev.Version != 0 {
 		which = fmt.Sprintf("version %d", ev.Version)
 	}
-	msg := fmt.Sprintf("%s of %s %q was taken by a concurrent transaction: roll back and run the whole transaction again (outbox.Retryable)", which, ev.AggregateType, ev.AggregateID)
+	msg := fmt.Sprintf("%s of %s %q is already taken, by a concurrent transaction (or by an earlier write of this "+
+		"one with the same explicit Version): roll back and run the whole transaction again (outbox.Retryable)",
+		which, ev.AggregateType, ev.AggregateID)
 	if cause != nil {
 		return fmt.Errorf("%w: %s: %w", ErrVersionConflict, msg, cause)
 	}
