@@ -27,7 +27,7 @@ type db struct {
 	sql  *sql.DB
 }
 
-func newDB(t *testing.T) db {
+func newDB(t testing.TB) db {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	t.Cleanup(cancel)
