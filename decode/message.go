@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"strconv"
 	"time"
 
@@ -39,31 +38,32 @@ func (d *Decoder) message(walStart cdc.LSN, r *reader, h Handler) error {
 	if d.cfg.MessagePrefix == "" || string(prefix) != d.cfg.MessagePrefix {
 		return nil
 	}
-	q := cdc.Quarantined{LSN: walStart, Table: MessageTable + d.cfg.MessagePrefix, EventID: d.envelopeID(content),
-		Columns: map[string]cdc.RawValue{MessageColumn: cdc.NewRawValue(content)}}
 	if flags&1 == 0 {
-		q.Reason = "non-transactional message (pg_logical_emit_message(false, …)): PostgreSQL writes it even when " +
-			"its transaction rolls back, so it is not published; emit with transactional = true"
-		if err := h.Quarantine(q); err != nil {
-			return fmt.Errorf("decode: quarantine message at %s: %w", walStart, err)
-		}
-		return nil
+		return d.quarantineMessage(walStart, 0, 0, content, "non-transactional message (pg_logical_emit_message(false, …)): "+
+			"PostgreSQL writes it even when its transaction rolls back, so it is not published; emit with transactional = true", h)
 	}
 	if !d.inTxn {
 		return protocolError(msgMessage, "transactional message outside Begin…Commit")
 	}
-	q.Ordinal, q.CommitLSN = d.ordinal(walStart), d.commitLSN
+	ordinal := d.ordinal(walStart)
 	ev, rowErr := d.mapEnvelope(content)
 	if rowErr != nil {
-		q.Reason = "message: " + rowErr.Reason
-		if err := h.Quarantine(q); err != nil {
-			return fmt.Errorf("decode: quarantine message at %s: %w", walStart, err)
-		}
-		return nil
+		return d.quarantineMessage(walStart, ordinal, d.commitLSN, content, "message: "+rowErr.Reason, h)
 	}
-	ev.LSN, ev.Ordinal = walStart, q.Ordinal
+	ev.LSN, ev.Ordinal = walStart, ordinal
 	if err := h.Event(ev); err != nil {
 		return fmt.Errorf("decode: event %s at %s: %w", ev.ID, walStart, err)
+	}
+	return nil
+}
+
+// quarantineMessage hands a message to the Handler as a Quarantine: its bounded content, and its envelope's
+// id when it has one.
+func (d *Decoder) quarantineMessage(walStart cdc.LSN, ordinal int, commitLSN cdc.LSN, content []byte, reason string, h Handler) error {
+	q := cdc.Quarantined{LSN: walStart, Ordinal: ordinal, CommitLSN: commitLSN, Table: MessageTable + d.cfg.MessagePrefix,
+		EventID: d.envelopeID(content), Columns: map[string]cdc.RawValue{MessageColumn: cdc.NewRawValue(content)}, Reason: reason}
+	if err := h.Quarantine(q); err != nil {
+		return fmt.Errorf("decode: quarantine message at %s: %w", walStart, err)
 	}
 	return nil
 }
@@ -114,16 +114,12 @@ func (d *Decoder) envelopeLimit() int {
 
 // envelopeObject parses one JSON object and nothing after it.
 func envelopeObject(content []byte) (map[string]json.RawMessage, error) {
-	dec := json.NewDecoder(bytes.NewReader(content))
+	if t := bytes.TrimLeft(content, " \t\r\n"); len(t) == 0 || t[0] != '{' {
+		return nil, errors.New("not an object")
+	}
 	var obj map[string]json.RawMessage
-	if err := dec.Decode(&obj); err != nil {
+	if err := json.Unmarshal(content, &obj); err != nil {
 		return nil, err
-	}
-	if obj == nil {
-		return nil, errors.New("null")
-	}
-	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
-		return nil, errors.New("data after the object")
 	}
 	return obj, nil
 }

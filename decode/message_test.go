@@ -71,7 +71,7 @@ func TestDecodeMessages(t *testing.T) {
 		for content, reason := range map[string]string{
 			`{"id": "` + id1 + `"`:  "the content is not a JSON object",
 			`[1]`:                   "the content is not a JSON object",
-			`{} {}`:                 "data after the object",
+			`{} {}`:                 "after top-level value",
 			`{"id": "` + id1 + `"}`: "column aggregate_type is missing",
 			strings.Replace(envelope1, `: 3`, `: "3"`, 1):                             `aggregate_version "\"3\"" is not a JSON integer`,
 			strings.Replace(envelope1, `: 3`, `: 3.5`, 1):                             "aggregate_version \"3.5\" is not an integer",
