@@ -135,6 +135,8 @@ func (s *session) receive() error {
 		return s.copyData(m.Data)
 	case *pgproto3.ErrorResponse:
 		return streamError(pgconn.ErrorResponseToPgError(m), s.cfg)
+	case *pgproto3.NoticeResponse:
+		return s.notice(m)
 	default:
 		return fmt.Errorf("unexpected message %T on the replication connection", msg)
 	}
