@@ -8,6 +8,8 @@ import (
 	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/cdc-router/cdc-router/internal/testenv"
 )
 
 // insertHeaders inserts one outbox row with the given aggregate id and headers (SQL expressions) and
@@ -118,10 +120,17 @@ func TestBackfillQuarantinesReservedHeaders(t *testing.T) {
 }
 
 // setMaxMessageSize changes RabbitMQ's max_message_size (broker-wide; channels opened afterwards use it)
-// and restores the default when the test ends.
+// and restores the broker's own value when the test ends (its default differs by version: 128 MiB in
+// 3.x, 16 MiB in 4.0).
 func setMaxMessageSize(t testing.TB, n int) {
+	t.Helper()
+	out, err := testenv.Rabbitmqctl(t, "eval", "application:get_env(rabbit, max_message_size).").CombinedOutput()
+	var was int
+	if _, serr := fmt.Sscanf(strings.TrimSpace(string(out)), "{ok,%d}", &was); err != nil || serr != nil {
+		t.Fatalf("rabbitmqctl eval application:get_env(rabbit, max_message_size): %v %v: %s", err, serr, out)
+	}
 	rabbitmqctl(t, "eval", fmt.Sprintf("application:set_env(rabbit, max_message_size, %d).", n))
-	t.Cleanup(func() { rabbitmqctl(t, "eval", "application:set_env(rabbit, max_message_size, 134217728).") })
+	t.Cleanup(func() { rabbitmqctl(t, "eval", fmt.Sprintf("application:set_env(rabbit, max_message_size, %d).", was)) })
 }
 
 // TestBrokerRefusalOfOneMessageIsQuarantined: the safety net. A message over the broker's max_message_size
