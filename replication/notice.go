@@ -1,6 +1,7 @@
 package replication
 
 import (
+	"fmt"
 	"strings"
 
 	"github.com/jackc/pgx/v5/pgconn"
@@ -19,8 +20,15 @@ func (s *session) notice(m *pgproto3.NoticeResponse) error {
 		s.log.Warn("PostgreSQL notice on the replication connection", "severity", n.Severity, "code", n.Code, "message", n.Message)
 		return nil
 	}
-	return fatalf("PostgreSQL %s (%s) and streams on without it, so the outbox's rows from there on would never "+
-		"be sent: the publication was dropped while the router streamed, and the router refuses; create it again with "+
-		"`cdc-router migrate`, then run `cdc-router reset --slot %s` and `cdc-router run` (which re-snapshots the outbox "+
-		"table, republishing the rows inserted meanwhile)", n.Message, strings.TrimSuffix(n.Detail, "."), s.cfg.Slot)
+	return publicationDropped(s.cfg, fmt.Sprintf("PostgreSQL %s (%s) and streams on without it, so the outbox's rows "+
+		"from there on would never be sent", n.Message, strings.TrimSuffix(n.Detail, ".")))
+}
+
+// publicationDropped is the refusal for a publication dropped while the router streamed: PostgreSQL 18 skips it
+// with a warning, earlier versions fail the stream with 42704. Either way the WAL written while it was missing
+// decodes without it on every restart, so recreating it is not enough: the fix is a re-snapshot.
+func publicationDropped(cfg Config, what string) error {
+	return fatalf("%s: the publication was dropped while the router streamed, and the router refuses; create it "+
+		"again with `cdc-router migrate`, then run `cdc-router reset --slot %s` and `cdc-router run` (which "+
+		"re-snapshots the outbox table, republishing the rows inserted meanwhile)", what, cfg.Slot)
 }

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"os/exec"
 	"strings"
 	"testing"
@@ -56,13 +57,31 @@ func TestIdleSlotInvalidatedOnPostgres18IsRefused(t *testing.T) {
 	e.runOnceAndStop(c, w)
 }
 
-// TestDroppedPublicationOnPostgres18IsRefused: PostgreSQL 18 no longer fails the stream when the
-// publication is dropped under it; it warns "skipped loading publication" and streams on without it, so
-// the outbox's rows would be lost without a word. The router must exit with a refusal naming the fix, refuse
-// again when only the publication is recreated (the WAL written meanwhile still decodes without it), and
-// the fix it names (migrate, reset, run) must deliver every row, those inserted while it was missing too.
-func TestDroppedPublicationOnPostgres18IsRefused(t *testing.T) {
-	e := newEnvOn(t, postgresOf(t, "18"))
+// TestDroppedPublicationIsRefused: a publication dropped under a streaming router. PostgreSQL 18 no longer
+// fails the stream: it warns "skipped loading publication" and streams on without it, so the outbox's rows
+// would be lost without a word; earlier versions fail the stream with 42704. Either way the router must exit
+// with a refusal naming the fix, refuse again when only the publication is recreated (the WAL written
+// meanwhile still decodes without it), and the fix it names (migrate, reset, run) must deliver every row,
+// those inserted while the publication was missing too. Run on PostgreSQL 18 and on the suite's version.
+func TestDroppedPublicationIsRefused(t *testing.T) {
+	t.Run("PostgreSQL 18", func(t *testing.T) {
+		droppedPublication(t, newEnvOn(t, postgresOf(t, "18")), "skipped loading publication")
+	})
+	t.Run("the suite's PostgreSQL", func(t *testing.T) {
+		var major int
+		e := newEnv(t)
+		if err := e.db.QueryRow(context.Background(), `SELECT current_setting('server_version_num')::int / 10000`).Scan(&major); err != nil {
+			t.Fatal(err)
+		}
+		want := `publication "cdc_router_outbox" does not exist`
+		if major >= 18 {
+			want = "skipped loading publication"
+		}
+		droppedPublication(t, e, want)
+	})
+}
+
+func droppedPublication(t *testing.T, e *env, want string) {
 	e.declare(true, "#")
 	c, w := e.consume(e.queue), newWriter(t, e.pgURL, 5)
 	r := e.startStreaming()
@@ -74,7 +93,7 @@ func TestDroppedPublicationOnPostgres18IsRefused(t *testing.T) {
 	if code := r.wait(30 * time.Second); code == 0 {
 		t.Fatalf("the router exited 0 after its publication was dropped:\n%s", tail(r.Output(), 20))
 	}
-	for _, want := range []string{"skipped loading publication", "cdc-router migrate", "cdc-router reset --slot " + e.slot} {
+	for _, want := range []string{want, "cdc-router migrate", "cdc-router reset --slot " + e.slot} {
 		if !strings.Contains(r.Output(), want) {
 			t.Fatalf("the refusal does not say %q:\n%s", want, tail(r.Output(), 10))
 		}
@@ -84,7 +103,7 @@ func TestDroppedPublicationOnPostgres18IsRefused(t *testing.T) {
 	if out, code := e.cli("migrate"); code != 0 {
 		t.Fatalf("migrate: exit %d: %s", code, out)
 	}
-	e.expectRefusal("skipped loading publication")
+	e.expectRefusal(want)
 	if out, code := e.cli("reset", "--slot", e.slot); code != 0 {
 		t.Fatalf("reset: exit %d: %s", code, out)
 	}
