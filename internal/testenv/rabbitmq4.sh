@@ -82,13 +82,20 @@ EOF
 mount_proc() { mountpoint -q "$root/proc" || mount -t proc proc "$root/proc"; }
 
 start() {
-  if amqp_up && "$ctl" -q status >/dev/null 2>&1; then settings; return; fi
+  if [ -x "$ctl" ] && "$ctl" -q ping >/dev/null 2>&1; then
+    # The node runs. A broker-wide test may have stopped its application for a few seconds: wait for
+    # it rather than start a second node.
+    for _ in $(seq 1 60); do amqp_up && break; sleep 1; done
+    amqp_up || { "$ctl" -q start_app >/dev/null && "$ctl" -q await_startup >/dev/null; }
+    settings
+    return
+  fi
   amqp_up && die "127.0.0.1:$port answers but not as $node: stop whatever listens there"
   [ -f "$root/.rabbitmq-version" ] || build_root
   configure
   mount_proc
   echo "rabbitmq4.sh: starting RabbitMQ $(cat "$root/.rabbitmq-version") as $node on 127.0.0.1:$port" >&2
-  setsid chroot "$root" env ERL_EPMD_PORT=4370 /usr/sbin/rabbitmq-server >"$cache/server.log" 2>&1 </dev/null &
+  setsid chroot "$root" env ERL_EPMD_PORT=4370 /usr/sbin/rabbitmq-server >>"$cache/server.log" 2>&1 </dev/null &
   for _ in $(seq 1 120); do amqp_up && break; sleep 1; done
   amqp_up || die "RabbitMQ 4.0 did not open 127.0.0.1:$port, see $cache/server.log and $root/var/log/rabbitmq/"
   "$ctl" -q await_startup >/dev/null
@@ -107,6 +114,6 @@ stop() {
 case "$cmd" in
   start) start ;;
   stop) stop ;;
-  status) amqp_up && "$ctl" -q status >/dev/null 2>&1 ;;
+  status) amqp_up && "$ctl" -q ping >/dev/null 2>&1 ;;
   *) die "usage: rabbitmq4.sh start|stop|status" ;;
 esac
