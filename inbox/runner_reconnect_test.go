@@ -36,7 +36,7 @@ func closeConnection(t *testing.T, name string) {
 // exactly once.
 func TestRunnerReconnectLosesNothingAndAppliesNothingTwice(t *testing.T) {
 	l := newRunnerLab(t)
-	proxy := testenv.NewProxy(t, "127.0.0.1:5672")
+	proxy := testenv.NewProxy(t, testenv.AMQPAddr(t))
 	msgs, events := orderStream(11, 60, 50, 10)
 	l.publishAll(msgs)
 	l.wrap = func(ctx context.Context, tx pgx.Tx, ev inbox.Event, next inbox.Handler) error {
