@@ -120,17 +120,27 @@ func TestBackfillQuarantinesReservedHeaders(t *testing.T) {
 }
 
 // setMaxMessageSize changes RabbitMQ's max_message_size (broker-wide; channels opened afterwards use it)
-// and restores the broker's own value when the test ends (its default differs by version: 128 MiB in
-// 3.x, 16 MiB in 4.0).
+// and restores the broker's own value when the test ends. RabbitMQ 3.x reads it from the application's
+// environment, 4.x from a persistent term set at boot (its default is 16 MiB, 3.x's 128 MiB): both are set.
 func setMaxMessageSize(t testing.TB, n int) {
 	t.Helper()
-	out, err := testenv.Rabbitmqctl(t, "eval", "application:get_env(rabbit, max_message_size).").CombinedOutput()
-	var was int
-	if _, serr := fmt.Sscanf(strings.TrimSpace(string(out)), "{ok,%d}", &was); err != nil || serr != nil {
-		t.Fatalf("rabbitmqctl eval application:get_env(rabbit, max_message_size): %v %v: %s", err, serr, out)
+	eval := func(expr string) string {
+		out, err := testenv.Rabbitmqctl(t, "eval", expr).CombinedOutput()
+		if err != nil {
+			t.Fatalf("rabbitmqctl eval %s: %v: %s", expr, err, out)
+		}
+		return strings.TrimSpace(string(out))
 	}
-	rabbitmqctl(t, "eval", fmt.Sprintf("application:set_env(rabbit, max_message_size, %d).", n))
-	t.Cleanup(func() { rabbitmqctl(t, "eval", fmt.Sprintf("application:set_env(rabbit, max_message_size, %d).", was)) })
+	var was int
+	if _, err := fmt.Sscanf(eval("application:get_env(rabbit, max_message_size)."), "{ok,%d}", &was); err != nil {
+		t.Fatalf("max_message_size: %v", err)
+	}
+	term := eval("persistent_term:get(max_message_size, undefined).") // an integer, or undefined before 4.x
+	eval(fmt.Sprintf("application:set_env(rabbit, max_message_size, %d), persistent_term:put(max_message_size, %d).", n, n))
+	t.Cleanup(func() {
+		eval(fmt.Sprintf("application:set_env(rabbit, max_message_size, %d), case %s of undefined -> "+
+			"persistent_term:erase(max_message_size); V -> persistent_term:put(max_message_size, V) end.", was, term))
+	})
 }
 
 // TestBrokerRefusalOfOneMessageIsQuarantined: the safety net. A message over the broker's max_message_size

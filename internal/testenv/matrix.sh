@@ -9,7 +9,7 @@
 #   matrix.sh full   the whole cmd/cdc-router suite on PostgreSQL 14, 15, 16, 17 and 18 with the machine's
 #                    RabbitMQ, then the whole suite on RabbitMQ 4.0 (`make test-versions`), over an hour
 #
-# Without -race (GOFLAGS or MATRIX_FLAGS can add it): the race detector runs in `make test`; here the
+# MATRIX_PG="16" (say) picks other PostgreSQL versions. Without -race (GOFLAGS or MATRIX_FLAGS can add it): the race detector runs in `make test`; here the
 # servers' behaviour is under test, and -race would double the time. The system RabbitMQ's broker-wide
 # tests (alarms, stop_app) run in `full` only.
 set -euo pipefail
@@ -70,13 +70,13 @@ run() {
 rmq4=$("$here/rabbitmq4.sh" start)
 case "$mode" in
   core)
-    for v in 14 17 18; do
+    for v in ${MATRIX_PG:-14 17 18}; do
       bin="$("$here/fetch-postgres.sh" "$v")"
       run "PostgreSQL $v + RabbitMQ 4.0" $rmq4 "CDC_ROUTER_TEST_PG_BIN=$bin" -- -run "$(core_regex)" ./cmd/cdc-router/
     done
     ;;
   full)
-    for v in 14 15 16 17 18; do
+    for v in ${MATRIX_PG:-14 15 16 17 18}; do
       bin="$("$here/fetch-postgres.sh" "$v")"
       run "PostgreSQL $v" "CDC_ROUTER_TEST_PG_BIN=$bin" -- ./cmd/cdc-router/
     done
