@@ -181,7 +181,7 @@ func TestTransientRefusalsNeverQuarantine(t *testing.T) {
 	c := e.consume(e.queue)
 	ch := e.channel()
 	full := e.queue + "_full"
-	if _, err := ch.QueueDeclare(full, false, true, false, false, amqp.Table{"x-max-length": int32(0), "x-overflow": "reject-publish"}); err != nil {
+	if _, err := ch.QueueDeclare(full, true, true, false, false, amqp.Table{"x-max-length": int32(0), "x-overflow": "reject-publish"}); err != nil {
 		t.Fatal(err)
 	}
 	if err := ch.QueueBind(full, "#", e.exchange, false, nil); err != nil {
