@@ -6,7 +6,7 @@ PKGS      := ./...
 # package's publishers, and the machine has two cores.
 TESTFLAGS ?= -race -p 1 -count=1 -timeout 25m
 
-.PHONY: build test test-short lint fuzz bench bench-e2e demo services clean
+.PHONY: build test test-short lint fuzz bench bench-e2e demo services clean test-matrix test-versions
 
 build:
 	$(GO) build -o bin/cdc-router ./cmd/cdc-router
@@ -18,6 +18,17 @@ test: services
 	$(GO) vet $(PKGS)
 	@test -z "$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go'))" || { echo "gofmt needed:"; gofmt -l .; exit 1; }
 	$(GO) test $(TESTFLAGS) $(PKGS)
+
+# The version matrix (internal/testenv/matrix.sh, docs/operations.md "Versions"): PostgreSQL 14-18 binaries
+# pinned and verified by internal/testenv/fetch-postgres.sh, RabbitMQ 4.0 run beside the system broker by
+# internal/testenv/rabbitmq4.sh, both cached in /var/cache/cdc-router. test-matrix (CI, after test): the core
+# end-to-end tests on PostgreSQL 14, 17 and 18, each against RabbitMQ 4.0. test-versions: the whole
+# cmd/cdc-router suite on each PostgreSQL version, then the whole suite on RabbitMQ 4.0.
+test-matrix: services
+	internal/testenv/matrix.sh core
+
+test-versions: services
+	internal/testenv/matrix.sh full
 
 lint:
 	$(GO) vet $(PKGS)

@@ -198,6 +198,14 @@ func Reset(ctx context.Context, conn *pgx.Conn, slot, schema string) error {
 			"to keep it, choose another --slot for this database; nothing was changed", slot, info.Database, db,
 			urlOf(conn, info.Database))
 	}
+	// With the lock held no router of the slot runs; a walsender still active is one of a router that has
+	// just exited (the server ends it a moment later), or another process's.
+	for deadline := time.Now().Add(resetLockWait); info.Active && time.Now().Before(deadline); {
+		time.Sleep(100 * time.Millisecond)
+		if info, err = InspectSlot(ctx, conn, slot); err != nil {
+			return err
+		}
+	}
 	if info.Active {
 		return fatalf("slot %s is active: stop the process that streams from it (pg_stat_replication shows it) before "+
 			"resetting; nothing was changed", slot)

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"time"
 
 	"github.com/jackc/pglogrepl"
@@ -135,6 +136,8 @@ func (s *session) receive() error {
 		return s.copyData(m.Data)
 	case *pgproto3.ErrorResponse:
 		return streamError(pgconn.ErrorResponseToPgError(m), s.cfg)
+	case *pgproto3.NoticeResponse:
+		return s.notice(m)
 	default:
 		return fmt.Errorf("unexpected message %T on the replication connection", msg)
 	}
@@ -391,6 +394,9 @@ func streamError(err *pgconn.PgError, cfg Config) error {
 		return fatalf("PostgreSQL can no longer stream from slot %s (%s): run `cdc-router reset --slot %s` and "+
 			"`cdc-router run` to re-snapshot", cfg.Slot, err.Message, cfg.Slot)
 	case "42704":
+		if strings.HasPrefix(err.Message, "publication") {
+			return publicationDropped(cfg, "PostgreSQL says "+err.Message)
+		}
 		return fatalf("PostgreSQL says %s: run `cdc-router migrate` or fix --publication / --slot", err.Message)
 	}
 	return fmt.Errorf("replication stream: %w", err)

@@ -18,6 +18,9 @@ const (
 	DefaultMaxInflightBytes = 64 << 20
 	// UnroutableSuffix is appended to Exchange to name the default alternate exchange and its queue.
 	UnroutableSuffix = ".unroutable"
+	// QueueTypeClassic and QueueTypeQuorum are the types the unroutable queue can be declared with.
+	QueueTypeClassic = "classic"
+	QueueTypeQuorum  = "quorum"
 
 	maxLanes  = 1024    // well below RabbitMQ's default channel_max (2047)
 	maxWindow = 1 << 16 // a window larger than this only holds memory
@@ -35,6 +38,10 @@ type Config struct {
 	// NoAlternateExchange declares Exchange without an alternate exchange: an unroutable event is then
 	// returned by the broker and fails the Router.
 	NoAlternateExchange bool
+	// UnroutableQueueType is the x-queue-type of the alternate exchange's queue: "classic" (the default) or
+	// "quorum" (replicated, for clusters: RabbitMQ 4 has no mirrored classic queues). A queue that already
+	// exists with the other type makes Dial and Declare fail with ErrExchangeMismatch.
+	UnroutableQueueType string
 	// Lanes is the number of confirm-mode channels; default 4.
 	Lanes int
 	// Window is the number of unconfirmed messages allowed per lane; default 512.
@@ -61,6 +68,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.NoAlternateExchange {
 		c.AlternateExchange = ""
+	}
+	if c.UnroutableQueueType == "" {
+		c.UnroutableQueueType = QueueTypeClassic
 	}
 	if c.Lanes == 0 {
 		c.Lanes = DefaultLanes
@@ -102,6 +112,9 @@ func (c Config) Validate() error {
 		}
 	}
 	switch {
+	case c.UnroutableQueueType != QueueTypeClassic && c.UnroutableQueueType != QueueTypeQuorum:
+		return fmt.Errorf("%w: the unroutable queue type is %q: choose %s or %s", ErrInvalidConfig,
+			c.UnroutableQueueType, QueueTypeClassic, QueueTypeQuorum)
 	case c.Lanes < 0 || c.Lanes > maxLanes:
 		return fmt.Errorf("%w: lanes is %d: choose between 1 and %d", ErrInvalidConfig, c.Lanes, maxLanes)
 	case c.Window < 0 || c.Window > maxWindow:

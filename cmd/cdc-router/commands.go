@@ -41,6 +41,7 @@ func (p pgFlags) migrations() migrations.Config {
 type brokerFlags struct {
 	amqpURL, exchange, alternate *string
 	noAlternate                  *bool
+	queueType                    *string // of the unroutable queue
 	maxPayload, maxInflight      *int
 	logLevel, logFormat          *string
 }
@@ -51,6 +52,7 @@ func addBrokerFlags(s *settings) brokerFlags {
 		exchange:    s.String("exchange", route.DefaultExchange, "durable topic exchange the events are published to"),
 		alternate:   s.String("alternate-exchange", "", "alternate exchange and queue for unroutable events (default <exchange>.unroutable)"),
 		noAlternate: s.Bool("no-alternate-exchange", false, "declare the exchange without an alternate exchange: an unroutable event is retried (and holds the position) until a binding matches it"),
+		queueType:   s.String("unroutable-queue-type", route.QueueTypeClassic, "type of the unroutable queue: classic, or quorum (replicated, for RabbitMQ clusters)"),
 		maxPayload:  s.Int("max-payload-bytes", 8<<20, "larger payloads are quarantined instead of published (keep it below the broker's max_message_size)"),
 		maxInflight: s.Int("max-inflight-bytes", route.DefaultMaxInflightBytes, "bytes of unconfirmed messages held at most, across all channels (bounds memory)"),
 		logLevel:    s.String("log-level", "info", "debug, info, warn or error"),
@@ -60,7 +62,8 @@ func addBrokerFlags(s *settings) brokerFlags {
 
 func (b brokerFlags) route(connectionName string) route.Config {
 	return route.Config{URL: *b.amqpURL, Exchange: *b.exchange, AlternateExchange: *b.alternate,
-		NoAlternateExchange: *b.noAlternate, ConnectionName: connectionName, MaxInflightBytes: *b.maxInflight}
+		NoAlternateExchange: *b.noAlternate, ConnectionName: connectionName, MaxInflightBytes: *b.maxInflight,
+		UnroutableQueueType: *b.queueType}
 }
 
 func (b brokerFlags) decode(table string) decode.Config {
@@ -122,7 +125,7 @@ func withConn(ctx context.Context, name string, args []string, env func(string) 
 
 func runMigrate(ctx context.Context, args []string, env func(string) string, stdout, stderr io.Writer) error {
 	var withInbox, noAlternate, partitioned *bool
-	var inboxSchema, amqpURL, exchange, alternate, interval *string
+	var inboxSchema, amqpURL, exchange, alternate, interval, queueType *string
 	var ahead *int
 	flags := func(s *settings) {
 		partitioned = s.Bool("partitioned", false, "create the outbox range-partitioned by occurred_at, with a default partition and the partitions "+
@@ -135,6 +138,7 @@ func runMigrate(ctx context.Context, args []string, env func(string) string, std
 		exchange = s.String("exchange", route.DefaultExchange, "exchange to declare with --amqp-url")
 		alternate = s.String("alternate-exchange", "", "alternate exchange and queue to declare with --amqp-url (default <exchange>.unroutable)")
 		noAlternate = s.Bool("no-alternate-exchange", false, "declare the exchange without an alternate exchange, as run does with this flag")
+		queueType = s.String("unroutable-queue-type", route.QueueTypeClassic, "type of the unroutable queue to declare with --amqp-url: classic or quorum, as run does")
 	}
 	return withConn(ctx, "migrate", args, env, stderr, flags, func(conn *pgx.Conn, pg pgFlags) error {
 		mcfg := pg.migrations()
@@ -149,7 +153,7 @@ func runMigrate(ctx context.Context, args []string, env func(string) string, std
 		}
 		if *amqpURL != "" {
 			rcfg := route.Config{URL: *amqpURL, Exchange: *exchange, AlternateExchange: *alternate,
-				NoAlternateExchange: *noAlternate, ConnectionName: "cdc-router migrate"}
+				NoAlternateExchange: *noAlternate, ConnectionName: "cdc-router migrate", UnroutableQueueType: *queueType}
 			if err := amqpTLSFiles(*amqpURL); err != nil {
 				return err
 			}
