@@ -130,9 +130,11 @@ func Run(ctx context.Context, cfg Config, dial Dialer, log *slog.Logger, stats *
 				"at a time, and one refused "+fmt.Sprint(strikesToQuarantine)+" times in a row is quarantined", "lsn", net.until)
 		}
 		wait := withinGrace(backoff/2+rand.N(backoff/2+1), began, started)
-		stats.restarts.Add(1)
+		cause := causeOf(err)
+		stats.restarted(cause)
 		stats.setState(StateRestarting, err)
-		log.Warn("stream stopped; restarting from the acknowledged position", "error", err, "backoff", wait.Round(time.Millisecond))
+		log.Warn("stream stopped; restarting from the acknowledged position", "cause", cause, "error", err,
+			"backoff", wait.Round(time.Millisecond), "lsn", stats.Acknowledged())
 		if !sleep(ctx, wait) {
 			return stopped()
 		}
@@ -200,7 +202,7 @@ func runOnce(ctx context.Context, cfg Config, dial Dialer, log *slog.Logger, sta
 	}
 	pub, err := dial(ctx)
 	if err != nil {
-		return false, err
+		return false, caused(CauseBroker, err)
 	}
 	defer func() {
 		if !stop.closeWithin(pub) {
@@ -223,7 +225,9 @@ func runOnce(ctx context.Context, cfg Config, dial Dialer, log *slog.Logger, sta
 	s := &session{ctx: ctx, stop: stop, cfg: cfg, log: log, conn: conn, sql: sql, store: store, tracker: offsets.NewTracker(start),
 		pub: pub, dec: decode.New(cfg.Decode), sys: sys, stats: stats, lastHeard: time.Now(),
 		silence: silenceLimit(ctx, sql), net: net, quar: quarantine.NewStore(sql, cfg.Schema, cfg.Slot), watch: watch,
-		progress: newProgressLog(log, stats, cfg.ProgressInterval)}
+		progress: newProgressLog(log, stats, cfg.ProgressInterval), flight: newFlight()}
+	stats.flight.Store(s.flight)
+	defer stats.flight.Store(nil)
 	watch.next = time.Now().Add(cfg.PublicationCheckInterval)
 	net.received = 0
 	err = s.stream()

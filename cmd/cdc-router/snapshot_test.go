@@ -140,7 +140,7 @@ func TestSnapshotCrashResumesFromTheLastKey(t *testing.T) {
 	if code != 200 || !strings.Contains(body, `"state":"snapshot"`) || !strings.Contains(body, `"snapshot_rows_total":200000`) {
 		t.Errorf("/readyz during the snapshot: %d %s", code, body)
 	}
-	if _, metrics := get(t, "http://"+addr+"/metrics"); !strings.Contains(metrics, "cdc_router_snapshot_rows_total 200000") {
+	if _, metrics := get(t, "http://"+addr+"/metrics"); !strings.Contains(metrics, "cdc_router_snapshot_rows_expected 200000") {
 		t.Errorf("/metrics during the snapshot:\n%s", metrics)
 	}
 	r.signal(syscall.SIGKILL)
