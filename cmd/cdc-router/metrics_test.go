@@ -202,6 +202,7 @@ func TestMetricsUnderLoad(t *testing.T) {
 			s.series["cdc_router_inflight_events"] == 0
 	})
 	t.Logf("lag back to 0 %v after the stall ended", time.Since(resumed).Round(100*time.Millisecond))
+	t.Logf("the scrape under load, before the stall:\n%s", s.routerLines())
 	c.waitFor(t, w.rows, 60*time.Second)
 	if got := back.value(t, `cdc_router_events_published_total{source="stream"}`); got < float64(len(w.rows)) {
 		// Every row is confirmed once at least (a restart may publish some twice).
