@@ -97,8 +97,9 @@ func handler(s *replication.Stats, gather prometheus.Gatherer, minSafe int64) ht
 	return mux
 }
 
-// serveHTTP serves the endpoints on addr until ctx ends. An address that cannot be bound is an error.
-func serveHTTP(ctx context.Context, addr string, h http.Handler, log *slog.Logger) error {
+// serveHTTP serves h on addr until ctx ends; paths names its endpoints in the log line. An address that
+// cannot be bound is an error.
+func serveHTTP(ctx context.Context, addr string, h http.Handler, paths string, log *slog.Logger) error {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return fmt.Errorf("--http-addr %s: %w", addr, err)
@@ -115,6 +116,6 @@ func serveHTTP(ctx context.Context, addr string, h http.Handler, log *slog.Logge
 			log.Error("http endpoint stopped", "error", err)
 		}
 	}()
-	log.Info("serving /healthz, /readyz and /metrics", "addr", ln.Addr().String())
+	log.Info("serving "+paths, "addr", ln.Addr().String())
 	return nil
 }

@@ -3,6 +3,8 @@ package main
 import (
 	"bufio"
 	"encoding/json"
+	"io"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -390,4 +392,65 @@ func TestReadyzFailsNearSlotInvalidation(t *testing.T) {
 		r.signal(syscall.SIGTERM)
 		r.wait(30 * time.Second)
 	}
+}
+
+// TestBackfillMetrics: a backfill with --http-addr counts the rows the broker confirmed as
+// cdc_router_events_published_total{source="backfill"} while it runs, next to the broker's metrics, and
+// its scrape passes promtool check metrics.
+func TestBackfillMetrics(t *testing.T) {
+	promtool := testenv.Promtool(t)
+	e := newStreamEnv(t)
+	w := newWriter(t, e.pgURL, 10)
+	w.prefill(200, "")
+	addr := freeAddr(t)
+	cmd := exec.Command(binary(t, e.tags), "backfill", "--where", "true", "--rate", "40", "--exchange", e.exchange,
+		"--http-addr", addr)
+	cmd.Env = append(os.Environ(), "CDC_ROUTER_PG_URL="+e.pgURL, "CDC_ROUTER_AMQP_URL="+e.amqpURL)
+	var out strings.Builder
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	t.Cleanup(func() { cmd.Process.Kill(); <-done })
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		if code, body := getQuiet("http://" + addr + "/metrics"); code == 200 &&
+			regexp.MustCompile(`cdc_router_events_published_total\{source="backfill"\} [1-9]`).MatchString(body) {
+			if !strings.Contains(body, "cdc_router_confirm_round_trip_seconds_count") || !strings.Contains(body, "cdc_router_build_info") {
+				t.Errorf("the backfill's scrape lacks the broker or build metrics:\n%s", body)
+			}
+			check := exec.Command(promtool, "check", "metrics")
+			check.Stdin = strings.NewReader(body)
+			if msg, err := check.CombinedOutput(); err != nil {
+				t.Errorf("promtool check metrics on the backfill's /metrics: %v\n%s", err, msg)
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the backfill's /metrics never counted a published row within 20 s; output:\n%s", out.String())
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	select {
+	case err := <-done:
+		done <- err
+		if err != nil {
+			t.Fatalf("backfill: %v\n%s", err, out.String())
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatalf("backfill of 200 rows at 40 rows/s did not finish in 30 s:\n%s", out.String())
+	}
+}
+
+// getQuiet is GET without failing the test on a connection error (the server may not listen yet).
+func getQuiet(url string) (int, string) {
+	resp, err := http.Get(url)
+	if err != nil {
+		return 0, ""
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
 }
