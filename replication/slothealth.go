@@ -56,7 +56,7 @@ type slotWatch struct {
 
 // due reads the health when the interval has passed.
 func (w *slotWatch) due(s *session) {
-	if time.Now().Before(w.next) {
+	if time.Now().Before(w.next) || s.ctx.Err() != nil { // no reads once the stop is requested: it is bounded
 		return
 	}
 	w.next = time.Now().Add(SlotHealthInterval)

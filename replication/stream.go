@@ -373,6 +373,7 @@ func (s *session) waited() error {
 		s.drain()
 		return errAbandoned
 	}
+	s.progress.due() // a stalled broker is when the progress line matters
 	return s.status(false)
 }
 

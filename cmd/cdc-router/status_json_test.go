@@ -19,7 +19,7 @@ import (
 func TestStatusJSON(t *testing.T) {
 	e := newStreamEnv(t)
 	c := e.consume(e.queue)
-	e.startStreaming()
+	r := e.startStreaming("--http-addr", freeAddr(t))
 	w := newWriter(t, e.pgURL, 5)
 	w.write(20, 5, 0)
 	c.waitFor(t, w.rows, 30*time.Second)
@@ -73,6 +73,10 @@ func TestStatusJSON(t *testing.T) {
 		if !strings.Contains(string(ops), "`"+k+"`") {
 			t.Errorf("status --json key %s is not documented in docs/operations.md", k)
 		}
+	}
+
+	if strings.Contains(r.Output(), "could not read the slot's health") {
+		t.Errorf("the slot health read failed without max_slot_wal_keep_size:\n%s", tail(r.Output(), 20))
 	}
 
 	text, _ := e.cli("status", "--slot", e.slot)
