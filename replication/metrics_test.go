@@ -196,3 +196,17 @@ cdc_router_slot_safe_wal_size_bytes 5.24288e+06
 		t.Errorf("a standby exports %d wal_status series, want none", n)
 	}
 }
+
+// BenchmarkConfirmBookkeeping is what the metrics add to each streamed event: the in-flight record at
+// hand-over, and at the confirm the counter, the commit-to-confirm observation and the in-flight removal.
+func BenchmarkConfirmBookkeeping(b *testing.B) {
+	s := &Stats{}
+	f := newFlight()
+	committed := time.Now()
+	b.ReportAllocs()
+	for b.Loop() {
+		seq := f.add(time.Now())
+		s.confirmed(committed)
+		f.done(seq)
+	}
+}

@@ -220,8 +220,12 @@ func runOnce(ctx context.Context, cfg Config, dial Dialer, log *slog.Logger, sta
 		return false, startError(err, cfg)
 	}
 	*started = true
+	prev, _, _ := stats.State()
 	stats.setState(StateStreaming, nil)
-	log.Info("streaming", "lsn", start, "publication", cfg.Publication, "system_id", sys.SystemID, "timeline", sys.Timeline)
+	// previous says what this start follows: starting (the process's first), restarting (after a failure),
+	// standby (this router took the slot over) or snapshot (the initial snapshot is done).
+	log.Info("streaming", "lsn", start, "previous", prev, "publication", cfg.Publication, "system_id", sys.SystemID,
+		"timeline", sys.Timeline)
 	s := &session{ctx: ctx, stop: stop, cfg: cfg, log: log, conn: conn, sql: sql, store: store, tracker: offsets.NewTracker(start),
 		pub: pub, dec: decode.New(cfg.Decode), sys: sys, stats: stats, lastHeard: time.Now(),
 		silence: silenceLimit(ctx, sql), net: net, quar: quarantine.NewStore(sql, cfg.Schema, cfg.Slot), watch: watch,
