@@ -96,6 +96,10 @@ func TestMetrics(t *testing.T) {
 	r = b.dial(cfg)
 	p.Pause()
 	publishAll(t, r, c, event("stall", "1", 1), event("stall", "2", 2))
+	r.blocked.Store(true) // as the connection's watcher does on connection.blocked (a broker-wide alarm to provoke)
+	if v := gauge("cdc_router_broker_blocked"); v != 1 {
+		t.Errorf("cdc_router_broker_blocked = %v while blocked, want 1", v)
+	}
 	if v := gauge("cdc_router_inflight_events"); v != 2 {
 		t.Errorf("cdc_router_inflight_events = %v while the connection stalls, want 2", v)
 	}
