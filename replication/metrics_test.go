@@ -11,6 +11,8 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/cdc-router/cdc-router/offsets"
 )
 
 // TestLagFollowsTheOldestUnacknowledgedCommit: the lag in time is the age of the commit of the oldest
@@ -208,5 +210,34 @@ func BenchmarkConfirmBookkeeping(b *testing.B) {
 		seq := f.add(time.Now())
 		s.confirmed(committed)
 		f.done(seq)
+	}
+}
+
+// TestLagGoesOnThroughARestart: a session that ends with a transaction unacknowledged hands its commit time
+// to the next session when that one starts from the same position, so the lag does not drop to 0 while
+// the transaction is read again; the re-read transaction's commit closes it. A session that starts
+// elsewhere (another router moved the slot) starts with no lag.
+func TestLagGoesOnThroughARestart(t *testing.T) {
+	stats := &Stats{}
+	old := time.Now().Add(-time.Minute)
+	first := &session{stats: stats, pending: []pendingTxn{{end: 200, committed: old}, {committed: time.Now()}}, sent: 100}
+	stats.oldestPending.Store(old.UnixNano())
+	stats.carry(first.pending, first.sent)
+
+	next := &session{stats: stats, pending: stats.takeCarried(100), tracker: offsets.NewTracker(100)}
+	next.cur = next.tracker.Begin()
+	next.acknowledged(100) // the new session's first status update, before anything is read again
+	if lag := stats.Lag(); lag < time.Minute {
+		t.Fatalf("lag %v right after the restart, want the old transaction's minute", lag)
+	}
+	next.Commit(150, 200) // the same transaction read again
+	next.acknowledged(200)
+	if lag := stats.Lag(); lag != 0 {
+		t.Errorf("lag %v once the re-read transaction is acknowledged, want 0", lag)
+	}
+
+	stats.carry([]pendingTxn{{committed: old}}, 300)
+	if c := stats.takeCarried(400); c != nil {
+		t.Errorf("a session starting at another position got %v", c)
 	}
 }

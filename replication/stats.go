@@ -60,6 +60,8 @@ type Stats struct {
 	walEnd        atomic.Uint64          // the server's WAL end, from the last keepalive or XLogData
 	oldestPending atomic.Int64           // commit time (Unix ns) of the oldest received, unacknowledged transaction; 0 if none
 	flight        atomic.Pointer[flight] // the running session's unconfirmed events
+	carried       []pendingTxn           // the oldest unacknowledged transaction of the last session, for the next
+	carriedFrom   cdc.LSN                // the acknowledged position the last session ended at
 	histOnce      sync.Once
 	commitConfirm prometheus.Histogram
 
@@ -210,6 +212,28 @@ func (s *Stats) histogram() prometheus.Histogram {
 			Buckets: prometheus.ExponentialBuckets(0.001, 2, 18)})
 	})
 	return s.commitConfirm
+}
+
+// carry keeps, when a session ends at the acknowledged position acked, its oldest unacknowledged
+// transaction for the next session, as an open entry: a session that starts from that same position reads
+// that transaction again as the first one with events, and its commit closes the entry as usual. So the lag
+// goes on growing through a restart instead of reading 0 until the transaction is received again. A
+// session that starts elsewhere (another router advanced the slot meanwhile) gets nothing. Only the
+// stream's goroutine calls carry and takeCarried.
+func (s *Stats) carry(pending []pendingTxn, acked cdc.LSN) {
+	s.carried, s.carriedFrom = nil, acked
+	if len(pending) > 0 {
+		s.carried = []pendingTxn{{committed: pending[0].committed}}
+	}
+}
+
+func (s *Stats) takeCarried(start cdc.LSN) []pendingTxn {
+	c := s.carried
+	s.carried = nil
+	if start != s.carriedFrom {
+		return nil
+	}
+	return c
 }
 
 // confirmed counts one streamed event the broker confirmed.

@@ -114,7 +114,7 @@ func TestMetricsUnderLoad(t *testing.T) {
 	c := e.consume(e.queue)
 	p := testenv.NewProxy(t, strings.TrimSuffix(e.amqpURL[strings.Index(e.amqpURL, "@")+1:], "/"))
 	addr := freeAddr(t)
-	r := e.start("amqp://guest:guest@"+p.Addr+"/", "--http-addr", addr, "--progress-interval", "2s")
+	r := e.start("amqp://guest:guest@"+p.Addr+"/", "--http-addr", addr, "--progress-interval", "2s", "--confirm-timeout", "6s")
 	r.waitLog("msg=streaming ", 30*time.Second)
 
 	w := newWriter(t, e.pgURL, 20)
@@ -213,6 +213,37 @@ func TestMetricsUnderLoad(t *testing.T) {
 	if lb := back.value(t, "cdc_router_replication_lag_bytes"); lb > 1<<20 {
 		t.Errorf("cdc_router_replication_lag_bytes = %v once caught up", lb)
 	}
+
+	// A stall longer than --confirm-timeout: the stream restarts (cause broker), and the lag goes on growing
+	// while the router restarts (its new broker connection hangs in the stalled proxy until the stall ends).
+	// That a new session does not read 0 until it has read the transactions again is TestLagGoesOnThroughARestart's.
+	p.Pause()
+	w.write(30, 3, 0)
+	waitMetric(t, addr, "lag at 1 s or more in the second stall", 30*time.Second, func(s scrape) bool {
+		return s.series["cdc_router_replication_lag_seconds"] >= 1
+	})
+	zeroes, scrapes := 0, 0
+	for end := time.Now().Add(12 * time.Second); time.Now().Before(end); time.Sleep(250 * time.Millisecond) {
+		scrapes++
+		if scrapeMetrics(t, addr).series["cdc_router_replication_lag_seconds"] == 0 {
+			zeroes++
+		}
+	}
+	long := scrapeMetrics(t, addr)
+	restarts, lag := long.value(t, `cdc_router_stream_restarts_total{cause="broker"}`), long.value(t, "cdc_router_replication_lag_seconds")
+	t.Logf("a 13 s stall with --confirm-timeout 6s: %v restarts (broker), lag %.1f s, %d of %d scrapes with lag 0", restarts, lag, zeroes, scrapes)
+	if restarts < 1 {
+		t.Errorf("no stream restart with cause broker after a stall longer than --confirm-timeout:\n%s", long.routerLines())
+	}
+	if zeroes > 0 || lag < 10 {
+		t.Errorf("the lag fell to 0 in %d of %d scrapes during the stall, or ended at %.1f s (want above 10 s)", zeroes, scrapes, lag)
+	}
+	p.Resume()
+	waitMetric(t, addr, "lag and in-flight events back to 0 after the restart", 90*time.Second, func(s scrape) bool {
+		return s.series["cdc_router_replication_lag_seconds"] == 0 && s.series["cdc_router_inflight_events"] == 0 &&
+			s.series[`cdc_router_state{state="streaming"}`] == 1
+	})
+	c.waitFor(t, w.rows, 60*time.Second)
 	if !regexp.MustCompile(`msg=progress .*published=0 .*lag=[1-9][0-9.]*s `).MatchString(r.Output()) {
 		t.Errorf("no progress line showed the stall (published=0 with a lag):\n%s", tail(r.Output(), 30))
 	}
