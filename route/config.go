@@ -56,6 +56,9 @@ type Config struct {
 	// more event would go over it, except that an event is always taken when nothing else is in flight, so
 	// an event larger than the bound goes through alone. Default DefaultMaxInflightBytes (64 MiB).
 	MaxInflightBytes int
+	// Metrics, when set, receives the Router's nacks, returns and confirm round trips and reads its
+	// in-flight events and bytes and its blocked state at scrape time (NewMetrics). Nil records nothing.
+	Metrics *Metrics
 }
 
 // withDefaults returns c with every zero field set to its default.

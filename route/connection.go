@@ -107,6 +107,7 @@ func (r *Router) watch() {
 					blocked = nil
 					continue
 				}
+				r.blocked.Store(b.Active)
 				if b.Active {
 					r.log.Warn("RabbitMQ blocked the connection", slog.String("exchange", r.cfg.Exchange), slog.String("reason", b.Reason))
 				} else {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
@@ -42,6 +43,8 @@ type Router struct {
 	frameMax int          // the connection's negotiated frame_max (RabbitMQ's default when it set none)
 	bytes    *budget      // Config.MaxInflightBytes
 	admit    sync.RWMutex // read-held by Publish while it enqueues; a lane write-locks it once to stop enqueues after failure
+
+	blocked atomic.Bool // RabbitMQ blocks the connection (connection.blocked), for Metrics
 
 	unchecked bool // test hook: publish what the checks would refuse, to provoke the broker's own refusal
 
@@ -102,6 +105,7 @@ func open(cfg Config, logger *slog.Logger, uri amqp.URI, conn *amqp.Connection, 
 		r.frameMax = defaultFrameMax
 	}
 	close(r.idle)
+	cfg.Metrics.opened(r)
 	for i := range cfg.Lanes {
 		l, err := openLane(r, i)
 		if err != nil {
@@ -225,6 +229,7 @@ func (r *Router) Drain(ctx context.Context) error {
 func (r *Router) Close() error {
 	r.closeOnce.Do(func() {
 		r.fail(ErrClosed, -1, "")
+		r.cfg.Metrics.closed(r)
 		r.closeErr = closeConnection(r.conn, r.sock)
 		done := make(chan struct{})
 		go func() { r.wg.Wait(); close(done) }()

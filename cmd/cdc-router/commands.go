@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -174,10 +175,19 @@ func runMigrate(ctx context.Context, args []string, env func(string) string, std
 }
 
 func runStatus(ctx context.Context, args []string, env func(string) string, stdout, stderr io.Writer) error {
-	return withConn(ctx, "status", args, env, stderr, nil, func(conn *pgx.Conn, pg pgFlags) error {
+	var asJSON *bool
+	flags := func(s *settings) {
+		asJSON = s.Bool("json", false, "print the report as one JSON object (the stable schema in docs/operations.md) instead of text")
+	}
+	return withConn(ctx, "status", args, env, stderr, flags, func(conn *pgx.Conn, pg pgFlags) error {
 		r, err := replication.Status(ctx, conn, *pg.slot, *pg.schema)
 		if err != nil {
 			return err
+		}
+		if *asJSON {
+			enc := json.NewEncoder(stdout)
+			enc.SetIndent("", "  ")
+			return enc.Encode(r)
 		}
 		fmt.Fprint(stdout, r)
 		return nil
@@ -208,6 +218,7 @@ func runRun(ctx context.Context, args []string, env func(string) string, stdout,
 	httpAddr := s.String("http-addr", "", "serve /healthz, /readyz and /metrics on this address, e.g. :8080 (off when empty)")
 	progress := s.Duration("progress-interval", replication.DefaultProgressInterval, "how often to log, at info level, how many events were published and quarantined since the last such line (nothing when nothing moved)")
 	pubCheck := s.Duration("publication-check-interval", replication.DefaultPublicationCheckInterval, "how often to re-check that the publication still carries the outbox table's inserts")
+	minSafeWAL := s.Int("min-safe-wal-bytes", 0, "/readyz fails while the slot's safe_wal_size (WAL left before PostgreSQL invalidates it) is below this many bytes; 0: a tenth of max_slot_wal_keep_size; -1: off")
 	onDrift := s.String("on-drift", "refuse", "when the outbox table's shape changes under the stream, or another table's rows arrive: refuse (stop before the first affected row) or quarantine (quarantine those rows and go on)")
 	if err := parse(s, args); err != nil {
 		return err
@@ -221,8 +232,12 @@ func runRun(ctx context.Context, args []string, env func(string) string, stdout,
 	}
 	broker.limitMemory(env)
 	stats := &replication.Stats{}
+	reg, routeMetrics, err := newRegistry(stats)
+	if err != nil {
+		return err
+	}
 	if *httpAddr != "" {
-		if err := serveHTTP(ctx, *httpAddr, stats, log); err != nil {
+		if err := serveHTTP(ctx, *httpAddr, handler(stats, reg, int64(*minSafeWAL)), "/healthz, /readyz and /metrics", log); err != nil {
 			return usageError{err}
 		}
 	}
@@ -240,6 +255,7 @@ func runRun(ctx context.Context, args []string, env func(string) string, stdout,
 	}
 	rcfg := broker.route("cdc-router")
 	rcfg.Lanes, rcfg.Window, rcfg.ConfirmTimeout = *lanes, *window, *confirmTimeout
+	rcfg.Metrics = routeMetrics
 	if err := rcfg.Validate(); err != nil {
 		return usageError{err}
 	}
