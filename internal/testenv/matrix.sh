@@ -4,7 +4,7 @@
 # (both cached in ${CDC_ROUTER_CACHE:-/var/cache/cdc-router}, so only the first run fetches).
 #
 #   matrix.sh core   the core end-to-end tests (kill/restart, SIGTERM, broker cut, snapshot boundary,
-#                    refusals, quorum queues) on PostgreSQL 14, 17 and 18, each against RabbitMQ 4.0;
+#                    refusals, quorum queues, partitioned outbox) on PostgreSQL 14, 17 and 18, each against RabbitMQ 4.0;
 #                    what CI runs after `make test` (`make test-matrix`), about 8 minutes here
 #   matrix.sh full   the whole cmd/cdc-router suite on PostgreSQL 14, 15, 16, 17 and 18 with the machine's
 #                    RabbitMQ, then the whole suite on RabbitMQ 4.0 (`make test-versions`), over an hour
@@ -26,6 +26,7 @@ groups=(
   "snapshot boundary=TestInitialSnapshotHasNoGapAndNoOverlap|TestSIGTERMDuringTheSnapshot"
   "refusals=TestSlotDroppedWhileStoppedIsRefused|TestPositionFromAnotherClusterIsRefused|TestResetAfterRefusalStartsOver|TestUnroutableEventIsParked|TestUnroutableQueueOfTheOtherTypeIsRefused|TestDroppedPublicationIsRefused"
   "stream, quorum queues=TestEveryEventArrivesInOrderWithItsProperties|TestQuorumQueueConsumerGetsEveryEvent"
+  "partitioned outbox=TestPartitionedInitialSnapshotAndStream|TestPartitionedAttachAndDropWhileStreaming|TestPartitionedPublicationWithoutViaRootIsRefused"
 )
 core_regex() {
   local all=() g
