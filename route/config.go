@@ -25,7 +25,10 @@ const (
 
 // Config configures a Router. The zero value of every field but URL means its default.
 type Config struct {
-	// URL is the AMQP URL, amqp://user:password@host:5672/vhost (required). It is never logged.
+	// URL is the AMQP URL, amqp://user:password@host:5672/vhost (required), or several, separated by
+	// commas, for the nodes of a RabbitMQ cluster: amqp://u:p@node1:5672/,amqp://u:p@node2:5672/. They are
+	// tried in order, and a Dialer starts each new connection with the address after the last one used
+	// (see SplitURLs and Dialer). Only host:port of an address is ever logged.
 	URL string
 	// Exchange is the durable topic exchange the events are published to; default "outbox".
 	Exchange string
@@ -84,10 +87,7 @@ func (c Config) withDefaults() Config {
 // names the fix. It never includes the password of the URL.
 func (c Config) Validate() error {
 	c = c.withDefaults()
-	if strings.TrimSpace(c.URL) == "" {
-		return fmt.Errorf("%w: the AMQP URL is empty: set it, e.g. amqp://user:password@host:5672/vhost", ErrInvalidConfig)
-	}
-	if _, err := parseURL(c.URL); err != nil {
+	if _, err := parseAddresses(c.URL); err != nil {
 		return err
 	}
 	if err := checkName("exchange", c.Exchange); err != nil {

@@ -47,7 +47,7 @@ type brokerFlags struct {
 
 func addBrokerFlags(s *settings) brokerFlags {
 	return brokerFlags{
-		amqpURL:     s.String("amqp-url", "amqp://guest:guest@localhost:5672/", "RabbitMQ URL, amqp://user:password@host:5672/vhost"),
+		amqpURL:     s.List("amqp-url", "amqp://guest:guest@localhost:5672/", "RabbitMQ URL, amqp://user:password@host:5672/vhost; for a cluster several, comma-separated or the flag repeated, tried in order (a lost node is tried last)"),
 		exchange:    s.String("exchange", route.DefaultExchange, "durable topic exchange the events are published to"),
 		alternate:   s.String("alternate-exchange", "", "alternate exchange and queue for unroutable events (default <exchange>.unroutable)"),
 		noAlternate: s.Bool("no-alternate-exchange", false, "declare the exchange without an alternate exchange: an unroutable event is retried (and holds the position) until a binding matches it"),
@@ -126,7 +126,7 @@ func runMigrate(ctx context.Context, args []string, env func(string) string, std
 	flags := func(s *settings) {
 		withInbox = s.Bool("inbox", false, "also create the consumer-side inbox tables (package inbox) in this database")
 		inboxSchema = s.String("inbox-schema", inbox.DefaultSchema, "schema of the inbox tables")
-		amqpURL = s.String("amqp-url", "", "also declare the exchange (and the alternate exchange and its queue) in RabbitMQ, as run does, so consumers can bind before the first run")
+		amqpURL = s.List("amqp-url", "", "also declare the exchange (and the alternate exchange and its queue) in RabbitMQ, as run does, so consumers can bind before the first run")
 		exchange = s.String("exchange", route.DefaultExchange, "exchange to declare with --amqp-url")
 		alternate = s.String("alternate-exchange", "", "alternate exchange and queue to declare with --amqp-url (default <exchange>.unroutable)")
 		noAlternate = s.Bool("no-alternate-exchange", false, "declare the exchange without an alternate exchange, as run does with this flag")
@@ -234,8 +234,9 @@ func runRun(ctx context.Context, args []string, env func(string) string, stdout,
 	cfg.Decode.OnDrift = *onDrift
 	cfg.PublicationCheckInterval = *pubCheck
 	cfg.ProgressInterval = *progress
+	dialer := route.NewDialer(rcfg, log)
 	dial := func(ctx context.Context) (replication.Publisher, error) {
-		r, err := route.Dial(ctx, rcfg, log)
+		r, err := dialer.Dial(ctx)
 		if err != nil {
 			return nil, brokerError(err)
 		}
