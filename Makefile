@@ -6,7 +6,7 @@ PKGS      := ./...
 # package's publishers, and the machine has two cores.
 TESTFLAGS ?= -race -p 1 -count=1 -timeout 25m
 
-.PHONY: build test test-short lint fuzz bench bench-e2e demo services clean
+.PHONY: build test test-short test-cluster lint fuzz bench bench-e2e demo services clean
 
 build:
 	$(GO) build -o bin/cdc-router ./cmd/cdc-router
@@ -40,3 +40,9 @@ demo: services build
 
 clean:
 	rm -rf bin
+
+# The RabbitMQ cluster tests (build tag cluster): a 3-node cluster beside the system broker, a quorum queue,
+# and a node stopped, the queue leader's node stopped, a node killed (about 2.5 minutes, 3 x 130 MB of RAM).
+# Run before each release; not part of `make test` (see docs/scaling.md).
+test-cluster: services
+	$(GO) test $(TESTFLAGS) -tags cluster -run '^TestCluster' -v ./cmd/cdc-router/

@@ -24,7 +24,11 @@ func declare(conn *amqp.Connection, cfg Config, uri amqp.URI) error {
 		if err := ch.ExchangeDeclare(ae, amqp.ExchangeFanout, true, false, false, false, nil); err != nil {
 			return fail("exchange", ae, err)
 		}
-		if _, err := ch.QueueDeclare(ae, true, false, false, false, nil); err != nil {
+		var qargs amqp.Table // a classic queue is declared without arguments, as before the type was a setting
+		if cfg.AlternateQueueType == QueueQuorum {
+			qargs = amqp.Table{"x-queue-type": QueueQuorum}
+		}
+		if _, err := ch.QueueDeclare(ae, true, false, false, false, qargs); err != nil {
 			return fail("queue", ae, err)
 		}
 		if err := ch.QueueBind(ae, "", ae, false, nil); err != nil {
