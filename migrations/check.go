@@ -48,6 +48,9 @@ func Check(ctx context.Context, conn *pgx.Conn, cfg Config) error {
 	if err := checkPublication(ctx, conn, cfg); err != nil {
 		return err
 	}
+	if err := checkShard(ctx, conn, cfg); err != nil {
+		return err
+	}
 	tables, err := checkRouterSchema(ctx, conn, cfg)
 	if err != nil {
 		return err

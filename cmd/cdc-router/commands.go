@@ -125,8 +125,10 @@ func withConn(ctx context.Context, name string, args []string, env func(string) 
 
 func runMigrate(ctx context.Context, args []string, env func(string) string, stdout, stderr io.Writer) error {
 	var withInbox, noAlternate *bool
+	var shards *int
 	var inboxSchema, amqpURL, exchange, alternate, alternateQueueType *string
 	flags := func(s *settings) {
+		shards = s.Int("shards", 0, "also create the publications of this many shards (PostgreSQL 15+), <publication>_shard_<i>_of_<N>, each with a row filter on a hash of the aggregate; run each shard's router with --shard i/N")
 		withInbox = s.Bool("inbox", false, "also create the consumer-side inbox tables (package inbox) in this database")
 		inboxSchema = s.String("inbox-schema", inbox.DefaultSchema, "schema of the inbox tables")
 		amqpURL = s.List("amqp-url", "", "also declare the exchange (and the alternate exchange and its queue) in RabbitMQ, as run does, so consumers can bind before the first run")
@@ -140,6 +142,13 @@ func runMigrate(ctx context.Context, args []string, env func(string) string, std
 			return err
 		}
 		fmt.Fprintf(stdout, "migrated: table %s, publication %s, schema %s\n", *pg.table, *pg.publication, *pg.schema)
+		if *shards != 0 {
+			if err := migrations.ApplyShards(ctx, conn, pg.migrations(), *shards); err != nil {
+				return err
+			}
+			fmt.Fprintf(stdout, "migrated: publications %s to %s; run each router with --shard i/%d\n",
+				migrations.ShardPublication(*pg.publication, 0, *shards), migrations.ShardPublication(*pg.publication, *shards-1, *shards), *shards)
+		}
 		if *amqpURL != "" {
 			rcfg := route.Config{URL: *amqpURL, Exchange: *exchange, AlternateExchange: *alternate,
 				NoAlternateExchange: *noAlternate, ConnectionName: "cdc-router migrate", AlternateQueueType: *alternateQueueType}
@@ -197,12 +206,20 @@ func runRun(ctx context.Context, args []string, env func(string) string, stdout,
 	httpAddr := s.String("http-addr", "", "serve /healthz, /readyz and /metrics on this address, e.g. :8080 (off when empty)")
 	progress := s.Duration("progress-interval", replication.DefaultProgressInterval, "how often to log, at info level, how many events were published and quarantined since the last such line (nothing when nothing moved)")
 	pubCheck := s.Duration("publication-check-interval", replication.DefaultPublicationCheckInterval, "how often to re-check that the publication still carries the outbox table's inserts")
+	shard := s.String("shard", "", "i/N: run as shard i (0 to N-1) of N, with the publication <publication>_shard_i_of_N that `migrate --shards N` created and the slot <slot>_shard_i_of_N (PostgreSQL 15+)")
 	onDrift := s.String("on-drift", "refuse", "when the outbox table's shape changes under the stream, or another table's rows arrive: refuse (stop before the first affected row) or quarantine (quarantine those rows and go on)")
 	if err := parse(s, args); err != nil {
 		return err
 	}
 	if err := requireURL(pg); err != nil {
 		return err
+	}
+	if *shard != "" {
+		i, n, err := migrations.ParseShard(*shard)
+		if err != nil {
+			return usageError{err}
+		}
+		*pg.publication, *pg.slot = migrations.ShardPublication(*pg.publication, i, n), migrations.ShardSlot(*pg.slot, i, n)
 	}
 	log, err := broker.logger(stderr)
 	if err != nil {
@@ -249,6 +266,6 @@ func runRun(ctx context.Context, args []string, env func(string) string, stdout,
 	if err := cfg.WithDefaults().Validate(); err != nil {
 		return usageError{err}
 	}
-	log.Info("starting", "version", version, "exchange", *broker.exchange, "table", *pg.table)
+	log.Info("starting", "version", version, "exchange", *broker.exchange, "table", *pg.table, "publication", *pg.publication, "slot", *pg.slot)
 	return replication.Run(ctx, cfg, dial, log, stats)
 }
