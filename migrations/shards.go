@@ -39,8 +39,8 @@ func ShardSlot(base string, i, n int) string { return fmt.Sprintf("%s_shard_%d_o
 
 var shardName = regexp.MustCompile(`_shard_(\d+)_of_(\d+)$`)
 
-// shardOf is the shard a publication name says it is for; ok is false for a name of no shard.
-func shardOf(publication string) (i, n int, ok bool) {
+// ShardOf is the shard a publication name says it is for; ok is false for a name of no shard.
+func ShardOf(publication string) (i, n int, ok bool) {
 	m := shardName.FindStringSubmatch(publication)
 	if m == nil {
 		return 0, 0, false
@@ -119,7 +119,7 @@ func needRowFilters(ctx context.Context, conn *pgx.Conn, what, flag string) erro
 // carry a shard's filter, since an unsharded router would then publish one shard's events only. The
 // filter is compared by its results on sample keys, not by its text, which PostgreSQL rewrites.
 func checkShard(ctx context.Context, conn *pgx.Conn, cfg Config) error {
-	i, n, sharded := shardOf(cfg.Publication)
+	i, n, sharded := ShardOf(cfg.Publication)
 	if sharded {
 		if err := needRowFilters(ctx, conn, fmt.Sprintf("--shard %d/%d", i, n), "--shard"); err != nil {
 			return err

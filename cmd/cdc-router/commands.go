@@ -220,6 +220,10 @@ func runRun(ctx context.Context, args []string, env func(string) string, stdout,
 			return usageError{err}
 		}
 		*pg.publication, *pg.slot = migrations.ShardPublication(*pg.publication, i, n), migrations.ShardSlot(*pg.slot, i, n)
+	} else if i, n, ok := migrations.ShardOf(*pg.publication); ok {
+		return usageError{fmt.Errorf("--publication %s is the publication of shard %d of %d, and without --shard this router "+
+			"would publish only that shard's events: run with --shard %d/%d and --publication set to the base name "+
+			"(the default cdc_router_outbox), or point --publication at the unfiltered publication", *pg.publication, i, n, i, n)}
 	}
 	log, err := broker.logger(stderr)
 	if err != nil {
