@@ -6,7 +6,7 @@ PKGS      := ./...
 # package's publishers, and the machine has two cores.
 TESTFLAGS ?= -race -p 1 -count=1 -timeout 25m
 
-.PHONY: build test test-short test-cluster lint fuzz bench bench-e2e demo services clean
+.PHONY: build test test-short test-cluster bench-shards lint fuzz bench bench-e2e demo services clean
 
 build:
 	$(GO) build -o bin/cdc-router ./cmd/cdc-router
@@ -31,6 +31,10 @@ fuzz:
 
 bench:
 	$(GO) test -run='^$$' -bench=. -benchmem -count=5 ./decode/ ./offsets/ ./route/
+
+# N = 1, 2, 4 sharded routers draining the same events: events/s and PostgreSQL CPU per event (docs/scaling.md).
+bench-shards: services
+	$(GO) test -run='^$$' -bench=Shards -benchtime=1x -count=3 -timeout 20m ./cmd/cdc-router/
 
 bench-e2e: services
 	$(GO) test -run='^$$' -bench=EndToEnd -benchtime=1x -count=3 -timeout 20m ./cmd/cdc-router/
