@@ -18,6 +18,7 @@ test: services
 	$(GO) vet $(PKGS)
 	@test -z "$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go'))" || { echo "gofmt needed:"; gofmt -l .; exit 1; }
 	$(GO) test $(TESTFLAGS) $(PKGS)
+	cd deploy/kubernetes && $(GO) vet ./... && $(GO) test -count=1 ./...
 
 lint:
 	$(GO) vet $(PKGS)
