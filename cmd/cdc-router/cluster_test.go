@@ -360,6 +360,11 @@ func clusterFault(t *testing.T, cl *rabbitCluster, tc clusterCase) {
 	}
 	checkOrder(t, got)
 	checkDuplicatesUnacknowledged(t, got, r.Output()[logBefore:], restarts)
+	for _, line := range strings.Split(r.Output()[logBefore:], "\n") {
+		if _, reason, ok := strings.Cut(line, `msg="stream stopped; restarting from the acknowledged position"`); ok {
+			t.Logf("restart:%.300s", reason)
+		}
+	}
 	if tc.routerMustLoseItsBroker {
 		if restarts < 1 {
 			t.Errorf("the router did not restart after losing its node")
