@@ -14,9 +14,10 @@ import (
 // Sharding splits the outbox between N routers, each with its own slot and its own publication, whose row
 // filter (PostgreSQL 15+) keeps the inserts of one shard: every aggregate (aggregate_type, aggregate_id)
 // belongs to exactly one shard, so its events go through one router, in order. The shard of a row is
-// ShardKey modulo N: hashtextextended is PostgreSQL's own hash for hash partitioning (immutable, as a
-// row filter requires, and stable across major versions and platforms because partitioned tables rely
-// on it); the mask keeps the hash non-negative without abs(), which fails on the smallest bigint.
+// shardKey modulo N: hashtextextended is PostgreSQL's own hash for hash partitioning (immutable, as a
+// row filter requires, the same in every walsender of a server and kept by pg_upgrade, since hash-partitioned
+// tables rely on it); the mask keeps the hash non-negative without abs(), which fails on the smallest bigint.
+// The initial snapshot of a shard's router reads the table under the same predicate (ShardSnapshotWhere).
 
 // MaxShards bounds N: each shard is a walsender that decodes all of the WAL.
 const MaxShards = 64
@@ -27,6 +28,15 @@ const shardKey = `(hashtextextended(aggregate_type || ':' || aggregate_id, 0) & 
 // ShardFilter is the row filter of shard i of n.
 func ShardFilter(i, n int) string {
 	return fmt.Sprintf("(%s %% %d) = %d", shardKey, n, i)
+}
+
+// ShardSnapshotWhere is the predicate of shard i of n's initial snapshot: the shard's row filter, and
+// where (the user's --snapshot-where) as well when it is set.
+func ShardSnapshotWhere(where string, i, n int) string {
+	if strings.TrimSpace(where) == "" {
+		return ShardFilter(i, n)
+	}
+	return "(" + where + ") AND " + ShardFilter(i, n)
 }
 
 // ShardPublication is the publication of shard i of n: base_shard_<i>_of_<n>.

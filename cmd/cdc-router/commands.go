@@ -220,6 +220,8 @@ func runRun(ctx context.Context, args []string, env func(string) string, stdout,
 			return usageError{err}
 		}
 		*pg.publication, *pg.slot = migrations.ShardPublication(*pg.publication, i, n), migrations.ShardSlot(*pg.slot, i, n)
+		// The initial snapshot reads the table, not the publication: it takes the shard's rows only.
+		*snapWhere = migrations.ShardSnapshotWhere(*snapWhere, i, n)
 	} else if i, n, ok := migrations.ShardOf(*pg.publication); ok {
 		return usageError{fmt.Errorf("--publication %s is the publication of shard %d of %d, and without --shard this router "+
 			"would publish only that shard's events: run with --shard %d/%d and --publication set to the base name "+
