@@ -28,6 +28,7 @@ SBIN=/usr/lib/rabbitmq/bin
 [ -x "$SBIN/rabbitmq-server" ] || SBIN=$(dirname "$(command -v rabbitmq-server || echo /usr/sbin/rabbitmq-server)")
 
 die() { echo "rabbitmq-cluster.sh: $*" >&2; exit 1; }
+[ -x "$SBIN/rabbitmq-server" ] || die "rabbitmq-server not found: install RabbitMQ 3.10 or later (Debian: apt-get install rabbitmq-server)"
 node() { echo "${PREFIX}$1@localhost"; }
 
 # as runs a command as the user that owns the nodes (rabbitmq when we are root), with the environment given.
