@@ -75,9 +75,14 @@ func ParseShard(s string) (i, n int, err error) {
 // ErrNoRowFilters: the server is older than PostgreSQL 15, which brought publication row filters.
 var ErrNoRowFilters = errors.New("publication row filters need PostgreSQL 15 or later")
 
+// querier is what the shard checks read with: a connection or a transaction.
+type querier interface {
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}
+
 // ApplyShards creates the publications of n shards of cfg.Table (cfg.Publication is the base name), each
-// publishing the inserts of its shard only. An existing one is kept if its row filter is its shard's, and
-// refused otherwise. Run Apply first.
+// publishing the inserts of its shard only, in one transaction under Apply's advisory lock. An existing one
+// is kept if its row filter is its shard's, and refused otherwise. Run Apply first.
 func ApplyShards(ctx context.Context, conn *pgx.Conn, cfg Config, n int) error {
 	cfg = cfg.Defaults()
 	if n < 2 || n > MaxShards {
@@ -86,23 +91,38 @@ func ApplyShards(ctx context.Context, conn *pgx.Conn, cfg Config, n int) error {
 	if err := needRowFilters(ctx, conn, "--shards", "--shards"); err != nil {
 		return err
 	}
+	tx, err := conn.Begin(ctx)
+	if err != nil {
+		return fmt.Errorf("migrate shards: %w", err)
+	}
+	defer tx.Rollback(ctx)
+	if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock(hashtext('cdc_router_migrate'))"); err != nil {
+		return fmt.Errorf("migrate shards: %w", err)
+	}
+	if err := createShards(ctx, tx, cfg, n); err != nil {
+		return err
+	}
+	return tx.Commit(ctx)
+}
+
+func createShards(ctx context.Context, tx pgx.Tx, cfg Config, n int) error {
 	for i := range n {
 		sc := cfg
 		sc.Publication = ShardPublication(cfg.Publication, i, n)
 		var exists bool
-		if err := conn.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_publication WHERE pubname = $1)`, sc.Publication).
+		if err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_publication WHERE pubname = $1)`, sc.Publication).
 			Scan(&exists); err != nil {
 			return fmt.Errorf("read publications: %w", err)
 		}
 		if exists {
-			if err := checkShard(ctx, conn, sc); err != nil {
+			if err := checkShard(ctx, tx, sc); err != nil {
 				return err
 			}
 			continue
 		}
 		stmt := fmt.Sprintf("CREATE PUBLICATION %s FOR TABLE %s WHERE (%s) WITH (publish = 'insert')",
 			pgx.Identifier{sc.Publication}.Sanitize(), TableIdent(cfg.Table).Sanitize(), ShardFilter(i, n))
-		if _, err := conn.Exec(ctx, stmt); err != nil {
+		if _, err := tx.Exec(ctx, stmt); err != nil {
 			return fmt.Errorf("create publication %s: %w", sc.Publication, err)
 		}
 	}
@@ -110,7 +130,7 @@ func ApplyShards(ctx context.Context, conn *pgx.Conn, cfg Config, n int) error {
 }
 
 // needRowFilters refuses a server before PostgreSQL 15.
-func needRowFilters(ctx context.Context, conn *pgx.Conn, what, flag string) error {
+func needRowFilters(ctx context.Context, conn querier, what, flag string) error {
 	var version int
 	var text string
 	if err := conn.QueryRow(ctx, `SELECT current_setting('server_version_num')::int, current_setting('server_version')`).
@@ -128,7 +148,7 @@ func needRowFilters(ctx context.Context, conn *pgx.Conn, what, flag string) erro
 // must carry exactly that shard's row filter, on PostgreSQL 15 or later; any other publication must not
 // carry a shard's filter, since an unsharded router would then publish one shard's events only. The
 // filter is compared by its results on sample keys, not by its text, which PostgreSQL rewrites.
-func checkShard(ctx context.Context, conn *pgx.Conn, cfg Config) error {
+func checkShard(ctx context.Context, conn querier, cfg Config) error {
 	i, n, sharded := ShardOf(cfg.Publication)
 	if sharded {
 		if err := needRowFilters(ctx, conn, fmt.Sprintf("--shard %d/%d", i, n), "--shard"); err != nil {
