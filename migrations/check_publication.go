@@ -16,9 +16,9 @@ import (
 // one), or, from PostgreSQL 15 on, whose column list leaves out a column the router needs. A row filter is
 // the user's choice and is kept.
 func checkPublication(ctx context.Context, conn *pgx.Conn, cfg Config) error {
-	var inserts, allTables bool
-	err := conn.QueryRow(ctx, `SELECT pubinsert, puballtables FROM pg_publication WHERE pubname = $1`, cfg.Publication).
-		Scan(&inserts, &allTables)
+	var inserts, allTables, viaRoot bool
+	err := conn.QueryRow(ctx, `SELECT pubinsert, puballtables, pubviaroot FROM pg_publication WHERE pubname = $1`,
+		cfg.Publication).Scan(&inserts, &allTables, &viaRoot)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return problemf("publication %q does not exist: run `cdc-router migrate`, or point --publication "+
 			"(CDC_ROUTER_PUBLICATION) at yours", cfg.Publication)
@@ -32,6 +32,9 @@ func checkPublication(ctx context.Context, conn *pgx.Conn, cfg Config) error {
 			cfg.Publication, pub)
 	}
 	ident := TableIdent(cfg.Table)
+	if err := checkViaRoot(ctx, conn, cfg, viaRoot); err != nil {
+		return err
+	}
 	var member bool
 	err = conn.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_publication_tables
 		WHERE pubname = $1 AND schemaname = $2 AND tablename = $3)`, cfg.Publication, ident[0], ident[1]).Scan(&member)
@@ -63,6 +66,25 @@ func checkPublication(ctx context.Context, conn *pgx.Conn, cfg Config) error {
 		return nil // no column lists or row filters before PostgreSQL 15
 	}
 	return checkColumnList(ctx, conn, cfg)
+}
+
+// checkViaRoot refuses a publication without publish_via_partition_root for a partitioned outbox: its
+// inserts would arrive under the names of its partitions, which the stream refuses as tables that are not
+// the outbox (decode's drift check) rather than publish or drop.
+func checkViaRoot(ctx context.Context, conn *pgx.Conn, cfg Config, viaRoot bool) error {
+	if viaRoot {
+		return nil
+	}
+	ident := TableIdent(cfg.Table)
+	var partitioned bool
+	err := conn.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+		WHERE n.nspname = $1 AND c.relname = $2 AND c.relkind = 'p')`, ident[0], ident[1]).Scan(&partitioned)
+	if err != nil || !partitioned {
+		return wrapErr("read outbox table kind", err)
+	}
+	return problemf("publication %q does not publish through the partition root, so inserts into the partitioned "+
+		"outbox table %s would arrive under the names of its partitions, which the router refuses: ALTER PUBLICATION "+
+		"%s SET (publish_via_partition_root = true)", cfg.Publication, cfg.Table, pgx.Identifier{cfg.Publication}.Sanitize())
 }
 
 // checkOtherTables names the tables besides the outbox, and the fix: DROP TABLE for the tables listed on

@@ -112,8 +112,18 @@ func checkTable(ctx context.Context, conn *pgx.Conn, cfg Config) error {
 		return problemf("the outbox table %s does not have the expected shape (%s): alter it to have the columns "+
 			"%s (`cdc-router migrate` creates such a table)", cfg.Table, strings.Join(bad, "; "), expectedColumns())
 	}
+	part, err := readPartitionKey(ctx, conn, table)
+	if err != nil {
+		return err
+	}
+	if part.expression {
+		return problemf("the outbox table %s is partitioned by an expression, so it can have no unique key for "+
+			"snapshots to page by: partition it by a column, as `cdc-router migrate --partitioned` does "+
+			"(PARTITION BY RANGE (occurred_at); docs/partitioning.md)", cfg.Table)
+	}
+	key := append(slices.Clone(keyColumns), part.extra()...)
 	var nullable, fixes []string
-	for _, name := range keyColumns {
+	for _, name := range key {
 		if !have[name].notNull {
 			nullable = append(nullable, name)
 			fixes = append(fixes, "ALTER COLUMN "+name+" SET NOT NULL")
@@ -123,6 +133,9 @@ func checkTable(ctx context.Context, conn *pgx.Conn, cfg Config) error {
 		return problemf("the outbox table %s allows NULL in %s, but every event needs its key and snapshots page by "+
 			"it: run ALTER TABLE %s %s (after fixing any row that holds a NULL)",
 			cfg.Table, strings.Join(nullable, ", "), ident.Sanitize(), strings.Join(fixes, ", "))
+	}
+	if part.partitioned {
+		return checkPartitionedKey(ctx, conn, cfg, table, key)
 	}
 	var keyed bool
 	err = conn.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_index i

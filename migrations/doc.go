@@ -5,4 +5,10 @@
 // they exist; Check reports what is missing or wrong there instead, each as one sentence naming the fix.
 // The router's own tables are altered only to add what a newer version needs (005: quarantine.event_id
 // and value_notes, a nullable row_values), each change made only when it is missing.
+//
+// With Config.Partitioned (`migrate --partitioned`) the outbox is created range-partitioned by occurred_at
+// and published through its root (publish_via_partition_root), and every run adds the partitions of the
+// coming intervals that are missing; it refuses an existing outbox that is not partitioned. Check accepts a
+// partitioned outbox whose unique key lies within the aggregate key and the partition key, and refuses a
+// publication that would send its rows under the partitions' names.
 package migrations

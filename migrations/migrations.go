@@ -4,16 +4,19 @@ import (
 	"bytes"
 	"context"
 	"embed"
+	"errors"
 	"fmt"
 	"io/fs"
+	"path"
 	"sort"
 	"strings"
 	"text/template"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 )
 
-//go:embed sql/*.sql
+//go:embed sql/*.sql sql/partitioned/*.sql
 var files embed.FS
 
 // Config names the objects the migrations create.
@@ -21,6 +24,13 @@ type Config struct {
 	Table       string // outbox table, "schema.table" or "table" (public); default public.outbox
 	Publication string // publication name; default cdc_router_outbox
 	Schema      string // the router's own schema; default cdc_router
+	// Partitioned creates the outbox range-partitioned by occurred_at (sql/partitioned replaces the file of
+	// the same name), with the partitions of the current PartitionInterval and the next PartitionsAhead, and a
+	// default partition; run again, it adds the partitions that are missing. It refuses an existing outbox
+	// that is not partitioned.
+	Partitioned       bool
+	PartitionInterval string // day, week or month (default); UTC
+	PartitionsAhead   int    // partitions after the current one (the migrate command's default is 3)
 }
 
 // Defaults fills empty fields with the documented defaults.
@@ -34,7 +44,26 @@ func (c Config) Defaults() Config {
 	if c.Schema == "" {
 		c.Schema = "cdc_router"
 	}
+	if c.PartitionInterval == "" {
+		c.PartitionInterval = "month"
+	}
 	return c
+}
+
+// maxPartitionsAhead bounds PartitionsAhead: a few years of days.
+const maxPartitionsAhead = 1000
+
+// Validate refuses partition settings the migration cannot apply.
+func (c Config) Validate() error {
+	switch c.PartitionInterval {
+	case "", "day", "week", "month":
+	default:
+		return problemf("--partition-interval is %q: use day, week or month", c.PartitionInterval)
+	}
+	if c.PartitionsAhead < 0 || c.PartitionsAhead > maxPartitionsAhead {
+		return problemf("--partitions-ahead is %d: use 0 to %d", c.PartitionsAhead, maxPartitionsAhead)
+	}
+	return nil
 }
 
 // TableIdent splits a table name into its schema and name, defaulting the schema to public.
@@ -46,8 +75,12 @@ func TableIdent(table string) pgx.Identifier {
 }
 
 type vars struct {
-	Schema, Table, Publication        string
-	SchemaLiteral, PublicationLiteral string // the names as SQL string literals
+	Schema, Table, Publication                      string
+	SchemaLiteral, PublicationLiteral, TableLiteral string // the names as SQL string literals (Table quoted)
+	// Interval, IntervalLiteral and StepLiteral are the partition interval ("month", 'month', '1 month');
+	// Ahead is how many partitions follow the current one (sql/partitioned only).
+	Interval, IntervalLiteral, StepLiteral string
+	Ahead                                  int
 	// Dollar is the dollar-quote delimiter of DO bodies (write DO {{.Dollar}} ... {{.Dollar}}; never $$): $$
 	// unless a name holds it, then one no name holds, so a name can never end the body early.
 	Dollar string
@@ -71,8 +104,12 @@ func dollarTag(names ...string) string {
 // literal quotes s as an SQL string literal (standard_conforming_strings is on from PostgreSQL 9.1).
 func literal(s string) string { return "'" + strings.ReplaceAll(s, "'", "''") + "'" }
 
-// Statements renders the embedded SQL files in order.
+// Statements renders the embedded SQL files in order; with cfg.Partitioned a file of sql/partitioned
+// replaces the file of sql/ with the same name.
 func Statements(cfg Config) ([]string, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
 	cfg = cfg.Defaults()
 	v := vars{
 		Schema:             pgx.Identifier{cfg.Schema}.Sanitize(),
@@ -80,13 +117,26 @@ func Statements(cfg Config) ([]string, error) {
 		Publication:        pgx.Identifier{cfg.Publication}.Sanitize(),
 		SchemaLiteral:      literal(cfg.Schema),
 		PublicationLiteral: literal(cfg.Publication),
+		TableLiteral:       literal(TableIdent(cfg.Table).Sanitize()),
+		Interval:           cfg.PartitionInterval,
+		IntervalLiteral:    literal(cfg.PartitionInterval),
+		StepLiteral:        literal("1 " + cfg.PartitionInterval),
+		Ahead:              cfg.PartitionsAhead,
 	}
-	v.Dollar = dollarTag(v.Schema, v.Table, v.Publication, v.SchemaLiteral, v.PublicationLiteral)
+	v.Dollar = dollarTag(v.Schema, v.Table, v.Publication, v.SchemaLiteral, v.PublicationLiteral, v.TableLiteral)
 	names, err := fs.Glob(files, "sql/*.sql")
 	if err != nil {
 		return nil, err
 	}
 	sort.Strings(names)
+	if cfg.Partitioned {
+		for i, name := range names {
+			alt := path.Join("sql/partitioned", path.Base(name))
+			if _, err := fs.Stat(files, alt); err == nil {
+				names[i] = alt
+			}
+		}
+	}
 	out := make([]string, 0, len(names))
 	for _, name := range names {
 		text, err := files.ReadFile(name)
@@ -123,6 +173,10 @@ func Apply(ctx context.Context, conn *pgx.Conn, cfg Config) error {
 	}
 	for _, s := range stmts {
 		if _, err := tx.Exec(ctx, s); err != nil {
+			var pgErr *pgconn.PgError
+			if errors.As(err, &pgErr) && pgErr.Code == "P0001" { // a refusal the SQL raises, naming the fix
+				return &Problem{Msg: pgErr.Message}
+			}
 			return fmt.Errorf("migrate: %w", err)
 		}
 	}

@@ -102,10 +102,12 @@ func backfillHint(cfg Config, okAt *time.Time) string {
 // publicationProblem says what is wrong with the publication for the outbox table, or "" when nothing is.
 func publicationProblem(ctx context.Context, sql *pgx.Conn, cfg Config) (string, error) {
 	ident := migrations.TableIdent(cfg.Table)
-	var inserts, member bool
+	var inserts, member, viaRoot, partitioned bool
 	err := sql.QueryRow(ctx, `SELECT p.pubinsert, EXISTS (SELECT 1 FROM pg_publication_tables t
-		WHERE t.pubname = p.pubname AND t.schemaname = $2 AND t.tablename = $3)
-		FROM pg_publication p WHERE p.pubname = $1`, cfg.Publication, ident[0], ident[1]).Scan(&inserts, &member)
+		WHERE t.pubname = p.pubname AND t.schemaname = $2 AND t.tablename = $3), p.pubviaroot,
+		EXISTS (SELECT 1 FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+			WHERE n.nspname = $2 AND c.relname = $3 AND c.relkind = 'p')
+		FROM pg_publication p WHERE p.pubname = $1`, cfg.Publication, ident[0], ident[1]).Scan(&inserts, &member, &viaRoot, &partitioned)
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
 		return fmt.Sprintf("publication %q does not exist (run `cdc-router migrate` to create it)", cfg.Publication), nil
@@ -114,6 +116,12 @@ func publicationProblem(ctx context.Context, sql *pgx.Conn, cfg Config) (string,
 	case !inserts:
 		return fmt.Sprintf("publication %q no longer publishes inserts (ALTER PUBLICATION %s SET (publish = 'insert'))",
 			cfg.Publication, pgx.Identifier{cfg.Publication}.Sanitize()), nil
+	case partitioned && !viaRoot:
+		// pg_publication_tables lists the leaf partitions then, and their rows arrive under the leaves' names,
+		// which the stream refuses: the fix is the option, not ADD TABLE.
+		return fmt.Sprintf("publication %q no longer publishes the partitioned outbox %s under its own name "+
+			"(ALTER PUBLICATION %s SET (publish_via_partition_root = true); see docs/partitioning.md for the rows "+
+			"written meanwhile)", cfg.Publication, cfg.Table, pgx.Identifier{cfg.Publication}.Sanitize()), nil
 	case !member:
 		return fmt.Sprintf("publication %q does not contain the outbox table %s (it was dropped from the publication, "+
 			"renamed, or replaced by a new table: ALTER PUBLICATION %s ADD TABLE %s)", cfg.Publication, cfg.Table,

@@ -44,6 +44,7 @@ type copier struct {
 	pub      Publisher
 	rep      *Reporter
 	quar     *quarantine.Store
+	keys     keyset           // the order pages are read in
 	nullable bool             // a key column allows NULL
 	pages    *offsets.Tracker // a page is a "transaction" whose end is its number
 	marks    map[cdc.LSN]mark
@@ -81,12 +82,15 @@ func (c *copier) settle(bound time.Duration) {
 
 func (c *copier) copyAll(ctx context.Context) error {
 	var err error
-	if c.nullable, err = nullableKey(ctx, c.cfg, c.q); err != nil {
+	if c.keys, err = readKeyset(ctx, c.cfg, c.q); err != nil {
+		return err
+	}
+	if c.nullable, err = nullableKey(ctx, c.cfg, c.q, c.keys); err != nil {
 		return err
 	}
 	after, read := c.job.LastKey, c.job.RowsDone
 	for {
-		sql, args := c.cfg.pageQuery(after, c.nullable)
+		sql, args := c.cfg.pageQuery(c.keys, after, c.nullable)
 		n, last, err := c.copyPage(ctx, sql, args, read, true)
 		if err != nil {
 			return err
@@ -98,7 +102,7 @@ func (c *copier) copyAll(ctx context.Context) error {
 		after = &last
 	}
 	if c.nullable {
-		if _, _, err := c.copyPage(ctx, c.cfg.nullKeyQuery(), nil, read, false); err != nil {
+		if _, _, err := c.copyPage(ctx, c.cfg.nullKeyQuery(c.keys), nil, read, false); err != nil {
 			return err
 		}
 	}
@@ -130,7 +134,7 @@ func (c *copier) copyPage(ctx context.Context, sql string, args []any, doneBefor
 	var last Key
 	n := 0
 	for rows.Next() {
-		width := len(columnNames)
+		width := len(columnNames) + len(c.keys.extra)
 		if !keyed {
 			width++ // the ctid
 		}
@@ -142,7 +146,7 @@ func (c *copier) copyPage(ctx context.Context, sql string, args []any, doneBefor
 		if err := rows.Scan(dest...); err != nil {
 			return 0, Key{}, fmt.Errorf("read row: %w", err)
 		}
-		if last, err = c.emit(ctx, page, raw); err != nil {
+		if last, err = c.emit(ctx, page, raw, !keyed); err != nil {
 			return 0, Key{}, err
 		}
 		n++

@@ -62,16 +62,6 @@ func (c Config) withDefaults() Config {
 const columns = `o.id::text, o.aggregate_type, o.aggregate_id, o.aggregate_version::text, o.event_type,
 	o.schema_version::text, o.payload::text, o.headers::text, o.occurred_at::text`
 
-// keyAfter is the keyset predicate. A row comparison with a NULL in it is NULL, so a row with a NULL key
-// part is never after anything: where the key columns allow NULL, pages read only complete keys and such
-// rows are read by the NULL-key pass instead (see nullKeyQuery).
-const keyAfter = "(o.aggregate_type, o.aggregate_id, o.aggregate_version) > ($1, $2, $3)"
-
-const (
-	keyComplete = "o.aggregate_type IS NOT NULL AND o.aggregate_id IS NOT NULL AND o.aggregate_version IS NOT NULL"
-	keyHasNull  = "(o.aggregate_type IS NULL OR o.aggregate_id IS NULL OR o.aggregate_version IS NULL)"
-)
-
 var columnNames = []string{"id", "aggregate_type", "aggregate_id", "aggregate_version", "event_type",
 	"schema_version", "payload", "headers", "occurred_at"}
 
@@ -86,34 +76,43 @@ func (c Config) from() string {
 	return " FROM " + migrations.TableIdent(c.Table).Sanitize() + " AS o WHERE " + c.predicate()
 }
 
-// pageQuery reads the next page in key order; nullable says whether the key columns allow NULL.
-func (c Config) pageQuery(after *Key, nullable bool) (string, []any) {
-	q := "SELECT " + columns + c.from()
+// pageQuery reads the next page in key order; nullable says whether a key column allows NULL. A row
+// comparison with a NULL in it is NULL, so a row with a NULL key part is never after anything: where the
+// key columns allow NULL, pages read only complete keys and such rows are read by the NULL-key pass
+// instead (see nullKeyQuery). Each row is columnNames, then the keyset's extra columns.
+func (c Config) pageQuery(ks keyset, after *Key, nullable bool) (string, []any) {
+	q := "SELECT " + columns + ks.selectExtra() + c.from()
 	if nullable {
-		q += " AND " + keyComplete
+		q += " AND " + ks.complete()
 	}
 	var args []any
 	if after != nil {
-		q += " AND " + keyAfter
-		args = []any{after.AggregateType, after.AggregateID, after.Version}
+		var pred string
+		pred, args = ks.after(after)
+		q += " AND " + pred
 	}
-	q += fmt.Sprintf(" ORDER BY o.aggregate_type, o.aggregate_id, o.aggregate_version LIMIT %d", c.PageSize)
+	q += ks.orderBy() + fmt.Sprintf(" LIMIT %d", c.PageSize)
 	return q, args
 }
 
 // nullKeyQuery reads, in one pass after the pages, every row whose key has a NULL part, with its ctid to
-// tell such rows apart (the unique key does not: NULLs are distinct).
-func (c Config) nullKeyQuery() string {
-	return "SELECT " + columns + ", o.ctid::text" + c.from() + " AND " + keyHasNull + " ORDER BY o.ctid"
+// tell such rows apart (the unique key does not: NULLs are distinct). Each row is columnNames, the
+// keyset's extra columns, then the ctid.
+func (c Config) nullKeyQuery(ks keyset) string {
+	return "SELECT " + columns + ks.selectExtra() + ", o.ctid::text" + c.from() + " AND " + ks.hasNull() +
+		" ORDER BY o.tableoid, o.ctid"
 }
 
-// nullableKey reports whether any key column of the table allows NULL. The setup check refuses that for
+// nullableKey reports whether any keyset column of the table allows NULL. The setup check refuses that for
 // `run`, but a row must never be skipped, so the copy does not rely on it.
-func nullableKey(ctx context.Context, cfg Config, q Querier) (bool, error) {
+func nullableKey(ctx context.Context, cfg Config, q Querier, ks keyset) (bool, error) {
+	names := []string{"aggregate_type", "aggregate_id", "aggregate_version"}
+	for _, c := range ks.extra {
+		names = append(names, c.name)
+	}
 	var n int
 	err := q.QueryRow(ctx, `SELECT count(*) FROM pg_attribute WHERE attrelid = to_regclass($1) AND NOT attnotnull
-		AND attname IN ('aggregate_type', 'aggregate_id', 'aggregate_version')`,
-		migrations.TableIdent(cfg.Table).Sanitize()).Scan(&n)
+		AND attname = ANY($2::text[])`, migrations.TableIdent(cfg.Table).Sanitize(), names).Scan(&n)
 	if err != nil {
 		return false, fmt.Errorf("read key columns of %s: %w", cfg.Table, err)
 	}
@@ -123,19 +122,24 @@ func nullableKey(ctx context.Context, cfg Config, q Querier) (bool, error) {
 // Count returns how many rows the job has left to copy: those after the key, and those with a NULL key part.
 func Count(ctx context.Context, cfg Config, q Querier, after *Key) (int64, error) {
 	cfg = cfg.withDefaults()
-	nullable, err := nullableKey(ctx, cfg, q)
+	ks, err := readKeyset(ctx, cfg, q)
+	if err != nil {
+		return 0, err
+	}
+	nullable, err := nullableKey(ctx, cfg, q, ks)
 	if err != nil {
 		return 0, err
 	}
 	sql := "SELECT count(*)" + cfg.from()
 	var args []any
 	if after != nil {
+		var pred string
+		pred, args = ks.after(after)
 		if nullable {
-			sql += " AND (" + keyAfter + " OR " + keyHasNull + ")"
+			sql += " AND (" + pred + " OR " + ks.hasNull() + ")"
 		} else {
-			sql += " AND " + keyAfter
+			sql += " AND " + pred
 		}
-		args = []any{after.AggregateType, after.AggregateID, after.Version}
 	}
 	var n int64
 	if err := q.QueryRow(ctx, sql, args...).Scan(&n); err != nil {

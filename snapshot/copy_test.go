@@ -4,6 +4,7 @@ import (
 	"context"
 	"io"
 	"log/slog"
+	"reflect"
 	"strings"
 	"sync"
 	"testing"
@@ -111,7 +112,7 @@ func TestCopyPagesInKeyOrder(t *testing.T) {
 		}
 	}
 	stored, _, _ := NewJobs(state, "cdc_router").Load(ctx, "b1")
-	if !stored.Done() || stored.RowsDone != 36 || stored.LastKey == nil || *stored.LastKey != (Key{"order", "a3", 12}) {
+	if !stored.Done() || stored.RowsDone != 36 || stored.LastKey == nil || !reflect.DeepEqual(*stored.LastKey, Key{AggregateType: "order", AggregateID: "a3", Version: 12}) {
 		t.Fatalf("stored progress %+v", stored)
 	}
 }
@@ -122,7 +123,7 @@ func TestCopyResumesAfterTheLastKey(t *testing.T) {
 	read, state := setup(t, 2, 10)
 	job := newJob(t, state, "b2", "")
 	jobs := NewJobs(state, "cdc_router")
-	if err := jobs.Progress(ctx, "b2", Key{"order", "a1", 9}, 9, 20); err != nil {
+	if err := jobs.Progress(ctx, "b2", Key{AggregateType: "order", AggregateID: "a1", Version: 9}, 9, 20); err != nil {
 		t.Fatal(err)
 	}
 	job, _, _ = jobs.Load(ctx, "b2")

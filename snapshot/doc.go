@@ -5,7 +5,9 @@
 //
 // Rows are read in keyset pages over the table's unique key (aggregate_type, aggregate_id,
 // aggregate_version), so memory stays bounded whatever the table size and every aggregate's rows are
-// published in version order. Progress (the last key whose rows, and every row before it, were confirmed)
+// published in version order. For a partitioned outbox, whose unique key must include the partition key,
+// the partition key's columns follow (e.g. occurred_at): the aggregate key alone may repeat across
+// partitions, and a page ending between two such rows would otherwise skip the second. Progress (the last key whose rows, and every row before it, were confirmed)
 // is stored in the router's snapshots table, so a crashed snapshot or backfill resumes from that key: a
 // crash may publish some rows twice, never lose one.
 //

@@ -13,11 +13,15 @@ import (
 	"github.com/cdc-router/cdc-router/internal/cdc"
 )
 
-// Key is a row's position in keyset order: (aggregate_type, aggregate_id, aggregate_version).
+// Key is a row's position in keyset order: (aggregate_type, aggregate_id, aggregate_version) and, for a
+// partitioned outbox, the text of its partition key columns (Partition, e.g. its occurred_at). It is stored
+// as the JSON array [type, id, version, partition...]; a key stored as [type, id, version] (an ordinary
+// table, or an older version) stays valid.
 type Key struct {
 	AggregateType string
 	AggregateID   string
 	Version       int64
+	Partition     []string
 }
 
 // Job is the stored progress of one snapshot or backfill.
@@ -130,8 +134,8 @@ func (s *Jobs) Load(ctx context.Context, name string) (j Job, ok bool, err error
 
 func parseKey(b []byte) (Key, error) {
 	var k []json.RawMessage
-	if err := json.Unmarshal(b, &k); err != nil || len(k) != 3 {
-		return Key{}, fmt.Errorf("want [type, id, version]: %s", b)
+	if err := json.Unmarshal(b, &k); err != nil || len(k) < 3 {
+		return Key{}, fmt.Errorf("want [type, id, version, partition...]: %s", b)
 	}
 	var key Key
 	if err := json.Unmarshal(k[0], &key.AggregateType); err != nil {
@@ -140,7 +144,27 @@ func parseKey(b []byte) (Key, error) {
 	if err := json.Unmarshal(k[1], &key.AggregateID); err != nil {
 		return Key{}, err
 	}
-	return key, json.Unmarshal(k[2], &key.Version)
+	if err := json.Unmarshal(k[2], &key.Version); err != nil {
+		return Key{}, err
+	}
+	for _, raw := range k[3:] {
+		var v string
+		if err := json.Unmarshal(raw, &v); err != nil {
+			return Key{}, fmt.Errorf("partition key value %s: %w", raw, err)
+		}
+		key.Partition = append(key.Partition, v)
+	}
+	return key, nil
+}
+
+// stored is the stored form of k: [type, id, version, partition...].
+func (k Key) stored() []byte {
+	parts := []any{k.AggregateType, k.AggregateID, k.Version}
+	for _, v := range k.Partition {
+		parts = append(parts, v)
+	}
+	b, _ := json.Marshal(parts)
+	return b
 }
 
 // Start records a new running job, replacing a finished one of the same name. It leaves the error column
@@ -167,7 +191,7 @@ func (s *Jobs) Progress(ctx context.Context, name string, last Key, done, total 
 func (s *Jobs) progress(ctx context.Context, name string, last *Key, done, total int64) error {
 	var key []byte
 	if last != nil {
-		key, _ = json.Marshal([]any{last.AggregateType, last.AggregateID, last.Version})
+		key = last.stored()
 	}
 	_, err := s.conn.Exec(ctx, `UPDATE `+s.table+` SET last_key = coalesce($2, last_key), rows_done = $3,
 		rows_total = $4, updated_at = now() WHERE name = $1`, name, key, done, total)

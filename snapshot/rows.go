@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/cdc-router/cdc-router/decode"
@@ -16,20 +17,23 @@ import (
 )
 
 // emit publishes one row, or quarantines it, and applies the rate limit. raw holds the row's columns in
-// the order of columnNames, followed by its ctid in the NULL-key pass. A quarantined row is handled: it
-// leaves nothing outstanding in its page.
-func (c *copier) emit(ctx context.Context, page offsets.Txn, raw []*string) (Key, error) {
+// the order of columnNames, then the keyset's extra columns, then, in the NULL-key pass (nullPass), its ctid.
+// A quarantined row is handled: it leaves nothing outstanding in its page.
+func (c *copier) emit(ctx context.Context, page offsets.Txn, raw []*string, nullPass bool) (Key, error) {
 	values := make(map[string]*string, len(columnNames))
 	for i, name := range columnNames {
 		values[name] = raw[i]
 	}
 	key := Key{AggregateType: deref(raw[1]), AggregateID: deref(raw[2])}
 	key.Version, _ = strconv.ParseInt(deref(raw[3]), 10, 64)
+	for _, v := range raw[len(columnNames) : len(columnNames)+len(c.keys.extra)] {
+		key.Partition = append(key.Partition, deref(v))
+	}
 	ev, err := decode.MapRow(c.cfg.Decode, values)
 	var rowErr *decode.RowError
 	switch {
 	case errors.As(err, &rowErr):
-		return key, c.quarantine(ctx, c.rowRecord(raw, key, rowErr.Reason))
+		return key, c.quarantine(ctx, c.rowRecord(raw, key, rowErr.Reason, nullPass))
 	case err != nil:
 		return key, err
 	}
@@ -40,7 +44,8 @@ func (c *copier) emit(ctx context.Context, page offsets.Txn, raw []*string) (Key
 	case errors.Is(err, cdc.ErrUnpublishable):
 		// The publisher never calls done for a refused event: the record stands in for its confirm.
 		q := quarantine.FromEvent(ev, c.cfg.Table, err.Error())
-		if len(raw) > len(columnNames) {
+		q.RowKey = rowKey(key)
+		if nullPass {
 			q.RowKey = nullKey(raw)
 		}
 		if err := c.quarantine(ctx, q); err != nil {
@@ -73,7 +78,7 @@ func (c *copier) quarantine(ctx context.Context, q cdc.Quarantined) error {
 
 // rowRecord is the quarantine record of a row that cannot become an event: its bounded column values, keyed
 // by the job's read position and the row's key.
-func (c *copier) rowRecord(raw []*string, key Key, reason string) cdc.Quarantined {
+func (c *copier) rowRecord(raw []*string, key Key, reason string, nullPass bool) cdc.Quarantined {
 	cols := make(map[string]cdc.RawValue, len(columnNames))
 	for i, name := range columnNames {
 		if raw[i] == nil {
@@ -82,12 +87,32 @@ func (c *copier) rowRecord(raw []*string, key Key, reason string) cdc.Quarantine
 			cols[name] = cdc.TextValue(*raw[i])
 		}
 	}
-	rowKey := quarantine.Key(key.AggregateType, key.AggregateID, key.Version)
-	if len(raw) > len(columnNames) {
-		rowKey = nullKey(raw)
+	rk := rowKey(key)
+	if nullPass {
+		rk = nullKey(raw)
 	}
-	return cdc.Quarantined{LSN: c.job.ReadLSN, CommitLSN: c.job.ReadLSN, RowKey: rowKey, Table: c.cfg.Table,
+	return cdc.Quarantined{LSN: c.job.ReadLSN, CommitLSN: c.job.ReadLSN, RowKey: rk, Table: c.cfg.Table,
 		EventID: deref(raw[0]), Columns: cols, Reason: reason}
+}
+
+// rowKey is the quarantine row key of a row read in key order: quarantine.Key, and for a partitioned outbox
+// its partition key values after it, ["order","o-1",3,"2026-12-01 10:00:00+00"], since the aggregate key
+// alone may repeat across partitions and one record would then stand for two rows.
+func rowKey(key Key) string {
+	k := quarantine.Key(key.AggregateType, key.AggregateID, key.Version)
+	if len(key.Partition) == 0 {
+		return k
+	}
+	var b bytes.Buffer
+	b.WriteString(strings.TrimSuffix(k, "]"))
+	enc := json.NewEncoder(&b)
+	enc.SetEscapeHTML(false)
+	for _, v := range key.Partition {
+		b.WriteByte(',')
+		enc.Encode(v)
+		b.Truncate(b.Len() - 1) // Encode's newline
+	}
+	return b.String() + "]"
 }
 
 // nullKey is the row key of a row read by the NULL-key pass: [type, id, version, ctid] with JSON null for
@@ -95,7 +120,7 @@ func (c *copier) rowRecord(raw []*string, key Key, reason string) cdc.Quarantine
 // stable while the snapshot or the page is read, so a resumed copy may add a second record for a row that
 // was moved since, never lose one.
 func nullKey(raw []*string) string {
-	parts := []any{raw[1], raw[2], nil, "ctid " + deref(raw[len(columnNames)])}
+	parts := []any{raw[1], raw[2], nil, "ctid " + deref(raw[len(raw)-1])}
 	if raw[3] != nil {
 		parts[2] = json.Number(*raw[3])
 	}

@@ -124,10 +124,14 @@ func withConn(ctx context.Context, name string, args []string, env func(string) 
 }
 
 func runMigrate(ctx context.Context, args []string, env func(string) string, stdout, stderr io.Writer) error {
-	var withInbox, noAlternate *bool
-	var shards *int
-	var inboxSchema, amqpURL, exchange, alternate, alternateQueueType *string
+	var withInbox, noAlternate, partitioned *bool
+	var inboxSchema, amqpURL, exchange, alternate, interval, alternateQueueType *string
+	var ahead, shards *int
 	flags := func(s *settings) {
+		partitioned = s.Bool("partitioned", false, "create the outbox range-partitioned by occurred_at, with a default partition and the partitions "+
+			"of the current and next intervals, published through its root; run again (daily) to add the coming partitions (docs/partitioning.md)")
+		interval = s.String("partition-interval", "month", "with --partitioned: the span of each partition, day, week or month (UTC)")
+		ahead = s.Int("partitions-ahead", 3, "with --partitioned: how many partitions to have after the current one")
 		shards = s.Int("shards", 0, "also create the publications of this many shards (PostgreSQL 15+), <publication>_shard_<i>_of_<N>, each with a row filter on a hash of the aggregate; run each shard's router with --shard i/N")
 		withInbox = s.Bool("inbox", false, "also create the consumer-side inbox tables (package inbox) in this database")
 		inboxSchema = s.String("inbox-schema", inbox.DefaultSchema, "schema of the inbox tables")
@@ -138,12 +142,18 @@ func runMigrate(ctx context.Context, args []string, env func(string) string, std
 		alternateQueueType = s.String("alternate-queue-type", route.QueueClassic, "classic or quorum: type of the alternate exchange's queue to declare with --amqp-url, as run does with this flag")
 	}
 	return withConn(ctx, "migrate", args, env, stderr, flags, func(conn *pgx.Conn, pg pgFlags) error {
-		if err := migrations.Apply(ctx, conn, pg.migrations()); err != nil {
+		mcfg := pg.migrations()
+		mcfg.Partitioned, mcfg.PartitionInterval, mcfg.PartitionsAhead = *partitioned, *interval, *ahead
+		if err := migrations.Apply(ctx, conn, mcfg); err != nil {
 			return err
 		}
 		fmt.Fprintf(stdout, "migrated: table %s, publication %s, schema %s\n", *pg.table, *pg.publication, *pg.schema)
+		if *partitioned {
+			fmt.Fprintf(stdout, "partitioned: %s by occurred_at, one partition per %s up to %d ahead, and a default partition\n",
+				*pg.table, *interval, *ahead)
+		}
 		if *shards != 0 {
-			if err := migrations.ApplyShards(ctx, conn, pg.migrations(), *shards); err != nil {
+			if err := migrations.ApplyShards(ctx, conn, mcfg, *shards); err != nil {
 				return err
 			}
 			fmt.Fprintf(stdout, "migrated: publications %s to %s; run each router with --shard i/%d\n",
