@@ -106,6 +106,16 @@ func ApplyShards(ctx context.Context, conn *pgx.Conn, cfg Config, n int) error {
 }
 
 func createShards(ctx context.Context, tx pgx.Tx, cfg Config, n int) error {
+	// A partitioned outbox is published through its root, as by Apply; the root's row filter applies.
+	options := "publish = 'insert'"
+	var partitioned bool
+	if err := tx.QueryRow(ctx, `SELECT coalesce((SELECT relkind = 'p' FROM pg_class WHERE oid = to_regclass($1)), false)`,
+		TableIdent(cfg.Table).Sanitize()).Scan(&partitioned); err != nil {
+		return fmt.Errorf("read outbox table kind: %w", err)
+	}
+	if partitioned {
+		options += ", publish_via_partition_root = true"
+	}
 	for i := range n {
 		sc := cfg
 		sc.Publication = ShardPublication(cfg.Publication, i, n)
@@ -120,8 +130,8 @@ func createShards(ctx context.Context, tx pgx.Tx, cfg Config, n int) error {
 			}
 			continue
 		}
-		stmt := fmt.Sprintf("CREATE PUBLICATION %s FOR TABLE %s WHERE (%s) WITH (publish = 'insert')",
-			pgx.Identifier{sc.Publication}.Sanitize(), TableIdent(cfg.Table).Sanitize(), ShardFilter(i, n))
+		stmt := fmt.Sprintf("CREATE PUBLICATION %s FOR TABLE %s WHERE (%s) WITH (%s)",
+			pgx.Identifier{sc.Publication}.Sanitize(), TableIdent(cfg.Table).Sanitize(), ShardFilter(i, n), options)
 		if _, err := tx.Exec(ctx, stmt); err != nil {
 			return fmt.Errorf("create publication %s: %w", sc.Publication, err)
 		}

@@ -140,3 +140,25 @@ func TestCheckAcceptsOnlyTheShardsOwnFilter(t *testing.T) {
 		t.Errorf("a user's own row filter is refused: %v", err)
 	}
 }
+
+// TestShardsOfAPartitionedOutbox: the shards of a partitioned outbox publish through its root, as the
+// unsharded publication does, so Check accepts them.
+func TestShardsOfAPartitionedOutbox(t *testing.T) {
+	ctx := context.Background()
+	c := connect(t)
+	if err := Apply(ctx, c, Config{Partitioned: true}); err != nil {
+		t.Fatal(err)
+	}
+	if serverVersion(t, c) < 150000 {
+		t.Log("PostgreSQL 14: no row filters (TestShardsRefusedBeforePostgreSQL15 covers it)")
+		return
+	}
+	if err := ApplyShards(ctx, c, Config{}, 2); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 2 {
+		if err := Check(ctx, c, Config{Publication: ShardPublication("cdc_router_outbox", i, 2)}); err != nil {
+			t.Errorf("Check of shard %d/2 of a partitioned outbox: %v", i, err)
+		}
+	}
+}
