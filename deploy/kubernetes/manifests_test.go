@@ -145,7 +145,11 @@ func TestManifestsAgree(t *testing.T) {
 	if n < 1 || len(m.pdbs) != n {
 		t.Fatalf("%d Deployments and %d PodDisruptionBudgets: want one of each per shard", n, len(m.pdbs))
 	}
-	if want := []string{"migrate", "--shards", fmt.Sprint(n)}; !slices.Equal(job.Spec.Template.Spec.Containers[0].Args, want) {
+	want := []string{"migrate", "--shards", fmt.Sprint(n)}
+	if n == 1 {
+		want = []string{"migrate"}
+	}
+	if !slices.Equal(job.Spec.Template.Spec.Containers[0].Args, want) {
 		t.Errorf("the migrate Job's args %q, want %q", job.Spec.Template.Spec.Containers[0].Args, want)
 	}
 	seen := map[int]bool{}
@@ -198,6 +202,10 @@ func checkDeployment(t *testing.T, d *appsv1.Deployment, n int, cm *corev1.Confi
 		t.Errorf("%s: the selector does not match the pod template's labels (%v)", d.Name, err)
 	}
 	c := d.Spec.Template.Spec.Containers[0]
+	if n == 1 && slices.Equal(c.Args, []string{"run"}) {
+		checkContainer(t, d, c, cm, secret)
+		return 0 // one unsharded router
+	}
 	if len(c.Args) != 3 || c.Args[0] != "run" || c.Args[1] != "--shard" || !shardArg.MatchString(c.Args[2]) {
 		t.Fatalf("%s: args %q, want run --shard i/N", d.Name, c.Args)
 	}
@@ -208,6 +216,13 @@ func checkDeployment(t *testing.T, d *appsv1.Deployment, n int, cm *corev1.Confi
 		t.Errorf("%s: --shard %s and label %q do not fit its name and the %d shard Deployments", d.Name, c.Args[2],
 			d.Spec.Template.Labels["cdc-router/shard"], n)
 	}
+	checkContainer(t, d, c, cm, secret)
+	return i
+}
+
+// checkContainer checks the router container of a Deployment: configuration, port, probes, memory, grace.
+func checkContainer(t *testing.T, d *appsv1.Deployment, c corev1.Container, cm *corev1.ConfigMap, secret *corev1.Secret) {
+	t.Helper()
 	var refs []string
 	for _, src := range c.EnvFrom {
 		switch {
@@ -242,7 +257,6 @@ func checkDeployment(t *testing.T, d *appsv1.Deployment, n int, cm *corev1.Confi
 	if g := d.Spec.Template.Spec.TerminationGracePeriodSeconds; g == nil || *g <= 30 {
 		t.Errorf("%s: terminationGracePeriodSeconds must exceed the 30 s shutdown timeout", d.Name)
 	}
-	return i
 }
 
 // TestConfigMapKeysAreRouterSettings: every ConfigMap and Secret key is the environment variable of a
