@@ -16,9 +16,9 @@ const (
 	DefaultConnectionName = "cdc-router"
 	// DefaultMaxInflightBytes bounds the bytes of unconfirmed messages held across all lanes: 64 MiB.
 	DefaultMaxInflightBytes = 64 << 20
-	// QueueClassic and QueueQuorum are the values of Config.AlternateQueueType.
-	QueueClassic = "classic"
-	QueueQuorum  = "quorum"
+	// QueueTypeClassic and QueueTypeQuorum are the values of Config.UnroutableQueueType.
+	QueueTypeClassic = "classic"
+	QueueTypeQuorum  = "quorum"
 	// UnroutableSuffix is appended to Exchange to name the default alternate exchange and its queue.
 	UnroutableSuffix = ".unroutable"
 
@@ -38,10 +38,10 @@ type Config struct {
 	// AlternateExchange is the durable fanout exchange that receives what Exchange cannot route; a durable
 	// queue of the same name is bound to it. Default Exchange+".unroutable". Ignored with NoAlternateExchange.
 	AlternateExchange string
-	// AlternateQueueType is the type of the alternate exchange's queue: "classic" (the default, as before)
+	// UnroutableQueueType is the type of the alternate exchange's queue: "classic" (the default, as before)
 	// or "quorum". With a RabbitMQ cluster choose quorum: a classic queue lives on one node, and while that
 	// node is down the router cannot declare its topology on any other node.
-	AlternateQueueType string
+	UnroutableQueueType string
 	// NoAlternateExchange declares Exchange without an alternate exchange: an unroutable event is then
 	// returned by the broker and fails the Router.
 	NoAlternateExchange bool
@@ -109,8 +109,8 @@ func (c Config) Validate() error {
 		}
 	}
 	switch {
-	case c.AlternateQueueType != "" && c.AlternateQueueType != QueueClassic && c.AlternateQueueType != QueueQuorum:
-		return fmt.Errorf("%w: the alternate queue type is %q: choose %s or %s", ErrInvalidConfig, c.AlternateQueueType, QueueClassic, QueueQuorum)
+	case c.UnroutableQueueType != "" && c.UnroutableQueueType != QueueTypeClassic && c.UnroutableQueueType != QueueTypeQuorum:
+		return fmt.Errorf("%w: the unroutable queue type is %q: choose %s or %s", ErrInvalidConfig, c.UnroutableQueueType, QueueTypeClassic, QueueTypeQuorum)
 	case c.Lanes < 0 || c.Lanes > maxLanes:
 		return fmt.Errorf("%w: lanes is %d: choose between 1 and %d", ErrInvalidConfig, c.Lanes, maxLanes)
 	case c.Window < 0 || c.Window > maxWindow:

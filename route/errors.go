@@ -128,7 +128,7 @@ func declareError(cfg Config, user, vhost, what, name string, err error) error {
 		// A classic queue lives on one node of a cluster; the router retries until that node is back.
 		return &sentence{kind: ErrUnreachable, text: fmt.Sprintf(
 			"queue %q cannot be declared while the cluster node it lives on is down (%d %s): with a RabbitMQ cluster, "+
-				"delete it once that node is back (rabbitmqadmin delete queue name=%s) and run with --alternate-queue-type quorum",
+				"delete it once that node is back (rabbitmqadmin delete queue name=%s) and run with --unroutable-queue-type quorum",
 			name, aerr.Code, aerr.Reason, name)}
 	case aerr.Code == amqp.AccessRefused:
 		return &sentence{kind: ErrAccessRefused, text: fmt.Sprintf(

@@ -8,18 +8,18 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 )
 
-// TestAlternateQueueTypeQuorum: with AlternateQueueType quorum the alternate exchange's queue is a quorum
+// TestUnroutableQueueTypeQuorum: with UnroutableQueueType quorum the alternate exchange's queue is a quorum
 // queue (a redeclare as quorum succeeds; one as classic would be refused), and an unknown type is refused.
-func TestAlternateQueueTypeQuorum(t *testing.T) {
+func TestUnroutableQueueTypeQuorum(t *testing.T) {
 	b := newBroker(t)
 	cfg := b.config("")
-	cfg.AlternateQueueType = QueueQuorum
+	cfg.UnroutableQueueType = QueueTypeQuorum
 	b.dial(cfg)
 	ae := b.exchange + UnroutableSuffix
 	if _, err := b.admin.QueueDeclare(ae, true, false, false, false, amqp.Table{"x-queue-type": "quorum"}); err != nil {
 		t.Fatalf("the alternate queue is not a quorum queue: %v", err)
 	}
-	cfg.AlternateQueueType = "stream"
+	cfg.UnroutableQueueType = "stream"
 	if err := cfg.Validate(); !errors.Is(err, ErrInvalidConfig) || !strings.Contains(err.Error(), "choose classic or quorum") {
 		t.Errorf("Validate(stream) = %v, want the choice named", err)
 	}
@@ -34,7 +34,7 @@ func TestHomeNodeDownNamesTheQuorumQueue(t *testing.T) {
 	if !errors.Is(err, ErrUnreachable) {
 		t.Errorf("err = %v, want ErrUnreachable, so the router retries", err)
 	}
-	for _, want := range []string{"cluster node it lives on is down", "--alternate-queue-type quorum", "rabbitmqadmin delete queue name=outbox.unroutable"} {
+	for _, want := range []string{"cluster node it lives on is down", "--unroutable-queue-type quorum", "rabbitmqadmin delete queue name=outbox.unroutable"} {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("error %q lacks %q", err, want)
 		}

@@ -25,8 +25,8 @@ func declare(conn *amqp.Connection, cfg Config, uri amqp.URI) error {
 			return fail("exchange", ae, err)
 		}
 		var qargs amqp.Table // a classic queue is declared without arguments, as before the type was a setting
-		if cfg.AlternateQueueType == QueueQuorum {
-			qargs = amqp.Table{"x-queue-type": QueueQuorum}
+		if cfg.UnroutableQueueType == QueueTypeQuorum {
+			qargs = amqp.Table{"x-queue-type": QueueTypeQuorum}
 		}
 		if _, err := ch.QueueDeclare(ae, true, false, false, false, qargs); err != nil {
 			return fail("queue", ae, err)

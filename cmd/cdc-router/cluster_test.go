@@ -323,7 +323,7 @@ func clusterFault(t *testing.T, cl *rabbitCluster, tc clusterCase) {
 	cl.declare(e, tc.leader)
 	c := cl.consume(tc.reader, e.queue)
 	r := e.start(cl.list(tc.router), "--lanes", strconv.Itoa(clusterLanes), "--window", strconv.Itoa(clusterWindow),
-		"--alternate-queue-type", "quorum")
+		"--unroutable-queue-type", "quorum")
 	r.waitLog("msg=streaming ", 30*time.Second)
 	if got := cl.connectedNode(r); got != tc.router {
 		t.Fatalf("the router connected to node %d, want %d (the first of its list)", got, tc.router)

@@ -40,7 +40,7 @@ func (p pgFlags) migrations() migrations.Config {
 // brokerFlags are the settings run and backfill share: where to publish, the row limit and the logs.
 type brokerFlags struct {
 	amqpURL, exchange, alternate *string
-	alternateQueueType           *string
+	unroutableQueueType          *string
 	noAlternate                  *bool
 	maxPayload, maxInflight      *int
 	logLevel, logFormat          *string
@@ -48,22 +48,22 @@ type brokerFlags struct {
 
 func addBrokerFlags(s *settings) brokerFlags {
 	return brokerFlags{
-		amqpURL:            s.List("amqp-url", "amqp://guest:guest@localhost:5672/", "RabbitMQ URL, amqp://user:password@host:5672/vhost; for a cluster several, comma-separated or the flag repeated, tried in order (a lost node is tried last)"),
-		exchange:           s.String("exchange", route.DefaultExchange, "durable topic exchange the events are published to"),
-		alternate:          s.String("alternate-exchange", "", "alternate exchange and queue for unroutable events (default <exchange>.unroutable)"),
-		alternateQueueType: s.String("alternate-queue-type", route.QueueClassic, "classic or quorum: type of the alternate exchange's queue; use quorum with a RabbitMQ cluster, where a classic queue's node being down stops every declaration"),
-		noAlternate:        s.Bool("no-alternate-exchange", false, "declare the exchange without an alternate exchange: an unroutable event is retried (and holds the position) until a binding matches it"),
-		maxPayload:         s.Int("max-payload-bytes", 8<<20, "larger payloads are quarantined instead of published (keep it below the broker's max_message_size)"),
-		maxInflight:        s.Int("max-inflight-bytes", route.DefaultMaxInflightBytes, "bytes of unconfirmed messages held at most, across all channels (bounds memory)"),
-		logLevel:           s.String("log-level", "info", "debug, info, warn or error"),
-		logFormat:          s.String("log-format", "text", "text or json"),
+		amqpURL:             s.List("amqp-url", "amqp://guest:guest@localhost:5672/", "RabbitMQ URL, amqp://user:password@host:5672/vhost; for a cluster several, comma-separated or the flag repeated, tried in order (a lost node is tried last)"),
+		exchange:            s.String("exchange", route.DefaultExchange, "durable topic exchange the events are published to"),
+		alternate:           s.String("alternate-exchange", "", "alternate exchange and queue for unroutable events (default <exchange>.unroutable)"),
+		unroutableQueueType: s.String("unroutable-queue-type", route.QueueTypeClassic, "classic or quorum: type of the alternate exchange's queue; use quorum with a RabbitMQ cluster, where a classic queue's node being down stops every declaration"),
+		noAlternate:         s.Bool("no-alternate-exchange", false, "declare the exchange without an alternate exchange: an unroutable event is retried (and holds the position) until a binding matches it"),
+		maxPayload:          s.Int("max-payload-bytes", 8<<20, "larger payloads are quarantined instead of published (keep it below the broker's max_message_size)"),
+		maxInflight:         s.Int("max-inflight-bytes", route.DefaultMaxInflightBytes, "bytes of unconfirmed messages held at most, across all channels (bounds memory)"),
+		logLevel:            s.String("log-level", "info", "debug, info, warn or error"),
+		logFormat:           s.String("log-format", "text", "text or json"),
 	}
 }
 
 func (b brokerFlags) route(connectionName string) route.Config {
 	return route.Config{URL: *b.amqpURL, Exchange: *b.exchange, AlternateExchange: *b.alternate,
 		NoAlternateExchange: *b.noAlternate, ConnectionName: connectionName, MaxInflightBytes: *b.maxInflight,
-		AlternateQueueType: *b.alternateQueueType}
+		UnroutableQueueType: *b.unroutableQueueType}
 }
 
 func (b brokerFlags) decode(table string) decode.Config {
@@ -125,7 +125,7 @@ func withConn(ctx context.Context, name string, args []string, env func(string) 
 
 func runMigrate(ctx context.Context, args []string, env func(string) string, stdout, stderr io.Writer) error {
 	var withInbox, noAlternate, partitioned *bool
-	var inboxSchema, amqpURL, exchange, alternate, interval, alternateQueueType *string
+	var inboxSchema, amqpURL, exchange, alternate, interval, unroutableQueueType *string
 	var ahead, shards *int
 	flags := func(s *settings) {
 		partitioned = s.Bool("partitioned", false, "create the outbox range-partitioned by occurred_at, with a default partition and the partitions "+
@@ -139,7 +139,7 @@ func runMigrate(ctx context.Context, args []string, env func(string) string, std
 		exchange = s.String("exchange", route.DefaultExchange, "exchange to declare with --amqp-url")
 		alternate = s.String("alternate-exchange", "", "alternate exchange and queue to declare with --amqp-url (default <exchange>.unroutable)")
 		noAlternate = s.Bool("no-alternate-exchange", false, "declare the exchange without an alternate exchange, as run does with this flag")
-		alternateQueueType = s.String("alternate-queue-type", route.QueueClassic, "classic or quorum: type of the alternate exchange's queue to declare with --amqp-url, as run does with this flag")
+		unroutableQueueType = s.String("unroutable-queue-type", route.QueueTypeClassic, "classic or quorum: type of the alternate exchange's queue to declare with --amqp-url, as run does with this flag")
 	}
 	return withConn(ctx, "migrate", args, env, stderr, flags, func(conn *pgx.Conn, pg pgFlags) error {
 		mcfg := pg.migrations()
@@ -161,7 +161,7 @@ func runMigrate(ctx context.Context, args []string, env func(string) string, std
 		}
 		if *amqpURL != "" {
 			rcfg := route.Config{URL: *amqpURL, Exchange: *exchange, AlternateExchange: *alternate,
-				NoAlternateExchange: *noAlternate, ConnectionName: "cdc-router migrate", AlternateQueueType: *alternateQueueType}
+				NoAlternateExchange: *noAlternate, ConnectionName: "cdc-router migrate", UnroutableQueueType: *unroutableQueueType}
 			if err := amqpTLSFiles(*amqpURL); err != nil {
 				return err
 			}
