@@ -28,7 +28,10 @@ const (
 
 // Config configures a Router. The zero value of every field but URL means its default.
 type Config struct {
-	// URL is the AMQP URL, amqp://user:password@host:5672/vhost (required). It is never logged.
+	// URL is the AMQP URL, amqp://user:password@host:5672/vhost (required), or several, separated by
+	// commas, for the nodes of a RabbitMQ cluster: amqp://u:p@node1:5672/,amqp://u:p@node2:5672/. They are
+	// tried in order, and a Dialer starts each new connection with the address after the last one used
+	// (see SplitURLs and Dialer). Only host:port of an address is ever logged.
 	URL string
 	// Exchange is the durable topic exchange the events are published to; default "outbox".
 	Exchange string
@@ -39,8 +42,9 @@ type Config struct {
 	// returned by the broker and fails the Router.
 	NoAlternateExchange bool
 	// UnroutableQueueType is the x-queue-type of the alternate exchange's queue: "classic" (the default) or
-	// "quorum" (replicated, for clusters: RabbitMQ 4 has no mirrored classic queues). A queue that already
-	// exists with the other type makes Dial and Declare fail with ErrExchangeMismatch.
+	// "quorum" (replicated, for clusters: RabbitMQ 4 has no mirrored classic queues; a classic queue lives on
+	// one node, and while that node is down the router cannot declare its topology on any other node). A
+	// queue that already exists with the other type makes Dial and Declare fail with ErrExchangeMismatch.
 	UnroutableQueueType string
 	// Lanes is the number of confirm-mode channels; default 4.
 	Lanes int
@@ -97,10 +101,7 @@ func (c Config) withDefaults() Config {
 // names the fix. It never includes the password of the URL.
 func (c Config) Validate() error {
 	c = c.withDefaults()
-	if strings.TrimSpace(c.URL) == "" {
-		return fmt.Errorf("%w: the AMQP URL is empty: set it, e.g. amqp://user:password@host:5672/vhost", ErrInvalidConfig)
-	}
-	if _, err := parseURL(c.URL); err != nil {
+	if _, err := parseAddresses(c.URL); err != nil {
 		return err
 	}
 	if err := checkName("exchange", c.Exchange); err != nil {

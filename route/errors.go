@@ -126,6 +126,12 @@ func declareError(cfg Config, user, vhost, what, name string, err error) error {
 			"%s %q already exists with other arguments (%s): delete it (rabbitmqadmin delete %s name=%s) so the router can declare it, "+
 				"or start with --no-alternate-exchange, or choose another --exchange",
 			what, name, aerr.Reason, what, name)}
+	case aerr.Code == amqp.NotFound && what == "queue" && strings.Contains(aerr.Reason, "home node"):
+		// A classic queue lives on one node of a cluster; the router retries until that node is back.
+		return &sentence{kind: ErrUnreachable, text: fmt.Sprintf(
+			"queue %q cannot be declared while the cluster node it lives on is down (%d %s): with a RabbitMQ cluster, "+
+				"delete it once that node is back (rabbitmqadmin delete queue name=%s) and run with --unroutable-queue-type quorum",
+			name, aerr.Code, aerr.Reason, name)}
 	case aerr.Code == amqp.AccessRefused:
 		return &sentence{kind: ErrAccessRefused, text: fmt.Sprintf(
 			"user %q may not declare %s %q on vhost %q (403 ACCESS_REFUSED): grant it configure and write permissions on the vhost "+
