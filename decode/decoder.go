@@ -46,13 +46,14 @@ func protocolError(msg byte, format string, args ...any) error {
 // the relation cache and the open transaction, so it is not safe for concurrent use; after any error, and
 // for every new replication connection, use a new Decoder.
 type Decoder struct {
-	cfg        Config
-	schema     string // the outbox table's namespace and name, from cfg.Table
-	table      string
-	relations  map[uint32]*relation // by relation OID; replaced by every Relation message
-	inTxn      bool
-	commitLSN  cdc.LSN           // the open transaction's Begin final LSN
-	commitTime time.Time         // the open transaction's commit timestamp, from Begin
+	cfg       Config
+	schema    string // the outbox table's namespace and name, from cfg.Table
+	table     string
+	relations map[uint32]*relation // by relation OID; replaced by every Relation message
+	inTxn     bool
+	commitLSN cdc.LSN // the open transaction's Begin final LSN
+	// commitTime is the open (or last) transaction's commit timestamp, from its Begin message.
+	commitTime time.Time
 	tuple      []value           // scratch for the current change's tuple, reused between messages
 	types      map[uint32]string // namespace.name of the non-built-in types Type messages announced, by OID
 	// runLSN is the WAL start of the open transaction's last insert and run the number of its inserts at
@@ -69,6 +70,13 @@ func New(cfg Config) *Decoder {
 	return &Decoder{cfg: cfg, schema: schema, table: table, relations: make(map[uint32]*relation),
 		types: make(map[uint32]string)}
 }
+
+// pgEpoch is PostgreSQL's timestamp epoch: pgoutput's timestamps are microseconds since it.
+var pgEpoch = time.Date(2000, 1, 1, 0, 0, 0, 0, time.UTC)
+
+// CommitTime is the commit timestamp (the primary's clock) of the transaction of the last Begin: the
+// open transaction's inside Begin…Commit, for the metrics of the time from commit to confirm.
+func (d *Decoder) CommitTime() time.Time { return d.commitTime }
 
 // Decode decodes one pgoutput message: walData is an XLogData's WALData and walStart its WAL start. Decode
 // keeps nothing that aliases walData after it returns and copies no column value whole except into an
@@ -124,7 +132,7 @@ func (d *Decoder) decode(walStart cdc.LSN, walData []byte, h Handler) error {
 
 func (d *Decoder) begin(r *reader, h Handler) error {
 	final := r.lsn("final LSN")
-	commitTime := pgTime(uint64(r.lsn("commit timestamp")))
+	committed := r.lsn("commit timestamp")
 	r.take(4, "xid")
 	if reason := r.end(); reason != "" {
 		return protocolError(msgBegin, "%s", reason)
@@ -132,7 +140,8 @@ func (d *Decoder) begin(r *reader, h Handler) error {
 	if d.inTxn {
 		return protocolError(msgBegin, "Begin %s inside transaction %s", final, d.commitLSN)
 	}
-	d.inTxn, d.commitLSN, d.commitTime, d.runLSN, d.run = true, final, commitTime, 0, 0
+	d.inTxn, d.commitLSN, d.runLSN, d.run = true, final, 0, 0
+	d.commitTime = pgEpoch.Add(time.Duration(int64(committed)) * time.Microsecond)
 	if err := h.Begin(final); err != nil {
 		return fmt.Errorf("decode: Begin %s: %w", final, err)
 	}

@@ -163,9 +163,3 @@ func (d *Decoder) envelopeID(content []byte) string {
 	}
 	return e.ID
 }
-
-// pgEpoch is PostgreSQL's timestamp epoch; pgoutput sends times as microseconds since it.
-var pgEpoch = time.Date(2000, 1, 1, 0, 0, 0, 0, time.UTC)
-
-// pgTime converts a pgoutput timestamp.
-func pgTime(us uint64) time.Time { return pgEpoch.Add(time.Duration(int64(us)) * time.Microsecond) }

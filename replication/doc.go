@@ -18,5 +18,10 @@
 //   - A router that finds its slot held by another router stands by (StateStandby, retried every second),
 //     which is neither a failure nor a restart.
 //
+// Stats is what the stream did, for the health endpoints, the progress line and the metrics (Stats.Register):
+// counts by source, reason and cause, the lag in time (the age of the commit of the oldest received
+// transaction not yet acknowledged, 0 when none is) and in bytes, the age of the oldest unconfirmed event,
+// and the slot's health, read from pg_replication_slots every SlotHealthInterval on the ordinary connection.
+//
 // It never talks to the broker directly: it sees a Publisher.
 package replication

@@ -131,9 +131,11 @@ func Run(ctx context.Context, cfg Config, dial Dialer, log *slog.Logger, stats *
 				"at a time, and one refused "+fmt.Sprint(strikesToQuarantine)+" times in a row is quarantined", "lsn", net.until)
 		}
 		wait := withinGrace(backoff/2+rand.N(backoff/2+1), began, started)
-		stats.restarts.Add(1)
+		cause := causeOf(err)
+		stats.restarted(cause)
 		stats.setState(StateRestarting, err)
-		log.Warn("stream stopped; restarting from the acknowledged position", "error", err, "backoff", wait.Round(time.Millisecond))
+		log.Warn("stream stopped; restarting from the acknowledged position", "cause", cause, "error", err,
+			"backoff", wait.Round(time.Millisecond), "lsn", stats.Acknowledged())
 		if !sleep(ctx, wait) {
 			return stopped()
 		}
@@ -201,7 +203,7 @@ func runOnce(ctx context.Context, cfg Config, dial Dialer, log *slog.Logger, sta
 	}
 	pub, err := dial(ctx)
 	if err != nil {
-		return false, err
+		return false, caused(CauseBroker, err)
 	}
 	defer func() {
 		if !stop.closeWithin(pub) {
@@ -219,15 +221,22 @@ func runOnce(ctx context.Context, cfg Config, dial Dialer, log *slog.Logger, sta
 		return false, startError(err, cfg)
 	}
 	*started = true
+	prev, _, _ := stats.State()
 	stats.setState(StateStreaming, nil)
-	log.Info("streaming", "lsn", start, "publication", cfg.Publication, "system_id", sys.SystemID, "timeline", sys.Timeline)
+	// previous says what this start follows: starting (the process's first), restarting (after a failure),
+	// standby (this router took the slot over) or snapshot (the initial snapshot is done).
+	log.Info("streaming", "lsn", start, "previous", prev, "publication", cfg.Publication, "system_id", sys.SystemID,
+		"timeline", sys.Timeline)
 	s := &session{ctx: ctx, stop: stop, cfg: cfg, log: log, conn: conn, sql: sql, store: store, tracker: offsets.NewTracker(start),
 		pub: pub, dec: decode.New(cfg.Decode), sys: sys, stats: stats, lastHeard: time.Now(),
 		silence: silenceLimit(ctx, sql), net: net, quar: quarantine.NewStore(sql, cfg.Schema, cfg.Slot), watch: watch,
-		progress: newProgressLog(log, stats, cfg.ProgressInterval)}
+		progress: newProgressLog(log, stats, cfg.ProgressInterval), flight: newFlight(), pending: stats.takeCarried(start)}
+	stats.flight.Store(s.flight)
+	defer stats.flight.Store(nil)
 	watch.next = time.Now().Add(cfg.PublicationCheckInterval)
 	net.received = 0
 	err = s.stream()
+	stats.carry(s.pending, s.sent)
 	return s.tracker.Watermark() > start, err
 }
 

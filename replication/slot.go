@@ -21,14 +21,19 @@ type SlotInfo struct {
 	Active         bool
 	ConfirmedFlush cdc.LSN
 	WALStatus      string // reserved, extended, unreserved, lost; empty when unknown
+	// Invalidation is why PostgreSQL invalidated the slot (invalidation_reason, PostgreSQL 17+: wal_removed,
+	// rows_removed, wal_level_insufficient, idle_timeout); empty when it is valid or the server is older.
+	Invalidation string
 }
 
 // InspectSlot reads the slot's row from pg_replication_slots.
 func InspectSlot(ctx context.Context, conn *pgx.Conn, slot string) (SlotInfo, error) {
 	var s SlotInfo
-	var flush, walStatus, plugin, database *string
-	err := conn.QueryRow(ctx, `SELECT plugin, database, active, confirmed_flush_lsn::text, wal_status
-		FROM pg_replication_slots WHERE slot_name = $1`, slot).Scan(&plugin, &database, &s.Active, &flush, &walStatus)
+	var flush, walStatus, plugin, database, invalidation *string
+	// to_jsonb reads invalidation_reason where the column exists (17+) and NULL before.
+	err := conn.QueryRow(ctx, `SELECT plugin, database, active, confirmed_flush_lsn::text, wal_status,
+		to_jsonb(s) ->> 'invalidation_reason'
+		FROM pg_replication_slots s WHERE slot_name = $1`, slot).Scan(&plugin, &database, &s.Active, &flush, &walStatus, &invalidation)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return s, nil
 	}
@@ -36,7 +41,7 @@ func InspectSlot(ctx context.Context, conn *pgx.Conn, slot string) (SlotInfo, er
 		return s, fmt.Errorf("inspect slot %s: %w", slot, err)
 	}
 	s.Exists = true
-	s.Plugin, s.Database, s.WALStatus = deref(plugin), deref(database), deref(walStatus)
+	s.Plugin, s.Database, s.WALStatus, s.Invalidation = deref(plugin), deref(database), deref(walStatus), deref(invalidation)
 	if flush != nil {
 		if s.ConfirmedFlush, err = cdc.ParseLSN(*flush); err != nil {
 			return s, err
@@ -79,9 +84,9 @@ func decideStart(cfg Config, sys pglogrepl.IdentifySystemResult, slot SlotInfo, 
 		return startDecision{}, fatalf("replication slot %s belongs to database %s, not %s: point --pg-url at %s or "+
 			"choose another --slot", cfg.Slot, slot.Database, sys.DBName, slot.Database)
 	}
-	if slot.WALStatus == "lost" {
-		return startDecision{}, fatalf("replication slot %s is invalidated (wal_status lost, max_slot_wal_keep_size "+
-			"exceeded?): the WAL it needed is gone, so events were lost from it; to re-snapshot run %s", cfg.Slot, reset)
+	if slot.WALStatus == "lost" || slot.Invalidation != "" {
+		return startDecision{}, fatalf("replication slot %s is invalidated (%s): PostgreSQL will not decode from it "+
+			"again, so events were lost from it; to re-snapshot run %s", cfg.Slot, invalidationCause(slot), reset)
 	}
 	if slot.Plugin != "pgoutput" {
 		return startDecision{}, fatalf("replication slot %s uses plugin %q, not pgoutput: drop it "+
@@ -94,6 +99,23 @@ func decideStart(cfg Config, sys pglogrepl.IdentifySystemResult, slot SlotInfo, 
 		start = stored.LSN
 	}
 	return startDecision{start: start}, nil
+}
+
+// invalidationCause names why the slot was invalidated and the setting behind it, in PostgreSQL's words.
+func invalidationCause(slot SlotInfo) string {
+	switch slot.Invalidation {
+	case "idle_timeout":
+		return "invalidation_reason idle_timeout: it stayed inactive longer than idle_replication_slot_timeout; " +
+			"raise that setting (or set it to 0) to cover the longest the router may be stopped"
+	case "rows_removed":
+		return "invalidation_reason rows_removed: a standby's slot conflicted with recovery; set hot_standby_feedback = on " +
+			"with a physical slot for the standby"
+	case "wal_level_insufficient":
+		return "invalidation_reason wal_level_insufficient: wal_level was lowered below logical; set wal_level = logical"
+	case "wal_removed", "":
+		return "wal_status lost: the WAL it needed was removed, max_slot_wal_keep_size exceeded?"
+	}
+	return "invalidation_reason " + slot.Invalidation
 }
 
 // createSlot creates the permanent pgoutput slot and returns its consistent point.

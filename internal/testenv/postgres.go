@@ -38,6 +38,11 @@ func StartPostgres(settings ...string) (*Postgres, error) {
 	if err != nil {
 		return nil, err
 	}
+	return StartPostgresIn(bin, settings...)
+}
+
+// StartPostgresIn is StartPostgres with the server binaries in bin (see PostgresBin).
+func StartPostgresIn(bin string, settings ...string) (*Postgres, error) {
 	dir, err := os.MkdirTemp("", "cdc-router-pg-")
 	if err != nil {
 		return nil, err
