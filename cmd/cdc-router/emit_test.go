@@ -158,3 +158,13 @@ func TestEmittedMessagesAreEventsLikeRows(t *testing.T) {
 		time.Sleep(200 * time.Millisecond)
 	}
 }
+
+// TestMessagePrefixWithShardIsRefused: messages reach every shard's slot, so N sharded routers would each
+// publish every emitted event.
+func TestMessagePrefixWithShardIsRefused(t *testing.T) {
+	e := newEnv(t)
+	out, code := e.cli("run", "--message-prefix", "cdc-router.outbox", "--shard", "0/2")
+	if code != 2 || !strings.Contains(out, "--message-prefix cannot be combined with --shard") {
+		t.Fatalf("exit %d:\n%s", code, out)
+	}
+}
