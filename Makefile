@@ -6,7 +6,7 @@ PKGS      := ./...
 # package's publishers, and the machine has two cores.
 TESTFLAGS ?= -race -p 1 -count=1 -timeout 25m
 
-.PHONY: build test test-short lint fuzz bench bench-e2e demo services clean
+.PHONY: build test test-short test-cluster bench-shards lint fuzz bench bench-e2e demo services clean test-matrix test-versions
 
 build:
 	$(GO) build -o bin/cdc-router ./cmd/cdc-router
@@ -18,6 +18,18 @@ test: services
 	$(GO) vet $(PKGS)
 	@test -z "$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go'))" || { echo "gofmt needed:"; gofmt -l .; exit 1; }
 	$(GO) test $(TESTFLAGS) $(PKGS)
+	cd deploy/kubernetes && $(GO) vet ./... && $(GO) test -count=1 ./...
+
+# The version matrix (internal/testenv/matrix.sh, docs/operations.md "Versions"): PostgreSQL 14-18 binaries
+# pinned and verified by internal/testenv/fetch-postgres.sh, RabbitMQ 4.0 run beside the system broker by
+# internal/testenv/rabbitmq4.sh, both cached in /var/cache/cdc-router. test-matrix (CI, after test): the core
+# end-to-end tests on PostgreSQL 14, 17 and 18, each against RabbitMQ 4.0. test-versions: the whole
+# cmd/cdc-router suite on each PostgreSQL version, then the whole suite on RabbitMQ 4.0.
+test-matrix: services
+	internal/testenv/matrix.sh core
+
+test-versions: services
+	internal/testenv/matrix.sh full
 
 lint:
 	$(GO) vet $(PKGS)
@@ -32,6 +44,10 @@ fuzz:
 bench:
 	$(GO) test -run='^$$' -bench=. -benchmem -count=5 ./decode/ ./offsets/ ./route/
 
+# N = 1, 2, 4 sharded routers draining the same events: events/s and PostgreSQL CPU per event (docs/scaling.md).
+bench-shards: services
+	$(GO) test -run='^$$' -bench=Shards -benchtime=1x -count=3 -timeout 20m ./cmd/cdc-router/
+
 bench-e2e: services
 	$(GO) test -run='^$$' -bench=EndToEnd -benchtime=1x -count=3 -timeout 20m ./cmd/cdc-router/
 
@@ -40,3 +56,9 @@ demo: services build
 
 clean:
 	rm -rf bin
+
+# The RabbitMQ cluster tests (build tag cluster): a 3-node cluster beside the system broker, a quorum queue,
+# and a node stopped, the queue leader's node stopped, a node killed (about 2.5 minutes, 3 x 130 MB of RAM).
+# Run before each release; not part of `make test` (see docs/scaling.md).
+test-cluster: services
+	$(GO) test $(TESTFLAGS) -tags cluster -run '^TestCluster' -v ./cmd/cdc-router/

@@ -38,6 +38,11 @@ type Config struct {
 	// (an outbox column missing or of another type, an insert into a relation that is not the outbox):
 	// OnDriftRefuse (the default) or OnDriftQuarantine.
 	OnDrift string
+	// MessagePrefix, when set, makes logical decoding messages emitted with this prefix
+	// (pg_logical_emit_message(true, prefix, envelope)) events like outbox inserts; messages with another
+	// prefix are skipped. Empty (the default) skips every message. The stream must be started with
+	// pgoutput's messages option for any to arrive (PostgreSQL 14+).
+	MessagePrefix string
 	// Publication is the publication's name, used only to word the fix in a *DriftError; optional.
 	Publication string
 }

@@ -2,13 +2,15 @@ package decode
 
 import (
 	"fmt"
+	"time"
 
 	"github.com/cdc-router/cdc-router/internal/cdc"
 )
 
 // Handler receives what Decode finds, in WAL order: Begin, the transaction's inserts (each an Event or a
 // Quarantine; an insert that drifted is a Quarantine only with OnDriftQuarantine), then Commit. A non-nil
-// error stops Decode, which returns it wrapped; the Decoder must then be discarded.
+// error stops Decode, which returns it wrapped; the Decoder must then be discarded. The one call outside
+// Begin…Commit is the Quarantine of a non-transactional message with Config.MessagePrefix (CommitLSN zero).
 type Handler interface {
 	// Begin starts a transaction; commitLSN is the Begin message's final LSN, the commit record's start.
 	Begin(commitLSN cdc.LSN) error
@@ -49,9 +51,11 @@ type Decoder struct {
 	table     string
 	relations map[uint32]*relation // by relation OID; replaced by every Relation message
 	inTxn     bool
-	commitLSN cdc.LSN           // the open transaction's Begin final LSN
-	tuple     []value           // scratch for the current change's tuple, reused between messages
-	types     map[uint32]string // namespace.name of the non-built-in types Type messages announced, by OID
+	commitLSN cdc.LSN // the open transaction's Begin final LSN
+	// commitTime is the open (or last) transaction's commit timestamp, from its Begin message.
+	commitTime time.Time
+	tuple      []value           // scratch for the current change's tuple, reused between messages
+	types      map[uint32]string // namespace.name of the non-built-in types Type messages announced, by OID
 	// runLSN is the WAL start of the open transaction's last insert and run the number of its inserts at
 	// runLSN so far: the next insert at runLSN has ordinal run.
 	runLSN cdc.LSN
@@ -66,6 +70,13 @@ func New(cfg Config) *Decoder {
 	return &Decoder{cfg: cfg, schema: schema, table: table, relations: make(map[uint32]*relation),
 		types: make(map[uint32]string)}
 }
+
+// pgEpoch is PostgreSQL's timestamp epoch: pgoutput's timestamps are microseconds since it.
+var pgEpoch = time.Date(2000, 1, 1, 0, 0, 0, 0, time.UTC)
+
+// CommitTime is the commit timestamp (the primary's clock) of the transaction of the last Begin: the
+// open transaction's inside Begin…Commit, for the metrics of the time from commit to confirm.
+func (d *Decoder) CommitTime() time.Time { return d.commitTime }
 
 // Decode decodes one pgoutput message: walData is an XLogData's WALData and walStart its WAL start. Decode
 // keeps nothing that aliases walData after it returns and copies no column value whole except into an
@@ -107,10 +118,7 @@ func (d *Decoder) decode(walStart cdc.LSN, walData []byte, h Handler) error {
 			d.types[oid] = string(namespace) + "." + string(name)
 		}
 	case msgMessage:
-		r.u8("flags")
-		r.lsn("message LSN")
-		r.cstring("prefix")
-		r.takeLong(uint64(r.u32("content length")), "content")
+		return d.message(walStart, r, h)
 	case 'S', 'E', 'c', 'A', 'b', 'P', 'K', 'r', 'p':
 		return protocolError(t, "streaming and two-phase messages are not supported: use proto_version 1 without streaming")
 	default:
@@ -124,7 +132,8 @@ func (d *Decoder) decode(walStart cdc.LSN, walData []byte, h Handler) error {
 
 func (d *Decoder) begin(r *reader, h Handler) error {
 	final := r.lsn("final LSN")
-	r.take(12, "commit timestamp and xid")
+	committed := r.lsn("commit timestamp")
+	r.take(4, "xid")
 	if reason := r.end(); reason != "" {
 		return protocolError(msgBegin, "%s", reason)
 	}
@@ -132,6 +141,7 @@ func (d *Decoder) begin(r *reader, h Handler) error {
 		return protocolError(msgBegin, "Begin %s inside transaction %s", final, d.commitLSN)
 	}
 	d.inTxn, d.commitLSN, d.runLSN, d.run = true, final, 0, 0
+	d.commitTime = pgEpoch.Add(time.Duration(int64(committed)) * time.Microsecond)
 	if err := h.Begin(final); err != nil {
 		return fmt.Errorf("decode: Begin %s: %w", final, err)
 	}

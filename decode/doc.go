@@ -10,12 +10,18 @@
 //   - the row mapping from the outbox table's text columns to a cdc.Event, shared with the snapshot
 //     reader through MapRow;
 //   - drift detection: an insert the outbox's current shape or the publication makes undecodable.
+//   - logical decoding messages with Config.MessagePrefix (pg_logical_emit_message): a transactional one
+//     holds a JSON envelope keyed by the outbox columns and is mapped by the row rules, at its place among
+//     the transaction's inserts (message.go).
 //
 // It guarantees:
 //   - a malformed, truncated or unexpected message returns an error and never panics; after an error the
 //     Decoder is unusable and the replication connection must be restarted with a new Decoder;
 //   - the Handler sees Begin, then the transaction's inserts in WAL order, then Commit with
 //     CommitMessage.TransactionEndLSN, the position to acknowledge;
+//   - a message with the prefix is an Event or a Quarantine like an insert, never dropped: a malformed
+//     envelope and every non-transactional message (written even when its transaction rolls back) are
+//     quarantined; a message with another prefix, or with no prefix configured, is skipped;
 //   - every insert is an Event, a Quarantine, or a *DriftError returned before the Handler sees anything
 //     of it; none is dropped. An insert into a relation that is not Config.Table (a renamed or swapped
 //     outbox, another table in the publication) or into an outbox whose Relation lacks a column or has

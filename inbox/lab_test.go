@@ -85,7 +85,7 @@ func (l *lab) declare() {
 	if err := l.pub.ExchangeDeclare(l.exchange, "topic", false, false, false, false, nil); err != nil {
 		t.Fatalf("declare exchange: %v", err)
 	}
-	if _, err := l.pub.QueueDeclare(l.queue, false, false, false, false, nil); err != nil {
+	if _, err := l.pub.QueueDeclare(l.queue, true, false, false, false, nil); err != nil {
 		t.Fatalf("declare queue: %v", err)
 	}
 	if err := l.pub.QueueBind(l.queue, "order.#", l.exchange, false, nil); err != nil {

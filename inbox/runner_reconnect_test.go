@@ -2,7 +2,6 @@ package inbox_test
 
 import (
 	"context"
-	"os/exec"
 	"strings"
 	"testing"
 	"time"
@@ -16,14 +15,14 @@ import (
 // takes the connection's Erlang pid).
 func closeConnection(t *testing.T, name string) {
 	t.Helper()
-	out, err := exec.Command("rabbitmqctl", "-q", "list_connections", "--no-table-headers", "pid", "client_properties").Output()
+	out, err := testenv.Rabbitmqctl(t, "-q", "list_connections", "--no-table-headers", "pid", "client_properties").Output()
 	if err != nil {
 		t.Fatalf("rabbitmqctl list_connections: %v", err)
 	}
 	for line := range strings.Lines(string(out)) {
 		conn, props, ok := strings.Cut(strings.TrimSpace(line), "\t")
 		if ok && strings.Contains(props, `{"connection_name","`+name+`"}`) {
-			if out, err := exec.Command("rabbitmqctl", "-q", "close_connection", conn, "closed by the test").CombinedOutput(); err != nil {
+			if out, err := testenv.Rabbitmqctl(t, "-q", "close_connection", conn, "closed by the test").CombinedOutput(); err != nil {
 				t.Fatalf("rabbitmqctl close_connection: %v: %s", err, out)
 			}
 			return
@@ -37,7 +36,7 @@ func closeConnection(t *testing.T, name string) {
 // exactly once.
 func TestRunnerReconnectLosesNothingAndAppliesNothingTwice(t *testing.T) {
 	l := newRunnerLab(t)
-	proxy := testenv.NewProxy(t, "127.0.0.1:5672")
+	proxy := testenv.NewProxy(t, testenv.AMQPAddr(t))
 	msgs, events := orderStream(11, 60, 50, 10)
 	l.publishAll(msgs)
 	l.wrap = func(ctx context.Context, tx pgx.Tx, ev inbox.Event, next inbox.Handler) error {

@@ -45,6 +45,9 @@ func Check(ctx context.Context, conn *pgx.Conn, cfg Config) error {
 	if err := checkTable(ctx, conn, cfg); err != nil {
 		return err
 	}
+	if err := checkShard(ctx, conn, cfg); err != nil { // first: on PostgreSQL 14 a shard's publication cannot exist
+		return err
+	}
 	if err := checkPublication(ctx, conn, cfg); err != nil {
 		return err
 	}

@@ -11,4 +11,7 @@
 // coming intervals that are missing; it refuses an existing outbox that is not partitioned. Check accepts a
 // partitioned outbox whose unique key lies within the aggregate key and the partition key, and refuses a
 // publication that would send its rows under the partitions' names.
+//
+// The function <schema>.emit (007, table-less events as logical decoding messages) is created only with
+// Config.EmitFunction.
 package migrations

@@ -31,7 +31,14 @@ type Config struct {
 	Partitioned       bool
 	PartitionInterval string // day, week or month (default); UTC
 	PartitionsAhead   int    // partitions after the current one (the migrate command's default is 3)
+	// EmitFunction also creates <Schema>.emit(…), which writes an event as a logical decoding message with
+	// MessagePrefix (migrate --emit-function); off by default.
+	EmitFunction  bool
+	MessagePrefix string // prefix of the messages emit writes; default DefaultMessagePrefix
 }
+
+// DefaultMessagePrefix is the prefix of the messages that <schema>.emit writes when none is given.
+const DefaultMessagePrefix = "cdc-router.outbox"
 
 // Defaults fills empty fields with the documented defaults.
 func (c Config) Defaults() Config {
@@ -43,6 +50,9 @@ func (c Config) Defaults() Config {
 	}
 	if c.Schema == "" {
 		c.Schema = "cdc_router"
+	}
+	if c.MessagePrefix == "" {
+		c.MessagePrefix = DefaultMessagePrefix
 	}
 	if c.PartitionInterval == "" {
 		c.PartitionInterval = "month"
@@ -81,6 +91,8 @@ type vars struct {
 	// Ahead is how many partitions follow the current one (sql/partitioned only).
 	Interval, IntervalLiteral, StepLiteral string
 	Ahead                                  int
+	EmitFunction                           bool   // render 007's emit function
+	MessagePrefixLiteral                   string // the emit function's message prefix as an SQL string literal
 	// Dollar is the dollar-quote delimiter of DO bodies (write DO {{.Dollar}} ... {{.Dollar}}; never $$): $$
 	// unless a name holds it, then one no name holds, so a name can never end the body early.
 	Dollar string
@@ -112,18 +124,21 @@ func Statements(cfg Config) ([]string, error) {
 	}
 	cfg = cfg.Defaults()
 	v := vars{
-		Schema:             pgx.Identifier{cfg.Schema}.Sanitize(),
-		Table:              TableIdent(cfg.Table).Sanitize(),
-		Publication:        pgx.Identifier{cfg.Publication}.Sanitize(),
-		SchemaLiteral:      literal(cfg.Schema),
-		PublicationLiteral: literal(cfg.Publication),
-		TableLiteral:       literal(TableIdent(cfg.Table).Sanitize()),
-		Interval:           cfg.PartitionInterval,
-		IntervalLiteral:    literal(cfg.PartitionInterval),
-		StepLiteral:        literal("1 " + cfg.PartitionInterval),
-		Ahead:              cfg.PartitionsAhead,
+		Schema:               pgx.Identifier{cfg.Schema}.Sanitize(),
+		Table:                TableIdent(cfg.Table).Sanitize(),
+		Publication:          pgx.Identifier{cfg.Publication}.Sanitize(),
+		SchemaLiteral:        literal(cfg.Schema),
+		PublicationLiteral:   literal(cfg.Publication),
+		TableLiteral:         literal(TableIdent(cfg.Table).Sanitize()),
+		Interval:             cfg.PartitionInterval,
+		IntervalLiteral:      literal(cfg.PartitionInterval),
+		StepLiteral:          literal("1 " + cfg.PartitionInterval),
+		Ahead:                cfg.PartitionsAhead,
+		EmitFunction:         cfg.EmitFunction,
+		MessagePrefixLiteral: literal(cfg.MessagePrefix),
 	}
-	v.Dollar = dollarTag(v.Schema, v.Table, v.Publication, v.SchemaLiteral, v.PublicationLiteral, v.TableLiteral)
+	v.Dollar = dollarTag(v.Schema, v.Table, v.Publication, v.SchemaLiteral, v.PublicationLiteral, v.TableLiteral,
+		v.MessagePrefixLiteral)
 	names, err := fs.Glob(files, "sql/*.sql")
 	if err != nil {
 		return nil, err
@@ -150,6 +165,9 @@ func Statements(cfg Config) ([]string, error) {
 		var b bytes.Buffer
 		if err := tmpl.Execute(&b, v); err != nil {
 			return nil, fmt.Errorf("render %s: %w", name, err)
+		}
+		if strings.TrimSpace(b.String()) == "" { // an optional migration that is off
+			continue
 		}
 		out = append(out, b.String())
 	}

@@ -58,6 +58,17 @@ func publicationNamesOption(publication string) string {
 	return "publication_names '" + strings.ReplaceAll(ident, "'", "''") + "'"
 }
 
+// pluginArgs are pgoutput's options for START_REPLICATION: proto_version 1 and the publication, and, when
+// cfg.Decode.MessagePrefix is set, messages 'true' so that logical decoding messages arrive (PostgreSQL 14+;
+// proto_version 1 carries them in the transaction's order, transactional ones between Begin and Commit).
+func pluginArgs(cfg Config) []string {
+	args := []string{"proto_version '1'", publicationNamesOption(cfg.Publication)}
+	if cfg.Decode.MessagePrefix != "" {
+		args = append(args, "messages 'true'")
+	}
+	return args
+}
+
 // WithDefaults returns c with every empty field set to its default.
 func (c Config) WithDefaults() Config {
 	def := func(s *string, v string) {

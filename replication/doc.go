@@ -23,5 +23,10 @@
 //     slot it has (a failover slot's synchronized copy), never a new one; the timeline is recorded with the
 //     position, and a stored position past the end of its timeline on that server is refused.
 //
+// Stats is what the stream did, for the health endpoints, the progress line and the metrics (Stats.Register):
+// counts by source, reason and cause, the lag in time (the age of the commit of the oldest received
+// transaction not yet acknowledged, 0 when none is) and in bytes, the age of the oldest unconfirmed event,
+// and the slot's health, read from pg_replication_slots every SlotHealthInterval on the ordinary connection.
+//
 // It never talks to the broker directly: it sees a Publisher.
 package replication

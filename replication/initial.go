@@ -109,7 +109,7 @@ func copyRows(ctx context.Context, cfg Config, log *slog.Logger, stats *Stats, t
 	stats.setState(StateSnapshot, nil)
 	stats.snapshotProgress(job.RowsDone, job.RowsTotal)
 	rep := snapshot.NewReporter(log, cfg.Progress, job.Name, job.RowsDone)
-	rep.Observe = stats.snapshotProgress
+	rep.Observe = stats.snapshotObserved
 	depth, watched := pub.(unroutableDepth)
 	var before int
 	if watched {

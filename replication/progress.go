@@ -2,6 +2,7 @@ package replication
 
 import (
 	"log/slog"
+	"math"
 	"time"
 )
 
@@ -10,18 +11,22 @@ const DefaultProgressInterval = time.Minute
 
 // progressLog writes one info line per interval while the stream runs, so that a router under steady
 // traffic shows it is working without a line per event: what was published and quarantined since the
-// last line, and the acknowledged position. It writes nothing while nothing happened.
+// last line, the rate, the lag (in time and bytes) and the acknowledged position. It writes nothing while
+// nothing happened and nothing waits; a stalled router (events waiting, none confirmed) still logs, with
+// published=0 and a growing lag.
 type progressLog struct {
 	log         *slog.Logger
 	stats       *Stats
 	interval    time.Duration
 	next        time.Time
+	last        time.Time
 	published   int64
 	quarantined int64
 }
 
 func newProgressLog(log *slog.Logger, stats *Stats, interval time.Duration) *progressLog {
-	return &progressLog{log: log, stats: stats, interval: interval, next: time.Now().Add(interval),
+	now := time.Now()
+	return &progressLog{log: log, stats: stats, interval: interval, next: now.Add(interval), last: now,
 		published: stats.Published(), quarantined: stats.Quarantined()}
 }
 
@@ -33,10 +38,19 @@ func (p *progressLog) due() {
 	}
 	p.next = now.Add(p.interval)
 	published, quarantined := p.stats.Published(), p.stats.Quarantined()
-	if published == p.published && quarantined == p.quarantined {
+	lag := p.stats.Lag()
+	elapsed := now.Sub(p.last)
+	p.last = now
+	if published == p.published && quarantined == p.quarantined && lag == 0 {
 		return
 	}
-	p.log.Info("progress", "published", published-p.published, "quarantined", quarantined-p.quarantined,
-		"lsn", p.stats.Acknowledged(), "interval", p.interval.String())
+	rate := float64(published-p.published) / elapsed.Seconds()
+	attrs := []any{"published", published - p.published, "quarantined", quarantined - p.quarantined,
+		"rate_per_second", math.Round(rate*10) / 10, "lag", lag.Round(time.Millisecond), "lsn", p.stats.Acknowledged(),
+		"interval", elapsed.Round(time.Millisecond)}
+	if bytes, ok := p.stats.LagBytes(); ok {
+		attrs = append(attrs, "lag_bytes", bytes)
+	}
+	p.log.Info("progress", attrs...)
 	p.published, p.quarantined = published, quarantined
 }

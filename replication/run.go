@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
+	"strings"
 	"time"
 
 	"github.com/jackc/pglogrepl"
@@ -134,9 +135,11 @@ func Run(ctx context.Context, cfg Config, dial Dialer, log *slog.Logger, stats *
 			// A failover in progress: look for the promoted standby every second instead of backing off further.
 			wait = min(wait, standbyRetry)
 		}
-		stats.restarts.Add(1)
+		cause := causeOf(err)
+		stats.restarted(cause)
 		stats.setState(StateRestarting, err)
-		log.Warn("stream stopped; restarting from the acknowledged position", "error", err, "backoff", wait.Round(time.Millisecond))
+		log.Warn("stream stopped; restarting from the acknowledged position", "cause", cause, "error", err,
+			"backoff", wait.Round(time.Millisecond), "lsn", stats.Acknowledged())
 		if !sleep(ctx, wait) {
 			return stopped()
 		}
@@ -207,7 +210,7 @@ func runOnce(ctx context.Context, cfg Config, dial Dialer, log *slog.Logger, sta
 	}
 	pub, err := dial(ctx)
 	if err != nil {
-		return false, err
+		return false, caused(CauseBroker, err)
 	}
 	defer func() {
 		if !stop.closeWithin(pub) {
@@ -219,21 +222,28 @@ func runOnce(ctx context.Context, cfg Config, dial Dialer, log *slog.Logger, sta
 		return false, err
 	}
 	err = pglogrepl.StartReplication(ctx, conn, cfg.Slot, pglogrepl.LSN(start), pglogrepl.StartReplicationOptions{
-		PluginArgs: []string{"proto_version '1'", publicationNamesOption(cfg.Publication)},
+		PluginArgs: pluginArgs(cfg),
 	})
 	if err != nil {
 		return false, startError(err, cfg)
 	}
 	*started = true
+	prev, _, _ := stats.State()
 	stats.setState(StateStreaming, nil)
-	log.Info("streaming", "lsn", start, "publication", cfg.Publication, "system_id", sys.SystemID, "timeline", sys.Timeline)
+	// previous says what this start follows: starting (the process's first), restarting (after a failure),
+	// standby (this router took the slot over) or snapshot (the initial snapshot is done).
+	log.Info("streaming", "lsn", start, "previous", prev, "publication", cfg.Publication, "system_id", sys.SystemID,
+		"timeline", sys.Timeline)
 	s := &session{ctx: ctx, stop: stop, cfg: cfg, log: log, conn: conn, sql: sql, store: store, tracker: offsets.NewTracker(start),
 		pub: pub, dec: decode.New(cfg.Decode), sys: sys, stats: stats, lastHeard: time.Now(),
 		silence: silenceLimit(ctx, sql), net: net, quar: quarantine.NewStore(sql, cfg.Schema, cfg.Slot), watch: watch,
-		progress: newProgressLog(log, stats, cfg.ProgressInterval)}
+		progress: newProgressLog(log, stats, cfg.ProgressInterval), flight: newFlight(), pending: stats.takeCarried(start)}
+	stats.flight.Store(s.flight)
+	defer stats.flight.Store(nil)
 	watch.next = time.Now().Add(cfg.PublicationCheckInterval)
 	net.received = 0
 	err = s.stream()
+	stats.carry(s.pending, s.sent)
 	return s.tracker.Watermark() > start, err
 }
 
@@ -355,6 +365,12 @@ func startError(err error, cfg Config) error {
 		switch pgErr.Code {
 		case "55006":
 			return fmt.Errorf("%w: %w", busyError(cfg), err)
+		case "22023":
+			if cfg.Decode.MessagePrefix != "" && strings.Contains(pgErr.Message, "messages") {
+				return fatalf("PostgreSQL refused pgoutput's messages option (%s): --message-prefix needs PostgreSQL 14 or later; "+
+					"upgrade, or run without --message-prefix", pgErr.Message)
+			}
+			return streamError(pgErr, cfg)
 		default:
 			return streamError(pgErr, cfg)
 		}

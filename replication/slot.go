@@ -23,18 +23,22 @@ type SlotInfo struct {
 	WALStatus      string // reserved, extended, unreserved, lost; empty when unknown
 	Failover       bool   // created or altered with FAILOVER (PostgreSQL 17+; false before)
 	Synced         bool   // synchronized from a primary by a standby's slot sync (PostgreSQL 17+); kept after a promotion
+	// Invalidation is why PostgreSQL invalidated the slot (invalidation_reason, PostgreSQL 17+: wal_removed,
+	// rows_removed, wal_level_insufficient, idle_timeout); empty when it is valid or the server is older.
+	Invalidation string
 }
 
 // InspectSlot reads the slot's row from pg_replication_slots.
 func InspectSlot(ctx context.Context, conn *pgx.Conn, slot string) (SlotInfo, error) {
 	var s SlotInfo
-	var flush, walStatus, plugin, database *string
+	var flush, walStatus, plugin, database, invalidation *string
 	var failover, synced *bool
-	// failover and synced are read through to_jsonb so that one query serves the versions before 17 too.
+	// to_jsonb reads the columns of PostgreSQL 17+ (invalidation_reason, failover, synced) where they exist and
+	// NULL before, so that one query serves every version.
 	err := conn.QueryRow(ctx, `SELECT plugin, database, active, confirmed_flush_lsn::text, wal_status,
-			(to_jsonb(s) ->> 'failover')::bool, (to_jsonb(s) ->> 'synced')::bool
+			to_jsonb(s) ->> 'invalidation_reason', (to_jsonb(s) ->> 'failover')::bool, (to_jsonb(s) ->> 'synced')::bool
 		FROM pg_replication_slots s WHERE slot_name = $1`, slot).Scan(&plugin, &database, &s.Active, &flush, &walStatus,
-		&failover, &synced)
+		&invalidation, &failover, &synced)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return s, nil
 	}
@@ -42,7 +46,7 @@ func InspectSlot(ctx context.Context, conn *pgx.Conn, slot string) (SlotInfo, er
 		return s, fmt.Errorf("inspect slot %s: %w", slot, err)
 	}
 	s.Exists = true
-	s.Plugin, s.Database, s.WALStatus = deref(plugin), deref(database), deref(walStatus)
+	s.Plugin, s.Database, s.WALStatus, s.Invalidation = deref(plugin), deref(database), deref(walStatus), deref(invalidation)
 	s.Failover, s.Synced = failover != nil && *failover, synced != nil && *synced
 	if flush != nil {
 		if s.ConfirmedFlush, err = cdc.ParseLSN(*flush); err != nil {
@@ -86,9 +90,9 @@ func decideStart(cfg Config, sys pglogrepl.IdentifySystemResult, slot SlotInfo, 
 		return startDecision{}, fatalf("replication slot %s belongs to database %s, not %s: point --pg-url at %s or "+
 			"choose another --slot", cfg.Slot, slot.Database, sys.DBName, slot.Database)
 	}
-	if slot.WALStatus == "lost" {
-		return startDecision{}, fatalf("replication slot %s is invalidated (wal_status lost, max_slot_wal_keep_size "+
-			"exceeded?): the WAL it needed is gone, so events were lost from it; to re-snapshot run %s", cfg.Slot, reset)
+	if slot.WALStatus == "lost" || slot.Invalidation != "" {
+		return startDecision{}, fatalf("replication slot %s is invalidated (%s): PostgreSQL will not decode from it "+
+			"again, so events were lost from it; to re-snapshot run %s", cfg.Slot, invalidationCause(slot), reset)
 	}
 	if slot.Plugin != "pgoutput" {
 		return startDecision{}, fatalf("replication slot %s uses plugin %q, not pgoutput: drop it "+
@@ -118,6 +122,23 @@ func promotedHint(cfg Config, sys pglogrepl.IdentifySystemResult, stored offsets
 	return fmt.Sprintf(". This server was promoted (timeline %d, the position is of timeline %d) and the slot was "+
 		"not kept: on PostgreSQL 17+ run the router with --failover-slot and standbys with sync_replication_slots = on "+
 		"so that the next promotion keeps it (docs/operations.md, Failover slots)", sys.Timeline, stored.Timeline)
+}
+
+// invalidationCause names why the slot was invalidated and the setting behind it, in PostgreSQL's words.
+func invalidationCause(slot SlotInfo) string {
+	switch slot.Invalidation {
+	case "idle_timeout":
+		return "invalidation_reason idle_timeout: it stayed inactive longer than idle_replication_slot_timeout; " +
+			"raise that setting (or set it to 0) to cover the longest the router may be stopped"
+	case "rows_removed":
+		return "invalidation_reason rows_removed: a standby's slot conflicted with recovery; set hot_standby_feedback = on " +
+			"with a physical slot for the standby"
+	case "wal_level_insufficient":
+		return "invalidation_reason wal_level_insufficient: wal_level was lowered below logical; set wal_level = logical"
+	case "wal_removed", "":
+		return "wal_status lost: the WAL it needed was removed, max_slot_wal_keep_size exceeded?"
+	}
+	return "invalidation_reason " + slot.Invalidation
 }
 
 // createSlot creates the permanent pgoutput slot, with FAILOVER when failover is set, and returns its

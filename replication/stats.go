@@ -5,6 +5,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/cdc-router/cdc-router/internal/cdc"
 )
 
@@ -20,21 +22,55 @@ const (
 	StateStopped    = "stopped"
 )
 
+// states lists every state, for the cdc_router_state enum.
+var states = []string{StateStarting, StateSnapshot, StateStreaming, StateStandby, StateRestarting, StateStopped}
+
+// Quarantine reason classes (cdc_router_events_quarantined_total's reason label).
+const (
+	QuarantineRow           = "row"           // the decoder: a row that cannot become an event (or drifted, with --on-drift=quarantine)
+	QuarantineUnpublishable = "unpublishable" // the publisher's checks: RabbitMQ would refuse the message
+	QuarantineRefused       = "refused"       // RabbitMQ refused the event repeatedly while it was alone in flight
+)
+
+// Restart causes (cdc_router_stream_restarts_total's cause label).
+const (
+	CauseBroker   = "broker"   // the publisher failed: a nack, a return, a confirm timeout, a lost connection, a failed dial
+	CausePostgres = "postgres" // the replication or the ordinary connection failed, or PostgreSQL reported an error
+	CauseOther    = "other"
+)
+
+var (
+	quarantineClasses = []string{QuarantineRow, QuarantineUnpublishable, QuarantineRefused}
+	restartCauses     = []string{CauseBroker, CausePostgres, CauseOther}
+)
+
 // Stats is what the router did since the process started, safe for concurrent readers (health and
-// metrics endpoints).
+// metrics endpoints, Collector). The zero value is ready to use.
 type Stats struct {
-	published   atomic.Int64
-	quarantined atomic.Int64
-	restarts    atomic.Int64
-	acked       atomic.Uint64
-	snapDone    atomic.Int64
-	snapTotal   atomic.Int64
+	published     atomic.Int64 // streamed events confirmed
+	snapPublished atomic.Int64 // snapshot rows confirmed by this process
+	quarantined   atomic.Int64
+	quarByClass   [3]atomic.Int64 // by quarantineClasses
+	restarts      atomic.Int64
+	restartCause  [3]atomic.Int64 // by restartCauses
+	acked         atomic.Uint64
+	snapDone      atomic.Int64
+	snapTotal     atomic.Int64
+
+	walEnd        atomic.Uint64          // the server's WAL end, from the last keepalive or XLogData
+	oldestPending atomic.Int64           // commit time (Unix ns) of the oldest received, unacknowledged transaction; 0 if none
+	flight        atomic.Pointer[flight] // the running session's unconfirmed events
+	carried       []pendingTxn           // the oldest unacknowledged transaction of the last session, for the next
+	carriedFrom   cdc.LSN                // the acknowledged position the last session ended at
+	histOnce      sync.Once
+	commitConfirm prometheus.Histogram
 
 	mu      sync.Mutex
 	state   string
 	since   time.Time
 	lastErr string
 	problem string // a condition that makes the router unready while it runs, e.g. the publication lost the outbox
+	slot    SlotHealth
 }
 
 // Problem is what makes a running router unready although it streams (empty when nothing does): the
@@ -54,6 +90,9 @@ func (s *Stats) setProblem(p string) {
 // Published is the number of streamed events confirmed by the broker.
 func (s *Stats) Published() int64 { return s.published.Load() }
 
+// SnapshotPublished is the number of snapshot rows this process published and the broker confirmed.
+func (s *Stats) SnapshotPublished() int64 { return s.snapPublished.Load() }
+
 // Quarantined is the number of streamed rows and refused events written to the quarantine table.
 func (s *Stats) Quarantined() int64 { return s.quarantined.Load() }
 
@@ -62,6 +101,37 @@ func (s *Stats) Restarts() int64 { return s.restarts.Load() }
 
 // Acknowledged is the last position acknowledged to PostgreSQL.
 func (s *Stats) Acknowledged() cdc.LSN { return cdc.LSN(s.acked.Load()) }
+
+// LagBytes is the server's WAL end (from the last keepalive or XLogData) minus the acknowledged position;
+// ok is false before the first message of the stream.
+func (s *Stats) LagBytes() (lag int64, ok bool) {
+	end, acked := s.walEnd.Load(), s.acked.Load()
+	if end == 0 || acked == 0 {
+		return 0, false
+	}
+	return max(int64(end)-int64(acked), 0), true
+}
+
+// Lag is the replication lag in time: how long ago the oldest transaction was committed whose events
+// were received but are not all confirmed and acknowledged yet. It is zero when every received
+// transaction is acknowledged, so an idle database (nothing to send) does not look stuck; a router that
+// does not receive at all shows in LagBytes and the slot's retained WAL instead.
+func (s *Stats) Lag() time.Duration {
+	c := s.oldestPending.Load()
+	if c == 0 {
+		return 0
+	}
+	return max(time.Since(time.Unix(0, c)), 0)
+}
+
+// OldestUnconfirmed is how long the oldest event handed to the publisher by the running stream has waited
+// for its confirm; zero when none waits.
+func (s *Stats) OldestUnconfirmed() time.Duration {
+	if f := s.flight.Load(); f != nil {
+		return f.oldest()
+	}
+	return 0
+}
 
 // Snapshot is the progress of the initial snapshot this process ran or runs (zero when none).
 func (s *Stats) Snapshot() (done, total int64) { return s.snapDone.Load(), s.snapTotal.Load() }
@@ -73,6 +143,19 @@ func (s *Stats) State() (state string, since time.Time, lastErr string) {
 	return s.state, s.since, s.lastErr
 }
 
+// Slot is the slot's health as last read from pg_replication_slots (zero Checked before the first read).
+func (s *Stats) Slot() SlotHealth {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.slot
+}
+
+func (s *Stats) setSlot(h SlotHealth) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.slot = h
+}
+
 func (s *Stats) setState(state string, err error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -82,9 +165,81 @@ func (s *Stats) setState(state string, err error) {
 	if err != nil {
 		s.lastErr = err.Error()
 	}
+	if state == StateStandby {
+		s.slot = SlotHealth{} // the active router reports the slot; a spare would report it twice
+	}
 }
 
+// snapshotProgress records the snapshot's progress at its start (or resumption).
 func (s *Stats) snapshotProgress(done, total int64) {
 	s.snapDone.Store(done)
 	s.snapTotal.Store(total)
+}
+
+// snapshotObserved records the snapshot's progress as it goes; the rows confirmed since the last call
+// count as published by this process.
+func (s *Stats) snapshotObserved(done, total int64) {
+	if prev := s.snapDone.Swap(done); done > prev {
+		s.snapPublished.Add(done - prev)
+	}
+	s.snapTotal.Store(total)
+}
+
+func (s *Stats) quarantinedAs(class string) {
+	s.quarantined.Add(1)
+	for i, c := range quarantineClasses {
+		if c == class {
+			s.quarByClass[i].Add(1)
+		}
+	}
+}
+
+func (s *Stats) restarted(cause string) {
+	s.restarts.Add(1)
+	for i, c := range restartCauses {
+		if c == cause {
+			s.restartCause[i].Add(1)
+		}
+	}
+}
+
+// histogram is the commit-to-confirm histogram, made on first use so that the zero Stats works.
+func (s *Stats) histogram() prometheus.Histogram {
+	s.histOnce.Do(func() {
+		s.commitConfirm = prometheus.NewHistogram(prometheus.HistogramOpts{Name: "cdc_router_commit_to_confirm_seconds",
+			Help: "Time from a streamed event's commit in PostgreSQL (pgoutput's commit timestamp, the primary's clock) " +
+				"to the broker's positive confirm.",
+			Buckets: prometheus.ExponentialBuckets(0.001, 2, 18)})
+	})
+	return s.commitConfirm
+}
+
+// carry keeps, when a session ends at the acknowledged position acked, its oldest unacknowledged
+// transaction for the next session, as an open entry: a session that starts from that same position reads
+// that transaction again as the first one with events, and its commit closes the entry as usual. So the lag
+// goes on growing through a restart instead of reading 0 until the transaction is received again. A
+// session that starts elsewhere (another router advanced the slot meanwhile) gets nothing. Only the
+// stream's goroutine calls carry and takeCarried.
+func (s *Stats) carry(pending []pendingTxn, acked cdc.LSN) {
+	s.carried, s.carriedFrom = nil, acked
+	if len(pending) > 0 {
+		s.carried = []pendingTxn{{committed: pending[0].committed}}
+	}
+}
+
+func (s *Stats) takeCarried(start cdc.LSN) []pendingTxn {
+	c := s.carried
+	s.carried = nil
+	if start != s.carriedFrom {
+		return nil
+	}
+	return c
+}
+
+// confirmed counts one streamed event the broker confirmed.
+func (s *Stats) confirmed(committed time.Time) {
+	s.published.Add(1)
+	if !committed.IsZero() {
+		s.histogram().Observe(max(time.Since(committed).Seconds(), 0))
+	}
 }

@@ -28,13 +28,21 @@ type Report struct {
 	Active         bool
 	ConfirmedFlush cdc.LSN
 	LagBytes       int64 // pg_current_wal_lsn() - confirmed_flush_lsn
-	WALStatus      string
-	Failover       bool              // the slot has FAILOVER: standbys with sync_replication_slots keep a copy
-	Synced         bool              // the slot was synchronized from a former primary (this one was promoted)
-	Stored         *offsets.Position // nil when none is stored
-	Quarantined    int64             // records of this slot and of this database's backfills
-	Handled        int64             // of those, the ones replayed or discarded (`cdc-router quarantine`)
-	Jobs           []snapshot.Job    // the slot's initial snapshot and this database's backfills, finished or not
+	// LagTime is PostgreSQL's measure of the streaming router's acknowledgement delay
+	// (pg_stat_replication.flush_lag; 0 once it is caught up and idle); LagTimeKnown is false while no
+	// walsender streams the slot. It does not grow while the router acknowledges nothing: then the byte
+	// lag grows, and the router's cdc_router_replication_lag_seconds is the live figure.
+	LagTime       time.Duration
+	LagTimeKnown  bool
+	RetainedBytes int64  // pg_current_wal_lsn() - restart_lsn: the WAL kept for the slot
+	SafeWALBytes  *int64 // safe_wal_size: WAL left before invalidation; nil without max_slot_wal_keep_size
+	WALStatus     string
+	Failover      bool              // the slot has FAILOVER: standbys with sync_replication_slots keep a copy
+	Synced        bool              // the slot was synchronized from a former primary (this one was promoted)
+	Stored        *offsets.Position // nil when none is stored
+	Quarantined   int64             // records of this slot and of this database's backfills
+	Handled       int64             // of those, the ones replayed or discarded (`cdc-router quarantine`)
+	Jobs          []snapshot.Job    // the slot's initial snapshot and this database's backfills, finished or not
 }
 
 // Status reads the slot, the stored position, the quarantine counts and the jobs over an ordinary
@@ -61,10 +69,17 @@ func Status(ctx context.Context, conn *pgx.Conn, slot, schema string) (Report, e
 		r.Failover, r.Synced = info.Failover, info.Synced
 	}
 	if r.SlotExists && info.ConfirmedFlush != 0 {
-		err := conn.QueryRow(ctx, "SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), $1::pg_lsn)::bigint",
-			info.ConfirmedFlush.String()).Scan(&r.LagBytes)
+		var lag *float64
+		err := conn.QueryRow(ctx, `SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), $1::pg_lsn)::bigint,
+			coalesce(pg_wal_lsn_diff(pg_current_wal_lsn(), s.restart_lsn), 0)::bigint, s.safe_wal_size,
+			CASE WHEN r.pid IS NOT NULL THEN coalesce(extract(epoch FROM r.flush_lag), 0)::float8 END
+			FROM pg_replication_slots s LEFT JOIN pg_stat_replication r ON r.pid = s.active_pid
+			WHERE s.slot_name = $2`, info.ConfirmedFlush.String(), slot).Scan(&r.LagBytes, &r.RetainedBytes, &r.SafeWALBytes, &lag)
 		if err != nil {
 			return r, fmt.Errorf("read lag: %w", err)
+		}
+		if lag != nil {
+			r.LagTime, r.LagTimeKnown = time.Duration(*lag*float64(time.Second)), true
 		}
 	}
 	p, ok, err := offsets.NewStore(conn, schema, slot, 0).Load(ctx)
@@ -109,8 +124,17 @@ func (r Report) String() string {
 		} else if r.Locked {
 			active = "no, but a router of this slot runs (starting, or waiting for the slot)"
 		}
-		s += fmt.Sprintf("slot active:      %s\nconfirmed flush:  %s\nlag:              %d bytes\nwal_status:       %s\n",
-			active, r.ConfirmedFlush, r.LagBytes, r.WALStatus)
+		lagTime := "time unknown: no router streams the slot"
+		if r.LagTimeKnown {
+			lagTime = HumanDuration(r.LagTime)
+		}
+		safe := "no limit (max_slot_wal_keep_size = -1)"
+		if r.SafeWALBytes != nil {
+			safe = HumanBytes(*r.SafeWALBytes) + " left before PostgreSQL invalidates the slot"
+		}
+		s += fmt.Sprintf("slot active:      %s\nconfirmed flush:  %s\nlag:              %s, %s (%d bytes)\n"+
+			"wal_status:       %s\nretained WAL:     %s\nsafe_wal_size:    %s\n",
+			active, r.ConfirmedFlush, HumanBytes(r.LagBytes), lagTime, r.LagBytes, r.WALStatus, HumanBytes(r.RetainedBytes), safe)
 		s += "failover:         " + map[bool]string{true: "yes (standbys with sync_replication_slots = on keep a copy)",
 			false: "no (a promoted standby will not have this slot; see --failover-slot)"}[r.Failover]
 		if r.Synced {
@@ -206,6 +230,14 @@ func Reset(ctx context.Context, conn *pgx.Conn, slot, schema string) error {
 		return fatalf("replication slot %s belongs to database %s, not %s: to reset it run reset with --pg-url %s; "+
 			"to keep it, choose another --slot for this database; nothing was changed", slot, info.Database, db,
 			urlOf(conn, info.Database))
+	}
+	// With the lock held no router of the slot runs; a walsender still active is one of a router that has
+	// just exited (the server ends it a moment later), or another process's.
+	for deadline := time.Now().Add(resetLockWait); info.Active && time.Now().Before(deadline); {
+		time.Sleep(100 * time.Millisecond)
+		if info, err = InspectSlot(ctx, conn, slot); err != nil {
+			return err
+		}
 	}
 	if info.Active {
 		return fatalf("slot %s is active: stop the process that streams from it (pg_stat_replication shows it) before "+

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"time"
 
 	"github.com/jackc/pglogrepl"
@@ -62,6 +63,17 @@ type session struct {
 	quar     *quarantine.Store // the quarantine table
 	watch    *publicationWatch // re-checks that the publication still carries the outbox
 	progress *progressLog      // an info line per interval while events flow
+
+	slot    slotWatch    // reads the slot's health for the metrics and the readiness check
+	flight  *flight      // the events handed to the publisher and not yet confirmed
+	pending []pendingTxn // received transactions with events, not yet acknowledged, in commit order
+}
+
+// pendingTxn is a received transaction with events that is not acknowledged yet: the replication lag in
+// time is the age of the oldest one's commit.
+type pendingTxn struct {
+	end       cdc.LSN // its end LSN; zero while it is open
+	committed time.Time
 }
 
 // stream reads until the stop is requested (then reads on to the end of the open transaction), the
@@ -95,7 +107,7 @@ func (s *session) stream() error {
 		s.progress.due()
 		select {
 		case <-s.pub.Failed():
-			return fmt.Errorf("publish: %w", s.pub.Err())
+			return caused(CauseBroker, fmt.Errorf("publish: %w", s.pub.Err()))
 		default:
 		}
 		if err := s.receive(); err != nil {
@@ -135,6 +147,8 @@ func (s *session) receive() error {
 		return s.copyData(m.Data)
 	case *pgproto3.ErrorResponse:
 		return streamError(pgconn.ErrorResponseToPgError(m), s.cfg)
+	case *pgproto3.NoticeResponse:
+		return s.notice(m)
 	default:
 		return fmt.Errorf("unexpected message %T on the replication connection", msg)
 	}
@@ -150,6 +164,7 @@ func (s *session) copyData(data []byte) error {
 		if err != nil {
 			return fmt.Errorf("parse keepalive: %w", err)
 		}
+		s.stats.walEnd.Store(uint64(k.ServerWALEnd))
 		s.tracker.Keepalive(cdc.LSN(k.ServerWALEnd))
 		return s.status(k.ReplyRequested)
 	case pglogrepl.XLogDataByteID:
@@ -158,6 +173,7 @@ func (s *session) copyData(data []byte) error {
 			return fmt.Errorf("parse XLogData: %w", err)
 		}
 		s.net.received = max(s.net.received, cdc.LSN(x.WALStart))
+		s.stats.walEnd.Store(uint64(x.ServerWALEnd))
 		err = s.dec.Decode(cdc.LSN(x.WALStart), x.WALData, s)
 		var drift *decode.DriftError
 		if errors.As(err, &drift) {
@@ -191,6 +207,8 @@ func (s *session) status(force bool) error {
 		}
 		s.sent, s.nextStatus = w, now.Add(s.cfg.StatusInterval)
 	}
+	s.acknowledged(s.sent)
+	s.slot.due(s)
 	return s.save(false)
 }
 
@@ -259,11 +277,17 @@ func (s *session) Begin(commitLSN cdc.LSN) error {
 func (s *session) Event(ev cdc.Event) error {
 	x := s.cur
 	s.tracker.Add(x)
+	if n := len(s.pending); n == 0 || s.pending[n-1].end != 0 { // the transaction's first event
+		s.pending = append(s.pending, pendingTxn{committed: s.dec.CommitTime()})
+		if len(s.pending) == 1 {
+			s.stats.oldestPending.Store(s.pending[0].committed.UnixNano())
+		}
+	}
 	s.eventful = true
 	careful := s.net.careful(ev)
 	if careful {
 		if reason, ok := s.net.condemned(ev.ID); ok {
-			return s.quarantineEvent(x, ev, fmt.Sprintf("RabbitMQ refused this event %d times in a row while it was "+
+			return s.quarantineEvent(x, ev, QuarantineRefused, fmt.Sprintf("RabbitMQ refused this event %d times in a row while it was "+
 				"the only message in flight: %s", strikesToQuarantine, reason))
 		}
 		if err := s.settle(); err != nil {
@@ -277,16 +301,20 @@ func (s *session) Event(ev cdc.Event) error {
 			}
 			s.pubCtx, s.pubCancel = s.boundedWait()
 		}
-		err := s.pub.Publish(s.pubCtx, ev, func() { s.tracker.Confirm(x); s.stats.published.Add(1) })
+		committed, seq := s.dec.CommitTime(), s.flight.add(time.Now())
+		err := s.pub.Publish(s.pubCtx, ev, func() { s.tracker.Confirm(x); s.stats.confirmed(committed); s.flight.done(seq) })
+		if err != nil {
+			s.flight.done(seq)
+		}
 		if err == nil {
 			s.log.Debug("published", "event_id", ev.ID, "lsn", ev.CommitLSN)
 			break
 		}
 		if errors.Is(err, cdc.ErrUnpublishable) {
-			return s.quarantineEvent(x, ev, err.Error())
+			return s.quarantineEvent(x, ev, QuarantineUnpublishable, err.Error())
 		}
 		if !waitEnded(err) {
-			return fmt.Errorf("publish: %w", err)
+			return caused(CauseBroker, fmt.Errorf("publish: %w", err))
 		}
 		if err := s.waited(); err != nil {
 			return err
@@ -315,7 +343,7 @@ func (s *session) settle() error {
 			return nil
 		}
 		if !waitEnded(err) {
-			return fmt.Errorf("publish: %w", err)
+			return caused(CauseBroker, fmt.Errorf("publish: %w", err))
 		}
 		if err := s.waited(); err != nil {
 			return err
@@ -348,12 +376,13 @@ func (s *session) waited() error {
 		s.drain()
 		return errAbandoned
 	}
+	s.progress.due() // a stalled broker is when the progress line matters
 	return s.status(false)
 }
 
 // quarantineEvent stores an event the broker refuses and resolves it, so the stream goes on past it.
-func (s *session) quarantineEvent(x offsets.Txn, ev cdc.Event, reason string) error {
-	if err := s.Quarantine(quarantine.FromEvent(ev, s.cfg.Table, reason)); err != nil {
+func (s *session) quarantineEvent(x offsets.Txn, ev cdc.Event, class, reason string) error {
+	if err := s.quarantine(quarantine.FromEvent(ev, s.cfg.Table, reason), class); err != nil {
 		return err
 	}
 	s.tracker.Confirm(x)
@@ -362,13 +391,16 @@ func (s *session) quarantineEvent(x offsets.Txn, ev cdc.Event, reason string) er
 
 // Quarantine implements decode.Handler: the row is stored with its bounded raw values, counted and logged
 // (without the values), and the stream goes on.
-func (s *session) Quarantine(q cdc.Quarantined) error {
+func (s *session) Quarantine(q cdc.Quarantined) error { return s.quarantine(q, QuarantineRow) }
+
+// quarantine stores q and counts it under its reason class.
+func (s *session) quarantine(q cdc.Quarantined, class string) error {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	if err := s.quar.Write(ctx, q); err != nil {
 		return fmt.Errorf("quarantine row at %s: %w", q.LSN, err)
 	}
-	s.stats.quarantined.Add(1)
+	s.stats.quarantinedAs(class)
 	s.eventful = true
 	s.log.Warn("row quarantined", "lsn", q.LSN, "ordinal", q.Ordinal, "event_id", q.EventID, "table", q.Table, "reason", q.Reason)
 	return nil
@@ -378,6 +410,9 @@ func (s *session) Quarantine(q cdc.Quarantined) error {
 func (s *session) Commit(commitLSN, endLSN cdc.LSN) error {
 	s.tracker.Commit(s.cur, endLSN)
 	s.inTxn, s.lastEnd = false, endLSN
+	if n := len(s.pending); n > 0 && s.pending[n-1].end == 0 {
+		s.pending[n-1].end = endLSN
+	}
 	if s.eventful {
 		s.lastEventEnd = endLSN
 	}
@@ -391,7 +426,28 @@ func streamError(err *pgconn.PgError, cfg Config) error {
 		return fatalf("PostgreSQL can no longer stream from slot %s (%s): run `cdc-router reset --slot %s` and "+
 			"`cdc-router run` to re-snapshot", cfg.Slot, err.Message, cfg.Slot)
 	case "42704":
+		if strings.HasPrefix(err.Message, "publication") {
+			return publicationDropped(cfg, "PostgreSQL says "+err.Message)
+		}
 		return fatalf("PostgreSQL says %s: run `cdc-router migrate` or fix --publication / --slot", err.Message)
 	}
 	return fmt.Errorf("replication stream: %w", err)
+}
+
+// acknowledged drops the pending transactions that the acknowledged position w covers and records the
+// commit time of the oldest one left (none: zero lag).
+func (s *session) acknowledged(w cdc.LSN) {
+	n := 0
+	for n < len(s.pending) && s.pending[n].end != 0 && s.pending[n].end <= w {
+		n++
+	}
+	if n == 0 && len(s.pending) > 0 {
+		return
+	}
+	s.pending = append(s.pending[:0], s.pending[n:]...)
+	if len(s.pending) == 0 {
+		s.stats.oldestPending.Store(0)
+		return
+	}
+	s.stats.oldestPending.Store(s.pending[0].committed.UnixNano())
 }

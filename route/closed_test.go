@@ -4,10 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os/exec"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/cdc-router/cdc-router/internal/testenv"
 )
 
 // perMessage is how the caller (replication) detects a refusal one message can cause.
@@ -97,7 +98,7 @@ func TestForcedCloseIsNotPerMessage(t *testing.T) {
 	cfg := b.config("")
 	cfg.ConnectionName = b.exchange // unique, to find the connection
 	r := b.dial(cfg)
-	out, err := exec.Command("rabbitmqctl", "list_connections", "-s", "pid", "client_properties").CombinedOutput()
+	out, err := testenv.Rabbitmqctl(t, "list_connections", "-s", "pid", "client_properties").CombinedOutput()
 	if err != nil {
 		t.Fatalf("rabbitmqctl list_connections: %v: %s", err, out)
 	}
@@ -110,7 +111,7 @@ func TestForcedCloseIsNotPerMessage(t *testing.T) {
 	if pid == "" {
 		t.Fatalf("connection %q not listed by rabbitmqctl:\n%s", b.exchange, out)
 	}
-	if out, err := exec.Command("rabbitmqctl", "close_connection", pid, "route test: forced close").CombinedOutput(); err != nil {
+	if out, err := testenv.Rabbitmqctl(t, "close_connection", pid, "route test: forced close").CombinedOutput(); err != nil {
 		t.Fatalf("rabbitmqctl close_connection: %v: %s", err, out)
 	}
 	err = waitFailed(t, r, 10*time.Second)

@@ -18,6 +18,9 @@ const (
 	DefaultMaxInflightBytes = 64 << 20
 	// UnroutableSuffix is appended to Exchange to name the default alternate exchange and its queue.
 	UnroutableSuffix = ".unroutable"
+	// QueueTypeClassic and QueueTypeQuorum are the types the unroutable queue can be declared with.
+	QueueTypeClassic = "classic"
+	QueueTypeQuorum  = "quorum"
 
 	maxLanes  = 1024    // well below RabbitMQ's default channel_max (2047)
 	maxWindow = 1 << 16 // a window larger than this only holds memory
@@ -25,7 +28,10 @@ const (
 
 // Config configures a Router. The zero value of every field but URL means its default.
 type Config struct {
-	// URL is the AMQP URL, amqp://user:password@host:5672/vhost (required). It is never logged.
+	// URL is the AMQP URL, amqp://user:password@host:5672/vhost (required), or several, separated by
+	// commas, for the nodes of a RabbitMQ cluster: amqp://u:p@node1:5672/,amqp://u:p@node2:5672/. They are
+	// tried in order, and a Dialer starts each new connection with the address after the last one used
+	// (see SplitURLs and Dialer). Only host:port of an address is ever logged.
 	URL string
 	// Exchange is the durable topic exchange the events are published to; default "outbox".
 	Exchange string
@@ -35,6 +41,11 @@ type Config struct {
 	// NoAlternateExchange declares Exchange without an alternate exchange: an unroutable event is then
 	// returned by the broker and fails the Router.
 	NoAlternateExchange bool
+	// UnroutableQueueType is the x-queue-type of the alternate exchange's queue: "classic" (the default) or
+	// "quorum" (replicated, for clusters: RabbitMQ 4 has no mirrored classic queues; a classic queue lives on
+	// one node, and while that node is down the router cannot declare its topology on any other node). A
+	// queue that already exists with the other type makes Dial and Declare fail with ErrExchangeMismatch.
+	UnroutableQueueType string
 	// Lanes is the number of confirm-mode channels; default 4.
 	Lanes int
 	// Window is the number of unconfirmed messages allowed per lane; default 512.
@@ -49,6 +60,9 @@ type Config struct {
 	// more event would go over it, except that an event is always taken when nothing else is in flight, so
 	// an event larger than the bound goes through alone. Default DefaultMaxInflightBytes (64 MiB).
 	MaxInflightBytes int
+	// Metrics, when set, receives the Router's nacks, returns and confirm round trips and reads its
+	// in-flight events and bytes and its blocked state at scrape time (NewMetrics). Nil records nothing.
+	Metrics *Metrics
 }
 
 // withDefaults returns c with every zero field set to its default.
@@ -61,6 +75,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.NoAlternateExchange {
 		c.AlternateExchange = ""
+	}
+	if c.UnroutableQueueType == "" {
+		c.UnroutableQueueType = QueueTypeClassic
 	}
 	if c.Lanes == 0 {
 		c.Lanes = DefaultLanes
@@ -84,10 +101,7 @@ func (c Config) withDefaults() Config {
 // names the fix. It never includes the password of the URL.
 func (c Config) Validate() error {
 	c = c.withDefaults()
-	if strings.TrimSpace(c.URL) == "" {
-		return fmt.Errorf("%w: the AMQP URL is empty: set it, e.g. amqp://user:password@host:5672/vhost", ErrInvalidConfig)
-	}
-	if _, err := parseURL(c.URL); err != nil {
+	if _, err := parseAddresses(c.URL); err != nil {
 		return err
 	}
 	if err := checkName("exchange", c.Exchange); err != nil {
@@ -102,6 +116,9 @@ func (c Config) Validate() error {
 		}
 	}
 	switch {
+	case c.UnroutableQueueType != QueueTypeClassic && c.UnroutableQueueType != QueueTypeQuorum:
+		return fmt.Errorf("%w: the unroutable queue type is %q: choose %s or %s", ErrInvalidConfig,
+			c.UnroutableQueueType, QueueTypeClassic, QueueTypeQuorum)
 	case c.Lanes < 0 || c.Lanes > maxLanes:
 		return fmt.Errorf("%w: lanes is %d: choose between 1 and %d", ErrInvalidConfig, c.Lanes, maxLanes)
 	case c.Window < 0 || c.Window > maxWindow:

@@ -12,7 +12,12 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 )
 
-const handshakeTimeout = 30 * time.Second
+// handshakeTimeout bounds the AMQP handshake, tcpConnectTimeout the TCP connect to one address: an address
+// that does not answer (a stopped host, a dropped SYN) must not keep the router from the next one.
+const (
+	handshakeTimeout  = 30 * time.Second
+	tcpConnectTimeout = 10 * time.Second
+)
 
 // socket keeps the TCP connection under the AMQP connection, so that Close and a cancelled Dial can cut
 // it when the AMQP close handshake cannot complete (stalled broker, full socket buffers).
@@ -25,7 +30,7 @@ type socket struct {
 // the connection is open.
 func (s *socket) dial(ctx context.Context) func(network, addr string) (net.Conn, error) {
 	return func(network, addr string) (net.Conn, error) {
-		var d net.Dialer
+		d := net.Dialer{Timeout: tcpConnectTimeout}
 		c, err := d.DialContext(ctx, network, addr)
 		if err != nil {
 			return nil, err
@@ -52,20 +57,20 @@ func (s *socket) close() error {
 	return c.Close()
 }
 
-// connect opens the Router's own AMQP connection. Automatic recovery stays off (Config.Recovery nil).
-func connect(ctx context.Context, cfg Config, uri amqp.URI) (*amqp.Connection, *socket, error) {
+// connect opens the Router's own AMQP connection to addr. Automatic recovery stays off (Config.Recovery nil).
+func connect(ctx context.Context, cfg Config, addr address) (*amqp.Connection, *socket, error) {
 	sock := &socket{}
 	props := amqp.NewConnectionProperties()
 	props.SetClientConnectionName(cfg.ConnectionName)
 	stop := context.AfterFunc(ctx, func() { sock.close() })
-	conn, err := amqp.DialConfig(cfg.URL, amqp.Config{Properties: props, Dial: sock.dial(ctx)})
+	conn, err := amqp.DialConfig(addr.url, amqp.Config{Properties: props, Dial: sock.dial(ctx)})
 	stop()
 	if err != nil {
 		_ = sock.close()
 		if ctx.Err() != nil {
 			return nil, nil, fmt.Errorf("connect to RabbitMQ: %w", ctx.Err())
 		}
-		return nil, nil, connectError(uri, err)
+		return nil, nil, connectError(addr.uri, err)
 	}
 	return conn, sock, nil
 }
@@ -107,6 +112,7 @@ func (r *Router) watch() {
 					blocked = nil
 					continue
 				}
+				r.blocked.Store(b.Active)
 				if b.Active {
 					r.log.Warn("RabbitMQ blocked the connection", slog.String("exchange", r.cfg.Exchange), slog.String("reason", b.Reason))
 				} else {

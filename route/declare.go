@@ -3,6 +3,7 @@ package route
 import (
 	"context"
 	"fmt"
+	"log/slog"
 )
 
 // Declare connects with cfg, declares the topology the Router publishes to (the exchange and, unless
@@ -14,14 +15,15 @@ func Declare(ctx context.Context, cfg Config) error {
 		return err
 	}
 	cfg = cfg.withDefaults()
-	uri, err := parseURL(cfg.URL)
+	addrs, err := parseAddresses(cfg.URL)
 	if err != nil {
 		return err
 	}
-	conn, sock, err := connect(ctx, cfg, uri)
+	conn, sock, used, err := connectAny(ctx, cfg, slog.New(slog.DiscardHandler), addrs, 0)
 	if err != nil {
 		return err
 	}
+	uri := addrs[used].uri
 	defer closeConnection(conn, sock) //nolint:errcheck // the declarations are done or failed
 	stop := context.AfterFunc(ctx, func() { sock.close() })
 	defer stop()

@@ -13,7 +13,8 @@ import (
 func TestConfigDefaultsAndValidate(t *testing.T) {
 	c := Config{URL: "amqp://u:p@h/"}.withDefaults()
 	want := Config{URL: "amqp://u:p@h/", Exchange: "outbox", AlternateExchange: "outbox.unroutable", Lanes: 4,
-		Window: 512, ConfirmTimeout: 60 * time.Second, ConnectionName: "cdc-router", MaxInflightBytes: 64 << 20}
+		Window: 512, ConfirmTimeout: 60 * time.Second, ConnectionName: "cdc-router", MaxInflightBytes: 64 << 20,
+		UnroutableQueueType: "classic"}
 	if c != want {
 		t.Fatalf("defaults = %+v, want %+v", c, want)
 	}
@@ -28,6 +29,7 @@ func TestConfigDefaultsAndValidate(t *testing.T) {
 		{URL: "amqp://h/", ConfirmTimeout: -time.Second},
 		{URL: "amqp://h/", MaxInflightBytes: -1},
 		{URL: "amqp://h/", Exchange: strings.Repeat("e", 256)},
+		{URL: "amqp://h/", UnroutableQueueType: "stream"},
 	}
 	for _, c := range bad {
 		err := c.Validate()

@@ -51,6 +51,10 @@
 //     caller can find that message by republishing one event at a time; a nack, a confirm timeout, a lost
 //     connection and an operator's or a node's close (320) never are.
 //
+// Metrics (Config.Metrics, one per process, shared by the Routers dialled with it) counts nacks and returns,
+// observes the confirm round trip, and reads the open Routers' in-flight events and bytes and their
+// connection.blocked state at scrape time.
+//
 // What it never does: retry or republish (the caller restarts), reconnect on its own (amqp091's
 // Config.Recovery stays nil: its recovery restarts delivery tags and nacks the window silently), log a
 // payload or a password, or let an amqp091 type appear in its API.

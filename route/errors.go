@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net"
 	"net/url"
+	"strings"
 	"syscall"
 
 	amqp "github.com/rabbitmq/amqp091-go"
@@ -118,17 +119,44 @@ func declareError(cfg Config, user, vhost, what, name string, err error) error {
 	switch {
 	case aerr.Code == amqp.PreconditionFailed && name == cfg.Exchange:
 		return &sentence{kind: ErrExchangeMismatch, text: exchangeMismatch(cfg)}
+	case aerr.Code == amqp.PreconditionFailed && what == "queue" && strings.Contains(aerr.Reason, "x-queue-type"):
+		return &sentence{kind: ErrExchangeMismatch, text: queueTypeMismatch(cfg, name, aerr.Reason)}
 	case aerr.Code == amqp.PreconditionFailed:
 		return &sentence{kind: ErrExchangeMismatch, text: fmt.Sprintf(
 			"%s %q already exists with other arguments (%s): delete it (rabbitmqadmin delete %s name=%s) so the router can declare it, "+
 				"or start with --no-alternate-exchange, or choose another --exchange",
 			what, name, aerr.Reason, what, name)}
+	case aerr.Code == amqp.NotFound && what == "queue" && strings.Contains(aerr.Reason, "home node"):
+		// A classic queue lives on one node of a cluster; the router retries until that node is back.
+		return &sentence{kind: ErrUnreachable, text: fmt.Sprintf(
+			"queue %q cannot be declared while the cluster node it lives on is down (%d %s): with a RabbitMQ cluster, "+
+				"delete it once that node is back (rabbitmqadmin delete queue name=%s) and run with --unroutable-queue-type quorum",
+			name, aerr.Code, aerr.Reason, name)}
 	case aerr.Code == amqp.AccessRefused:
 		return &sentence{kind: ErrAccessRefused, text: fmt.Sprintf(
 			"user %q may not declare %s %q on vhost %q (403 ACCESS_REFUSED): grant it configure and write permissions on the vhost "+
 				"(rabbitmqctl set_permissions -p <vhost> <user> \".*\" \".*\" \".*\")", user, what, name, vhost)}
 	}
 	return fmt.Errorf("declare %s %q: %d %s", what, name, aerr.Code, aerr.Reason)
+}
+
+// queueTypeMismatch is the sentence for an unroutable queue that exists with another x-queue-type; reason
+// is RabbitMQ's, "... received 'classic' but current is 'quorum'".
+func queueTypeMismatch(cfg Config, name, reason string) string {
+	keep := "choose another --alternate-exchange"
+	_, current, _ := strings.Cut(reason, "current is ")
+	if strings.HasPrefix(current, "none") {
+		current = QueueTypeClassic // declared without x-queue-type, as before the setting existed
+	} else {
+		current, _, _ = strings.Cut(strings.TrimPrefix(current, "'"), "'")
+	}
+	if current == QueueTypeClassic || current == QueueTypeQuorum {
+		keep = "start with --unroutable-queue-type " + current + " to keep it"
+	}
+	return fmt.Sprintf("the unroutable queue %q already exists with another type than --unroutable-queue-type %s (406 %s): "+
+		"%s, or, to change its type, move its messages away (shovel them to another queue), delete it "+
+		"(rabbitmqctl delete_queue %s) and start again so the router declares it as %s",
+		name, cfg.UnroutableQueueType, reason, keep, name, cfg.UnroutableQueueType)
 }
 
 // exchangeMismatch is the sentence for a main exchange that exists with other arguments.

@@ -20,6 +20,7 @@ type publishing struct {
 	size     int             // body and content header bytes, held in the Router's budget until resolved
 	done     func()
 	confirm  *amqp.DeferredConfirmation
+	sent     time.Time // when it was written, for the confirm round trip
 	deadline time.Time
 }
 
@@ -169,7 +170,8 @@ func (l *lane) write(p *publishing) bool {
 		l.r.fail(fmt.Errorf("lane %d: publish event %s: %w", l.id, p.eventID, err), l.id, p.eventID)
 		return false
 	}
-	p.confirm, p.deadline = dc, time.Now().Add(l.r.cfg.ConfirmTimeout)
+	p.sent = time.Now()
+	p.confirm, p.deadline = dc, p.sent.Add(l.r.cfg.ConfirmTimeout)
 	l.sent <- p
 	return true
 }
@@ -208,6 +210,7 @@ func (l *lane) resolve(p *publishing, timer *time.Timer) bool {
 	timer.Reset(time.Until(p.deadline))
 	select {
 	case <-p.confirm.Done():
+		l.r.cfg.Metrics.confirmed(p.sent)
 	case <-l.r.failed:
 		return false
 	case <-timer.C:
@@ -216,6 +219,7 @@ func (l *lane) resolve(p *publishing, timer *time.Timer) bool {
 	}
 	l.drainReturns() // a return precedes the ack of its message on amqp091's reader goroutine
 	if ret, ok := l.takeReturn(p.eventID); ok {
+		l.r.cfg.Metrics.returned()
 		l.r.fail(&PublishError{EventID: p.eventID, Reason: fmt.Sprintf(
 			"returned by the broker (%d %s): nothing is bound to routing key %q on exchange %q and it has no alternate exchange",
 			ret.ReplyCode, ret.ReplyText, ret.RoutingKey, ret.Exchange)}, l.id, p.eventID)
@@ -227,6 +231,7 @@ func (l *lane) resolve(p *publishing, timer *time.Timer) bool {
 			l.closed(e, ok, p.eventID)
 			return false
 		}
+		l.r.cfg.Metrics.nacked()
 		l.r.fail(&PublishError{EventID: p.eventID, Reason: "nacked by the broker " +
 			"(a queue refused it, e.g. x-max-length with x-overflow=reject-publish, or an internal error)"}, l.id, p.eventID)
 		return false

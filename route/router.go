@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
@@ -43,6 +44,8 @@ type Router struct {
 	bytes    *budget      // Config.MaxInflightBytes
 	admit    sync.RWMutex // read-held by Publish while it enqueues; a lane write-locks it once to stop enqueues after failure
 
+	blocked atomic.Bool // RabbitMQ blocks the connection (connection.blocked), for Metrics
+
 	unchecked bool // test hook: publish what the checks would refuse, to provoke the broker's own refusal
 
 	closeOnce sync.Once
@@ -54,22 +57,31 @@ type Router struct {
 // Errors a user can cause (URL, refused connection, login, permissions, an exchange that exists with
 // other arguments) are one sentence naming the fix, matching ErrInvalidURL, ErrUnreachable,
 // ErrAccessRefused or ErrExchangeMismatch. A nil logger discards the log.
+// With several addresses in cfg.URL they are tried in order (see Dialer).
 func Dial(ctx context.Context, cfg Config, logger *slog.Logger) (*Router, error) {
+	r, _, err := dial(ctx, cfg, logger, 0)
+	return r, err
+}
+
+// dial is Dial from the address at index start; it returns the index of the address it connected to,
+// -1 if none.
+func dial(ctx context.Context, cfg Config, logger *slog.Logger, start int) (*Router, int, error) {
 	if err := cfg.Validate(); err != nil {
-		return nil, err
+		return nil, -1, err
 	}
 	cfg = cfg.withDefaults()
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
-	uri, err := parseURL(cfg.URL)
+	addrs, err := parseAddresses(cfg.URL)
 	if err != nil {
-		return nil, err
+		return nil, -1, err
 	}
-	conn, sock, err := connect(ctx, cfg, uri)
+	conn, sock, used, err := connectAny(ctx, cfg, logger, addrs, start)
 	if err != nil {
-		return nil, err
+		return nil, used, err
 	}
+	uri := addrs[used].uri
 	stop := context.AfterFunc(ctx, func() { sock.close() })
 	r, err := open(cfg, logger, uri, conn, sock)
 	if !stop() && err == nil {
@@ -82,13 +94,13 @@ func Dial(ctx context.Context, cfg Config, logger *slog.Logger) (*Router, error)
 			_ = closeConnection(conn, sock)
 		}
 		if ctx.Err() != nil {
-			return nil, fmt.Errorf("connect to RabbitMQ: %w", ctx.Err())
+			return nil, used, fmt.Errorf("connect to RabbitMQ: %w", ctx.Err())
 		}
-		return nil, err
+		return nil, used, err
 	}
-	logger.Info("connected to RabbitMQ", slog.String("exchange", cfg.Exchange),
+	logger.Info("connected to RabbitMQ", slog.String("address", addrs[used].hostPort()), slog.String("exchange", cfg.Exchange),
 		slog.Int("lanes", cfg.Lanes), slog.Int("window", cfg.Window))
-	return r, nil
+	return r, used, nil
 }
 
 // open declares the topology and starts the lanes on an established connection.
@@ -102,6 +114,7 @@ func open(cfg Config, logger *slog.Logger, uri amqp.URI, conn *amqp.Connection, 
 		r.frameMax = defaultFrameMax
 	}
 	close(r.idle)
+	cfg.Metrics.opened(r)
 	for i := range cfg.Lanes {
 		l, err := openLane(r, i)
 		if err != nil {
@@ -225,6 +238,7 @@ func (r *Router) Drain(ctx context.Context) error {
 func (r *Router) Close() error {
 	r.closeOnce.Do(func() {
 		r.fail(ErrClosed, -1, "")
+		r.cfg.Metrics.closed(r)
 		r.closeErr = closeConnection(r.conn, r.sock)
 		done := make(chan struct{})
 		go func() { r.wg.Wait(); close(done) }()

@@ -7,7 +7,7 @@ import (
 )
 
 // declare declares, on a channel of its own: the alternate exchange (durable fanout), its queue (durable,
-// same name) and binding, then the exchange (durable topic, alternate-exchange argument). Each
+// same name, of cfg.UnroutableQueueType) and binding, then the exchange (durable topic, alternate-exchange argument). Each
 // declaration that fails closes the channel, so the first failure ends it.
 func declare(conn *amqp.Connection, cfg Config, uri amqp.URI) error {
 	ch, err := conn.Channel()
@@ -24,7 +24,7 @@ func declare(conn *amqp.Connection, cfg Config, uri amqp.URI) error {
 		if err := ch.ExchangeDeclare(ae, amqp.ExchangeFanout, true, false, false, false, nil); err != nil {
 			return fail("exchange", ae, err)
 		}
-		if _, err := ch.QueueDeclare(ae, true, false, false, false, nil); err != nil {
+		if _, err := ch.QueueDeclare(ae, true, false, false, false, amqp.Table{"x-queue-type": cfg.UnroutableQueueType}); err != nil {
 			return fail("queue", ae, err)
 		}
 		if err := ch.QueueBind(ae, "", ae, false, nil); err != nil {

@@ -21,6 +21,7 @@ func runBackfill(ctx context.Context, args []string, env func(string) string, st
 	rate := s.Int("rate", 0, "rows per second at most (0: as fast as confirms allow)")
 	name := s.String("name", "", "name of this backfill, to resume it after a crash (default: derived from --where and --exchange)")
 	restart := s.Bool("restart", false, "run a finished backfill of the same name again")
+	httpAddr := s.String("http-addr", "", "serve /healthz and /metrics (the backfill's rows published, the broker's metrics) on this address while the backfill runs (off when empty)")
 	if err := parse(s, args); err != nil {
 		return err
 	}
@@ -49,14 +50,26 @@ func runBackfill(ctx context.Context, args []string, env func(string) string, st
 		return err
 	}
 	defer state.Close(context.Background())
-	r, err := route.Dial(ctx, broker.route("cdc-router backfill"), log)
+	rcfg := broker.route("cdc-router backfill")
+	count := func(p snapshot.Publisher) snapshot.Publisher { return p }
+	if *httpAddr != "" {
+		reg, rm, counted, err := backfillMetrics()
+		if err != nil {
+			return err
+		}
+		if err := serveHTTP(ctx, *httpAddr, metricsOnly(reg), "/healthz and /metrics", log); err != nil {
+			return usageError{err}
+		}
+		rcfg.Metrics, count = rm, counted
+	}
+	r, err := route.Dial(ctx, rcfg, log)
 	if err != nil {
 		return err
 	}
 	defer r.Close()
 	cfg := snapshot.Config{Table: *pg.table, Schema: *pg.schema, Slot: "backfill:" + *name, Where: *where, Rate: float64(*rate),
 		Decode: broker.decode(*pg.table)}
-	job, err := snapshot.Backfill(ctx, cfg, read, state, *name, *restart, r, log, terminal(stderr))
+	job, err := snapshot.Backfill(ctx, cfg, read, state, *name, *restart, count(r), log, terminal(stderr))
 	if err != nil {
 		return err
 	}

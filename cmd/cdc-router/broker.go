@@ -63,7 +63,16 @@ func tlsReason(err error) string {
 // amqpTLSFiles checks the certificate and key files an amqps:// URL names (amqp091 reads cacertfile, certfile
 // and keyfile only for amqps), so a problem with one stops the router at once, naming the file and the
 // parameter, instead of being retried as an unreachable broker.
-func amqpTLSFiles(amqpURL string) error {
+func amqpTLSFiles(amqpURLs string) error {
+	for _, u := range route.SplitURLs(amqpURLs) {
+		if err := amqpTLSFile(u); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func amqpTLSFile(amqpURL string) error {
 	u, err := url.Parse(amqpURL)
 	if err != nil || u.Scheme != "amqps" {
 		return nil // an invalid URL is reported by route.Dial, without the password

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"os/exec"
 	"strings"
 	"testing"
 	"time"
@@ -71,7 +70,7 @@ func TestBrokerCutCatchesAckOnReceipt(t *testing.T) {
 
 func rabbitmqctl(t testing.TB, args ...string) {
 	t.Helper()
-	out, err := exec.Command("rabbitmqctl", args...).CombinedOutput()
+	out, err := testenv.Rabbitmqctl(t, args...).CombinedOutput()
 	if err != nil {
 		t.Fatalf("rabbitmqctl %v: %v: %s", args, err, out)
 	}
@@ -86,7 +85,7 @@ func TestBrokerClosesConnectionsWhilePublishersAreBlocked(t *testing.T) {
 	r := e.startStreaming()
 	w := newWriter(t, e.pgURL, 50)
 	w.write(300, 20, 0)
-	t.Cleanup(func() { exec.Command("rabbitmqctl", "set_vm_memory_high_watermark", "0.4").Run() })
+	t.Cleanup(func() { testenv.Rabbitmqctl(t, "set_vm_memory_high_watermark", "0.4").Run() })
 	rabbitmqctl(t, "set_vm_memory_high_watermark", "0")
 	w.write(2000, 20, 0)
 	r.waitLog("blocked", 20*time.Second)
@@ -106,7 +105,7 @@ func TestBrokerRestartMidStream(t *testing.T) {
 	r := e.startStreaming()
 	w := newWriter(t, e.pgURL, 50)
 	w.write(500, 20, 0)
-	t.Cleanup(func() { exec.Command("rabbitmqctl", "start_app").Run() })
+	t.Cleanup(func() { testenv.Rabbitmqctl(t, "start_app").Run() })
 	rabbitmqctl(t, "stop_app")
 	w.write(1000, 20, 0) // committed while the broker is down
 	r.waitLog("restarting from the acknowledged position", 30*time.Second)

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -40,6 +41,7 @@ func (p pgFlags) migrations() migrations.Config {
 // brokerFlags are the settings run and backfill share: where to publish, the row limit and the logs.
 type brokerFlags struct {
 	amqpURL, exchange, alternate *string
+	unroutableQueueType          *string
 	noAlternate                  *bool
 	maxPayload, maxInflight      *int
 	logLevel, logFormat          *string
@@ -47,20 +49,22 @@ type brokerFlags struct {
 
 func addBrokerFlags(s *settings) brokerFlags {
 	return brokerFlags{
-		amqpURL:     s.String("amqp-url", "amqp://guest:guest@localhost:5672/", "RabbitMQ URL, amqp://user:password@host:5672/vhost"),
-		exchange:    s.String("exchange", route.DefaultExchange, "durable topic exchange the events are published to"),
-		alternate:   s.String("alternate-exchange", "", "alternate exchange and queue for unroutable events (default <exchange>.unroutable)"),
-		noAlternate: s.Bool("no-alternate-exchange", false, "declare the exchange without an alternate exchange: an unroutable event is retried (and holds the position) until a binding matches it"),
-		maxPayload:  s.Int("max-payload-bytes", 8<<20, "larger payloads are quarantined instead of published (keep it below the broker's max_message_size)"),
-		maxInflight: s.Int("max-inflight-bytes", route.DefaultMaxInflightBytes, "bytes of unconfirmed messages held at most, across all channels (bounds memory)"),
-		logLevel:    s.String("log-level", "info", "debug, info, warn or error"),
-		logFormat:   s.String("log-format", "text", "text or json"),
+		amqpURL:             s.List("amqp-url", "amqp://guest:guest@localhost:5672/", "RabbitMQ URL, amqp://user:password@host:5672/vhost; for a cluster several, comma-separated or the flag repeated, tried in order (a lost node is tried last)"),
+		exchange:            s.String("exchange", route.DefaultExchange, "durable topic exchange the events are published to"),
+		alternate:           s.String("alternate-exchange", "", "alternate exchange and queue for unroutable events (default <exchange>.unroutable)"),
+		unroutableQueueType: s.String("unroutable-queue-type", route.QueueTypeClassic, "classic or quorum: type of the alternate exchange's queue; use quorum with a RabbitMQ cluster, where a classic queue's node being down stops every declaration"),
+		noAlternate:         s.Bool("no-alternate-exchange", false, "declare the exchange without an alternate exchange: an unroutable event is retried (and holds the position) until a binding matches it"),
+		maxPayload:          s.Int("max-payload-bytes", 8<<20, "larger payloads are quarantined instead of published (keep it below the broker's max_message_size)"),
+		maxInflight:         s.Int("max-inflight-bytes", route.DefaultMaxInflightBytes, "bytes of unconfirmed messages held at most, across all channels (bounds memory)"),
+		logLevel:            s.String("log-level", "info", "debug, info, warn or error"),
+		logFormat:           s.String("log-format", "text", "text or json"),
 	}
 }
 
 func (b brokerFlags) route(connectionName string) route.Config {
 	return route.Config{URL: *b.amqpURL, Exchange: *b.exchange, AlternateExchange: *b.alternate,
-		NoAlternateExchange: *b.noAlternate, ConnectionName: connectionName, MaxInflightBytes: *b.maxInflight}
+		NoAlternateExchange: *b.noAlternate, ConnectionName: connectionName, MaxInflightBytes: *b.maxInflight,
+		UnroutableQueueType: *b.unroutableQueueType}
 }
 
 func (b brokerFlags) decode(table string) decode.Config {
@@ -121,24 +125,29 @@ func withConn(ctx context.Context, name string, args []string, env func(string) 
 }
 
 func runMigrate(ctx context.Context, args []string, env func(string) string, stdout, stderr io.Writer) error {
-	var withInbox, noAlternate, partitioned *bool
-	var inboxSchema, amqpURL, exchange, alternate, interval *string
-	var ahead *int
+	var withInbox, noAlternate, partitioned, emitFunction *bool
+	var inboxSchema, amqpURL, exchange, alternate, interval, unroutableQueueType, messagePrefix *string
+	var ahead, shards *int
 	flags := func(s *settings) {
 		partitioned = s.Bool("partitioned", false, "create the outbox range-partitioned by occurred_at, with a default partition and the partitions "+
 			"of the current and next intervals, published through its root; run again (daily) to add the coming partitions (docs/partitioning.md)")
 		interval = s.String("partition-interval", "month", "with --partitioned: the span of each partition, day, week or month (UTC)")
 		ahead = s.Int("partitions-ahead", 3, "with --partitioned: how many partitions to have after the current one")
+		shards = s.Int("shards", 0, "also create the publications of this many shards (PostgreSQL 15+), <publication>_shard_<i>_of_<N>, each with a row filter on a hash of the aggregate; run each shard's router with --shard i/N")
+		emitFunction = s.Bool("emit-function", false, "also create <schema>.emit(aggregate_type, aggregate_id, aggregate_version, event_type, payload, headers, schema_version), which writes an event as a logical decoding message for run --message-prefix (PostgreSQL 14+)")
+		messagePrefix = s.String("message-prefix", migrations.DefaultMessagePrefix, "the message prefix that --emit-function's function writes; give run the same --message-prefix")
 		withInbox = s.Bool("inbox", false, "also create the consumer-side inbox tables (package inbox) in this database")
 		inboxSchema = s.String("inbox-schema", inbox.DefaultSchema, "schema of the inbox tables")
-		amqpURL = s.String("amqp-url", "", "also declare the exchange (and the alternate exchange and its queue) in RabbitMQ, as run does, so consumers can bind before the first run")
+		amqpURL = s.List("amqp-url", "", "also declare the exchange (and the alternate exchange and its queue) in RabbitMQ, as run does, so consumers can bind before the first run")
 		exchange = s.String("exchange", route.DefaultExchange, "exchange to declare with --amqp-url")
 		alternate = s.String("alternate-exchange", "", "alternate exchange and queue to declare with --amqp-url (default <exchange>.unroutable)")
 		noAlternate = s.Bool("no-alternate-exchange", false, "declare the exchange without an alternate exchange, as run does with this flag")
+		unroutableQueueType = s.String("unroutable-queue-type", route.QueueTypeClassic, "classic or quorum: type of the alternate exchange's queue to declare with --amqp-url, as run does with this flag")
 	}
 	return withConn(ctx, "migrate", args, env, stderr, flags, func(conn *pgx.Conn, pg pgFlags) error {
 		mcfg := pg.migrations()
 		mcfg.Partitioned, mcfg.PartitionInterval, mcfg.PartitionsAhead = *partitioned, *interval, *ahead
+		mcfg.EmitFunction, mcfg.MessagePrefix = *emitFunction, *messagePrefix
 		if err := migrations.Apply(ctx, conn, mcfg); err != nil {
 			return err
 		}
@@ -147,9 +156,20 @@ func runMigrate(ctx context.Context, args []string, env func(string) string, std
 			fmt.Fprintf(stdout, "partitioned: %s by occurred_at, one partition per %s up to %d ahead, and a default partition\n",
 				*pg.table, *interval, *ahead)
 		}
+		if *shards != 0 {
+			if err := migrations.ApplyShards(ctx, conn, mcfg, *shards); err != nil {
+				return err
+			}
+			fmt.Fprintf(stdout, "migrated: publications %s to %s; run each router with --shard i/%d\n",
+				migrations.ShardPublication(*pg.publication, 0, *shards), migrations.ShardPublication(*pg.publication, *shards-1, *shards), *shards)
+		}
+		if *emitFunction {
+			fmt.Fprintf(stdout, "migrated: function %s.emit, writing messages with prefix %q (run with --message-prefix %s)\n",
+				*pg.schema, *messagePrefix, *messagePrefix)
+		}
 		if *amqpURL != "" {
 			rcfg := route.Config{URL: *amqpURL, Exchange: *exchange, AlternateExchange: *alternate,
-				NoAlternateExchange: *noAlternate, ConnectionName: "cdc-router migrate"}
+				NoAlternateExchange: *noAlternate, ConnectionName: "cdc-router migrate", UnroutableQueueType: *unroutableQueueType}
 			if err := amqpTLSFiles(*amqpURL); err != nil {
 				return err
 			}
@@ -170,10 +190,19 @@ func runMigrate(ctx context.Context, args []string, env func(string) string, std
 }
 
 func runStatus(ctx context.Context, args []string, env func(string) string, stdout, stderr io.Writer) error {
-	return withConn(ctx, "status", args, env, stderr, nil, func(conn *pgx.Conn, pg pgFlags) error {
+	var asJSON *bool
+	flags := func(s *settings) {
+		asJSON = s.Bool("json", false, "print the report as one JSON object (the stable schema in docs/operations.md) instead of text")
+	}
+	return withConn(ctx, "status", args, env, stderr, flags, func(conn *pgx.Conn, pg pgFlags) error {
 		r, err := replication.Status(ctx, conn, *pg.slot, *pg.schema)
 		if err != nil {
 			return err
+		}
+		if *asJSON {
+			enc := json.NewEncoder(stdout)
+			enc.SetIndent("", "  ")
+			return enc.Encode(r)
 		}
 		fmt.Fprint(stdout, r)
 		return nil
@@ -205,6 +234,9 @@ func runRun(ctx context.Context, args []string, env func(string) string, stdout,
 	progress := s.Duration("progress-interval", replication.DefaultProgressInterval, "how often to log, at info level, how many events were published and quarantined since the last such line (nothing when nothing moved)")
 	pubCheck := s.Duration("publication-check-interval", replication.DefaultPublicationCheckInterval, "how often to re-check that the publication still carries the outbox table's inserts")
 	failoverSlot := s.Bool("failover-slot", false, "create the slot with FAILOVER (PostgreSQL 17+; enabled on an existing slot too) so that a standby with sync_replication_slots = on keeps it and the router continues on the promoted standby; list every server in --pg-url with target_session_attrs=primary")
+	minSafeWAL := s.Int("min-safe-wal-bytes", 0, "/readyz fails while the slot's safe_wal_size (WAL left before PostgreSQL invalidates it) is below this many bytes; 0: a tenth of max_slot_wal_keep_size; -1: off")
+	shard := s.String("shard", "", "i/N: run as shard i (0 to N-1) of N, with the publication <publication>_shard_i_of_N that `migrate --shards N` created and the slot <slot>_shard_i_of_N (PostgreSQL 15+)")
+	messagePrefix := s.String("message-prefix", "", "also publish the events that transactions emit with pg_logical_emit_message(true, <this prefix>, <envelope>), e.g. cdc-router.outbox (PostgreSQL 14+; off when empty; see docs/producers.md)")
 	onDrift := s.String("on-drift", "refuse", "when the outbox table's shape changes under the stream, or another table's rows arrive: refuse (stop before the first affected row) or quarantine (quarantine those rows and go on)")
 	if err := parse(s, args); err != nil {
 		return err
@@ -212,14 +244,36 @@ func runRun(ctx context.Context, args []string, env func(string) string, stdout,
 	if err := requireURL(pg); err != nil {
 		return err
 	}
+	if *shard != "" && *messagePrefix != "" {
+		return usageError{fmt.Errorf("--message-prefix cannot be combined with --shard: PostgreSQL sends every logical " +
+			"decoding message to every shard's slot (row filters do not apply to messages), so each shard's router would " +
+			"publish every emitted event; with shards, write the events as outbox rows")}
+	}
+	if *shard != "" {
+		i, n, err := migrations.ParseShard(*shard)
+		if err != nil {
+			return usageError{err}
+		}
+		*pg.publication, *pg.slot = migrations.ShardPublication(*pg.publication, i, n), migrations.ShardSlot(*pg.slot, i, n)
+		// The initial snapshot reads the table, not the publication: it takes the shard's rows only.
+		*snapWhere = migrations.ShardSnapshotWhere(*snapWhere, i, n)
+	} else if i, n, ok := migrations.ShardOf(*pg.publication); ok {
+		return usageError{fmt.Errorf("--publication %s is the publication of shard %d of %d, and without --shard this router "+
+			"would publish only that shard's events: run with --shard %d/%d and --publication set to the base name "+
+			"(the default cdc_router_outbox), or point --publication at the unfiltered publication", *pg.publication, i, n, i, n)}
+	}
 	log, err := broker.logger(stderr)
 	if err != nil {
 		return err
 	}
 	broker.limitMemory(env)
 	stats := &replication.Stats{}
+	reg, routeMetrics, err := newRegistry(stats)
+	if err != nil {
+		return err
+	}
 	if *httpAddr != "" {
-		if err := serveHTTP(ctx, *httpAddr, stats, log); err != nil {
+		if err := serveHTTP(ctx, *httpAddr, handler(stats, reg, int64(*minSafeWAL)), "/healthz, /readyz and /metrics", log); err != nil {
 			return usageError{err}
 		}
 	}
@@ -237,6 +291,7 @@ func runRun(ctx context.Context, args []string, env func(string) string, stdout,
 	}
 	rcfg := broker.route("cdc-router")
 	rcfg.Lanes, rcfg.Window, rcfg.ConfirmTimeout = *lanes, *window, *confirmTimeout
+	rcfg.Metrics = routeMetrics
 	if err := rcfg.Validate(); err != nil {
 		return usageError{err}
 	}
@@ -244,11 +299,13 @@ func runRun(ctx context.Context, args []string, env func(string) string, stdout,
 		Schema: *pg.schema, ShutdownTimeout: *shutdown, Snapshot: *snap, SnapshotWhere: *snapWhere, Progress: terminal(stderr),
 		Decode: broker.decode(*pg.table)}
 	cfg.Decode.OnDrift = *onDrift
+	cfg.Decode.MessagePrefix = *messagePrefix
 	cfg.PublicationCheckInterval = *pubCheck
 	cfg.ProgressInterval = *progress
 	cfg.FailoverSlot = *failoverSlot
+	dialer := route.NewDialer(rcfg, log)
 	dial := func(ctx context.Context) (replication.Publisher, error) {
-		r, err := route.Dial(ctx, rcfg, log)
+		r, err := dialer.Dial(ctx)
 		if err != nil {
 			return nil, brokerError(err)
 		}
@@ -257,6 +314,6 @@ func runRun(ctx context.Context, args []string, env func(string) string, stdout,
 	if err := cfg.WithDefaults().Validate(); err != nil {
 		return usageError{err}
 	}
-	log.Info("starting", "version", version, "exchange", *broker.exchange, "table", *pg.table)
+	log.Info("starting", "version", version, "exchange", *broker.exchange, "table", *pg.table, "publication", *pg.publication, "slot", *pg.slot)
 	return replication.Run(ctx, cfg, dial, log, stats)
 }

@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"net"
-	"os/exec"
 	"strconv"
 	"strings"
 	"syscall"
@@ -133,7 +132,7 @@ func (x *accountsWorld) injectFaults() {
 	}
 
 	x.at(36, "broker stop_app")
-	t.Cleanup(func() { exec.Command("rabbitmqctl", "start_app").Run() })
+	t.Cleanup(func() { testenv.Rabbitmqctl(t, "start_app").Run() })
 	rabbitmqctl(t, "stop_app")
 	time.Sleep(3 * time.Second)
 	rabbitmqctl(t, "start_app")

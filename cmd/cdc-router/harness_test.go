@@ -85,8 +85,14 @@ type env struct {
 
 func newEnv(t testing.TB) *env {
 	t.Helper()
+	return newEnvOn(t, pg)
+}
+
+// newEnvOn is newEnv with the test's database on cluster p instead of the suite's.
+func newEnvOn(t testing.TB, p *testenv.Postgres) *env {
+	t.Helper()
 	ctx := context.Background()
-	e := &env{t: t, pgURL: pg.NewDatabase(t), amqpURL: testenv.AMQPURL(t)}
+	e := &env{t: t, pgURL: p.NewDatabase(t), amqpURL: testenv.AMQPURL(t)}
 	e.slot = strings.TrimPrefix(e.pgURL[strings.LastIndex(e.pgURL, "/")+1:], "")
 	e.slot = e.slot[:strings.Index(e.slot, "?")]
 	e.exchange = "x_" + e.slot

@@ -10,93 +10,101 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
 	"github.com/cdc-router/cdc-router/replication"
 )
 
 // health is the JSON body of /healthz and /readyz.
 type health struct {
-	State             string `json:"state"`
-	Since             string `json:"since"`
-	AcknowledgedLSN   string `json:"acknowledged_lsn"`
-	Published         int64  `json:"published"`
-	Quarantined       int64  `json:"quarantined"`
-	Restarts          int64  `json:"restarts"`
-	SnapshotRowsDone  int64  `json:"snapshot_rows_done,omitempty"`
-	SnapshotRowsTotal int64  `json:"snapshot_rows_total,omitempty"`
-	LastError         string `json:"last_error,omitempty"`
-	Problem           string `json:"problem,omitempty"`
+	State             string  `json:"state"`
+	Since             string  `json:"since"`
+	AcknowledgedLSN   string  `json:"acknowledged_lsn"`
+	Published         int64   `json:"published"`
+	Quarantined       int64   `json:"quarantined"`
+	Restarts          int64   `json:"restarts"`
+	LagSeconds        float64 `json:"lag_seconds"`
+	SnapshotRowsDone  int64   `json:"snapshot_rows_done,omitempty"`
+	SnapshotRowsTotal int64   `json:"snapshot_rows_total,omitempty"`
+	LastError         string  `json:"last_error,omitempty"`
+	Problem           string  `json:"problem,omitempty"`
 }
 
-func healthOf(s *replication.Stats) health {
+func healthOf(s *replication.Stats, slotProblem string) health {
 	state, since, lastErr := s.State()
 	done, total := s.Snapshot()
+	problem := s.Problem()
+	if problem == "" {
+		problem = slotProblem
+	}
 	return health{State: state, Since: since.UTC().Format(time.RFC3339), AcknowledgedLSN: s.Acknowledged().String(),
-		Published: s.Published(), Quarantined: s.Quarantined(), Restarts: s.Restarts(),
-		SnapshotRowsDone: done, SnapshotRowsTotal: total, LastError: lastErr, Problem: s.Problem()}
+		Published: s.Published(), Quarantined: s.Quarantined(), Restarts: s.Restarts(), LagSeconds: s.Lag().Seconds(),
+		SnapshotRowsDone: done, SnapshotRowsTotal: total, LastError: lastErr, Problem: problem}
 }
 
-// handler serves /healthz (the process is alive), /readyz and /metrics (Prometheus text format).
+// slotProblem is what makes the slot's health a reason to be unready: the slot is invalidated, or its
+// safe_wal_size (the WAL left before PostgreSQL invalidates it) is below minSafe. minSafe 0 means a tenth
+// of max_slot_wal_keep_size; a negative minSafe turns the size check off. Without a limit
+// (max_slot_wal_keep_size = -1) PostgreSQL never invalidates the slot and there is nothing to check.
+func slotProblem(h replication.SlotHealth, minSafe int64) string {
+	if h.WALStatus == "lost" {
+		return "the replication slot is invalidated (wal_status lost): events were lost; see docs/operations.md, Slot invalidated"
+	}
+	if minSafe == 0 && h.MaxKeepBytes > 0 {
+		minSafe = h.MaxKeepBytes / 10
+	}
+	if !h.SafeWALKnown || minSafe <= 0 || h.SafeWALBytes >= minSafe {
+		return ""
+	}
+	return fmt.Sprintf("the replication slot is %s from invalidation (safe_wal_size, below --min-safe-wal-bytes %s): "+
+		"the router falls behind; see docs/operations.md, CdcRouterSlotNearInvalidation", replication.HumanBytes(max(h.SafeWALBytes, 0)), replication.HumanBytes(minSafe))
+}
+
+// handler serves /healthz (the process is alive), /readyz and /metrics (Prometheus exposition of gather).
 //
 // /readyz answers 200 while streaming or copying the initial snapshot (work in progress, not a stall) and
 // in standby (another router holds the slot and this one takes over when it is free: a healthy spare, so
 // that a rolling update gated on readiness can finish with two routers); 503 while starting or
-// restarting, and while the publication no longer carries the outbox, so new rows are not streamed.
-// /readyz?active=1 answers 503 in standby too, for a probe or a Service that wants only the router that
-// holds the slot.
-func handler(s *replication.Stats) http.Handler {
+// restarting, while the publication no longer carries the outbox, so new rows are not streamed, and while
+// the slot is near invalidation (slotProblem with minSafe). /readyz?active=1 answers 503 in standby too,
+// for a probe or a Service that wants only the router that holds the slot.
+func handler(s *replication.Stats, gather prometheus.Gatherer, minSafe int64) http.Handler {
 	mux := http.NewServeMux()
-	write := func(w http.ResponseWriter, code int) {
+	write := func(w http.ResponseWriter, code int, h health) {
 		w.Header().Set("Content-Type", "application/json")
 		w.WriteHeader(code)
-		json.NewEncoder(w).Encode(healthOf(s))
+		json.NewEncoder(w).Encode(h)
 	}
-	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { write(w, http.StatusOK) })
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
+		write(w, http.StatusOK, healthOf(s, slotProblem(s.Slot(), minSafe)))
+	})
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
 		activeOnly := r.URL.Query().Get("active") == "1"
-		switch state, _, _ := s.State(); {
-		case s.Problem() != "":
-			write(w, http.StatusServiceUnavailable)
+		h := healthOf(s, slotProblem(s.Slot(), minSafe))
+		switch state := h.State; {
+		case h.Problem != "":
+			write(w, http.StatusServiceUnavailable, h)
 		case state == replication.StateStreaming, state == replication.StateSnapshot:
-			write(w, http.StatusOK)
+			write(w, http.StatusOK, h)
 		case state == replication.StateStandby && !activeOnly:
-			write(w, http.StatusOK)
+			write(w, http.StatusOK, h)
 		default:
-			write(w, http.StatusServiceUnavailable)
+			write(w, http.StatusServiceUnavailable, h)
 		}
 	})
-	mux.HandleFunc("GET /metrics", func(w http.ResponseWriter, _ *http.Request) {
-		h := healthOf(s)
-		w.Header().Set("Content-Type", "text/plain; version=0.0.4")
-		metric := func(name, kind, help string, v any) {
-			fmt.Fprintf(w, "# HELP %s %s\n# TYPE %s %s\n%s %v\n", name, help, name, kind, name, v)
-		}
-		metric("cdc_router_events_published_total", "counter", "Streamed events confirmed by the broker.", h.Published)
-		metric("cdc_router_rows_quarantined_total", "counter", "Streamed rows written to the quarantine table.", h.Quarantined)
-		metric("cdc_router_stream_restarts_total", "counter", "In-process stream restarts after a failure.", h.Restarts)
-		metric("cdc_router_acknowledged_lsn_bytes", "gauge", "Last position acknowledged to PostgreSQL, as a byte offset.", uint64(s.Acknowledged()))
-		metric("cdc_router_snapshot_rows_done", "gauge", "Rows of the initial snapshot confirmed.", h.SnapshotRowsDone)
-		metric("cdc_router_snapshot_rows_total", "gauge", "Rows of the initial snapshot in all.", h.SnapshotRowsTotal)
-		streaming := 0
-		if h.State == replication.StateStreaming {
-			streaming = 1
-		}
-		metric("cdc_router_streaming", "gauge", "1 while the slot is being streamed.", streaming)
-		standby := 0
-		if h.State == replication.StateStandby {
-			standby = 1
-		}
-		metric("cdc_router_standby", "gauge", "1 while another router holds the slot and this one stands by.", standby)
-	})
+	mux.Handle("GET /metrics", promhttp.HandlerFor(gather, promhttp.HandlerOpts{ErrorHandling: promhttp.ContinueOnError}))
 	return mux
 }
 
-// serveHTTP serves the endpoints on addr until ctx ends. An address that cannot be bound is an error.
-func serveHTTP(ctx context.Context, addr string, s *replication.Stats, log *slog.Logger) error {
+// serveHTTP serves h on addr until ctx ends; paths names its endpoints in the log line. An address that
+// cannot be bound is an error.
+func serveHTTP(ctx context.Context, addr string, h http.Handler, paths string, log *slog.Logger) error {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return fmt.Errorf("--http-addr %s: %w", addr, err)
 	}
-	srv := &http.Server{Handler: handler(s), ReadHeaderTimeout: 5 * time.Second}
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second}
 	go func() {
 		<-ctx.Done()
 		shut, cancel := context.WithTimeout(context.Background(), 2*time.Second)
@@ -108,6 +116,6 @@ func serveHTTP(ctx context.Context, addr string, s *replication.Stats, log *slog
 			log.Error("http endpoint stopped", "error", err)
 		}
 	}()
-	log.Info("serving /healthz, /readyz and /metrics", "addr", ln.Addr().String())
+	log.Info("serving "+paths, "addr", ln.Addr().String())
 	return nil
 }

@@ -3,11 +3,12 @@ package main
 import (
 	"context"
 	"fmt"
-	"os/exec"
 	"regexp"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/cdc-router/cdc-router/internal/testenv"
 )
 
 // limitQueue applies a policy to this test's queue only (its name is unique to the test) that refuses,
@@ -27,7 +28,7 @@ func (e *env) limitQueue(max int) (clear func()) {
 	e.t.Cleanup(clear)
 	deadline := time.Now().Add(10 * time.Second)
 	for {
-		out, _ := exec.Command("rabbitmqctl", "list_queues", "-q", "--no-table-headers", "name", "policy").CombinedOutput()
+		out, _ := testenv.Rabbitmqctl(e.t, "list_queues", "-q", "--no-table-headers", "name", "policy").CombinedOutput()
 		for _, line := range strings.Split(string(out), "\n") {
 			if f := strings.Fields(line); len(f) == 2 && f[0] == e.queue && f[1] == name {
 				return clear

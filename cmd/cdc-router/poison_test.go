@@ -8,6 +8,8 @@ import (
 	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/cdc-router/cdc-router/internal/testenv"
 )
 
 // insertHeaders inserts one outbox row with the given aggregate id and headers (SQL expressions) and
@@ -118,10 +120,27 @@ func TestBackfillQuarantinesReservedHeaders(t *testing.T) {
 }
 
 // setMaxMessageSize changes RabbitMQ's max_message_size (broker-wide; channels opened afterwards use it)
-// and restores the default when the test ends.
+// and restores the broker's own value when the test ends. RabbitMQ 3.x reads it from the application's
+// environment, 4.x from a persistent term set at boot (its default is 16 MiB, 3.x's 128 MiB): both are set.
 func setMaxMessageSize(t testing.TB, n int) {
-	rabbitmqctl(t, "eval", fmt.Sprintf("application:set_env(rabbit, max_message_size, %d).", n))
-	t.Cleanup(func() { rabbitmqctl(t, "eval", "application:set_env(rabbit, max_message_size, 134217728).") })
+	t.Helper()
+	eval := func(expr string) string {
+		out, err := testenv.Rabbitmqctl(t, "eval", expr).CombinedOutput()
+		if err != nil {
+			t.Fatalf("rabbitmqctl eval %s: %v: %s", expr, err, out)
+		}
+		return strings.TrimSpace(string(out))
+	}
+	var was int
+	if _, err := fmt.Sscanf(eval("application:get_env(rabbit, max_message_size)."), "{ok,%d}", &was); err != nil {
+		t.Fatalf("max_message_size: %v", err)
+	}
+	term := eval("persistent_term:get(max_message_size, undefined).") // an integer, or undefined before 4.x
+	eval(fmt.Sprintf("application:set_env(rabbit, max_message_size, %d), persistent_term:put(max_message_size, %d).", n, n))
+	t.Cleanup(func() {
+		eval(fmt.Sprintf("application:set_env(rabbit, max_message_size, %d), case %s of undefined -> "+
+			"persistent_term:erase(max_message_size); V -> persistent_term:put(max_message_size, V) end.", was, term))
+	})
 }
 
 // TestBrokerRefusalOfOneMessageIsQuarantined: the safety net. A message over the broker's max_message_size
@@ -162,7 +181,7 @@ func TestTransientRefusalsNeverQuarantine(t *testing.T) {
 	c := e.consume(e.queue)
 	ch := e.channel()
 	full := e.queue + "_full"
-	if _, err := ch.QueueDeclare(full, false, true, false, false, amqp.Table{"x-max-length": int32(0), "x-overflow": "reject-publish"}); err != nil {
+	if _, err := ch.QueueDeclare(full, true, true, false, false, amqp.Table{"x-max-length": int32(0), "x-overflow": "reject-publish"}); err != nil {
 		t.Fatal(err)
 	}
 	if err := ch.QueueBind(full, "#", e.exchange, false, nil); err != nil {

@@ -94,3 +94,33 @@ func redactArg(arg string) string {
 	}
 	return strconv.Quote(arg)
 }
+
+// listValue is a flag whose repetitions add up to one comma-separated list; the first one given replaces
+// the default. The environment variable holds the list itself.
+type listValue struct {
+	value *string
+	set   bool
+}
+
+func (l *listValue) String() string {
+	if l.value == nil {
+		return ""
+	}
+	return *l.value
+}
+
+func (l *listValue) Set(v string) error {
+	if l.set {
+		*l.value += "," + v
+		return nil
+	}
+	*l.value, l.set = v, true
+	return nil
+}
+
+// List is a string flag that may be repeated, each repetition adding one more comma-separated item.
+func (s *settings) List(name, def, text string) *string {
+	v := def
+	s.fs.Var(&listValue{value: &v}, name, s.usage(name, text))
+	return &v
+}

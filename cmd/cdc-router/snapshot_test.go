@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
+	"regexp"
 	"strings"
 	"syscall"
 	"testing"
@@ -140,7 +141,9 @@ func TestSnapshotCrashResumesFromTheLastKey(t *testing.T) {
 	if code != 200 || !strings.Contains(body, `"state":"snapshot"`) || !strings.Contains(body, `"snapshot_rows_total":200000`) {
 		t.Errorf("/readyz during the snapshot: %d %s", code, body)
 	}
-	if _, metrics := get(t, "http://"+addr+"/metrics"); !strings.Contains(metrics, "cdc_router_snapshot_rows_total 200000") {
+	if _, metrics := get(t, "http://"+addr+"/metrics"); !strings.Contains(metrics, "cdc_router_snapshot_rows_expected 200000") ||
+		!regexp.MustCompile(`cdc_router_events_published_total\{source="snapshot"\} [1-9]`).MatchString(metrics) ||
+		!strings.Contains(metrics, `cdc_router_state{state="snapshot"} 1`) {
 		t.Errorf("/metrics during the snapshot:\n%s", metrics)
 	}
 	r.signal(syscall.SIGKILL)

@@ -27,6 +27,9 @@ if ! amqp_up; then
   if ! amqp_up; then echo "ensure-services: RabbitMQ did not start on 127.0.0.1:5672" >&2; exit 1; fi
   rabbitmqctl await_startup >/dev/null 2>&1 || true
 fi
+# promtool (from Debian's prometheus package, unpacked into a cache; no Prometheus is installed or started)
+# checks the alert rules, their unit tests and a real scrape of the router.
+"$(dirname "$0")/fetch-promtool.sh" >/dev/null
 # A memory alarm left behind by an interrupted test run would block every publisher.
 rabbitmqctl set_vm_memory_high_watermark 0.4 >/dev/null 2>&1 || true
-echo "ensure-services: PostgreSQL binaries present, RabbitMQ reachable on 127.0.0.1:5672" >&2
+echo "ensure-services: PostgreSQL binaries present, RabbitMQ reachable on 127.0.0.1:5672, promtool cached" >&2

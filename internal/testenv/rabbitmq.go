@@ -14,7 +14,7 @@ func AMQPURL(t testing.TB) string {
 	t.Helper()
 	url := os.Getenv("CDC_ROUTER_TEST_AMQP_URL")
 	if url == "" {
-		url = "amqp://guest:guest@127.0.0.1:5672/"
+		url = defaultAMQPURL
 	}
 	var err error
 	for i := 0; i < 20; i++ {
@@ -28,6 +28,8 @@ func AMQPURL(t testing.TB) string {
 	t.Fatalf("RabbitMQ is not reachable at %s (%v): start it with `rabbitmq-server -detached` or run `make test`, which starts it", redact(url), err)
 	return ""
 }
+
+const defaultAMQPURL = "amqp://guest:guest@127.0.0.1:5672/"
 
 func redact(url string) string {
 	if u, err := amqp.ParseURI(url); err == nil {

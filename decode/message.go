@@ -1,0 +1,165 @@
+package decode
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/cdc-router/cdc-router/internal/cdc"
+)
+
+// MessageTable is the cdc.Quarantined.Table of a quarantined logical decoding message: "message:" and
+// the prefix it was emitted with.
+const MessageTable = "message:"
+
+// MessageColumn is the one column of a quarantined message: its content as emitted.
+const MessageColumn = "content"
+
+// message decodes a logical decoding Message (pg_logical_emit_message). One whose prefix is not
+// Config.MessagePrefix (or with no prefix configured) is skipped: other tools use messages too. One with
+// the prefix is an event envelope (see mapEnvelope):
+//   - transactional, it arrives between Begin and Commit in the transaction's order and becomes an Event
+//     like an insert, or a Quarantine when the envelope is malformed; it carries walStart and an Ordinal
+//     as an insert does;
+//   - non-transactional, it is a Quarantine, never an Event: PostgreSQL writes it even when the
+//     transaction that emitted it rolls back, so publishing it could announce a change that never
+//     happened.
+func (d *Decoder) message(walStart cdc.LSN, r *reader, h Handler) error {
+	flags := r.u8("flags")
+	r.lsn("message LSN")
+	prefix := r.cstring("prefix")
+	content := r.takeLong(uint64(r.u32("content length")), "content")
+	if reason := r.end(); reason != "" {
+		return protocolError(msgMessage, "%s", reason)
+	}
+	if d.cfg.MessagePrefix == "" || string(prefix) != d.cfg.MessagePrefix {
+		return nil
+	}
+	if flags&1 == 0 {
+		return d.quarantineMessage(walStart, 0, 0, content, "non-transactional message (pg_logical_emit_message(false, …)): "+
+			"PostgreSQL writes it even when its transaction rolls back, so it is not published; emit with transactional = true", h)
+	}
+	if !d.inTxn {
+		return protocolError(msgMessage, "transactional message outside Begin…Commit")
+	}
+	ordinal := d.ordinal(walStart)
+	ev, rowErr := d.mapEnvelope(content)
+	if rowErr != nil {
+		return d.quarantineMessage(walStart, ordinal, d.commitLSN, content, "message: "+rowErr.Reason, h)
+	}
+	ev.LSN, ev.Ordinal = walStart, ordinal
+	if err := h.Event(ev); err != nil {
+		return fmt.Errorf("decode: event %s at %s: %w", ev.ID, walStart, err)
+	}
+	return nil
+}
+
+// quarantineMessage hands a message to the Handler as a Quarantine: its bounded content, and its envelope's
+// id when it has one.
+func (d *Decoder) quarantineMessage(walStart cdc.LSN, ordinal int, commitLSN cdc.LSN, content []byte, reason string, h Handler) error {
+	q := cdc.Quarantined{LSN: walStart, Ordinal: ordinal, CommitLSN: commitLSN, Table: MessageTable + d.cfg.MessagePrefix,
+		EventID: d.envelopeID(content), Columns: map[string]cdc.RawValue{MessageColumn: cdc.NewRawValue(content)}, Reason: reason}
+	if err := h.Quarantine(q); err != nil {
+		return fmt.Errorf("decode: quarantine message at %s: %w", walStart, err)
+	}
+	return nil
+}
+
+// mapEnvelope maps a message's content, a JSON object whose keys are the outbox columns, to an event by
+// the row rules (mapFields): id, aggregate_type, aggregate_id and event_type are JSON strings,
+// aggregate_version and schema_version JSON integers (schema_version may be left out: 1), payload any JSON
+// value, headers a JSON object (may be left out or null), occurred_at an RFC 3339 string (may be left out:
+// the commit time). Other keys are ignored.
+func (d *Decoder) mapEnvelope(content []byte) (cdc.Event, *RowError) {
+	if limit := d.envelopeLimit(); len(content) > limit {
+		return cdc.Event{}, rowErrorf("the message is %d bytes, over the %d-byte limit of an envelope (--max-payload-bytes plus 8 MiB)",
+			len(content), limit)
+	}
+	obj, err := envelopeObject(content)
+	if err != nil {
+		return cdc.Event{}, rowErrorf("the content is not a JSON object: %v", err)
+	}
+	var f fields
+	for c := range f {
+		raw, ok := obj[columnName(c)]
+		switch {
+		case !ok && c == colSchemaVersion:
+			f[c] = field{state: stateText, text: []byte("1")}
+		case !ok && c == colOccurredAt:
+			f[c] = field{state: stateText, text: []byte(d.commitTime.Format("2006-01-02 15:04:05.999999-07:00"))}
+		case !ok:
+		case bytes.Equal(raw, []byte("null")) && c != colPayload:
+			f[c].state = stateNull
+		default:
+			text, reason := envelopeText(c, raw)
+			if reason != "" {
+				return cdc.Event{}, rowErrorf("%s %s", columnName(c), reason)
+			}
+			f[c] = field{state: stateText, text: text}
+		}
+	}
+	if f[colHeaders].state == stateNull {
+		f[colHeaders] = field{}
+	}
+	return mapFields(&d.cfg, &f, d.commitLSN)
+}
+
+// envelopeLimit is the largest envelope parsed: the payload limit plus DefaultMaxPayloadBytes for the rest.
+func (d *Decoder) envelopeLimit() int {
+	return max(d.cfg.MaxPayloadBytes, DefaultMaxPayloadBytes) + DefaultMaxPayloadBytes
+}
+
+// envelopeObject parses one JSON object and nothing after it.
+func envelopeObject(content []byte) (map[string]json.RawMessage, error) {
+	if t := bytes.TrimLeft(content, " \t\r\n"); len(t) == 0 || t[0] != '{' {
+		return nil, errors.New("not an object")
+	}
+	var obj map[string]json.RawMessage
+	if err := json.Unmarshal(content, &obj); err != nil {
+		return nil, err
+	}
+	return obj, nil
+}
+
+// envelopeText is the column text of one envelope value, or why it has the wrong JSON type.
+func envelopeText(c int, raw json.RawMessage) ([]byte, string) {
+	switch c {
+	case colPayload, colHeaders:
+		return raw, ""
+	case colAggregateVersion, colSchemaVersion:
+		if raw[0] == '"' || raw[0] == '{' || raw[0] == '[' || raw[0] == 't' || raw[0] == 'f' {
+			return nil, fmt.Sprintf("%s is not a JSON integer", quote(raw))
+		}
+		return raw, "" // mapFields parses the number text as an integer
+	case colOccurredAt:
+		var s string
+		if json.Unmarshal(raw, &s) != nil {
+			return nil, fmt.Sprintf("%s is not a JSON string", quote(raw))
+		}
+		t, err := time.Parse(time.RFC3339Nano, s)
+		if err != nil {
+			return nil, fmt.Sprintf("%s is not an RFC 3339 time like 2006-01-02T15:04:05.999999Z", strconv.Quote(s))
+		}
+		return []byte(t.UTC().Format("2006-01-02 15:04:05.999999-07:00")), ""
+	}
+	var s string
+	if json.Unmarshal(raw, &s) != nil {
+		return nil, fmt.Sprintf("%s is not a JSON string", quote(raw))
+	}
+	return []byte(s), ""
+}
+
+// envelopeID is the id of a quarantined envelope when it has one (a JSON string of at most 255 bytes), for
+// the quarantine record; an envelope over the size limit is not parsed.
+func (d *Decoder) envelopeID(content []byte) string {
+	var e struct {
+		ID string `json:"id"`
+	}
+	if len(content) > d.envelopeLimit() || json.Unmarshal(content, &e) != nil || len(e.ID) > 255 {
+		return ""
+	}
+	return e.ID
+}

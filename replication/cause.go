@@ -1,0 +1,36 @@
+package replication
+
+import (
+	"errors"
+	"net"
+
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+// causedError marks the cause of a stream failure for cdc_router_stream_restarts_total; its text is the
+// wrapped error's.
+type causedError struct {
+	cause string
+	err   error
+}
+
+func caused(cause string, err error) error { return &causedError{cause: cause, err: err} }
+
+func (e *causedError) Error() string { return e.err.Error() }
+func (e *causedError) Unwrap() error { return e.err }
+
+// causeOf classifies a stream failure: marked ones by their mark, PostgreSQL's errors and failed network
+// connections (only PostgreSQL's are not marked) as postgres, anything else as other.
+func causeOf(err error) string {
+	var c *causedError
+	if errors.As(err, &c) {
+		return c.cause
+	}
+	var pgErr *pgconn.PgError
+	var connErr *pgconn.ConnectError
+	var netErr net.Error
+	if errors.As(err, &pgErr) || errors.As(err, &connErr) || errors.As(err, &netErr) || pgconn.Timeout(err) {
+		return CausePostgres
+	}
+	return CauseOther
+}
