@@ -54,7 +54,9 @@ func TestCheckMapped(t *testing.T) {
 		{func(ev *cdc.Event) { ev.ID = "" }, "the event id (table.field.event.id, the message id) is empty"},
 		{func(ev *cdc.Event) { ev.ID = strings.Repeat("i", 256) }, "is 256 bytes, AMQP allows 255"},
 		{func(ev *cdc.Event) { ev.EventType = strings.Repeat("t", 256) }, "the type (table.field.event.type) is 256 bytes"},
-		{func(ev *cdc.Event) { ev.Mapped.Headers = append(ev.Mapped.Headers, cdc.Header{Name: "BCC", Value: "x"}) }, `header name "BCC" is reserved`},
+		{func(ev *cdc.Event) {
+			ev.Mapped.Headers = append(ev.Mapped.Headers, cdc.Header{Name: "BCC", Value: "x"})
+		}, `header name "BCC" is reserved`},
 	}
 	for _, tt := range tests {
 		ev := mappedEvent()
