@@ -96,7 +96,12 @@ func ParseMapping(text string) (*Mapping, error) {
 	}
 	route, err := compileTopicRoute(m.TopicRegex, m.TopicReplacement)
 	if err != nil {
-		return nil, err
+		for _, option := range []string{"route.topic.regex", "route.topic.replacement"} {
+			if line, ok := seen[option]; ok && strings.HasPrefix(err.Error(), option) {
+				return nil, fmt.Errorf("line %d: %w", line, err)
+			}
+		}
+		return nil, err // a default the other option does not fit, e.g. a replacement naming ${routedByValue}
 	}
 	m.route = route
 	return m, nil
