@@ -94,7 +94,7 @@ amqp.key.header=aggregate
 	}
 	want := amqp.Table{"id": "a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11", "aggregate": "o-1", "eventType": "OrderCreated",
 		"timestamp_in_ms": time.Date(2025, 3, 4, 5, 6, 7, 891e6, time.UTC).UnixMilli(),
-		"traceparent": "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"}
+		"traceparent":     "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"}
 	for k, v := range want {
 		if m.Headers[k] != v {
 			t.Errorf("header %s = %#v (%T), want %#v", k, m.Headers[k], m.Headers[k], v)
