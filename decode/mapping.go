@@ -24,7 +24,7 @@ const (
 // which apply Debezium's defaults. Columns are resolved once per Relation message (see mapRelation).
 type Mapping struct {
 	IDColumn            string      // table.field.event.id, default id: message_id and header id
-	KeyColumn           string      // table.field.event.key, default aggregateid: the ordering lane and header KeyHeader
+	KeyColumn           string      // table.field.event.key, default aggregateid: the ordering lane and header KeyHeader; empty: none
 	PayloadColumn       string      // table.field.event.payload, default payload: the body
 	TimestampColumn     string      // table.field.event.timestamp, default unset: the commit time
 	TypeColumn          string      // table.field.event.type, default type: the AMQP type property when present
@@ -116,6 +116,10 @@ func (m *Mapping) set(key, v string) error {
 		"route.by.field": &m.RouteColumn, "tracing.span.context.field": &m.TracingColumn,
 	}
 	if p, ok := columns[key]; ok {
+		if key == "table.field.event.key" && v == "" {
+			m.KeyColumn = "" // no key: events are ordered per routing value, and carry no key header
+			return nil
+		}
 		if v == "" {
 			return fmt.Errorf("%s is empty: name a column of the outbox table", key)
 		}

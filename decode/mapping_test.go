@@ -125,6 +125,12 @@ func TestMappingOptions(t *testing.T) {
 					t.Errorf("headers %v lane key %q", ev.Mapped.Headers, ev.AggregateID)
 				}
 			}},
+		{"table.field.event.key empty: no key", "table.field.event.key=", without(row, "aggregateid"),
+			func(t *testing.T, ev cdc.Event) {
+				if header(ev, "key") != nil || ev.AggregateID != "" {
+					t.Errorf("headers %v lane key %q", ev.Mapped.Headers, ev.AggregateID)
+				}
+			}},
 		{"table.field.event.key NULL", "", with(row, mcol{"aggregateid", oidText, null()}),
 			func(t *testing.T, ev cdc.Event) {
 				if header(ev, "key") != nil {
