@@ -41,7 +41,13 @@ func (e *env) startMapped(table, config string) *router {
 // deliveriesByID waits for n deliveries on the test queue and returns them by message id.
 func (e *env) deliveriesByID(c *consumer, n int) map[string]amqp.Delivery {
 	e.t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
+	return e.deliveriesByIDWithin(c, n, 30*time.Second)
+}
+
+// deliveriesByIDWithin is deliveriesByID with its own timeout.
+func (e *env) deliveriesByIDWithin(c *consumer, n int, timeout time.Duration) map[string]amqp.Delivery {
+	e.t.Helper()
+	deadline := time.Now().Add(timeout)
 	for len(c.snapshot()) < n && time.Now().Before(deadline) {
 		time.Sleep(50 * time.Millisecond)
 	}
