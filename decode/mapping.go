@@ -242,3 +242,18 @@ func (m *Mapping) envelope() bool {
 	}
 	return false
 }
+
+// HeaderNames lists the header names m's configuration chooses, each with the option that chose it: the
+// key header and the aliases of header placements.
+func (m *Mapping) HeaderNames() [][2]string {
+	var out [][2]string
+	if m.KeyColumn != "" {
+		out = append(out, [2]string{m.KeyHeader, "amqp.key.header"})
+	}
+	for _, p := range m.Additional {
+		if p.Where == PlaceHeader {
+			out = append(out, [2]string{p.Alias, "table.fields.additional.placement"})
+		}
+	}
+	return out
+}

@@ -63,3 +63,12 @@ func checkMapped(ev cdc.Event) error {
 	}
 	return nil
 }
+
+// CheckHeaderName reports why RabbitMQ gives the header name a meaning of its own (see Check), or nil. A
+// mapping's header names are checked with it once, at start-up, so that no row is quarantined for them.
+func CheckHeaderName(name string) error {
+	if why, reserved := reservedHeader(name); reserved {
+		return fmt.Errorf("header name %q is reserved by RabbitMQ: %s", name, why)
+	}
+	return nil
+}

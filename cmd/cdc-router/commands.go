@@ -332,6 +332,11 @@ func loadMapping(path, snapshotMode, shard string) (*decode.Mapping, error) {
 	if err != nil {
 		return nil, usageError{err}
 	}
+	for _, h := range m.HeaderNames() {
+		if err := route.CheckHeaderName(h[0]); err != nil {
+			return nil, usageError{fmt.Errorf("--config %s: %s: %w; choose another name", path, h[1], err)}
+		}
+	}
 	if snapshotMode != "never" {
 		return nil, usageError{fmt.Errorf("--config %s needs --snapshot never: the initial snapshot pages through the table "+
 			"by the native shape's key, which a mapped table lacks, so rows already in the table are left to the "+

@@ -154,6 +154,10 @@ func TestMappedSetupCheck(t *testing.T) {
 	if code != 2 || !strings.Contains(out, "needs --snapshot never") {
 		t.Errorf("without --snapshot never: exit %d: %s", code, out)
 	}
+	out, code = e.cli("run", "--snapshot", "never", "--config", writeConfig(t, "table.fields.additional.placement=type:header:BCC\n"))
+	if code != 2 || !strings.Contains(out, `table.fields.additional.placement: header name "BCC" is reserved by RabbitMQ`) {
+		t.Errorf("reserved alias: exit %d: %s", code, out)
+	}
 	out, code = e.cli("run", "--snapshot", "never", "--config", writeConfig(t, "route.topic.regex=(?!x).*\n"))
 	if code != 2 || !strings.Contains(out, "line 1: route.topic.regex \"(?!x).*\" uses a negative lookahead") {
 		t.Errorf("bad regex: exit %d: %s", code, out)
