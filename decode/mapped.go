@@ -128,6 +128,7 @@ func (d *Decoder) mapRelation(m relationMsg) (*mappedRelation, string) {
 
 // mappedFix is the fix clause of a DriftError for a table that does not fit the mapping.
 func mappedFix(table string) string {
-	return fmt.Sprintf("correct the option in the --config file (or the column of %s), then start once with "+
-		"--on-drift=quarantine to quarantine the rows written meanwhile", table)
+	return fmt.Sprintf("correct the option in the --config file to the table as it now is and restart (the rows "+
+		"written meanwhile are then published), or restore the column of %s and start once with --on-drift=quarantine "+
+		"to quarantine the rows written meanwhile, which PostgreSQL decodes with the table definition of their time", table)
 }

@@ -350,6 +350,7 @@ func TestMappingDrift(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			_, err := decodeMapped(t, tt.mapping, tt.row, "")
+			t.Log(err)
 			var drift *DriftError
 			if !errors.As(err, &drift) || drift.Problem != tt.problem || !strings.Contains(err.Error(), "--config file") {
 				t.Fatalf("want a DriftError %q naming the --config file, got %v", tt.problem, err)
