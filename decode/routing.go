@@ -7,10 +7,11 @@ import (
 )
 
 // topicRoute computes a routing key the way Debezium's outbox router and Kafka's RegexRouter compute a
-// topic: when the Java regex matches the whole value, the value becomes the replacement with its groups
-// substituted; otherwise the value is kept unchanged.
+// topic: when the Java regex matches the whole value, its first match is replaced by the replacement with
+// the groups substituted; otherwise the value is kept unchanged.
 type topicRoute struct {
 	re    *regexp.Regexp    // the Java regex, anchored as ^(?:…)$ for Matcher.matches()
+	find  *regexp.Regexp    // the regex as given, for the first match Matcher.replaceFirst replaces
 	parts []replacementPart // the replacement, parsed once
 }
 
@@ -32,11 +33,12 @@ func compileTopicRoute(regex, replacement string) (*topicRoute, error) {
 	if err != nil {
 		return nil, fmt.Errorf("route.topic.regex %q is not a regex Go's RE2 engine accepts (%v): rewrite it (RE2 has no lookaround or backreferences)", regex, err)
 	}
+	find := regexp.MustCompile(regex) // compiles: the anchored form did
 	parts, err := parseReplacement(replacement, re)
 	if err != nil {
 		return nil, fmt.Errorf("route.topic.replacement %q: %w", replacement, err)
 	}
-	return &topicRoute{re: re, parts: parts}, nil
+	return &topicRoute{re: re, find: find, parts: parts}, nil
 }
 
 // javaOnly names a Java regex construct that RE2 rejects or reads differently, or "".
@@ -132,13 +134,17 @@ func parseReplacement(s string, re *regexp.Regexp) ([]replacementPart, error) {
 	return parts, nil
 }
 
-// key is the routing key for a route.by.field value.
+// key is the routing key for a route.by.field value, as Kafka's RegexRouter computes it: when
+// matcher.matches() (the whole value), matcher.replaceFirst(replacement), which replaces the first match a
+// search finds. That match starts at 0 but may be shorter than the value (a|ab on "ab" replaces "a"); RE2's
+// leftmost-first search picks the same one as Java's backtracking.
 func (t *topicRoute) key(value string) string {
-	m := t.re.FindStringSubmatchIndex(value)
-	if m == nil {
+	if !t.re.MatchString(value) {
 		return value // Debezium keeps the raw value when the regex does not match
 	}
+	m := t.find.FindStringSubmatchIndex(value)
 	var b strings.Builder
+	b.WriteString(value[:m[0]])
 	for _, p := range t.parts {
 		if p.group < 0 {
 			b.WriteString(p.literal)
@@ -146,5 +152,6 @@ func (t *topicRoute) key(value string) string {
 			b.WriteString(value[m[2*p.group]:m[2*p.group+1]])
 		}
 	}
+	b.WriteString(value[m[1]:])
 	return b.String()
 }

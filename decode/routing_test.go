@@ -12,7 +12,9 @@ func TestTopicRoute(t *testing.T) {
 		{"(a)(b)(c)(d)(e)(f)(g)(h)(i)(j)", "$10-$1", "abcdefghij", "j-a"},
 		{"(a)", "$10", "a", "a0"}, // Java: only one group, so $1 then a literal 0
 		{`x\.(.*)`, `\$1=$1`, "x.y", "$1=y"},
-		{"a|ab", "[$0]", "ab", "[ab]"}, // full match, as Java's matches(): the second alternative
+		{"a|ab", "[$0]", "ab", "[a]b"}, // matches() on the whole value, then replaceFirst: Java gives "[a]b"
+		{"a*?", "<$0>", "aa", "<>aa"},  // likewise: the first match of a lazy regex is empty
+		{"a|ab", "x", "abc", "abc"},    // no full match: the raw value
 		{"a", "b", "ba", "ba"},         // no match: the raw value
 		{"(x)?y", "[$1]", "y", "[]"},   // an unmatched group is empty
 	}
