@@ -423,3 +423,35 @@ func TestMappingColumns(t *testing.T) {
 		t.Errorf("Columns\n got %q\nwant %q", got, want)
 	}
 }
+
+// BenchmarkDecodeMappedInsert decodes one insert into a Debezium-shaped table with a timestamp column, a
+// header placement and a tracing column, with the payload of BenchmarkDecodeInsert.
+func BenchmarkDecodeMappedInsert(b *testing.B) {
+	const oid = 16390
+	m, err := ParseMapping("table.field.event.timestamp=created_at\ntable.fields.additional.placement=type:header:eventType\n")
+	if err != nil {
+		b.Fatal(err)
+	}
+	row := with(with(with(debeziumRow(), mcol{"payload", oidJSONB,
+		text(`{"order_id": "o-1", "customer": "c-42", "lines": [{"sku": "A-1", "qty": 2, "price": 12.5}], "total": 25.0}`)}),
+		mcol{"created_at", oidTimestamptz, text("2024-01-02 03:04:05.123456+00")}),
+		mcol{"tracingspancontext", oidText, text("traceparent=00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01\n")})
+	names, types, values := make([]string, len(row)), make([]uint32, len(row)), make([]tv, len(row))
+	for i, c := range row {
+		names[i], types[i], values[i] = c.name, c.oid, c.v
+	}
+	d := New(Config{Mapping: m})
+	for _, f := range [][]byte{encBegin(0x200, 7), encRelationTypes(oid, "public", "outbox", names, types)} {
+		if err := d.Decode(0, f, discard{}); err != nil {
+			b.Fatal(err)
+		}
+	}
+	insert := encInsert(oid, values...)
+	b.SetBytes(int64(len(insert)))
+	b.ReportAllocs()
+	for b.Loop() {
+		if err := d.Decode(0x110, insert, discard{}); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

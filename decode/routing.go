@@ -139,10 +139,11 @@ func parseReplacement(s string, re *regexp.Regexp) ([]replacementPart, error) {
 // search finds. That match starts at 0 but may be shorter than the value (a|ab on "ab" replaces "a"); RE2's
 // leftmost-first search picks the same one as Java's backtracking.
 func (t *topicRoute) key(value string) string {
-	if !t.re.MatchString(value) {
+	m := t.find.FindStringSubmatchIndex(value)
+	whole := m != nil && m[0] == 0 && m[1] == len(value) // then matches() holds; otherwise ask the anchored form
+	if m == nil || !whole && !t.re.MatchString(value) {
 		return value // Debezium keeps the raw value when the regex does not match
 	}
-	m := t.find.FindStringSubmatchIndex(value)
 	var b strings.Builder
 	b.WriteString(value[:m[0]])
 	for _, p := range t.parts {
