@@ -189,3 +189,33 @@ func TestMappedTableDrift(t *testing.T) {
 		t.Errorf("%s rows quarantined, want none", n)
 	}
 }
+
+// TestMappedTombstoneDrop: with amqp.tombstone=drop an empty payload publishes nothing, and the slot's
+// position still moves past its transaction (a dropped row holds nothing back).
+func TestMappedTombstoneDrop(t *testing.T) {
+	e := mappedEnv(t, "dbz_outbox", debeziumTable)
+	c := e.consume(e.queue)
+	e.startMapped("dbz_outbox", writeConfig(t, "route.tombstone.on.empty.payload=true\namqp.tombstone=drop\n"))
+	e.exec(`INSERT INTO dbz_outbox (id, aggregatetype, aggregateid, type, payload) VALUES ('a0000000-0000-4000-8000-000000000001', 'Order', 'o-1', 'Deleted', NULL)`)
+	after := e.scalar(`SELECT pg_current_wal_lsn()::text`)
+	e.exec(`INSERT INTO dbz_outbox (id, aggregatetype, aggregateid, type, payload) VALUES ('b0000000-0000-4000-8000-000000000002', 'Order', 'o-2', 'Created', '{}')`)
+	got := e.deliveriesByID(c, 1)
+	if _, ok := got["b0000000-0000-4000-8000-000000000002"]; !ok {
+		t.Fatalf("the row after the tombstone was not published: %v", got)
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for e.scalar(`SELECT (confirmed_flush_lsn >= $1::pg_lsn)::text FROM pg_replication_slots WHERE slot_name = $2`, after, e.slot) != "true" {
+		if time.Now().After(deadline) {
+			t.Fatalf("the slot's confirmed_flush_lsn %s did not pass the dropped tombstone's transaction (%s)",
+				e.scalar(`SELECT confirmed_flush_lsn::text FROM pg_replication_slots WHERE slot_name = $1`, e.slot), after)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if n := e.quarantined(); n != "0" {
+		t.Errorf("%s rows quarantined, want none", n)
+	}
+	time.Sleep(300 * time.Millisecond)
+	if n := len(c.snapshot()); n != 1 {
+		t.Errorf("%d deliveries, want 1 (the tombstone dropped)", n)
+	}
+}
