@@ -31,6 +31,9 @@ func (d *Decoder) insert(walStart cdc.LSN, r *reader, h Handler) error {
 		}
 		return d.quarantine(walStart, ordinal, rel, rel.problem, h)
 	}
+	if rel.mapped != nil {
+		return d.insertMapped(walStart, ordinal, rel, h)
+	}
 	var f fields
 	for c, pos := range rel.index { // every column is present: shapeDrift found none missing
 
@@ -44,6 +47,23 @@ func (d *Decoder) insert(walStart cdc.LSN, r *reader, h Handler) error {
 	ev, rowErr := mapFields(&d.cfg, &f, d.commitLSN)
 	if rowErr != nil {
 		return d.quarantine(walStart, ordinal, rel, rowErr.Reason, h)
+	}
+	ev.LSN, ev.Ordinal = walStart, ordinal
+	if err := h.Event(ev); err != nil {
+		return fmt.Errorf("decode: event %s at %s: %w", ev.ID, walStart, err)
+	}
+	return nil
+}
+
+// insertMapped hands an insert into a mapped outbox to the Handler: an Event, a Quarantine, or nothing
+// for a tombstone with amqp.tombstone=drop.
+func (d *Decoder) insertMapped(walStart cdc.LSN, ordinal int, rel *relation, h Handler) error {
+	ev, drop, rowErr := d.mapTuple(rel.mapped)
+	switch {
+	case rowErr != nil:
+		return d.quarantine(walStart, ordinal, rel, rowErr.Reason, h)
+	case drop:
+		return nil
 	}
 	ev.LSN, ev.Ordinal = walStart, ordinal
 	if err := h.Event(ev); err != nil {

@@ -43,6 +43,10 @@ type Config struct {
 	// prefix are skipped. Empty (the default) skips every message. The stream must be started with
 	// pgoutput's messages option for any to arrive (PostgreSQL 14+).
 	MessagePrefix string
+	// Mapping, when set, reads the outbox table in another shape, configured with Debezium's outbox option
+	// names (--config; see LoadMapping); nil reads the native shape. Logical decoding messages and MapRow
+	// (the snapshot) always use the native shape.
+	Mapping *Mapping
 	// Publication is the publication's name, used only to word the fix in a *DriftError; optional.
 	Publication string
 }

@@ -19,6 +19,8 @@ type relation struct {
 	// fix the DriftError clause naming the fix. A Relation message alone is never an error: the problem
 	// is reported at the relation's first insert, if any.
 	problem, fix string
+	// mapped is the outbox resolved against Config.Mapping; nil for the native shape.
+	mapped *mappedRelation
 }
 
 // newRelation builds the cache entry for m; index maps each outbox column to its wire position, or -1
@@ -43,6 +45,17 @@ func (d *Decoder) newRelation(m relationMsg) *relation {
 		outbox := d.schema + "." + d.table
 		rel.problem = "table " + rel.table + " is in the publication but is not the outbox table " + outbox
 		rel.fix = otherFix(rel.table, quoted, quoteIdent(d.schema)+"."+quoteIdent(d.table), d.cfg.Publication)
+		return rel
+	}
+	if d.cfg.Mapping != nil {
+		rel.mapped, rel.problem = d.mapRelation(m)
+		for c := range rel.index {
+			rel.index[c] = -1
+		}
+		rel.index[colID] = rel.mapped.cols[roleID].pos // for the quarantine record's event id
+		if rel.problem != "" {
+			rel.fix = mappedFix(quoted)
+		}
 		return rel
 	}
 	var actions []string

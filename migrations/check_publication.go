@@ -165,7 +165,7 @@ func checkColumnList(ctx context.Context, conn *pgx.Conn, cfg Config) error {
 		return fmt.Errorf("read publication columns: %w", err)
 	}
 	var missing []string
-	for name := range columnTypes {
+	for _, name := range routerColumns(cfg) {
 		if !slices.Contains(published, name) {
 			missing = append(missing, name)
 		}

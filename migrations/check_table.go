@@ -92,6 +92,9 @@ func checkTable(ctx context.Context, conn *pgx.Conn, cfg Config) error {
 		return problemf("the outbox table %s does not exist: run `cdc-router migrate` to create it, or point "+
 			"--table (CDC_ROUTER_TABLE) at yours", cfg.Table)
 	}
+	if cfg.Mapping != nil {
+		return checkMappedTable(cfg, have)
+	}
 	names := make([]string, 0, len(columnTypes))
 	for name := range columnTypes {
 		names = append(names, name)
@@ -152,4 +155,40 @@ func checkTable(ctx context.Context, conn *pgx.Conn, cfg Config) error {
 			"(aggregate_type, aggregate_id, aggregate_version)", cfg.Table, ident.Sanitize())
 	}
 	return nil
+}
+
+// checkMappedTable checks a table read through a --config mapping: every column an option names is
+// present (unless optional) with a type the decoder reads. No key is required: a mapped table has no
+// version, so the initial snapshot (which pages by the native key) is not offered for it.
+func checkMappedTable(cfg Config, have map[string]outboxColumn) error {
+	var bad []string
+	for _, r := range cfg.Mapping.Columns() {
+		got, ok := have[r.Column]
+		switch {
+		case !ok && r.Required:
+			bad = append(bad, fmt.Sprintf("column %s named by %s is missing", r.Column, r.Option))
+		case ok && len(r.Types) > 0 && !slices.Contains(r.Types, got.typ):
+			bad = append(bad, fmt.Sprintf("column %s named by %s is %s, want %s", r.Column, r.Option, got.typ, strings.Join(r.Types, " or ")))
+		}
+	}
+	if len(bad) > 0 {
+		return problemf("the outbox table %s does not fit the --config mapping (%s): correct the option in the --config "+
+			"file, or the table", cfg.Table, strings.Join(bad, "; "))
+	}
+	return nil
+}
+
+// routerColumns is the columns the publication must carry: the native ones, or those the mapping requires
+// (an optional mapped column, such as the type or tracing column, is used when it is published).
+func routerColumns(cfg Config) []string {
+	if cfg.Mapping == nil {
+		return slices.Clone(columnOrder)
+	}
+	var out []string
+	for _, r := range cfg.Mapping.Columns() {
+		if r.Required && !slices.Contains(out, r.Column) {
+			out = append(out, r.Column)
+		}
+	}
+	return out
 }

@@ -14,6 +14,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/cdc-router/cdc-router/decode"
 )
 
 //go:embed sql/*.sql sql/partitioned/*.sql
@@ -35,6 +37,9 @@ type Config struct {
 	// MessagePrefix (migrate --emit-function); off by default.
 	EmitFunction  bool
 	MessagePrefix string // prefix of the messages emit writes; default DefaultMessagePrefix
+	// Mapping, when set (run --config), makes Check accept the outbox shape it reads instead of the native
+	// one; nil checks the native shape.
+	Mapping *decode.Mapping
 }
 
 // DefaultMessagePrefix is the prefix of the messages that <schema>.emit writes when none is given.

@@ -26,6 +26,9 @@ const maxShortString = 255
 // Router.Publish checks that as well and refuses such an event the same way. The decoder quarantines a
 // row that fails Check.
 func Check(ev cdc.Event) error {
+	if ev.Mapped != nil {
+		return checkMapped(ev)
+	}
 	user, err := userHeaders(ev.Headers)
 	return check(ev, user, err)
 }

@@ -29,6 +29,13 @@ func RoutingKey(ev cdc.Event) string { return ev.AggregateType + "." + ev.EventT
 // build checks ev (as Check does) and maps it to its routing key and AMQP message, converting the
 // headers column once.
 func build(ev cdc.Event) (string, amqp.Publishing, error) {
+	if ev.Mapped != nil {
+		if err := checkMapped(ev); err != nil {
+			return "", amqp.Publishing{}, err
+		}
+		key, msg := mappedMessage(ev)
+		return key, msg, nil
+	}
 	user, err := userHeaders(ev.Headers)
 	if err := check(ev, user, err); err != nil {
 		return "", amqp.Publishing{}, err
@@ -42,6 +49,9 @@ func build(ev cdc.Event) (string, amqp.Publishing, error) {
 // unchanged, and the headers described by the Header* constants on top of the user headers (see
 // userHeaders). An event that fails Check gets no user headers.
 func message(ev cdc.Event) (string, amqp.Publishing) {
+	if ev.Mapped != nil {
+		return mappedMessage(ev)
+	}
 	user, err := userHeaders(ev.Headers)
 	if err != nil {
 		user = nil

@@ -237,6 +237,7 @@ func runRun(ctx context.Context, args []string, env func(string) string, stdout,
 	minSafeWAL := s.Int("min-safe-wal-bytes", 0, "/readyz fails while the slot's safe_wal_size (WAL left before PostgreSQL invalidates it) is below this many bytes; 0: a tenth of max_slot_wal_keep_size; -1: off")
 	shard := s.String("shard", "", "i/N: run as shard i (0 to N-1) of N, with the publication <publication>_shard_i_of_N that `migrate --shards N` created and the slot <slot>_shard_i_of_N (PostgreSQL 15+)")
 	messagePrefix := s.String("message-prefix", "", "also publish the events that transactions emit with pg_logical_emit_message(true, <this prefix>, <envelope>), e.g. cdc-router.outbox (PostgreSQL 14+; off when empty; see docs/producers.md)")
+	mappingFile := s.String("config", "", "read the outbox table in another shape: a Java-properties file with Debezium's outbox router options (table.field.event.id, route.by.field, ...) and amqp.* options; see docs/migrating-from-polling.md (off when empty: the native shape)")
 	onDrift := s.String("on-drift", "refuse", "when the outbox table's shape changes under the stream, or another table's rows arrive: refuse (stop before the first affected row) or quarantine (quarantine those rows and go on)")
 	if err := parse(s, args); err != nil {
 		return err
@@ -261,6 +262,10 @@ func runRun(ctx context.Context, args []string, env func(string) string, stdout,
 		return usageError{fmt.Errorf("--publication %s is the publication of shard %d of %d, and without --shard this router "+
 			"would publish only that shard's events: run with --shard %d/%d and --publication set to the base name "+
 			"(the default cdc_router_outbox), or point --publication at the unfiltered publication", *pg.publication, i, n, i, n)}
+	}
+	mapping, err := loadMapping(*mappingFile, *snap, *shard)
+	if err != nil {
+		return err
 	}
 	log, err := broker.logger(stderr)
 	if err != nil {
@@ -300,6 +305,7 @@ func runRun(ctx context.Context, args []string, env func(string) string, stdout,
 		Decode: broker.decode(*pg.table)}
 	cfg.Decode.OnDrift = *onDrift
 	cfg.Decode.MessagePrefix = *messagePrefix
+	cfg.Decode.Mapping = mapping
 	cfg.PublicationCheckInterval = *pubCheck
 	cfg.ProgressInterval = *progress
 	cfg.FailoverSlot = *failoverSlot
@@ -316,4 +322,31 @@ func runRun(ctx context.Context, args []string, env func(string) string, stdout,
 	}
 	log.Info("starting", "version", version, "exchange", *broker.exchange, "table", *pg.table, "publication", *pg.publication, "slot", *pg.slot)
 	return replication.Run(ctx, cfg, dial, log, stats)
+}
+
+// loadMapping reads run's --config file (nil when none is given) and refuses the settings a mapped table
+// cannot have: the initial snapshot and shards both read the table by the native shape's columns.
+func loadMapping(path, snapshotMode, shard string) (*decode.Mapping, error) {
+	if path == "" {
+		return nil, nil
+	}
+	m, err := decode.LoadMapping(path)
+	if err != nil {
+		return nil, usageError{err}
+	}
+	for _, h := range m.HeaderNames() {
+		if err := route.CheckHeaderName(h[0]); err != nil {
+			return nil, usageError{fmt.Errorf("--config %s: %s: %w; choose another name", path, h[1], err)}
+		}
+	}
+	if snapshotMode != "never" {
+		return nil, usageError{fmt.Errorf("--config %s needs --snapshot never: the initial snapshot pages through the table "+
+			"by the native shape's key, which a mapped table lacks, so rows already in the table are left to the "+
+			"publisher they were written for (docs/migrating-from-polling.md)", path)}
+	}
+	if shard != "" {
+		return nil, usageError{fmt.Errorf("--config %s cannot be combined with --shard: shards split the native shape's "+
+			"aggregate columns; run one router for a mapped table", path)}
+	}
+	return m, nil
 }

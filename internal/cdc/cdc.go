@@ -65,6 +65,28 @@ type Event struct {
 	// replays of the stream.
 	LSN     LSN
 	Ordinal int
+
+	// Mapped is set for an event of a table read through a --config mapping (Debezium's outbox vocabulary):
+	// the message is built from it, and of the fields above only ID, AggregateType (the raw routing value),
+	// AggregateID (the key), EventType, Payload, OccurredAt and the positions are set. Nil for the native shape.
+	Mapped *Mapped
+}
+
+// Mapped is the AMQP side of an event computed by a column mapping: what the native shape derives from its
+// fixed columns, the mapping computes from the configured ones.
+type Mapped struct {
+	RoutingKey  string    // route.by.field through route.topic.regex and route.topic.replacement
+	ContentType string    // from the payload column's type, or amqp.content.type
+	Timestamp   time.Time // AMQP timestamp (seconds on the wire) and the timestamp_in_ms header; zero: neither
+	Headers     []Header  // in configuration order; a later header of the same name wins
+	Tombstone   bool      // the payload was empty under route.tombstone.on.empty.payload: the body is empty
+}
+
+// Header is one typed AMQP header of a mapped event. Value is a string, int16, int32, int64, bool, float64
+// or []byte; a NULL column gives no Header.
+type Header struct {
+	Name  string
+	Value any
 }
 
 // MaxStoredValue bounds what is stored of each column value of a quarantined row: 64 KiB.

@@ -1,0 +1,134 @@
+package decode
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+)
+
+// Type OIDs a mapped column may have besides the native ones (built-in OIDs are the same in every cluster).
+const (
+	oidBool      = 16
+	oidBytea     = 17
+	oidFloat4    = 700
+	oidFloat8    = 701
+	oidTimestamp = 1114
+)
+
+// mappedRole is one column a Mapping reads: the option naming it, the types it accepts (nil: any) and
+// whether a table without it is refused.
+type mappedRole struct {
+	option, column string
+	types          []uint32
+	required       bool
+}
+
+var (
+	keyTypes     = []uint32{oidUUID, oidText, oidVarchar, oidInt8, oidInt4, oidInt2}
+	payloadTypes = []uint32{oidJSONB, oidJSON, oidText, oidVarchar, oidBytea}
+)
+
+// Role indexes in mappedRelation.cols; additional placements follow numRoles.
+const (
+	roleID = iota
+	roleKey
+	rolePayload
+	roleRoute
+	roleTimestamp
+	roleType
+	roleSchemaVersion
+	roleTracing
+	numRoles
+)
+
+// roles lists the columns m reads, roles first (an unused role has an empty column), then the placements.
+func (m *Mapping) roles() []mappedRole {
+	r := []mappedRole{
+		{"table.field.event.id", m.IDColumn, keyTypes, true},
+		{"table.field.event.key", m.KeyColumn, keyTypes, true},
+		{"table.field.event.payload", m.PayloadColumn, payloadTypes, true},
+		{"route.by.field", m.RouteColumn, keyTypes, true},
+		{"table.field.event.timestamp", m.TimestampColumn, []uint32{oidTimestamptz, oidTimestamp, oidInt8}, true},
+		{"table.field.event.type", m.TypeColumn, []uint32{oidText, oidVarchar}, false},
+		{"table.field.event.schema.version", m.SchemaVersionColumn, []uint32{oidInt4, oidInt2}, true},
+		{"tracing.span.context.field", m.TracingColumn, []uint32{oidText, oidVarchar}, m.tracingSet},
+	}
+	for _, p := range m.Additional {
+		r = append(r, mappedRole{"table.fields.additional.placement", p.Column, nil, m.AdditionalMissing == "error"})
+	}
+	return r
+}
+
+// ColumnRule is one column a mapping reads, for the setup check: the column, the option that names it,
+// the pg_type names it may have (empty: any) and whether the table must have it.
+type ColumnRule struct {
+	Column, Option string
+	Types          []string
+	Required       bool
+}
+
+// Columns lists the columns m reads, for the setup check (migrations), in the order the decoder checks them.
+func (m *Mapping) Columns() []ColumnRule {
+	var out []ColumnRule
+	for _, r := range m.roles() {
+		if r.column == "" {
+			continue
+		}
+		names := make([]string, len(r.types))
+		for i, oid := range r.types {
+			names[i] = builtinTypeName(oid)
+		}
+		out = append(out, ColumnRule{Column: r.column, Option: r.option, Types: names, Required: r.required})
+	}
+	return out
+}
+
+// mappedColumn is where a mapped column is in a relation and its type; pos is -1 when absent (allowed).
+type mappedColumn struct {
+	pos int
+	oid uint32
+}
+
+// mappedRelation is a relation resolved against a Mapping: one mappedColumn per role, then per placement.
+type mappedRelation struct {
+	cols []mappedColumn
+}
+
+// mapRelation resolves the Mapping's columns in a Relation message once. problem is "" when every
+// required column is present with an accepted type; otherwise it names the columns and the options.
+func (d *Decoder) mapRelation(m relationMsg) (*mappedRelation, string) {
+	roles := d.cfg.Mapping.roles()
+	rel := &mappedRelation{cols: make([]mappedColumn, len(roles))}
+	var problems []string
+	for i, r := range roles {
+		rel.cols[i] = mappedColumn{pos: -1}
+		if r.column == "" {
+			continue
+		}
+		pos := slices.Index(m.columns, r.column)
+		if pos < 0 {
+			if r.required {
+				problems = append(problems, fmt.Sprintf("column %s (%s) is missing", r.column, r.option))
+			}
+			continue
+		}
+		got := m.types[pos]
+		if r.types != nil && !slices.Contains(r.types, got) {
+			names := make([]string, len(r.types))
+			for j, oid := range r.types {
+				names[j] = builtinTypeName(oid)
+			}
+			problems = append(problems, fmt.Sprintf("column %s (%s) is %s, want %s", r.column, r.option, d.typeName(got), orList(names)))
+			continue
+		}
+		rel.cols[i] = mappedColumn{pos: pos, oid: got}
+	}
+	return rel, strings.Join(problems, "; ")
+}
+
+// mappedFix is the fix clause of a DriftError for a table that does not fit the mapping.
+func mappedFix(table string) string {
+	return fmt.Sprintf("correct the option in the --config file to the table as it now is and restart (the rows "+
+		"written meanwhile are then published), or restore the column of %s and start once with --on-drift=quarantine "+
+		"to quarantine the rows written meanwhile, which PostgreSQL decodes with the table definition of their time", table)
+}

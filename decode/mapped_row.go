@@ -1,0 +1,288 @@
+package decode
+
+import (
+	"bytes"
+	"encoding/base64"
+	"encoding/hex"
+	"encoding/json"
+	"strconv"
+	"time"
+
+	"github.com/cdc-router/cdc-router/internal/cdc"
+)
+
+// Header names a mapped event carries besides the key header and the placements.
+const (
+	HeaderID            = "id"              // the event id, typed (string, or int64 for an integer column)
+	HeaderTimestampInMs = "timestamp_in_ms" // int64 milliseconds; AMQP's timestamp property holds seconds
+	HeaderSchemaVersion = "schema_version"  // int32, from table.field.event.schema.version
+	HeaderTraceparent   = "traceparent"     // W3C trace context from tracing.span.context.field
+	HeaderTracestate    = "tracestate"
+)
+
+// mappedValue is one column of the current tuple by role: null, or its text (aliasing the WAL buffer).
+func (d *Decoder) mappedValue(rel *mappedRelation, i int) (text []byte, oid uint32, ok bool) {
+	c := rel.cols[i]
+	if c.pos < 0 || d.tuple[c.pos].kind != kindText {
+		return nil, c.oid, false
+	}
+	return d.tuple[c.pos].data, c.oid, true
+}
+
+// mapTuple maps the current tuple of a mapped outbox to an event. drop is true for a tombstone with
+// amqp.tombstone=drop: nothing is published and the row is not quarantined.
+func (d *Decoder) mapTuple(rel *mappedRelation) (ev cdc.Event, drop bool, rowErr *RowError) {
+	m := d.cfg.Mapping
+	limit := max(d.cfg.MaxPayloadBytes, DefaultMaxPayloadBytes)
+	for i, c := range rel.cols {
+		if c.pos >= 0 && d.tuple[c.pos].kind == kindText && len(d.tuple[c.pos].data) > limit && i != rolePayload {
+			return ev, false, rowErrorf("column %s is %d bytes, over the %d-byte limit of a column other than the payload",
+				d.cfg.Mapping.roles()[i].column, len(d.tuple[c.pos].data), limit)
+		}
+	}
+	id, idOID, ok := d.mappedValue(rel, roleID)
+	if !ok {
+		return ev, false, rowErrorf("%s (table.field.event.id) is NULL", m.IDColumn)
+	}
+	route, _, ok := d.mappedValue(rel, roleRoute)
+	if !ok {
+		return ev, false, rowErrorf("%s (route.by.field) is NULL, so the event has no routing key", m.RouteColumn)
+	}
+	mapped := &cdc.Mapped{RoutingKey: m.route.key(string(route))}
+	ev = cdc.Event{ID: string(id), AggregateType: string(route), CommitLSN: d.commitLSN, Mapped: mapped}
+	mapped.Headers = append(mapped.Headers, cdc.Header{Name: HeaderID, Value: typedValue(id, idOID)})
+	if key, oid, ok := d.mappedValue(rel, roleKey); ok {
+		ev.AggregateID = string(key)
+		mapped.Headers = append(mapped.Headers, cdc.Header{Name: m.KeyHeader, Value: typedValue(key, oid)})
+	}
+	if typ, _, ok := d.mappedValue(rel, roleType); ok {
+		ev.EventType = string(typ)
+	}
+	ts, rowErr := d.mappedTimestamp(rel)
+	if rowErr != nil {
+		return cdc.Event{}, false, rowErr
+	}
+	ev.OccurredAt, mapped.Timestamp = ts, ts
+	mapped.Headers = append(mapped.Headers, cdc.Header{Name: HeaderTimestampInMs, Value: ts.UnixMilli()})
+	if v, oid, ok := d.mappedValue(rel, roleSchemaVersion); ok {
+		mapped.Headers = append(mapped.Headers, cdc.Header{Name: HeaderSchemaVersion, Value: int32Value(typedValue(v, oid))})
+	}
+	if v, _, ok := d.mappedValue(rel, roleTracing); ok {
+		mapped.Headers = append(mapped.Headers, traceHeaders(string(v))...)
+	}
+	payload, payloadOID, present := d.mappedValue(rel, rolePayload)
+	if present && len(payload) > 2*d.cfg.MaxPayloadBytes+2 { // bytea's hex text is twice its size; refuse before decoding
+		return cdc.Event{}, false, rowErrorf("payload is %d bytes, over the %d-byte limit (--max-payload-bytes)", len(payload), d.cfg.MaxPayloadBytes)
+	}
+	body, err := payloadBytes(payload, payloadOID, present)
+	if err != nil {
+		return cdc.Event{}, false, err
+	}
+	if len(body) > d.cfg.MaxPayloadBytes {
+		return cdc.Event{}, false, rowErrorf("payload is %d bytes, over the %d-byte limit (--max-payload-bytes)", len(body), d.cfg.MaxPayloadBytes)
+	}
+	empty := !present || payloadOID != oidBytea && len(bytes.TrimSpace(body)) == 0
+	switch {
+	case empty && m.TombstoneOnEmpty && m.Tombstone == TombstoneDrop:
+		return cdc.Event{}, true, nil
+	case empty && m.TombstoneOnEmpty:
+		mapped.Tombstone, body = true, nil
+	case !present:
+		return cdc.Event{}, false, rowErrorf("%s (table.field.event.payload) is NULL: AMQP has no null body; write a payload, "+
+			"or set route.tombstone.on.empty.payload=true to publish such rows as tombstones", m.PayloadColumn)
+	}
+	mapped.ContentType = contentType(payloadOID)
+	var envelope []envelopeField
+	for i, p := range m.Additional {
+		v, oid, ok := d.mappedValue(rel, numRoles+i)
+		if rel.cols[numRoles+i].pos < 0 {
+			continue // absent, with table.field.additional.missing=ignore
+		}
+		var val any
+		if ok {
+			val = typedValue(v, oid)
+		}
+		if p.Where == PlaceHeader {
+			if ok {
+				mapped.Headers = append(mapped.Headers, cdc.Header{Name: p.Alias, Value: val})
+			}
+			continue
+		}
+		envelope = append(envelope, envelopeField{p.Alias, val})
+	}
+	if m.envelope() && !mapped.Tombstone {
+		body = envelopeBody(body, payloadOID, present, m.ExpandJSON, envelope)
+		mapped.ContentType = "application/json"
+	}
+	if m.ContentType != "" {
+		mapped.ContentType = m.ContentType
+	}
+	ev.Payload = append([]byte(nil), body...)
+	if d.cfg.Check != nil {
+		if err := d.cfg.Check(ev); err != nil {
+			return cdc.Event{}, false, &RowError{Reason: err.Error(), check: err}
+		}
+	}
+	return ev, false, nil
+}
+
+// mappedTimestamp is the event time: the timestamp column (timestamptz; timestamp read as UTC; int8 epoch
+// in amqp.timestamp.unit), or the commit time when it is unset or NULL.
+func (d *Decoder) mappedTimestamp(rel *mappedRelation) (time.Time, *RowError) {
+	v, oid, ok := d.mappedValue(rel, roleTimestamp)
+	if !ok {
+		return d.commitTime.UTC(), nil
+	}
+	switch oid {
+	case oidTimestamptz:
+		if t, ok := parseTimestamptz(v); ok {
+			return t, nil
+		}
+	case oidTimestamp:
+		if t, err := time.Parse("2006-01-02 15:04:05.999999", string(v)); err == nil {
+			return t, nil
+		}
+	case oidInt8:
+		n, status := parseInt(v, 64)
+		if status == intOK && d.cfg.Mapping.TimestampUnit == "us" {
+			return time.UnixMicro(n).UTC(), nil
+		}
+		if status == intOK {
+			return time.UnixMilli(n).UTC(), nil
+		}
+	}
+	return time.Time{}, rowErrorf("%s (table.field.event.timestamp) %s is not a time in the range the router reads", d.cfg.Mapping.TimestampColumn, quote(v))
+}
+
+// typedValue converts a column's text to the header value of its type: int2 → int16, int4 → int32,
+// int8 → int64, bool → bool, float4/float8 → float64, bytea → []byte, timestamp(tz) → int64 milliseconds,
+// anything else (uuid, text, json, numeric…) → its text.
+func typedValue(v []byte, oid uint32) any {
+	switch oid {
+	case oidInt2, oidInt4, oidInt8:
+		if n, status := parseInt(v, 64); status == intOK {
+			switch oid {
+			case oidInt2:
+				return int16(n)
+			case oidInt4:
+				return int32(n)
+			}
+			return n
+		}
+	case oidBool:
+		return len(v) == 1 && v[0] == 't'
+	case oidFloat4, oidFloat8:
+		if f, err := strconv.ParseFloat(string(v), 64); err == nil {
+			return f
+		}
+	case oidBytea:
+		if b, err := byteaText(v); err == nil {
+			return b
+		}
+	case oidTimestamptz:
+		if t, ok := parseTimestamptz(v); ok {
+			return t.UnixMilli()
+		}
+	case oidTimestamp:
+		if t, err := time.Parse("2006-01-02 15:04:05.999999", string(v)); err == nil {
+			return t.UnixMilli()
+		}
+	}
+	return string(v)
+}
+
+func int32Value(v any) int32 {
+	switch n := v.(type) {
+	case int16:
+		return int32(n)
+	case int32:
+		return n
+	}
+	return 0
+}
+
+// byteaText decodes bytea's hex output format (\x…), which the replication connection's bytea_output
+// default gives.
+func byteaText(v []byte) ([]byte, error) {
+	if !bytes.HasPrefix(v, []byte(`\x`)) {
+		return nil, strconv.ErrSyntax
+	}
+	out := make([]byte, hex.DecodedLen(len(v)-2))
+	_, err := hex.Decode(out, v[2:])
+	return out, err
+}
+
+// payloadBytes is the body of a payload column: its text, or bytea's bytes.
+func payloadBytes(v []byte, oid uint32, present bool) ([]byte, *RowError) {
+	if !present || oid != oidBytea {
+		return v, nil
+	}
+	b, err := byteaText(v)
+	if err != nil {
+		return nil, rowErrorf("payload is not in bytea's hex format (set bytea_output = hex)")
+	}
+	return b, nil
+}
+
+// contentType follows the payload column's type.
+func contentType(oid uint32) string {
+	switch oid {
+	case oidJSONB, oidJSON:
+		return "application/json"
+	case oidBytea:
+		return "application/octet-stream"
+	}
+	return "text/plain; charset=utf-8"
+}
+
+// traceHeaders reads a java.util.Properties text (traceparent=…, tracestate=…) into headers.
+func traceHeaders(text string) []cdc.Header {
+	var out []cdc.Header
+	for _, p := range parseProperties(text) {
+		if (p.key == HeaderTraceparent || p.key == HeaderTracestate) && p.value != "" {
+			out = append(out, cdc.Header{Name: p.key, Value: p.value})
+		}
+	}
+	return out
+}
+
+type envelopeField struct {
+	alias string
+	value any
+}
+
+// envelopeBody is {"payload": P, alias: value, …} in configuration order. P is the payload's JSON when
+// expand is set and it parses (json/jsonb, or text holding JSON), otherwise a JSON string (bytea: base64).
+func envelopeBody(payload []byte, oid uint32, present, expand bool, fields []envelopeField) []byte {
+	var b bytes.Buffer
+	b.WriteString(`{"payload":`)
+	switch {
+	case !present:
+		b.WriteString("null")
+	case oid == oidBytea:
+		writeJSON(&b, payload) // []byte marshals as base64
+	case expand && json.Valid(payload):
+		_ = json.Compact(&b, payload)
+	default:
+		writeJSON(&b, string(payload))
+	}
+	for _, f := range fields {
+		b.WriteByte(',')
+		writeJSON(&b, f.alias)
+		b.WriteByte(':')
+		writeJSON(&b, f.value)
+	}
+	b.WriteByte('}')
+	return b.Bytes()
+}
+
+func writeJSON(b *bytes.Buffer, v any) {
+	if s, ok := v.([]byte); ok {
+		v = base64.StdEncoding.EncodeToString(s)
+	}
+	enc, err := json.Marshal(v)
+	if err != nil { // a NaN or infinite float
+		enc = []byte("null")
+	}
+	b.Write(enc)
+}

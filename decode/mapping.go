@@ -1,0 +1,259 @@
+package decode
+
+import (
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+)
+
+// Placements of table.fields.additional.placement that the mapping accepts.
+const (
+	PlaceHeader   = "header"
+	PlaceEnvelope = "envelope"
+)
+
+// Values of amqp.tombstone.
+const (
+	TombstoneEmptyBody = "empty-body" // publish a zero-length body with header tombstone=true
+	TombstoneDrop      = "drop"       // publish nothing
+)
+
+// Mapping reads an outbox table of another shape, configured with Debezium's Outbox Event Router option
+// names (and the router's own under amqp.). The zero value is not useful: use ParseMapping or LoadMapping,
+// which apply Debezium's defaults. Columns are resolved once per Relation message (see mapRelation).
+type Mapping struct {
+	IDColumn            string      // table.field.event.id, default id: message_id and header id
+	KeyColumn           string      // table.field.event.key, default aggregateid: the ordering lane and header KeyHeader; empty: none
+	PayloadColumn       string      // table.field.event.payload, default payload: the body
+	TimestampColumn     string      // table.field.event.timestamp, default unset: the commit time
+	TypeColumn          string      // table.field.event.type, default type: the AMQP type property when present
+	SchemaVersionColumn string      // table.field.event.schema.version, default unset: header schema_version
+	RouteColumn         string      // route.by.field, default aggregatetype
+	TopicRegex          string      // route.topic.regex, default (?<routedByValue>.*)
+	TopicReplacement    string      // route.topic.replacement, default outbox.event.${routedByValue}
+	Additional          []Placement // table.fields.additional.placement
+	AdditionalMissing   string      // table.field.additional.missing: error (default) or ignore
+	TombstoneOnEmpty    bool        // route.tombstone.on.empty.payload, default false
+	ExpandJSON          bool        // table.expand.json.payload, default false: matters only in an envelope body
+	TracingColumn       string      // tracing.span.context.field, default tracingspancontext (used when present)
+	KeyHeader           string      // amqp.key.header, default key
+	Tombstone           string      // amqp.tombstone: empty-body (default) or drop
+	ContentType         string      // amqp.content.type, default from the payload column's type
+	TimestampUnit       string      // amqp.timestamp.unit for an integer timestamp column: ms (default) or us
+
+	tracingSet bool // tracing.span.context.field was given: the column is then required
+	route      *topicRoute
+}
+
+// Placement is one item of table.fields.additional.placement: column:placement[:alias].
+type Placement struct {
+	Column, Where, Alias string
+}
+
+// LoadMapping reads a mapping file (see ParseMapping); errors name the file.
+func LoadMapping(path string) (*Mapping, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("--config: %w", err)
+	}
+	m, err := ParseMapping(string(b))
+	if err != nil {
+		return nil, fmt.Errorf("--config %s: %w", path, err)
+	}
+	return m, nil
+}
+
+// ParseMapping reads a mapping in Java Properties format (key=value lines, # comments), with Debezium's
+// option names, optionally under a connector's transforms.<name>. prefix (the transforms and
+// transforms.<name>.type lines are then skipped). An unknown option, a repeated one, a bad value, a regex
+// RE2 cannot run or a placement AMQP has no meaning for is an error naming the option and the line.
+func ParseMapping(text string) (*Mapping, error) {
+	m := &Mapping{IDColumn: "id", KeyColumn: "aggregateid", PayloadColumn: "payload", TypeColumn: "type",
+		RouteColumn: "aggregatetype", TopicRegex: "(?<routedByValue>.*)", TopicReplacement: "outbox.event.${routedByValue}",
+		AdditionalMissing: "error", TracingColumn: "tracingspancontext", KeyHeader: "key", Tombstone: TombstoneEmptyBody,
+		TimestampUnit: "ms"}
+	seen := map[string]int{}
+	for _, p := range parseProperties(text) {
+		key := p.key
+		if key == "transforms" {
+			continue
+		}
+		if rest, ok := strings.CutPrefix(key, "transforms."); ok {
+			name, option, ok := strings.Cut(rest, ".")
+			if !ok || name == "" || option == "type" {
+				continue // transforms=… and transforms.<name>.type=…EventRouter
+			}
+			key = option
+		}
+		if line, dup := seen[key]; dup {
+			return nil, fmt.Errorf("line %d: %s is also set on line %d: keep one", p.line, key, line)
+		}
+		seen[key] = p.line
+		if err := m.set(key, strings.TrimSpace(p.value)); err != nil {
+			return nil, fmt.Errorf("line %d: %w", p.line, err)
+		}
+	}
+	route, err := compileTopicRoute(m.TopicRegex, m.TopicReplacement)
+	if err != nil {
+		for _, option := range []string{"route.topic.regex", "route.topic.replacement"} {
+			if line, ok := seen[option]; ok && strings.HasPrefix(err.Error(), option) {
+				return nil, fmt.Errorf("line %d: %w", line, err)
+			}
+		}
+		return nil, err // a default the other option does not fit, e.g. a replacement naming ${routedByValue}
+	}
+	m.route = route
+	return m, nil
+}
+
+// set applies one option.
+func (m *Mapping) set(key, v string) error {
+	columns := map[string]*string{
+		"table.field.event.id": &m.IDColumn, "table.field.event.key": &m.KeyColumn,
+		"table.field.event.payload": &m.PayloadColumn, "table.field.event.timestamp": &m.TimestampColumn,
+		"table.field.event.type": &m.TypeColumn, "table.field.event.schema.version": &m.SchemaVersionColumn,
+		"route.by.field": &m.RouteColumn, "tracing.span.context.field": &m.TracingColumn,
+	}
+	if p, ok := columns[key]; ok {
+		if key == "table.field.event.key" && v == "" {
+			m.KeyColumn = "" // no key: events are ordered per routing value, and carry no key header
+			return nil
+		}
+		if v == "" {
+			return fmt.Errorf("%s is empty: name a column of the outbox table", key)
+		}
+		*p = v
+		m.tracingSet = m.tracingSet || key == "tracing.span.context.field"
+		return nil
+	}
+	switch key {
+	case "route.topic.regex":
+		m.TopicRegex = v
+	case "route.topic.replacement":
+		m.TopicReplacement = v
+	case "table.fields.additional.placement":
+		return m.setPlacements(v)
+	case "route.tombstone.on.empty.payload", "table.expand.json.payload":
+		b, err := strconv.ParseBool(v)
+		if err != nil || (v != "true" && v != "false") {
+			return fmt.Errorf("%s=%q: use true or false", key, v)
+		}
+		if key == "table.expand.json.payload" {
+			m.ExpandJSON = b
+		} else {
+			m.TombstoneOnEmpty = b
+		}
+	case "table.field.additional.missing":
+		return oneOf(key, v, &m.AdditionalMissing, "error", "ignore")
+	case "table.op.invalid.behavior":
+		var behaviour string
+		if err := oneOf(key, strings.ToLower(v), &behaviour, "warn", "error", "fatal"); err != nil {
+			return err
+		}
+		if behaviour == "fatal" {
+			return fmt.Errorf("table.op.invalid.behavior=fatal is not supported: the router never reads updates (the publication " +
+				"publishes inserts), so use warn or remove the option")
+		}
+	case "tracing.operation.name", "tracing.with.context.field.only":
+		// Spans are not created, so these change nothing; accepted so that a Debezium file loads as is.
+	case "table.json.payload.null.behavior", "table.json.payload.empty.array.behavior", "field.name.adjustment.mode":
+		defaults := map[string]string{"table.json.payload.null.behavior": "ignore",
+			"table.json.payload.empty.array.behavior": "ignore", "field.name.adjustment.mode": "none"}
+		if v != defaults[key] {
+			return fmt.Errorf("%s=%s is not supported: the body is the payload as stored (no Kafka Connect conversion), "+
+				"so only the default %s applies; remove the option", key, v, defaults[key])
+		}
+	case "amqp.key.header":
+		if v == "" || len(v) > maxShortString {
+			return fmt.Errorf("amqp.key.header must be a header name of 1 to 255 bytes")
+		}
+		m.KeyHeader = v
+	case "amqp.tombstone":
+		return oneOf(key, v, &m.Tombstone, TombstoneEmptyBody, TombstoneDrop)
+	case "amqp.content.type":
+		m.ContentType = v
+	case "amqp.timestamp.unit":
+		return oneOf(key, v, &m.TimestampUnit, "ms", "us")
+	case "amqp.topic.target":
+		if v != "routing-key" {
+			return fmt.Errorf("amqp.topic.target=%s is not supported: the routed topic is always the routing key on --exchange "+
+				"(bind queues by routing key), so remove the option or set it to routing-key", v)
+		}
+	default:
+		return fmt.Errorf("unknown option %q: see docs/migrating-from-polling.md for the options the router reads", key)
+	}
+	return nil
+}
+
+// maxShortString is the longest AMQP shortstr (header names, routing keys).
+const maxShortString = 255
+
+func oneOf(key, v string, dst *string, allowed ...string) error {
+	for _, a := range allowed {
+		if v == a {
+			*dst = v
+			return nil
+		}
+	}
+	return fmt.Errorf("%s=%q: use %s", key, v, orList(allowed))
+}
+
+// setPlacements parses table.fields.additional.placement: comma-separated column:placement[:alias].
+func (m *Mapping) setPlacements(v string) error {
+	for item := range strings.SplitSeq(v, ",") {
+		parts := strings.Split(strings.TrimSpace(item), ":")
+		for i := range parts {
+			parts[i] = strings.TrimSpace(parts[i])
+		}
+		if len(parts) < 2 || len(parts) > 3 || parts[0] == "" {
+			return fmt.Errorf("table.fields.additional.placement item %q must be column:placement or column:placement:alias", item)
+		}
+		p := Placement{Column: parts[0], Where: parts[1], Alias: parts[0]}
+		if len(parts) == 3 && parts[2] != "" {
+			p.Alias = parts[2]
+		}
+		switch p.Where {
+		case PlaceHeader, PlaceEnvelope:
+		case "partition":
+			return fmt.Errorf("table.fields.additional.placement item %q: the partition placement has no AMQP meaning "+
+				"(a queue has no partitions; consumers that need per-key order bind one queue per key range with a "+
+				"consistent-hash exchange on the key header): place the column in header or envelope", item)
+		default:
+			return fmt.Errorf("table.fields.additional.placement item %q: placement %q must be header or envelope", item, p.Where)
+		}
+		if p.Where == PlaceEnvelope && p.Alias == "payload" {
+			return fmt.Errorf("table.fields.additional.placement item %q: the envelope alias payload is the payload's own field: choose another alias", item)
+		}
+		if len(p.Alias) > maxShortString {
+			return fmt.Errorf("table.fields.additional.placement item %q: the alias is over 255 bytes", item)
+		}
+		m.Additional = append(m.Additional, p)
+	}
+	return nil
+}
+
+// envelope reports whether the body is an envelope object rather than the bare payload.
+func (m *Mapping) envelope() bool {
+	for _, p := range m.Additional {
+		if p.Where == PlaceEnvelope {
+			return true
+		}
+	}
+	return false
+}
+
+// HeaderNames lists the header names m's configuration chooses, each with the option that chose it: the
+// key header and the aliases of header placements.
+func (m *Mapping) HeaderNames() [][2]string {
+	var out [][2]string
+	if m.KeyColumn != "" {
+		out = append(out, [2]string{m.KeyHeader, "amqp.key.header"})
+	}
+	for _, p := range m.Additional {
+		if p.Where == PlaceHeader {
+			out = append(out, [2]string{p.Alias, "table.fields.additional.placement"})
+		}
+	}
+	return out
+}

@@ -1,0 +1,457 @@
+package decode
+
+import (
+	"errors"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/cdc-router/cdc-router/internal/cdc"
+)
+
+// mcol is one column of a mapped test table: name, type OID and the inserted value.
+type mcol struct {
+	name string
+	oid  uint32
+	v    tv
+}
+
+// debeziumRow is a row of Debezium's conventional outbox table.
+func debeziumRow() []mcol {
+	return []mcol{{"id", oidUUID, text(id1)}, {"aggregatetype", oidVarchar, text("Order")},
+		{"aggregateid", oidText, text("o-1")}, {"type", oidText, text("OrderCreated")},
+		{"payload", oidJSONB, text(`{"total": 12.5}`)}}
+}
+
+// with replaces the column of that name, or appends it.
+func with(row []mcol, c mcol) []mcol {
+	out := append([]mcol(nil), row...)
+	for i := range out {
+		if out[i].name == c.name {
+			out[i] = c
+			return out
+		}
+	}
+	return append(out, c)
+}
+
+func without(row []mcol, name string) []mcol {
+	var out []mcol
+	for _, c := range row {
+		if c.name != name {
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+// commitTime is the commit time encBegin writes.
+var commitTime = time.Date(2024, 1, 1, 0, 0, 0, 0, time.UTC)
+
+// decodeMapped decodes one transaction inserting row into public.outbox read through the mapping text.
+func decodeMapped(t *testing.T, mapping string, row []mcol, onDrift string) (*recorder, error) {
+	t.Helper()
+	m, err := ParseMapping(mapping)
+	if err != nil {
+		t.Fatalf("ParseMapping: %v", err)
+	}
+	names, types, values := make([]string, len(row)), make([]uint32, len(row)), make([]tv, len(row))
+	for i, c := range row {
+		names[i], types[i], values[i] = c.name, c.oid, c.v
+	}
+	const oid = 16390
+	return decodeFrames(Config{Mapping: m, OnDrift: onDrift}, []frame{{0x100, encBegin(0x200, 7)},
+		{0, encRelationTypes(oid, "public", "outbox", names, types)}, {0x110, encInsert(oid, values...)},
+		{0x210, encCommit(0x200, 0x210)}})
+}
+
+// mappedEvent decodes and returns the one event, failing on anything else.
+func mappedEvent(t *testing.T, mapping string, row []mcol) cdc.Event {
+	t.Helper()
+	rec, err := decodeMapped(t, mapping, row, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rec.events) != 1 {
+		t.Fatalf("want one event, got %v", rec.shape)
+	}
+	return rec.events[0]
+}
+
+// header returns the value of the last header of that name (the one AMQP keeps), or nil.
+func header(ev cdc.Event, name string) any {
+	var v any
+	for _, h := range ev.Mapped.Headers {
+		if h.Name == name {
+			v = h.Value
+		}
+	}
+	return v
+}
+
+func TestMappingDefaults(t *testing.T) {
+	ev := mappedEvent(t, "", debeziumRow())
+	m := ev.Mapped
+	want := []cdc.Header{{Name: "id", Value: id1}, {Name: "key", Value: "o-1"}, {Name: "timestamp_in_ms", Value: commitTime.UnixMilli()}}
+	if !reflect.DeepEqual(m.Headers, want) {
+		t.Errorf("headers %v, want %v", m.Headers, want)
+	}
+	if m.RoutingKey != "outbox.event.Order" || ev.ID != id1 || ev.EventType != "OrderCreated" ||
+		string(ev.Payload) != `{"total": 12.5}` || m.ContentType != "application/json" || !m.Timestamp.Equal(commitTime) ||
+		m.Tombstone || ev.AggregateType != "Order" || ev.AggregateID != "o-1" || ev.CommitLSN != 0x200 {
+		t.Errorf("event %+v mapped %+v", ev, m)
+	}
+}
+
+func TestMappingOptions(t *testing.T) {
+	row := debeziumRow()
+	tests := []struct {
+		name    string
+		mapping string
+		row     []mcol
+		check   func(t *testing.T, ev cdc.Event)
+	}{
+		{"table.field.event.id integer", "table.field.event.id=event_id", with(without(row, "id"), mcol{"event_id", oidInt8, text("42")}),
+			func(t *testing.T, ev cdc.Event) {
+				if ev.ID != "42" || header(ev, "id") != int64(42) {
+					t.Errorf("id %q header %#v", ev.ID, header(ev, "id"))
+				}
+			}},
+		{"table.field.event.key and amqp.key.header", "table.field.event.key=customer_id\namqp.key.header=customer",
+			with(row, mcol{"customer_id", oidInt4, text("7")}),
+			func(t *testing.T, ev cdc.Event) {
+				if header(ev, "customer") != int32(7) || header(ev, "key") != nil || ev.AggregateID != "7" {
+					t.Errorf("headers %v lane key %q", ev.Mapped.Headers, ev.AggregateID)
+				}
+			}},
+		{"table.field.event.key empty: no key", "table.field.event.key=", without(row, "aggregateid"),
+			func(t *testing.T, ev cdc.Event) {
+				if header(ev, "key") != nil || ev.AggregateID != "" {
+					t.Errorf("headers %v lane key %q", ev.Mapped.Headers, ev.AggregateID)
+				}
+			}},
+		{"table.field.event.key NULL", "", with(row, mcol{"aggregateid", oidText, null()}),
+			func(t *testing.T, ev cdc.Event) {
+				if header(ev, "key") != nil {
+					t.Errorf("a NULL key gives no header, got %v", ev.Mapped.Headers)
+				}
+			}},
+		{"table.field.event.payload bytea", "table.field.event.payload=body", with(without(row, "payload"), mcol{"body", oidBytea, text(`\x00ff41`)}),
+			func(t *testing.T, ev cdc.Event) {
+				if string(ev.Payload) != "\x00\xffA" || ev.Mapped.ContentType != "application/octet-stream" {
+					t.Errorf("body %q content type %q", ev.Payload, ev.Mapped.ContentType)
+				}
+			}},
+		{"payload text", "", with(row, mcol{"payload", oidText, text("hello")}),
+			func(t *testing.T, ev cdc.Event) {
+				if string(ev.Payload) != "hello" || ev.Mapped.ContentType != "text/plain; charset=utf-8" {
+					t.Errorf("body %q content type %q", ev.Payload, ev.Mapped.ContentType)
+				}
+			}},
+		{"amqp.content.type", "amqp.content.type=application/vnd.acme+json", row,
+			func(t *testing.T, ev cdc.Event) {
+				if ev.Mapped.ContentType != "application/vnd.acme+json" {
+					t.Errorf("content type %q", ev.Mapped.ContentType)
+				}
+			}},
+		{"table.field.event.timestamp timestamptz", "table.field.event.timestamp=created_at",
+			with(row, mcol{"created_at", oidTimestamptz, text("2025-03-04 05:06:07.891+02")}),
+			func(t *testing.T, ev cdc.Event) {
+				want := time.Date(2025, 3, 4, 3, 6, 7, 891e6, time.UTC)
+				if !ev.Mapped.Timestamp.Equal(want) || header(ev, "timestamp_in_ms") != want.UnixMilli() {
+					t.Errorf("timestamp %v header %v", ev.Mapped.Timestamp, header(ev, "timestamp_in_ms"))
+				}
+			}},
+		{"table.field.event.timestamp timestamp", "table.field.event.timestamp=created_at",
+			with(row, mcol{"created_at", oidTimestamp, text("2025-03-04 05:06:07")}),
+			func(t *testing.T, ev cdc.Event) {
+				if want := time.Date(2025, 3, 4, 5, 6, 7, 0, time.UTC); !ev.Mapped.Timestamp.Equal(want) {
+					t.Errorf("timestamp %v, want %v (read as UTC)", ev.Mapped.Timestamp, want)
+				}
+			}},
+		{"table.field.event.timestamp epoch ms", "table.field.event.timestamp=ts", with(row, mcol{"ts", oidInt8, text("1700000000123")}),
+			func(t *testing.T, ev cdc.Event) {
+				if header(ev, "timestamp_in_ms") != int64(1700000000123) {
+					t.Errorf("timestamp_in_ms %v", header(ev, "timestamp_in_ms"))
+				}
+			}},
+		{"table.field.event.timestamp epoch us", "table.field.event.timestamp=ts\namqp.timestamp.unit=us", with(row, mcol{"ts", oidInt8, text("1700000000123456")}),
+			func(t *testing.T, ev cdc.Event) {
+				if header(ev, "timestamp_in_ms") != int64(1700000000123) {
+					t.Errorf("timestamp_in_ms %v", header(ev, "timestamp_in_ms"))
+				}
+			}},
+		{"table.field.event.timestamp NULL is the commit time", "table.field.event.timestamp=ts", with(row, mcol{"ts", oidTimestamptz, null()}),
+			func(t *testing.T, ev cdc.Event) {
+				if !ev.Mapped.Timestamp.Equal(commitTime) {
+					t.Errorf("timestamp %v, want the commit time", ev.Mapped.Timestamp)
+				}
+			}},
+		{"table.field.event.type", "table.field.event.type=event_type", with(without(row, "type"), mcol{"event_type", oidText, text("Shipped")}),
+			func(t *testing.T, ev cdc.Event) {
+				if ev.EventType != "Shipped" {
+					t.Errorf("type %q", ev.EventType)
+				}
+			}},
+		{"no type column", "", without(row, "type"),
+			func(t *testing.T, ev cdc.Event) {
+				if ev.EventType != "" {
+					t.Errorf("type %q", ev.EventType)
+				}
+			}},
+		{"table.field.event.schema.version", "table.field.event.schema.version=v", with(row, mcol{"v", oidInt2, text("3")}),
+			func(t *testing.T, ev cdc.Event) {
+				if header(ev, "schema_version") != int32(3) {
+					t.Errorf("schema_version %#v", header(ev, "schema_version"))
+				}
+			}},
+		{"placement header", "table.fields.additional.placement=type:header:eventType, flag:header, n:header, id:header",
+			with(with(row, mcol{"flag", oidBool, text("t")}), mcol{"n", oidInt8, null()}),
+			func(t *testing.T, ev cdc.Event) {
+				if header(ev, "eventType") != "OrderCreated" || header(ev, "flag") != true || header(ev, "n") != nil || header(ev, "id") != id1 {
+					t.Errorf("headers %v", ev.Mapped.Headers)
+				}
+			}},
+		{"placement envelope", "table.fields.additional.placement=type:envelope:eventType,aggregateid:envelope,n:envelope",
+			with(row, mcol{"n", oidInt4, null()}),
+			func(t *testing.T, ev cdc.Event) {
+				want := `{"payload":"{\"total\": 12.5}","eventType":"OrderCreated","aggregateid":"o-1","n":null}`
+				if string(ev.Payload) != want || ev.Mapped.ContentType != "application/json" {
+					t.Errorf("body %s, want %s", ev.Payload, want)
+				}
+			}},
+		{"placement envelope with table.expand.json.payload", "table.fields.additional.placement=type:envelope:eventType\ntable.expand.json.payload=true", row,
+			func(t *testing.T, ev cdc.Event) {
+				if want := `{"payload":{"total":12.5},"eventType":"OrderCreated"}`; string(ev.Payload) != want {
+					t.Errorf("body %s, want %s", ev.Payload, want)
+				}
+			}},
+		{"table.expand.json.payload alone keeps the body", "table.expand.json.payload=true", row,
+			func(t *testing.T, ev cdc.Event) {
+				if string(ev.Payload) != `{"total": 12.5}` {
+					t.Errorf("body %s", ev.Payload)
+				}
+			}},
+		{"envelope with bytea payload", "table.fields.additional.placement=type:envelope", with(row, mcol{"payload", oidBytea, text(`\x4869`)}),
+			func(t *testing.T, ev cdc.Event) {
+				if want := `{"payload":"SGk=","type":"OrderCreated"}`; string(ev.Payload) != want {
+					t.Errorf("body %s, want %s", ev.Payload, want)
+				}
+			}},
+		{"table.field.additional.missing=ignore", "table.fields.additional.placement=absent:header\ntable.field.additional.missing=ignore", row,
+			func(t *testing.T, ev cdc.Event) {
+				if header(ev, "absent") != nil {
+					t.Errorf("headers %v", ev.Mapped.Headers)
+				}
+			}},
+		{"route.by.field, regex and replacement", "route.by.field=topic\nroute.topic.regex=orders\\\\.(?<what>.*)\nroute.topic.replacement=svc.${what}.$1\\\\$",
+			with(row, mcol{"topic", oidText, text("orders.created")}),
+			func(t *testing.T, ev cdc.Event) {
+				if ev.Mapped.RoutingKey != "svc.created.created$" {
+					t.Errorf("routing key %q", ev.Mapped.RoutingKey)
+				}
+			}},
+		{"route.topic.regex must match the whole value, else the raw value", "route.by.field=topic\nroute.topic.regex=orders\nroute.topic.replacement=x",
+			with(row, mcol{"topic", oidText, text("orders.created")}),
+			func(t *testing.T, ev cdc.Event) {
+				if ev.Mapped.RoutingKey != "orders.created" {
+					t.Errorf("routing key %q", ev.Mapped.RoutingKey)
+				}
+			}},
+		{"route.tombstone.on.empty.payload NULL", "route.tombstone.on.empty.payload=true", with(row, mcol{"payload", oidJSONB, null()}),
+			func(t *testing.T, ev cdc.Event) {
+				if !ev.Mapped.Tombstone || len(ev.Payload) != 0 || header(ev, "id") != id1 || ev.Mapped.RoutingKey != "outbox.event.Order" {
+					t.Errorf("event %+v mapped %+v", ev, ev.Mapped)
+				}
+			}},
+		{"route.tombstone.on.empty.payload blank text", "route.tombstone.on.empty.payload=true", with(row, mcol{"payload", oidText, text("  ")}),
+			func(t *testing.T, ev cdc.Event) {
+				if !ev.Mapped.Tombstone || len(ev.Payload) != 0 {
+					t.Errorf("event %+v mapped %+v", ev, ev.Mapped)
+				}
+			}},
+		{"an empty bytea is no tombstone", "route.tombstone.on.empty.payload=true", with(row, mcol{"payload", oidBytea, text(`\x`)}),
+			func(t *testing.T, ev cdc.Event) {
+				if ev.Mapped.Tombstone || len(ev.Payload) != 0 {
+					t.Errorf("event %+v mapped %+v", ev, ev.Mapped)
+				}
+			}},
+		{"tracing.span.context.field", "", with(row, mcol{"tracingspancontext", oidText,
+			text("#Thu Jan 01 00:00:00 UTC 2024\ntraceparent=00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01\ntracestate=congo\\=t61rcWkgMzE\n")}),
+			func(t *testing.T, ev cdc.Event) {
+				if header(ev, "traceparent") != "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01" || header(ev, "tracestate") != "congo=t61rcWkgMzE" {
+					t.Errorf("headers %v", ev.Mapped.Headers)
+				}
+			}},
+		{"tracing column NULL", "", with(row, mcol{"tracingspancontext", oidText, null()}),
+			func(t *testing.T, ev cdc.Event) {
+				if header(ev, "traceparent") != nil {
+					t.Errorf("headers %v", ev.Mapped.Headers)
+				}
+			}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) { tt.check(t, mappedEvent(t, tt.mapping, tt.row)) })
+	}
+}
+
+func TestMappingTombstoneDrop(t *testing.T) {
+	rec, err := decodeMapped(t, "route.tombstone.on.empty.payload=true\namqp.tombstone=drop", with(debeziumRow(), mcol{"payload", oidJSONB, null()}), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Join(rec.shape, "|") != "B|C" {
+		t.Errorf("want the transaction without an event or quarantine, got %v", rec.shape)
+	}
+}
+
+func TestMappingQuarantinesRows(t *testing.T) {
+	row := debeziumRow()
+	tests := []struct {
+		name, mapping string
+		row           []mcol
+		reason        string
+	}{
+		{"NULL routing value", "", with(row, mcol{"aggregatetype", oidVarchar, null()}), "aggregatetype (route.by.field) is NULL, so the event has no routing key"},
+		{"NULL payload without tombstones", "", with(row, mcol{"payload", oidJSONB, null()}), "payload (table.field.event.payload) is NULL: AMQP has no null body"},
+		{"NULL id", "", with(row, mcol{"id", oidUUID, null()}), "id (table.field.event.id) is NULL"},
+		{"bad epoch", "table.field.event.timestamp=ts", with(row, mcol{"ts", oidInt8, text("x")}), `ts (table.field.event.timestamp) "x" is not a time`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			rec, err := decodeMapped(t, tt.mapping, tt.row, "")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(rec.events) != 0 || len(rec.quarantined) != 1 || !strings.Contains(rec.quarantined[0].Reason, tt.reason) {
+				t.Fatalf("want one quarantine with %q, got %v", tt.reason, rec.shape)
+			}
+		})
+	}
+}
+
+// A table that does not fit the mapping is refused at its first insert, naming the option; with
+// --on-drift=quarantine each insert is quarantined with the same reason.
+func TestMappingDrift(t *testing.T) {
+	row := debeziumRow()
+	tests := []struct {
+		name, mapping string
+		row           []mcol
+		problem       string
+	}{
+		{"missing payload", "table.field.event.payload=body", row, "column body (table.field.event.payload) is missing"},
+		{"payload of another type", "", with(row, mcol{"payload", oidInt4, text("1")}), "column payload (table.field.event.payload) is int4, want jsonb, json, text, varchar or bytea"},
+		{"missing route column", "route.by.field=topic", row, "column topic (route.by.field) is missing"},
+		{"missing placed column", "table.fields.additional.placement=absent:header", row, "column absent (table.fields.additional.placement) is missing"},
+		{"missing tracing column named explicitly", "tracing.span.context.field=trace", row, "column trace (tracing.span.context.field) is missing"},
+		{"missing timestamp column", "table.field.event.timestamp=ts", row, "column ts (table.field.event.timestamp) is missing"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := decodeMapped(t, tt.mapping, tt.row, "")
+			t.Log(err)
+			var drift *DriftError
+			if !errors.As(err, &drift) || drift.Problem != tt.problem || !strings.Contains(err.Error(), "--config file") {
+				t.Fatalf("want a DriftError %q naming the --config file, got %v", tt.problem, err)
+			}
+			rec, err := decodeMapped(t, tt.mapping, tt.row, OnDriftQuarantine)
+			if err != nil || len(rec.quarantined) != 1 || rec.quarantined[0].Reason != tt.problem {
+				t.Fatalf("with quarantine: %v %v", err, rec.shape)
+			}
+		})
+	}
+}
+
+func TestParseMappingRefuses(t *testing.T) {
+	tests := []struct{ text, want string }{
+		{"table.fields.additional.placement=type:partition", "the partition placement has no AMQP meaning"},
+		{"table.fields.additional.placement=type:body", `placement "body" must be header or envelope`},
+		{"table.fields.additional.placement=type", "must be column:placement or column:placement:alias"},
+		{"route.topic.regex=(?=x).*", "route.topic.regex \"(?=x).*\" uses a lookahead (?=…), which Go's RE2 engine does not support"},
+		{`route.topic.regex=(a)\\1`, `uses a backreference \1`},
+		{"route.topic.regex=a*+", "a possessive quantifier *+"},
+		{"route.topic.regex=[a-z&&[^b]]", "a character class intersection &&"},
+		{"route.topic.regex=(", "is not a regex Go's RE2 engine accepts"},
+		{"route.topic.replacement=x.${nope}", "names the group ${nope}, which route.topic.regex does not define"},
+		{"route.topic.replacement=x.$2", "refers to group $2 but route.topic.regex has 1 groups"},
+		{"route.topic.replacement=x$", "has a $ not followed by a group number"},
+		{"route.tombstone.on.empty.payload=yes", "use true or false"},
+		{"table.op.invalid.behavior=fatal", "table.op.invalid.behavior=fatal is not supported"},
+		{"table.json.payload.null.behavior=optional_bytes", "only the default ignore applies"},
+		{"amqp.tombstone=null", `amqp.tombstone="null": use empty-body or drop`},
+		{"amqp.topic.target=exchange", "amqp.topic.target=exchange is not supported"},
+		{"route.by.feild=x", `unknown option "route.by.feild"`},
+		{"route.by.field=a\nroute.by.field=b", "line 2: route.by.field is also set on line 1"},
+		{"table.field.event.id=", "table.field.event.id is empty"},
+	}
+	for _, tt := range tests {
+		if _, err := ParseMapping(tt.text); err == nil || !strings.Contains(err.Error(), tt.want) {
+			t.Errorf("ParseMapping(%q) = %v, want an error with %q", tt.text, err, tt.want)
+		}
+	}
+}
+
+func TestParseMappingConnectorPrefix(t *testing.T) {
+	m, err := ParseMapping("transforms=outbox\ntransforms.outbox.type=io.debezium.transforms.outbox.EventRouter\n" +
+		"transforms.outbox.route.by.field=topic\n# comment\ntransforms.outbox.table.op.invalid.behavior=warn\n")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m.RouteColumn != "topic" {
+		t.Errorf("route.by.field %q", m.RouteColumn)
+	}
+}
+
+func TestMappingColumns(t *testing.T) {
+	m, err := ParseMapping("table.fields.additional.placement=type:header\ntable.field.additional.missing=ignore")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, c := range m.Columns() {
+		got = append(got, c.Column+"/"+c.Option+"/"+strings.Join(c.Types, "|")+"/"+map[bool]string{true: "required", false: "optional"}[c.Required])
+	}
+	want := []string{"id/table.field.event.id/uuid|text|varchar|int8|int4|int2/required",
+		"aggregateid/table.field.event.key/uuid|text|varchar|int8|int4|int2/required",
+		"payload/table.field.event.payload/jsonb|json|text|varchar|bytea/required",
+		"aggregatetype/route.by.field/uuid|text|varchar|int8|int4|int2/required",
+		"type/table.field.event.type/text|varchar/optional",
+		"tracingspancontext/tracing.span.context.field/text|varchar/optional",
+		"type/table.fields.additional.placement//optional"}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("Columns\n got %q\nwant %q", got, want)
+	}
+}
+
+// BenchmarkDecodeMappedInsert decodes one insert into a Debezium-shaped table with a timestamp column, a
+// header placement and a tracing column, with the payload of BenchmarkDecodeInsert.
+func BenchmarkDecodeMappedInsert(b *testing.B) {
+	const oid = 16390
+	m, err := ParseMapping("table.field.event.timestamp=created_at\ntable.fields.additional.placement=type:header:eventType\n")
+	if err != nil {
+		b.Fatal(err)
+	}
+	row := with(with(with(debeziumRow(), mcol{"payload", oidJSONB,
+		text(`{"order_id": "o-1", "customer": "c-42", "lines": [{"sku": "A-1", "qty": 2, "price": 12.5}], "total": 25.0}`)}),
+		mcol{"created_at", oidTimestamptz, text("2024-01-02 03:04:05.123456+00")}),
+		mcol{"tracingspancontext", oidText, text("traceparent=00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01\n")})
+	names, types, values := make([]string, len(row)), make([]uint32, len(row)), make([]tv, len(row))
+	for i, c := range row {
+		names[i], types[i], values[i] = c.name, c.oid, c.v
+	}
+	d := New(Config{Mapping: m})
+	for _, f := range [][]byte{encBegin(0x200, 7), encRelationTypes(oid, "public", "outbox", names, types)} {
+		if err := d.Decode(0, f, discard{}); err != nil {
+			b.Fatal(err)
+		}
+	}
+	insert := encInsert(oid, values...)
+	b.SetBytes(int64(len(insert)))
+	b.ReportAllocs()
+	for b.Loop() {
+		if err := d.Decode(0x110, insert, discard{}); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

@@ -1,0 +1,74 @@
+package route
+
+import (
+	"fmt"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/cdc-router/cdc-router/internal/cdc"
+)
+
+// HeaderTombstone marks a mapped event published for an empty payload under
+// route.tombstone.on.empty.payload with amqp.tombstone=empty-body: the body is empty.
+const HeaderTombstone = "tombstone"
+
+// mappedMessage maps an event of a --config mapping (ev.Mapped set) to its routing key and message:
+// persistent, message_id = the event id as text, type = the type column when present, timestamp and
+// content type from the mapping, the payload (or envelope) as the body, and the mapping's typed headers
+// in order (a later header of the same name wins), then commit_lsn, tombstone and x-backfill.
+func mappedMessage(ev cdc.Event) (string, amqp.Publishing) {
+	m := ev.Mapped
+	h := make(amqp.Table, len(m.Headers)+3)
+	for _, x := range m.Headers {
+		h[x.Name] = x.Value
+	}
+	h[HeaderCommitLSN] = ev.CommitLSN.String()
+	if m.Tombstone {
+		h[HeaderTombstone] = true
+	}
+	if ev.Backfill {
+		h[HeaderBackfill] = true
+	}
+	return m.RoutingKey, amqp.Publishing{
+		Headers:      h,
+		ContentType:  m.ContentType,
+		DeliveryMode: amqp.Persistent,
+		MessageId:    ev.ID,
+		Timestamp:    m.Timestamp,
+		Type:         ev.EventType,
+		Body:         ev.Payload,
+	}
+}
+
+// checkMapped is Check for a mapped event: the routing key, message id, type and header names within
+// AMQP's 255 bytes, a non-empty id, and no header name RabbitMQ reserves.
+func checkMapped(ev cdc.Event) error {
+	m := ev.Mapped
+	switch {
+	case len(m.RoutingKey) > maxShortString:
+		return fmt.Errorf("%w: the routing key %q... (route.by.field through route.topic.replacement) is %d bytes, AMQP allows 255: "+
+			"shorten the value or the replacement", ErrInvalidEvent, m.RoutingKey[:32], len(m.RoutingKey))
+	case ev.ID == "":
+		return fmt.Errorf("%w: the event id (table.field.event.id, the message id) is empty", ErrInvalidEvent)
+	case len(ev.ID) > maxShortString:
+		return fmt.Errorf("%w: the event id (table.field.event.id, the message id) is %d bytes, AMQP allows 255", ErrInvalidEvent, len(ev.ID))
+	case len(ev.EventType) > maxShortString:
+		return fmt.Errorf("%w: the type (table.field.event.type) is %d bytes, AMQP allows 255", ErrInvalidEvent, len(ev.EventType))
+	}
+	for _, x := range m.Headers {
+		if why, reserved := reservedHeader(x.Name); reserved {
+			return fmt.Errorf("%w: header name %q is reserved by RabbitMQ: %s; choose another alias in table.fields.additional.placement",
+				ErrInvalidEvent, x.Name, why)
+		}
+	}
+	return nil
+}
+
+// CheckHeaderName reports why RabbitMQ gives the header name a meaning of its own (see Check), or nil. A
+// mapping's header names are checked with it once, at start-up, so that no row is quarantined for them.
+func CheckHeaderName(name string) error {
+	if why, reserved := reservedHeader(name); reserved {
+		return fmt.Errorf("header name %q is reserved by RabbitMQ: %s", name, why)
+	}
+	return nil
+}

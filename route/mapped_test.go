@@ -1,0 +1,72 @@
+package route
+
+import (
+	"errors"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/cdc-router/cdc-router/internal/cdc"
+)
+
+func mappedEvent() cdc.Event {
+	ts := time.Date(2025, 3, 4, 5, 6, 7, 891e6, time.UTC)
+	return cdc.Event{ID: "42", AggregateType: "Order", AggregateID: "o-1", EventType: "OrderCreated", Payload: []byte(`{"a":1}`),
+		OccurredAt: ts, CommitLSN: 0x1_0000_0010, Mapped: &cdc.Mapped{RoutingKey: "outbox.event.Order", ContentType: "application/json",
+			Timestamp: ts, Headers: []cdc.Header{{Name: "id", Value: int64(42)}, {Name: "key", Value: "o-1"},
+				{Name: "timestamp_in_ms", Value: ts.UnixMilli()}, {Name: "id", Value: "placed"}, {Name: "raw", Value: []byte{0, 1}}}}}
+}
+
+// A mapped event's message: properties from the mapping, typed headers in order (a later one of the same
+// name wins), commit_lsn, and none of the native aggregate headers.
+func TestMappedMessage(t *testing.T) {
+	ev := mappedEvent()
+	key, msg, err := build(ev)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := amqp.Publishing{ContentType: "application/json", DeliveryMode: amqp.Persistent, MessageId: "42",
+		Timestamp: ev.OccurredAt, Type: "OrderCreated", Body: []byte(`{"a":1}`),
+		Headers: amqp.Table{"id": "placed", "key": "o-1", "timestamp_in_ms": ev.OccurredAt.UnixMilli(), "raw": []byte{0, 1},
+			"commit_lsn": "1/10"}}
+	if key != "outbox.event.Order" || !reflect.DeepEqual(msg, want) {
+		t.Errorf("got %q %+v\nwant %+v", key, msg, want)
+	}
+	if err := msg.Headers.Validate(); err != nil {
+		t.Errorf("headers do not encode: %v", err)
+	}
+	ev.Mapped.Tombstone, ev.Payload, ev.Backfill = true, nil, true
+	_, msg, _ = build(ev)
+	if msg.Headers["tombstone"] != true || len(msg.Body) != 0 || msg.Headers["x-backfill"] != true {
+		t.Errorf("tombstone message %+v", msg)
+	}
+}
+
+func TestCheckMapped(t *testing.T) {
+	tests := []struct {
+		change func(ev *cdc.Event)
+		want   string
+	}{
+		{func(ev *cdc.Event) { ev.Mapped.RoutingKey = strings.Repeat("k", 256) }, "route.by.field through route.topic.replacement) is 256 bytes"},
+		{func(ev *cdc.Event) { ev.ID = "" }, "the event id (table.field.event.id, the message id) is empty"},
+		{func(ev *cdc.Event) { ev.ID = strings.Repeat("i", 256) }, "is 256 bytes, AMQP allows 255"},
+		{func(ev *cdc.Event) { ev.EventType = strings.Repeat("t", 256) }, "the type (table.field.event.type) is 256 bytes"},
+		{func(ev *cdc.Event) {
+			ev.Mapped.Headers = append(ev.Mapped.Headers, cdc.Header{Name: "BCC", Value: "x"})
+		}, `header name "BCC" is reserved`},
+	}
+	for _, tt := range tests {
+		ev := mappedEvent()
+		tt.change(&ev)
+		err := Check(ev)
+		if !errors.Is(err, ErrInvalidEvent) || !strings.Contains(err.Error(), tt.want) {
+			t.Errorf("Check = %v, want %q", err, tt.want)
+		}
+	}
+	if err := Check(mappedEvent()); err != nil {
+		t.Errorf("Check of a valid mapped event: %v", err)
+	}
+}
