@@ -114,12 +114,22 @@ type result struct {
 }
 
 const (
-	bare   = "bare publisher"
-	router = "cdc-router"
-	poll   = "polling publisher"
+	bare    = "bare publisher"
+	router  = "cdc-router"
+	poll    = "polling publisher"
+	inserts = "inserts only"
 )
 
 var systems = []string{bare, router, poll}
+
+// systemsOf lists the rows of a mode: at a steady rate also the load generator alone, whose PostgreSQL
+// CPU is the part of the publishers' figure that the inserts cost.
+func systemsOf(rate int) []string {
+	if rate == 0 {
+		return systems
+	}
+	return append(systems[:len(systems):len(systems)], inserts)
+}
 
 func modeName(rate int) string {
 	if rate == 0 {
@@ -169,14 +179,19 @@ func compare(c config) (string, error) {
 	for run := 1; run <= c.runs; run++ {
 		last = last[:0]
 		for _, rate := range modes {
-			for _, sys := range systems {
+			for _, sys := range systemsOf(rate) {
 				fmt.Fprintf(c.log, "run %d/%d: %s, %s ...", run, c.runs, modeName(rate), sys)
 				r, err := runOne(c, pg, pm, sys, rate, run)
 				if err != nil {
 					fmt.Fprintln(c.log)
 					return "", err
 				}
-				fmt.Fprintf(c.log, " %.0f events/s, p50 %s, p99 %s\n", r.rate, ms(pct(r.lat, 0.5)), ms(pct(r.lat, 0.99)))
+				if sys == inserts {
+					fmt.Fprintf(c.log, " offered %.0f/s, PostgreSQL CPU %.1f µs/event\n", r.offered, r.pgPerEvent)
+				} else {
+					fmt.Fprintf(c.log, " %.0f events/s (offered %.0f/s), p50 %s ms, p99 %s ms, publisher CPU %.1f µs/event, PostgreSQL CPU %.1f µs/event\n",
+						r.rate, r.offered, ms(pct(r.lat, 0.5)), ms(pct(r.lat, 0.99)), r.cpuPerEvent, r.pgPerEvent)
+				}
 				key := r.mode + "/" + sys
 				all[key] = append(all[key], r)
 				last = append(last, r)
@@ -202,13 +217,17 @@ func moduleRoot() (string, error) {
 // runOne runs one publisher in one mode on a database, exchange and queue of its own.
 func runOne(c config, pg *testenv.Postgres, pm int, sys string, rate, run int) (res result, err error) {
 	ctx := context.Background()
-	name := fmt.Sprintf("bench_%s_%d_%d", map[string]string{bare: "bare", router: "router", poll: "poll"}[sys], rate, run)
-	exchange, queue := "x_"+name, "q_"+name
+	name := fmt.Sprintf("bench_%s_%d_%d", map[string]string{bare: "bare", router: "router", poll: "poll", inserts: "inserts"}[sys], rate, run)
+	// The broker is shared: the pid keeps two runs (a test and make bench-compare) apart.
+	exchange, queue := fmt.Sprintf("x_%s_%d", name, os.Getpid()), fmt.Sprintf("q_%s_%d", name, os.Getpid())
 	total := c.events
 	if rate > 0 {
 		total = int(float64(rate) * c.steady.Seconds())
 	}
 	res = result{mode: modeName(rate), system: sys, events: total, pgPerEvent: -1}
+	if sys == inserts {
+		return insertsOnly(c, pg, pm, res, name, rate)
+	}
 
 	if err := declare(c.amqpURL, exchange, queue); err != nil {
 		return res, err
@@ -236,7 +255,7 @@ func runOne(c config, pg *testenv.Postgres, pm int, sys string, rate, run int) (
 			return res, err
 		}
 	case router:
-		if proc, err = startRouter(c, dbURL, name, exchange, "", c.timeout); err != nil {
+		if proc, err = startRouter(c, dbURL, name, exchange, profileDir(c, rate, run), c.timeout); err != nil {
 			return res, err
 		}
 		if rate == 0 {
@@ -251,9 +270,8 @@ func runOne(c config, pg *testenv.Postgres, pm int, sys string, rate, run int) (
 			if proc, err = startRouter(c, dbURL, name, exchange, profileDir(c, rate, run), c.timeout); err != nil {
 				return res, err
 			}
-		} else {
-			proc.profile(profileDir(c, rate, run))
 		}
+		proc.profile(profileDir(c, rate, run))
 	case poll:
 		if rate == 0 {
 			if _, err := load(ctx, dbURL, total, 0, c.writers, c.size); err != nil {
@@ -303,6 +321,24 @@ func runOne(c config, pg *testenv.Postgres, pm int, sys string, rate, run int) (
 		}
 	}
 	res.rate = float64(total) / (float64(res.recv[len(res.recv)-1]-first) / 1e9)
+	return res, nil
+}
+
+// insertsOnly runs the load generator at rate with no publisher and measures what PostgreSQL spends.
+func insertsOnly(c config, pg *testenv.Postgres, pm int, res result, name string, rate int) (result, error) {
+	ctx := context.Background()
+	dbURL, err := createDatabase(ctx, pg, name, false)
+	if err != nil {
+		return res, err
+	}
+	defer dropDatabase(pg, name)
+	pg0 := clusterCPU(pm)
+	took, err := load(ctx, dbURL, res.events, rate, c.writers, c.size)
+	if err != nil {
+		return res, err
+	}
+	res.pgPerEvent = (clusterCPU(pm) - pg0) * 1e6 / float64(res.events)
+	res.offered = float64(res.events) / took.Seconds()
 	return res, nil
 }
 
@@ -434,7 +470,8 @@ func startChild(c config, args ...string) (*child, error) {
 	return start(exec.Command(self, append(args, "-amqp-url", c.amqpURL, "-size", strconv.Itoa(c.size))...))
 }
 
-// startRouter starts cdc-router and waits until it streams.
+// startRouter starts cdc-router and waits until it streams. With profDir, a router built with -tags pprof
+// profiles into it between child.profile and child.endProfile.
 func startRouter(c config, dbURL, slot, exchange, profDir string, timeout time.Duration) (*child, error) {
 	cmd := exec.Command(c.routerBin, "run", "--log-level", "info")
 	cmd.Env = append(os.Environ(), "CDC_ROUTER_PG_URL="+dbURL, "CDC_ROUTER_AMQP_URL="+c.amqpURL,
@@ -445,10 +482,6 @@ func startRouter(c config, dbURL, slot, exchange, profDir string, timeout time.D
 	p, err := start(cmd)
 	if err != nil {
 		return nil, err
-	}
-	if profDir != "" {
-		time.Sleep(50 * time.Millisecond) // let init install the signal handler before the first signal
-		p.profile(profDir)
 	}
 	deadline := time.Now().Add(timeout)
 	for !strings.Contains(p.out.String(), "msg=streaming ") {

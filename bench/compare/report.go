@@ -28,6 +28,14 @@ func ms(ns int64) string {
 	}
 }
 
+func pick(rs []result, f func(result) float64) []float64 {
+	v := make([]float64, len(rs))
+	for i, r := range rs {
+		v[i] = f(r)
+	}
+	return v
+}
+
 func median(v []float64) float64 {
 	s := append([]float64(nil), v...)
 	sort.Float64s(s)
@@ -44,12 +52,17 @@ func median(v []float64) float64 {
 // publisher's drain rate in the same run, then the median of those.
 func table(c config, modes []int, all map[string][]result) string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "| mode | publisher | events | events/s | / ceiling | p50 ms | p95 ms | p99 ms | max ms | publisher CPU µs/event | PostgreSQL CPU µs/event | peak RSS MiB |\n")
-	fmt.Fprintf(&b, "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+	fmt.Fprintf(&b, "| mode | publisher | events | offered/s | events/s | / ceiling | p50 ms | p95 ms | p99 ms | max ms | publisher CPU µs/event | PostgreSQL CPU µs/event | peak RSS MiB |\n")
+	fmt.Fprintf(&b, "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
 	ceiling := all[modeName(0)+"/"+bare]
 	for _, rate := range modes {
-		for _, sys := range systems {
+		for _, sys := range systemsOf(rate) {
 			rs := all[modeName(rate)+"/"+sys]
+			if sys == inserts {
+				fmt.Fprintf(&b, "| %s | %s | %d | %.0f | – | – | – | – | – | – | – | %.1f | – |\n", modeName(rate), sys, rs[0].events,
+					median(pick(rs, func(r result) float64 { return r.offered })), median(pick(rs, func(r result) float64 { return r.pgPerEvent })))
+				continue
+			}
 			m := func(f func(r result) float64) float64 {
 				v := make([]float64, len(rs))
 				for i, r := range rs {
@@ -69,8 +82,12 @@ func table(c config, modes []int, all map[string][]result) string {
 			if sys != bare {
 				pgcpu = fmt.Sprintf("%.1f", m(func(r result) float64 { return r.pgPerEvent }))
 			}
-			fmt.Fprintf(&b, "| %s | %s | %d | %.0f | %.2f | %s | %s | %s | %s | %.1f | %s | %.1f |\n",
-				modeName(rate), sys, rs[0].events, m(func(r result) float64 { return r.rate }), ratio,
+			offered := "–"
+			if rate > 0 && sys != bare {
+				offered = fmt.Sprintf("%.0f", m(func(r result) float64 { return r.offered }))
+			}
+			fmt.Fprintf(&b, "| %s | %s | %d | %s | %.0f | %.2f | %s | %s | %s | %s | %.1f | %s | %.1f |\n",
+				modeName(rate), sys, rs[0].events, offered, m(func(r result) float64 { return r.rate }), ratio,
 				lat(0.5), lat(0.95), lat(0.99), lat(1), m(func(r result) float64 { return r.cpuPerEvent }), pgcpu,
 				m(func(r result) float64 { return r.rss }))
 		}
@@ -80,7 +97,7 @@ func table(c config, modes []int, all map[string][]result) string {
 	} else {
 		b.WriteString("\nOne run. ")
 	}
-	b.WriteString("/ ceiling: events/s over the bare publisher's drain rate in the same run. Latency: insert (or, for the bare publisher, publish) to consumer; in the drain it is the age of the backlog.\n")
+	b.WriteString("offered/s: the commits per second the load generator reached (it aims at the mode's rate; the bare publisher paces itself). inserts only: the load generator with no publisher, so a publisher's cost on PostgreSQL is its figure minus this one. / ceiling: events/s over the bare publisher's drain rate in the same run. Latency: insert (or, for the bare publisher, publish) to consumer; in the drain it is the age of the backlog.\n")
 	return b.String()
 }
 
@@ -95,7 +112,7 @@ func writePlots(dir string, rs []result, rates []int) error {
 		p := plot{title: fmt.Sprintf("Insert-to-consumer latency at %d events/s", rate),
 			xlabel: "latency, ms (log scale)", ylabel: "fraction of events at or below", logX: true}
 		for _, r := range rs {
-			if r.mode != modeName(rate) {
+			if r.mode != modeName(rate) || r.system == inserts {
 				continue
 			}
 			s := series{name: r.system, color: colors[r.system]}
