@@ -15,6 +15,7 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"os/signal"
 	"path/filepath"
 	"sort"
 	"strconv"
@@ -169,6 +170,18 @@ func compare(c config) (string, error) {
 		return "", err
 	}
 	defer pg.Close()
+	// Interrupted: stop the cluster (its children die with the benchmark) rather than leave it running.
+	sigs := make(chan os.Signal, 1)
+	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
+	defer signal.Stop(sigs)
+	go func() {
+		if _, ok := <-sigs; ok {
+			fmt.Fprintln(c.log, "\ninterrupted: stopping the PostgreSQL cluster")
+			pg.Close()
+			os.RemoveAll(tmp)
+			os.Exit(130)
+		}
+	}()
 	pm, err := postmasterPID(pg.Port)
 	if err != nil {
 		return "", err
@@ -455,6 +468,8 @@ func (s *syncBuffer) String() string {
 func start(cmd *exec.Cmd) (*child, error) {
 	p := &child{cmd: cmd, out: &syncBuffer{}, done: make(chan struct{})}
 	cmd.Stdout, cmd.Stderr = p.out, p.out
+	// A publisher must not outlive the benchmark (interrupted, or killed by a test timeout).
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
 		return nil, err
 	}
