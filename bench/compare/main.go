@@ -32,18 +32,19 @@ import (
 )
 
 type config struct {
-	events    int           // drain backlog
-	steady    time.Duration // length of each steady run
-	rates     []int
-	runs      int
-	writers   int
-	size      int
-	amqpURL   string
-	plots     string // directory for the SVG plots; empty: none
-	pprofDir  string // with it, the router is built with -tags pprof and profiled into it
-	timeout   time.Duration
-	routerBin string
-	log       io.Writer
+	events      int           // drain backlog
+	steady      time.Duration // length of each steady run
+	rates       []int
+	runs        int
+	writers     int
+	size        int
+	amqpURL     string
+	plots       string // directory for the SVG plots; empty: none
+	pprofDir    string // with it, the router is built with -tags pprof and profiled into it
+	timeout     time.Duration
+	routerBin   string
+	bareHeaders bool
+	log         io.Writer
 }
 
 func main() {
@@ -56,7 +57,8 @@ func main() {
 	var c config
 	flag.IntVar(&c.events, "events", 50_000, "backlog drain: events inserted (1-row transactions) before the publisher starts")
 	flag.DurationVar(&c.steady, "steady", 15*time.Second, "length of each steady-rate run")
-	rates := flag.String("rates", "1000,5000", "steady rates, events per second, comma-separated")
+	rates := flag.String("rates", "1000,5000", "steady rates, events per second, comma-separated; empty: the drain only")
+	flag.BoolVar(&c.bareHeaders, "bare-headers", false, "the bare publisher sends the router's 5 headers and 3 properties too (by default it sends none)")
 	flag.IntVar(&c.runs, "runs", 3, "runs of the whole suite; the table shows the median of each figure")
 	flag.IntVar(&c.writers, "writers", 4, "load generator connections")
 	flag.IntVar(&c.size, "size", 512, "message body bytes")
@@ -69,11 +71,14 @@ func main() {
 	var err error
 	switch *role {
 	case "bare":
-		err = runBare(c.amqpURL, *exchange, *n, *rate, c.size)
+		err = runBare(c.amqpURL, *exchange, *n, *rate, c.size, c.bareHeaders)
 	case "poll":
 		err = runPoll(*pgURL, c.amqpURL, *exchange)
 	case "":
 		for _, r := range strings.Split(*rates, ",") {
+			if strings.TrimSpace(r) == "" && strings.TrimSpace(*rates) == "" {
+				break // drain only
+			}
 			v, perr := strconv.Atoi(strings.TrimSpace(r))
 			if perr != nil || v <= 0 {
 				fmt.Fprintf(os.Stderr, "compare: -rates %q: want positive integers separated by commas\n", *rates)
@@ -264,7 +269,8 @@ func runOne(c config, pg *testenv.Postgres, pm int, sys string, rate, run int) (
 	var cpu0, pg0 float64
 	switch sys {
 	case bare:
-		if proc, err = startChild(c, "-role", "bare", "-exchange", exchange, "-n", strconv.Itoa(total), "-rate", strconv.Itoa(rate)); err != nil {
+		if proc, err = startChild(c, "-role", "bare", "-exchange", exchange, "-n", strconv.Itoa(total), "-rate", strconv.Itoa(rate),
+			"-bare-headers="+strconv.FormatBool(c.bareHeaders)); err != nil {
 			return res, err
 		}
 	case router:

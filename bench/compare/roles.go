@@ -163,10 +163,20 @@ func message(body []byte) amqp.Publishing {
 	return amqp.Publishing{ContentType: "application/json", DeliveryMode: amqp.Persistent, Body: body}
 }
 
+// likeRouter gives msg the properties and headers the router sets (route/message.go), with values of
+// the same shape, so that the ceiling can be measured with the router's header frame too.
+func likeRouter(msg *amqp.Publishing, i int) {
+	msg.MessageId = fmt.Sprintf("0190a5c8-3b1e-7c6d-9f00-%012d", i)
+	msg.Type = "created"
+	msg.Timestamp = time.Now()
+	msg.Headers = amqp.Table{"aggregate_type": "order", "aggregate_id": "agg-" + strconv.Itoa(i),
+		"aggregate_version": int64(1), "schema_version": int32(1), "commit_lsn": fmt.Sprintf("0/%X", 0x1A2B3C4D+i*700)}
+}
+
 // runBare is the ceiling: one channel with confirms and up to 1,000 messages in flight publishing n
 // messages of size bytes (at rate per second, or as fast as the broker confirms with rate 0), then
 // idling until signalled so that the parent can read its /proc entries.
-func runBare(url, exchange string, n, rate, size int) error {
+func runBare(url, exchange string, n, rate, size int, headers bool) error {
 	ctx := untilSignalled()
 	conn, ch, err := publishChannel(url)
 	if err != nil {
@@ -189,8 +199,11 @@ func runBare(url, exchange string, n, rate, size int) error {
 		if rate > 0 {
 			time.Sleep(time.Until(start.Add(time.Duration(int64(i) * int64(time.Second) / int64(rate)))))
 		}
-		dc, err := ch.PublishWithDeferredConfirmWithContext(ctx, exchange, "order.created", false, false,
-			message([]byte(payload(size, time.Now()))))
+		msg := message([]byte(payload(size, time.Now())))
+		if headers {
+			likeRouter(&msg, i)
+		}
+		dc, err := ch.PublishWithDeferredConfirmWithContext(ctx, exchange, "order.created", false, false, msg)
 		if err != nil {
 			return fmt.Errorf("bare publisher: publish: %w", err)
 		}
