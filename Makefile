@@ -51,6 +51,13 @@ bench-shards: services
 bench-e2e: services
 	$(GO) test -run='^$$' -bench=EndToEnd -benchtime=1x -count=3 -timeout 20m ./cmd/cdc-router/
 
+# The bare publisher (the broker's ceiling), cdc-router and a polling publisher over the same workload, in
+# one run: a 50,000-event backlog drain, then 1,000 and 5,000 events/s. Prints one table, writes the plots
+# to docs/bench/ (docs/benchmarks.md). BENCHFLAGS, e.g. "-runs 1 -events 10000" or "-pprof-dir /tmp/prof".
+.PHONY: bench-compare
+bench-compare: services
+	$(GO) run ./bench/compare $(BENCHFLAGS)
+
 demo: services build
 	@./demo/run.sh
 

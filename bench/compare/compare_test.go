@@ -1,0 +1,81 @@
+package main
+
+import (
+	"encoding/xml"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// TestCompareTiny runs the whole comparison at a tiny size against the real PostgreSQL and RabbitMQ and
+// checks that the table has a row for every publisher in every mode and that the plots are written. It
+// asserts nothing about timing: the figures come from `make bench-compare` (docs/benchmarks.md).
+func TestCompareTiny(t *testing.T) {
+	dir := t.TempDir()
+	bin := filepath.Join(dir, "compare")
+	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	plots := filepath.Join(dir, "plots")
+	cmd := exec.Command(bin, "-events", "300", "-steady", "1s", "-rates", "100,200", "-runs", "1", "-plots", plots)
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("compare: %v\n%s", err, stderr.String())
+	}
+	rows := map[string]string{}
+	for _, line := range strings.Split(string(out), "\n") {
+		cells := strings.Split(line, "|")
+		if len(cells) != 15 || strings.TrimSpace(cells[1]) == "mode" || strings.HasPrefix(cells[1], "---") {
+			continue
+		}
+		rows[strings.TrimSpace(cells[1])+"/"+strings.TrimSpace(cells[2])] = line
+	}
+	for _, mode := range []string{"drain", "steady 100/s", "steady 200/s"} {
+		systems := []string{"bare publisher", "cdc-router", "polling publisher", "inserts only"}
+		if mode == "drain" {
+			systems = systems[:3]
+		}
+		for _, sys := range systems {
+			row, ok := rows[mode+"/"+sys]
+			if !ok {
+				t.Errorf("no row for %s, %s in:\n%s", mode, sys, out)
+				continue
+			}
+			want := map[string]string{"drain": "300", "steady 100/s": "100", "steady 200/s": "200"}[mode]
+			if got := strings.TrimSpace(strings.Split(row, "|")[3]); got != want {
+				t.Errorf("%s, %s: %s events in the table, want %s", mode, sys, got, want)
+			}
+		}
+	}
+	if len(rows) != 11 {
+		t.Errorf("%d rows, want 11:\n%s", len(rows), out)
+	}
+	for _, name := range []string{"latency-cdf-100.svg", "latency-cdf-200.svg", "drain-throughput.svg"} {
+		b, err := os.ReadFile(filepath.Join(plots, name))
+		if err != nil {
+			t.Errorf("plot not written: %v", err)
+			continue
+		}
+		var svg struct {
+			Lines []struct {
+				Points string `xml:"points,attr"`
+			} `xml:"polyline"`
+		}
+		if err := xml.Unmarshal(b, &svg); err != nil {
+			t.Errorf("%s is not well-formed SVG: %v", name, err)
+			continue
+		}
+		if len(svg.Lines) != 3 {
+			t.Errorf("%s has %d lines, want one per publisher (3)", name, len(svg.Lines))
+		}
+		for i, l := range svg.Lines {
+			if strings.Count(l.Points, ",") < 2 {
+				t.Errorf("%s: line %d has fewer than two points: %q", name, i, l.Points)
+			}
+		}
+	}
+}

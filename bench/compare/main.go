@@ -1,0 +1,586 @@
+// Command compare runs the same workload through three publishers in one run and prints one table:
+// the bare publisher (amqp091-go with confirms and 1,000 in flight: the broker's ceiling), cdc-router
+// (the real binary, against a throwaway PostgreSQL cluster) and a reference polling publisher (one
+// worker, FOR UPDATE SKIP LOCKED LIMIT 100, UPDATE ... SET published_at), each in three modes: a
+// backlog drain and two steady rates. It writes the plots as SVG. Run it with `make bench-compare`;
+// docs/benchmarks.md explains the method and the figures.
+package main
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/cdc-router/cdc-router/internal/testenv"
+	"github.com/cdc-router/cdc-router/migrations"
+)
+
+type config struct {
+	events      int           // drain backlog
+	steady      time.Duration // length of each steady run
+	rates       []int
+	runs        int
+	writers     int
+	size        int
+	amqpURL     string
+	plots       string // directory for the SVG plots; empty: none
+	pprofDir    string // with it, the router is built with -tags pprof and profiled into it
+	timeout     time.Duration
+	routerBin   string
+	bareHeaders bool
+	log         io.Writer
+}
+
+func main() {
+	role := flag.String("role", "", "internal: bare or poll, run as a child process so that its CPU and RSS are its own")
+	n := flag.Int("n", 0, "internal (bare): messages to publish")
+	rate := flag.Int("rate", 0, "internal (bare): messages per second, 0: as fast as confirmed")
+	exchange := flag.String("exchange", "", "internal: exchange to publish to")
+	pgURL := flag.String("pg-url", "", "internal (poll): database with the outbox")
+
+	var c config
+	flag.IntVar(&c.events, "events", 50_000, "backlog drain: events inserted (1-row transactions) before the publisher starts")
+	flag.DurationVar(&c.steady, "steady", 15*time.Second, "length of each steady-rate run")
+	rates := flag.String("rates", "1000,5000", "steady rates, events per second, comma-separated; empty: the drain only")
+	flag.BoolVar(&c.bareHeaders, "bare-headers", false, "the bare publisher sends the router's 5 headers and 3 properties too (by default it sends none)")
+	flag.IntVar(&c.runs, "runs", 3, "runs of the whole suite; the table shows the median of each figure")
+	flag.IntVar(&c.writers, "writers", 4, "load generator connections")
+	flag.IntVar(&c.size, "size", 512, "message body bytes")
+	flag.StringVar(&c.amqpURL, "amqp-url", envOr("CDC_ROUTER_TEST_AMQP_URL", "amqp://guest:guest@127.0.0.1:5672/"), "RabbitMQ")
+	flag.StringVar(&c.plots, "plots", "docs/bench", "directory to write the SVG plots to; empty: no plots")
+	flag.StringVar(&c.pprofDir, "pprof-dir", "", "write CPU and allocation profiles of the router's drain and steady runs here")
+	flag.DurationVar(&c.timeout, "timeout", 10*time.Minute, "longest wait for one run's events to reach the consumer")
+	flag.Parse()
+
+	var err error
+	switch *role {
+	case "bare":
+		err = runBare(c.amqpURL, *exchange, *n, *rate, c.size, c.bareHeaders)
+	case "poll":
+		err = runPoll(*pgURL, c.amqpURL, *exchange)
+	case "":
+		for _, r := range strings.Split(*rates, ",") {
+			if strings.TrimSpace(r) == "" && strings.TrimSpace(*rates) == "" {
+				break // drain only
+			}
+			v, perr := strconv.Atoi(strings.TrimSpace(r))
+			if perr != nil || v <= 0 {
+				fmt.Fprintf(os.Stderr, "compare: -rates %q: want positive integers separated by commas\n", *rates)
+				os.Exit(2)
+			}
+			c.rates = append(c.rates, v)
+		}
+		c.log = os.Stderr
+		var table string
+		table, err = compare(c)
+		fmt.Print(table)
+	default:
+		err = fmt.Errorf("unknown -role %q", *role)
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "compare:", err)
+		os.Exit(1)
+	}
+}
+
+func envOr(name, def string) string {
+	if v := os.Getenv(name); v != "" {
+		return v
+	}
+	return def
+}
+
+// result is one publisher's figures in one mode of one run.
+type result struct {
+	mode, system string
+	events       int
+	rate         float64 // delivered events/s
+	offered      float64 // commits/s the load generator reached (steady modes)
+	lat          []int64 // sorted, ns
+	recv         []int64 // arrival times, unix ns
+	cpuPerEvent  float64 // µs, publisher process
+	pgPerEvent   float64 // µs, whole cluster; NaN-free: -1 when not applicable
+	rss          float64 // MiB
+}
+
+const (
+	bare    = "bare publisher"
+	router  = "cdc-router"
+	poll    = "polling publisher"
+	inserts = "inserts only"
+)
+
+var systems = []string{bare, router, poll}
+
+// systemsOf lists the rows of a mode: at a steady rate also the load generator alone, whose PostgreSQL
+// CPU is the part of the publishers' figure that the inserts cost.
+func systemsOf(rate int) []string {
+	if rate == 0 {
+		return systems
+	}
+	return append(systems[:len(systems):len(systems)], inserts)
+}
+
+func modeName(rate int) string {
+	if rate == 0 {
+		return "drain"
+	}
+	return fmt.Sprintf("steady %d/s", rate)
+}
+
+// compare runs everything and returns the table.
+func compare(c config) (string, error) {
+	root, err := moduleRoot()
+	if err != nil {
+		return "", err
+	}
+	tmp, err := os.MkdirTemp("", "cdc-router-bench-")
+	if err != nil {
+		return "", err
+	}
+	defer os.RemoveAll(tmp)
+	c.routerBin = filepath.Join(tmp, "cdc-router")
+	args := []string{"build", "-o", c.routerBin}
+	if c.pprofDir != "" {
+		args = append(args, "-tags", "pprof")
+	}
+	cmd := exec.Command("go", append(args, "./cmd/cdc-router")...)
+	cmd.Dir = root
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return "", fmt.Errorf("go build ./cmd/cdc-router: %v\n%s", err, out)
+	}
+	if conn, err := amqp.Dial(c.amqpURL); err != nil {
+		return "", fmt.Errorf("RabbitMQ is not reachable (%v): start it, e.g. with `make services`", err)
+	} else {
+		conn.Close()
+	}
+	pg, err := testenv.StartPostgres()
+	if err != nil {
+		return "", err
+	}
+	defer pg.Close()
+	// Interrupted: stop the cluster (its children die with the benchmark) rather than leave it running.
+	sigs := make(chan os.Signal, 1)
+	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
+	defer signal.Stop(sigs)
+	go func() {
+		if _, ok := <-sigs; ok {
+			fmt.Fprintln(c.log, "\ninterrupted: stopping the PostgreSQL cluster")
+			pg.Close()
+			os.RemoveAll(tmp)
+			os.Exit(130)
+		}
+	}()
+	pm, err := postmasterPID(pg.Port)
+	if err != nil {
+		return "", err
+	}
+	modes := append([]int{0}, c.rates...)
+	all := map[string][]result{} // mode/system -> one per run
+	var last []result
+	for run := 1; run <= c.runs; run++ {
+		last = last[:0]
+		for _, rate := range modes {
+			for _, sys := range systemsOf(rate) {
+				fmt.Fprintf(c.log, "run %d/%d: %s, %s ...", run, c.runs, modeName(rate), sys)
+				r, err := runOne(c, pg, pm, sys, rate, run)
+				if err != nil {
+					fmt.Fprintln(c.log)
+					return "", err
+				}
+				if sys == inserts {
+					fmt.Fprintf(c.log, " offered %.0f/s, PostgreSQL CPU %.1f µs/event\n", r.offered, r.pgPerEvent)
+				} else {
+					fmt.Fprintf(c.log, " %.0f events/s (offered %.0f/s), p50 %s ms, p99 %s ms, publisher CPU %.1f µs/event, PostgreSQL CPU %.1f µs/event\n",
+						r.rate, r.offered, ms(pct(r.lat, 0.5)), ms(pct(r.lat, 0.99)), r.cpuPerEvent, r.pgPerEvent)
+				}
+				key := r.mode + "/" + sys
+				all[key] = append(all[key], r)
+				last = append(last, r)
+			}
+		}
+	}
+	if c.plots != "" {
+		if err := writePlots(c.plots, last, c.rates); err != nil {
+			return "", err
+		}
+	}
+	return table(c, modes, all), nil
+}
+
+func moduleRoot() (string, error) {
+	out, err := exec.Command("go", "env", "GOMOD").Output()
+	if err != nil || strings.TrimSpace(string(out)) == "" || strings.TrimSpace(string(out)) == os.DevNull {
+		return "", fmt.Errorf("run compare inside the cdc-router module (go env GOMOD: %v)", err)
+	}
+	return filepath.Dir(strings.TrimSpace(string(out))), nil
+}
+
+// runOne runs one publisher in one mode on a database, exchange and queue of its own.
+func runOne(c config, pg *testenv.Postgres, pm int, sys string, rate, run int) (res result, err error) {
+	ctx := context.Background()
+	name := fmt.Sprintf("bench_%s_%d_%d", map[string]string{bare: "bare", router: "router", poll: "poll", inserts: "inserts"}[sys], rate, run)
+	// The broker is shared: the pid keeps two runs (a test and make bench-compare) apart.
+	exchange, queue := fmt.Sprintf("x_%s_%d", name, os.Getpid()), fmt.Sprintf("q_%s_%d", name, os.Getpid())
+	total := c.events
+	if rate > 0 {
+		total = int(float64(rate) * c.steady.Seconds())
+	}
+	res = result{mode: modeName(rate), system: sys, events: total, pgPerEvent: -1}
+	if sys == inserts {
+		return insertsOnly(c, pg, pm, res, name, rate)
+	}
+
+	if err := declare(c.amqpURL, exchange, queue); err != nil {
+		return res, err
+	}
+	defer deleteTopology(c.amqpURL, exchange, queue)
+	cons, err := consume(c.amqpURL, queue, total)
+	if err != nil {
+		return res, err
+	}
+	defer cons.conn.Close()
+
+	var dbURL string
+	if sys != bare {
+		if dbURL, err = createDatabase(ctx, pg, name, sys == poll); err != nil {
+			return res, err
+		}
+		defer dropDatabase(pg, name)
+	}
+
+	var proc *child
+	var cpu0, pg0 float64
+	switch sys {
+	case bare:
+		if proc, err = startChild(c, "-role", "bare", "-exchange", exchange, "-n", strconv.Itoa(total), "-rate", strconv.Itoa(rate),
+			"-bare-headers="+strconv.FormatBool(c.bareHeaders)); err != nil {
+			return res, err
+		}
+	case router:
+		if proc, err = startRouter(c, dbURL, name, exchange, profileDir(c, rate, run), c.timeout); err != nil {
+			return res, err
+		}
+		if rate == 0 {
+			// The slot exists now; stop the router, write the backlog, and start it again.
+			if err := proc.stop(); err != nil {
+				return res, err
+			}
+			if _, err := load(ctx, dbURL, total, 0, c.writers, c.size); err != nil {
+				return res, err
+			}
+			pg0 = clusterCPU(pm)
+			if proc, err = startRouter(c, dbURL, name, exchange, profileDir(c, rate, run), c.timeout); err != nil {
+				return res, err
+			}
+		}
+		proc.profile(profileDir(c, rate, run))
+	case poll:
+		if rate == 0 {
+			if _, err := load(ctx, dbURL, total, 0, c.writers, c.size); err != nil {
+				return res, err
+			}
+		}
+		pg0 = clusterCPU(pm)
+		if proc, err = startChild(c, "-role", "poll", "-exchange", exchange, "-pg-url", dbURL); err != nil {
+			return res, err
+		}
+	}
+	defer proc.stop()
+	if rate > 0 {
+		cpu0, pg0 = cpuSeconds(proc.pid()), clusterCPU(pm)
+		if sys != bare {
+			took, err := load(ctx, dbURL, total, rate, c.writers, c.size)
+			if err != nil {
+				return res, err
+			}
+			res.offered = float64(total) / took.Seconds()
+		}
+	}
+	if err := cons.wait(total, c.timeout, res.mode+", "+sys); err != nil {
+		return res, errors.Join(err, proc.failure())
+	}
+	cpu1 := cpuSeconds(proc.pid())
+	if sys != bare {
+		res.pgPerEvent = (clusterCPU(pm) - pg0) * 1e6 / float64(total)
+	}
+	res.cpuPerEvent = (cpu1 - cpu0) * 1e6 / float64(total)
+	res.rss = peakRSS(proc.pid())
+	proc.endProfile()
+	if err := proc.stop(); err != nil {
+		return res, err
+	}
+	cons.mu.Lock()
+	res.recv = append([]int64(nil), cons.recv...)
+	res.lat = append([]int64(nil), cons.lat...)
+	cons.mu.Unlock()
+	sort.Slice(res.lat, func(i, j int) bool { return res.lat[i] < res.lat[j] })
+	// Drain: from the first delivery to the last (the same for every publisher, whatever its startup
+	// costs). Steady: from the first insert to the last delivery.
+	first := res.recv[0]
+	if rate > 0 {
+		for i, r := range res.recv {
+			first = min(first, r-cons.lat[i])
+		}
+	}
+	res.rate = float64(total) / (float64(res.recv[len(res.recv)-1]-first) / 1e9)
+	return res, nil
+}
+
+// insertsOnly runs the load generator at rate with no publisher and measures what PostgreSQL spends.
+func insertsOnly(c config, pg *testenv.Postgres, pm int, res result, name string, rate int) (result, error) {
+	ctx := context.Background()
+	dbURL, err := createDatabase(ctx, pg, name, false)
+	if err != nil {
+		return res, err
+	}
+	defer dropDatabase(pg, name)
+	pg0 := clusterCPU(pm)
+	took, err := load(ctx, dbURL, res.events, rate, c.writers, c.size)
+	if err != nil {
+		return res, err
+	}
+	res.pgPerEvent = (clusterCPU(pm) - pg0) * 1e6 / float64(res.events)
+	res.offered = float64(res.events) / took.Seconds()
+	return res, nil
+}
+
+func profileDir(c config, rate, run int) string {
+	if c.pprofDir == "" || run != 1 {
+		return ""
+	}
+	return filepath.Join(c.pprofDir, strings.ReplaceAll(strings.ReplaceAll(modeName(rate), " ", "-"), "/", "per"))
+}
+
+func declare(url, exchange, queue string) error {
+	conn, err := amqp.Dial(url)
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	ch, err := conn.Channel()
+	if err != nil {
+		return err
+	}
+	// As the router declares its exchange (with an alternate exchange for unroutable events).
+	if err := ch.ExchangeDeclare(exchange, "topic", true, false, false, false, amqp.Table{"alternate-exchange": exchange + ".unroutable"}); err != nil {
+		return fmt.Errorf("declare exchange %s: %w", exchange, err)
+	}
+	if _, err := ch.QueueDeclare(queue, true, false, false, false, nil); err != nil {
+		return fmt.Errorf("declare queue %s: %w", queue, err)
+	}
+	return ch.QueueBind(queue, "#", exchange, false, nil)
+}
+
+func deleteTopology(url, exchange, queue string) {
+	conn, err := amqp.Dial(url)
+	if err != nil {
+		return
+	}
+	defer conn.Close()
+	ch, err := conn.Channel()
+	if err != nil {
+		return
+	}
+	ch.QueueDelete(queue, false, false, false)
+	ch.QueueDelete(exchange+".unroutable", false, false, false)
+	ch.ExchangeDelete(exchange, false, false)
+	ch.ExchangeDelete(exchange+".unroutable", false, false)
+}
+
+// createDatabase creates a database with the router's schema and outbox (migrations.Apply); for the
+// polling publisher also the published_at column it needs and the partial index it polls with.
+func createDatabase(ctx context.Context, pg *testenv.Postgres, name string, polling bool) (string, error) {
+	admin, err := pgx.Connect(ctx, pg.URL("postgres"))
+	if err != nil {
+		return "", err
+	}
+	defer admin.Close(ctx)
+	if _, err := admin.Exec(ctx, "CREATE DATABASE "+name); err != nil {
+		return "", err
+	}
+	url := pg.URL(name)
+	db, err := pgx.Connect(ctx, url)
+	if err != nil {
+		return "", err
+	}
+	defer db.Close(ctx)
+	if err := migrations.Apply(ctx, db, migrations.Config{}); err != nil {
+		return "", err
+	}
+	if polling {
+		if _, err := db.Exec(ctx, `ALTER TABLE outbox ADD COLUMN published_at timestamptz;
+			CREATE INDEX outbox_unpublished ON outbox (occurred_at) WHERE published_at IS NULL`); err != nil {
+			return "", err
+		}
+	}
+	return url, nil
+}
+
+func dropDatabase(pg *testenv.Postgres, name string) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	admin, err := pgx.Connect(ctx, pg.URL("postgres"))
+	if err != nil {
+		return
+	}
+	defer admin.Close(ctx)
+	admin.Exec(ctx, `SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE database = $1`, name)
+	admin.Exec(ctx, "DROP DATABASE "+name+" WITH (FORCE)")
+}
+
+// child is a publisher process: the router, or this program in the bare or poll role.
+type child struct {
+	cmd     *exec.Cmd
+	out     *syncBuffer
+	done    chan struct{}
+	profDir string
+	stopped bool
+}
+
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+func start(cmd *exec.Cmd) (*child, error) {
+	p := &child{cmd: cmd, out: &syncBuffer{}, done: make(chan struct{})}
+	cmd.Stdout, cmd.Stderr = p.out, p.out
+	// A publisher must not outlive the benchmark (interrupted, or killed by a test timeout).
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		return nil, err
+	}
+	go func() { cmd.Wait(); close(p.done) }()
+	return p, nil
+}
+
+func startChild(c config, args ...string) (*child, error) {
+	self, err := os.Executable()
+	if err != nil {
+		return nil, err
+	}
+	return start(exec.Command(self, append(args, "-amqp-url", c.amqpURL, "-size", strconv.Itoa(c.size))...))
+}
+
+// startRouter starts cdc-router and waits until it streams. With profDir, a router built with -tags pprof
+// profiles into it between child.profile and child.endProfile.
+func startRouter(c config, dbURL, slot, exchange, profDir string, timeout time.Duration) (*child, error) {
+	cmd := exec.Command(c.routerBin, "run", "--log-level", "info")
+	cmd.Env = append(os.Environ(), "CDC_ROUTER_PG_URL="+dbURL, "CDC_ROUTER_AMQP_URL="+c.amqpURL,
+		"CDC_ROUTER_SLOT="+slot, "CDC_ROUTER_EXCHANGE="+exchange)
+	if profDir != "" {
+		cmd.Env = append(cmd.Env, "CDC_ROUTER_PROFILE_DIR="+profDir)
+	}
+	p, err := start(cmd)
+	if err != nil {
+		return nil, err
+	}
+	deadline := time.Now().Add(timeout)
+	for !strings.Contains(p.out.String(), "msg=streaming ") {
+		select {
+		case <-p.done:
+			return nil, fmt.Errorf("cdc-router exited before streaming:\n%s", tail(p.out.String()))
+		default:
+		}
+		if time.Now().After(deadline) {
+			p.stop()
+			return nil, fmt.Errorf("cdc-router did not start streaming within %v:\n%s", timeout, tail(p.out.String()))
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	return p, nil
+}
+
+func (p *child) pid() int { return p.cmd.Process.Pid }
+
+// profile starts the router's CPU profile (a router built with -tags pprof; see profile_pprof.go).
+func (p *child) profile(dir string) {
+	if dir == "" {
+		return
+	}
+	os.RemoveAll(dir)
+	p.profDir = dir
+	p.cmd.Process.Signal(syscall.SIGUSR1)
+}
+
+// endProfile stops it and waits until the profiles are written.
+func (p *child) endProfile() {
+	if p.profDir == "" {
+		return
+	}
+	p.cmd.Process.Signal(syscall.SIGUSR2)
+	for i := 0; i < 300; i++ {
+		if _, err := os.Stat(filepath.Join(p.profDir, "done")); err == nil {
+			return
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// stop ends the process with SIGTERM and fails if it exited with an error before.
+func (p *child) stop() error {
+	if p == nil || p.stopped {
+		return nil
+	}
+	p.stopped = true
+	select {
+	case <-p.done:
+		return p.failure()
+	default:
+	}
+	p.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-p.done:
+	case <-time.After(30 * time.Second):
+		p.cmd.Process.Kill()
+		<-p.done
+	}
+	return nil
+}
+
+// failure describes an early exit, with the end of the process's output.
+func (p *child) failure() error {
+	if p == nil {
+		return nil
+	}
+	select {
+	case <-p.done:
+		return fmt.Errorf("%s exited (%v):\n%s", filepath.Base(p.cmd.Path), p.cmd.ProcessState, tail(p.out.String()))
+	default:
+		return nil
+	}
+}
+
+func tail(s string) string {
+	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
+	return strings.Join(lines[max(0, len(lines)-30):], "\n")
+}

@@ -1,0 +1,148 @@
+package main
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+)
+
+func pct(sorted []int64, p float64) int64 {
+	if len(sorted) == 0 {
+		return 0
+	}
+	return sorted[int(p*float64(len(sorted)-1))]
+}
+
+// ms formats nanoseconds as milliseconds with three significant digits or so.
+func ms(ns int64) string {
+	v := float64(ns) / 1e6
+	switch {
+	case v >= 100:
+		return fmt.Sprintf("%.0f", v)
+	case v >= 10:
+		return fmt.Sprintf("%.1f", v)
+	default:
+		return fmt.Sprintf("%.2f", v)
+	}
+}
+
+func pick(rs []result, f func(result) float64) []float64 {
+	v := make([]float64, len(rs))
+	for i, r := range rs {
+		v[i] = f(r)
+	}
+	return v
+}
+
+func median(v []float64) float64 {
+	s := append([]float64(nil), v...)
+	sort.Float64s(s)
+	if len(s) == 0 {
+		return 0
+	}
+	if len(s)%2 == 1 {
+		return s[len(s)/2]
+	}
+	return (s[len(s)/2-1] + s[len(s)/2]) / 2
+}
+
+// table is the Markdown table of medians over the runs. The ratio is each run's rate over the bare
+// publisher's drain rate in the same run, then the median of those.
+func table(c config, modes []int, all map[string][]result) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "| mode | publisher | events | offered/s | events/s | / ceiling | p50 ms | p95 ms | p99 ms | max ms | publisher CPU µs/event | PostgreSQL CPU µs/event | peak RSS MiB |\n")
+	fmt.Fprintf(&b, "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+	ceiling := all[modeName(0)+"/"+bare]
+	for _, rate := range modes {
+		for _, sys := range systemsOf(rate) {
+			rs := all[modeName(rate)+"/"+sys]
+			if sys == inserts {
+				fmt.Fprintf(&b, "| %s | %s | %d | %.0f | – | – | – | – | – | – | – | %.1f | – |\n", modeName(rate), sys, rs[0].events,
+					median(pick(rs, func(r result) float64 { return r.offered })), median(pick(rs, func(r result) float64 { return r.pgPerEvent })))
+				continue
+			}
+			m := func(f func(r result) float64) float64 {
+				v := make([]float64, len(rs))
+				for i, r := range rs {
+					v[i] = f(r)
+				}
+				return median(v)
+			}
+			ratios := make([]float64, len(rs))
+			for i, r := range rs {
+				ratios[i] = r.rate / ceiling[i].rate
+			}
+			ratio := median(ratios)
+			lat := func(p float64) string {
+				return ms(int64(m(func(r result) float64 { return float64(pct(r.lat, p)) })))
+			}
+			pgcpu := "–"
+			if sys != bare {
+				pgcpu = fmt.Sprintf("%.1f", m(func(r result) float64 { return r.pgPerEvent }))
+			}
+			offered := "–"
+			if rate > 0 && sys != bare {
+				offered = fmt.Sprintf("%.0f", m(func(r result) float64 { return r.offered }))
+			}
+			fmt.Fprintf(&b, "| %s | %s | %d | %s | %.0f | %.2f | %s | %s | %s | %s | %.1f | %s | %.1f |\n",
+				modeName(rate), sys, rs[0].events, offered, m(func(r result) float64 { return r.rate }), ratio,
+				lat(0.5), lat(0.95), lat(0.99), lat(1), m(func(r result) float64 { return r.cpuPerEvent }), pgcpu,
+				m(func(r result) float64 { return r.rss }))
+		}
+	}
+	if c.runs > 1 {
+		fmt.Fprintf(&b, "\nMedians of %d runs. ", c.runs)
+	} else {
+		b.WriteString("\nOne run. ")
+	}
+	b.WriteString("offered/s: the commits per second the load generator reached (it aims at the mode's rate; the bare publisher paces itself). inserts only: the load generator with no publisher, so a publisher's cost on PostgreSQL is its figure minus this one. / ceiling: events/s over the bare publisher's drain rate in the same run. Latency: insert (or, for the bare publisher, publish) to consumer; in the drain it is the age of the backlog.\n")
+	return b.String()
+}
+
+var colors = map[string]string{bare: "#888888", router: "#1f77b4", poll: "#d62728"}
+
+// writePlots writes, from one run, the latency CDF of each steady rate and the drain's throughput over time.
+func writePlots(dir string, rs []result, rates []int) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	for _, rate := range rates {
+		p := plot{title: fmt.Sprintf("Insert-to-consumer latency at %d events/s", rate),
+			xlabel: "latency, ms (log scale)", ylabel: "fraction of events at or below", logX: true}
+		for _, r := range rs {
+			if r.mode != modeName(rate) || r.system == inserts {
+				continue
+			}
+			s := series{name: r.system, color: colors[r.system]}
+			n := len(r.lat)
+			for i := 0; i < 500 && n > 0; i++ {
+				j := i * (n - 1) / 499
+				s.x, s.y = append(s.x, float64(r.lat[j])/1e6), append(s.y, float64(j+1)/float64(n))
+			}
+			p.lines = append(p.lines, s)
+		}
+		if err := p.write(filepath.Join(dir, fmt.Sprintf("latency-cdf-%d.svg", rate))); err != nil {
+			return err
+		}
+	}
+	p := plot{title: "Backlog drain: throughput over time", xlabel: "seconds since the first delivery", ylabel: "events/s (250 ms bins)"}
+	for _, r := range rs {
+		if r.mode != modeName(0) || len(r.recv) == 0 {
+			continue
+		}
+		const bin = 250e6
+		first := r.recv[0]
+		counts := make([]float64, int((r.recv[len(r.recv)-1]-first)/bin)+1)
+		for _, t := range r.recv {
+			counts[int((t-first)/bin)]++
+		}
+		s := series{name: r.system, color: colors[r.system]}
+		for i, c := range counts {
+			s.x, s.y = append(s.x, float64(i)*bin/1e9, float64(i+1)*bin/1e9), append(s.y, c*1e9/bin, c*1e9/bin)
+		}
+		p.lines = append(p.lines, s)
+	}
+	return p.write(filepath.Join(dir, "drain-throughput.svg"))
+}
