@@ -80,6 +80,18 @@ func (s *Store) SaveIdle(ctx context.Context, p Position) error {
 	return s.Save(ctx, p, true)
 }
 
+// Due reports whether Save (SaveIdle when idle) would write p now, so that a caller can skip preparing the
+// write (a context with a deadline) on the many calls that write nothing.
+func (s *Store) Due(p Position, force, idle bool) bool {
+	if idle && !force {
+		if time.Since(s.lastWrite) < s.idle {
+			return false
+		}
+		force = true
+	}
+	return p.LSN != 0 && p.LSN > s.saved && (force || time.Since(s.lastWrite) >= s.interval)
+}
+
 // Save stores p when its LSN moved and at least the interval passed since the last write, or at once when
 // force is set (shutdown). The stored LSN never goes back.
 func (s *Store) Save(ctx context.Context, p Position, force bool) error {

@@ -7,6 +7,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/cdc-router/cdc-router/internal/cdc"
 	"github.com/cdc-router/cdc-router/internal/testenv"
 	"github.com/cdc-router/cdc-router/migrations"
 )
@@ -47,5 +48,33 @@ func TestStoreBatchesAndNeverGoesBack(t *testing.T) {
 	p, _, _ = NewStore(c, "cdc_router", "slot_a", 0).Load(ctx)
 	if p.LSN != 200 {
 		t.Fatalf("stored LSN = %v after an older save, want 0/C8", p.LSN)
+	}
+}
+
+// TestDueAgreesWithSave: Due says "write" exactly when Save (SaveIdle when idle) would write, so a caller
+// that skips Save on !Due never skips a write.
+func TestDueAgreesWithSave(t *testing.T) {
+	now := time.Now()
+	tests := []struct {
+		name               string
+		saved, lsn         uint64
+		sinceWrite         time.Duration
+		force, idle, wants bool
+	}{
+		{name: "nothing yet", lsn: 0, sinceWrite: time.Hour, force: true},
+		{name: "not moved", saved: 100, lsn: 100, sinceWrite: time.Hour, force: true},
+		{name: "went back", saved: 100, lsn: 50, sinceWrite: time.Hour, force: true},
+		{name: "moved, interval not passed", saved: 100, lsn: 200, sinceWrite: 10 * time.Millisecond},
+		{name: "moved, interval passed", saved: 100, lsn: 200, sinceWrite: 2 * time.Second, wants: true},
+		{name: "moved, forced", saved: 100, lsn: 200, sinceWrite: 0, force: true, wants: true},
+		{name: "idle, idle interval not passed", saved: 100, lsn: 200, sinceWrite: 2 * time.Second, idle: true},
+		{name: "idle, idle interval passed", saved: 100, lsn: 200, sinceWrite: 2 * time.Minute, idle: true, wants: true},
+		{name: "idle but forced", saved: 100, lsn: 200, sinceWrite: 0, idle: true, force: true, wants: true},
+	}
+	for _, tt := range tests {
+		s := &Store{interval: time.Second, idle: time.Minute, saved: cdc.LSN(tt.saved), lastWrite: now.Add(-tt.sinceWrite)}
+		if got := s.Due(Position{LSN: cdc.LSN(tt.lsn)}, tt.force, tt.idle); got != tt.wants {
+			t.Errorf("%s: Due = %v, want %v", tt.name, got, tt.wants)
+		}
 	}
 }

@@ -67,6 +67,15 @@ type session struct {
 	slot    slotWatch    // reads the slot's health for the metrics and the readiness check
 	flight  *flight      // the events handed to the publisher and not yet confirmed
 	pending []pendingTxn // received transactions with events, not yet acknowledged, in commit order
+	recv    receiveCtx   // the context receive waits with, shared by consecutive reads (receiveContext)
+}
+
+// receiveCtx is a context for ReceiveMessage with its parent and deadline.
+type receiveCtx struct {
+	ctx    context.Context
+	cancel context.CancelFunc
+	parent context.Context
+	end    time.Time
 }
 
 // pendingTxn is a received transaction with events that is not acknowledged yet: the replication lag in
@@ -84,6 +93,7 @@ func (s *session) stream() error {
 		if s.pubCancel != nil {
 			s.pubCancel()
 		}
+		s.releaseReceive()
 	}()
 	for {
 		by := s.stop.readBy()
@@ -126,9 +136,7 @@ func (s *session) receive() error {
 	if s.ctx.Err() != nil {
 		parent = context.Background() // stopping: read on to the commit
 	}
-	rctx, cancel := context.WithTimeout(parent, wait)
-	msg, err := s.conn.ReceiveMessage(rctx)
-	cancel()
+	msg, err := s.conn.ReceiveMessage(s.receiveContext(parent, wait))
 	if err != nil {
 		if errors.Is(err, context.Canceled) && s.ctx.Err() != nil {
 			return nil // the stop request: the loop takes it from here
@@ -152,6 +160,27 @@ func (s *session) receive() error {
 	default:
 		return fmt.Errorf("unexpected message %T on the replication connection", msg)
 	}
+}
+
+// receiveContext returns a context that ends at most wait from now. It is the previous call's while that
+// one derives from the same parent and ends after now and no later than now+wait: a stream of messages
+// then shares one context and timer instead of building one per message. releaseReceive cancels it.
+func (s *session) receiveContext(parent context.Context, wait time.Duration) context.Context {
+	now := time.Now()
+	if s.recv.ctx != nil && s.recv.parent == parent && s.recv.end.After(now) && !s.recv.end.After(now.Add(wait)) {
+		return s.recv.ctx
+	}
+	s.releaseReceive()
+	s.recv.parent, s.recv.end = parent, now.Add(wait)
+	s.recv.ctx, s.recv.cancel = context.WithDeadline(parent, s.recv.end)
+	return s.recv.ctx
+}
+
+func (s *session) releaseReceive() {
+	if s.recv.cancel != nil {
+		s.recv.cancel()
+	}
+	s.recv = receiveCtx{}
 }
 
 func (s *session) copyData(data []byte) error {
@@ -213,17 +242,21 @@ func (s *session) status(force bool) error {
 }
 
 func (s *session) save(force bool) error {
+	p := offsets.Position{LSN: s.tracker.Watermark(), SystemID: s.sys.SystemID, Timeline: s.sys.Timeline}
+	// No transaction with an event ended since the last write: the advance is the keepalives' (or, before
+	// PostgreSQL 15, empty transactions') alone, and on an idle database that WAL is mostly the router's
+	// own last write.
+	idle := !force && s.lastEventEnd <= s.store.Saved()
+	if !s.store.Due(p, force, idle) {
+		return nil // called at every message: most calls write nothing, and need no context
+	}
 	end := s.stop.end()
 	if end.IsZero() {
 		end = time.Now().Add(10 * time.Second)
 	}
 	ctx, cancel := context.WithDeadline(context.Background(), end)
 	defer cancel()
-	p := offsets.Position{LSN: s.tracker.Watermark(), SystemID: s.sys.SystemID, Timeline: s.sys.Timeline}
-	if !force && s.lastEventEnd <= s.store.Saved() {
-		// No transaction with an event ended since the last write: the advance is the keepalives' (or, before
-		// PostgreSQL 15, empty transactions') alone, and on an idle database that WAL is mostly the router's
-		// own last write.
+	if idle {
 		return s.store.SaveIdle(ctx, p)
 	}
 	return s.store.Save(ctx, p, force)

@@ -90,8 +90,12 @@ func assemble(ev cdc.Event, h amqp.Table) (string, amqp.Publishing) {
 // float64 → its JSON text), boolean → bool, object or array → its compact JSON text, null → left out.
 // For a repeated key the last value wins, as in encoding/json.
 func userHeaders(raw []byte) (amqp.Table, error) {
-	if len(bytes.TrimSpace(raw)) == 0 {
+	raw = bytes.TrimSpace(raw)
+	if len(raw) == 0 {
 		return nil, nil
+	}
+	if len(raw) == 2 && raw[0] == '{' && raw[1] == '}' { // the column's default, on most rows: no decoder
+		return make(amqp.Table, 6), nil
 	}
 	dec := json.NewDecoder(bytes.NewReader(raw))
 	dec.UseNumber()

@@ -110,6 +110,10 @@ func TestUserHeaders(t *testing.T) {
 		{in: "", want: nil},
 		{in: "  \n", want: nil},
 		{in: "{}", want: amqp.Table{}},
+		{in: " {} \n", want: amqp.Table{}},
+		{in: "{ }", want: amqp.Table{}},
+		{in: "{}}", wantErr: true},
+		{in: "{}{}", wantErr: true},
 		{in: `{"s":"x"}`, want: amqp.Table{"s": "x"}},
 		{in: `{"i":42}`, want: amqp.Table{"i": int64(42)}},
 		{in: `{"i":-0}`, want: amqp.Table{"i": int64(0)}},
@@ -219,6 +223,18 @@ func FuzzHeaders(f *testing.F) {
 			}
 		}
 	})
+}
+
+// BenchmarkMessageDefaultHeaders: the headers column's default ({}), most rows' case.
+func BenchmarkMessageDefaultHeaders(b *testing.B) {
+	ev := sampleEvent()
+	ev.Headers = []byte(`{}`)
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, _, err := build(ev); err != nil {
+			b.Fatal(err)
+		}
+	}
 }
 
 func BenchmarkMessage(b *testing.B) {
