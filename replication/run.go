@@ -181,7 +181,8 @@ func runOnce(ctx context.Context, cfg Config, dial Dialer, log *slog.Logger, sta
 	if !mine {
 		return false, fmt.Errorf("another router holds slot %s (it may be copying the initial snapshot): %w", cfg.Slot, errSlotBusy)
 	}
-	mcfg := migrations.Config{Table: cfg.Table, Publication: cfg.Publication, Schema: cfg.Schema, Mapping: cfg.Decode.Mapping}
+	mcfg := migrations.Config{Table: cfg.Table, Publication: cfg.Publication, Schema: cfg.Schema, Mapping: cfg.Decode.Mapping,
+		MoreTables: cfg.Decode.MoreTables}
 	if err := migrations.Check(ctx, sql, mcfg); err != nil {
 		return false, withBackfillHint(ctx, sql, cfg, err)
 	}

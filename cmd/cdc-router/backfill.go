@@ -28,6 +28,9 @@ func runBackfill(ctx context.Context, args []string, env func(string) string, st
 	if err := requireURL(pg); err != nil {
 		return err
 	}
+	if err := pg.oneTable("backfill"); err != nil {
+		return err
+	}
 	if *where == "" {
 		return usageError{fmt.Errorf("--where is required: say which rows to publish again (use --where true for all)")}
 	}

@@ -1,0 +1,223 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// twoOutboxes is a streaming test world with a second native outbox, public.outbox_b, made like the first
+// (LIKE … INCLUDING ALL keeps the defaults, NOT NULLs and the unique key). When published, it is added to
+// the router's publication.
+func twoOutboxes(t *testing.T, published bool) *env {
+	t.Helper()
+	e := newStreamEnv(t)
+	e.exec(`CREATE TABLE outbox_b (LIKE outbox INCLUDING ALL)`)
+	if published {
+		e.exec(`ALTER PUBLICATION cdc_router_outbox ADD TABLE outbox_b`)
+	}
+	return e
+}
+
+// insertVersioned inserts a native outbox row of aggregate agg with version v into table, in tx, and
+// returns its id.
+func insertVersioned(t *testing.T, tx pgx.Tx, table, agg string, v int) string {
+	t.Helper()
+	id := uuid()
+	_, err := tx.Exec(context.Background(), `INSERT INTO `+table+` (id, aggregate_type, aggregate_id, aggregate_version,
+		event_type, payload) VALUES ($1, 'order', $2, $3, 'created', jsonb_build_object('table', $4::text))`, id, agg, v, table)
+	if err != nil {
+		t.Fatalf("insert into %s: %v", table, err)
+	}
+	return id
+}
+
+// written is one row a test wrote: its event id and the aggregate (ordering key) it belongs to.
+type written struct{ key, id string }
+
+// inCommitOrder waits until the consumer holds the events of want and checks that each arrived exactly
+// once, nothing else arrived, and the events of each aggregate arrived in the order written (the router's
+// order guarantee is per aggregate: other aggregates may pass a held one).
+func inCommitOrder(t *testing.T, c *consumer, want []written) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for len(c.snapshot()) < len(want) && time.Now().Before(deadline) {
+		time.Sleep(50 * time.Millisecond)
+	}
+	time.Sleep(300 * time.Millisecond) // anything beyond want would arrive now
+	keyOf := map[string]string{}
+	wantByKey := map[string][]string{}
+	for _, w := range want {
+		keyOf[w.id] = w.key
+		wantByKey[w.key] = append(wantByKey[w.key], w.id)
+	}
+	gotByKey := map[string][]string{}
+	got := c.snapshot()
+	for _, d := range got {
+		key, ok := keyOf[d.msg.MessageId]
+		if !ok {
+			t.Errorf("message %s was never written", d.msg.MessageId)
+		}
+		gotByKey[key] = append(gotByKey[key], d.msg.MessageId)
+	}
+	if len(got) != len(want) {
+		t.Errorf("%d messages, want %d", len(got), len(want))
+	}
+	for key, ids := range wantByKey {
+		if strings.Join(gotByKey[key], " ") != strings.Join(ids, " ") {
+			t.Errorf("aggregate %s: delivered\n%s\nwant in commit order\n%s", key, strings.Join(gotByKey[key], "\n"),
+				strings.Join(ids, "\n"))
+		}
+	}
+}
+
+// TestTwoNativeOutboxesInCommitOrder: one router reads two native outbox tables of one publication; the
+// rows of both, written in one transaction and in alternating transactions, all arrive once, and the
+// events of an aggregate written to both tables arrive in commit order.
+func TestTwoNativeOutboxesInCommitOrder(t *testing.T) {
+	e := twoOutboxes(t, true)
+	c := e.consume(e.queue)
+	e.startStreaming("--table", "public.outbox,public.outbox_b", "--snapshot", "never")
+	ctx := context.Background()
+	var want []written
+	v := 0
+	// One transaction writing both tables, interleaved.
+	err := pgx.BeginFunc(ctx, e.db, func(tx pgx.Tx) error {
+		for i := range 6 {
+			table := []string{"outbox", "outbox_b"}[i%2]
+			v++
+			want = append(want, written{"agg-1", insertVersioned(t, tx, table, "agg-1", v)})
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Alternating transactions, one table each, of two aggregates that both tables carry.
+	for i := range 12 {
+		table := []string{"outbox_b", "outbox"}[i%2]
+		agg := fmt.Sprintf("agg-%d", 2+i/2%2)
+		err := pgx.BeginFunc(ctx, e.db, func(tx pgx.Tx) error {
+			v++
+			want = append(want, written{agg, insertVersioned(t, tx, table, agg, v)})
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	inCommitOrder(t, c, want)
+}
+
+// TestNativeAndMappedOutboxInOneRouter: a native outbox and a Debezium-shaped one (mapped by a --config
+// file that names its table) stream through one router, written in one transaction: every row arrives
+// once, each message shaped by its own table's rules, each aggregate's events in commit order.
+func TestNativeAndMappedOutboxInOneRouter(t *testing.T) {
+	e := newStreamEnv(t)
+	e.exec(debeziumTable)
+	e.exec(`ALTER PUBLICATION cdc_router_outbox ADD TABLE dbz_outbox`)
+	c := e.consume(e.queue)
+	config := writeConfig(t, "table=public.dbz_outbox\nroute.topic.replacement=dbz.${routedByValue}\n")
+	e.startStreaming("--table", "public.outbox", "--table", "public.dbz_outbox", "--config", config,
+		"--snapshot", "never")
+	ctx := context.Background()
+	var want []written
+	mapped := map[string]bool{}
+	err := pgx.BeginFunc(ctx, e.db, func(tx pgx.Tx) error {
+		for i := range 8 {
+			if i%2 == 0 {
+				want = append(want, written{"agg-n", insertVersioned(t, tx, "outbox", "agg-n", i+1)})
+				continue
+			}
+			id := uuid()
+			if _, err := tx.Exec(ctx, `INSERT INTO dbz_outbox (id, aggregatetype, aggregateid, type, payload)
+				VALUES ($1, 'customer', 'c-1', 'CustomerCreated', '{"name": "x"}')`, id); err != nil {
+				return err
+			}
+			want, mapped[id] = append(want, written{"c-1", id}), true
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	inCommitOrder(t, c, want)
+	for _, d := range c.snapshot() {
+		switch {
+		case mapped[d.msg.MessageId] && d.msg.RoutingKey != "dbz.customer":
+			t.Errorf("mapped row %s: routing key %q, want dbz.customer (its file's route.topic.replacement)", d.msg.MessageId, d.msg.RoutingKey)
+		case mapped[d.msg.MessageId] && string(d.msg.Body) != `{"name": "x"}`:
+			t.Errorf("mapped row %s: body %s, want the payload column", d.msg.MessageId, d.msg.Body)
+		case !mapped[d.msg.MessageId] && d.msg.Headers["aggregate_version"] == nil:
+			t.Errorf("native row %s: no aggregate_version header (headers %v): read with the mapping?", d.msg.MessageId, d.msg.Headers)
+		case !mapped[d.msg.MessageId] && strings.HasPrefix(d.msg.RoutingKey, "dbz."):
+			t.Errorf("native row %s: routing key %q comes from the other table's mapping", d.msg.MessageId, d.msg.RoutingKey)
+		}
+	}
+}
+
+// TestSetupCheckNamesTablesMissingFromThePublication: a second outbox not in the publication is refused at
+// start with the ALTER PUBLICATION that adds it; once added, the router streams.
+func TestSetupCheckNamesTablesMissingFromThePublication(t *testing.T) {
+	e := twoOutboxes(t, false)
+	r := e.start("", "--table", "public.outbox,public.outbox_b", "--snapshot", "never")
+	r.expectExit(30*time.Second, `publication "cdc_router_outbox" does not contain public.outbox_b`,
+		`ALTER PUBLICATION "cdc_router_outbox" ADD TABLE "public"."outbox_b"`)
+	e.exec(`ALTER PUBLICATION cdc_router_outbox ADD TABLE outbox_b`)
+	e.startStreaming("--table", "public.outbox,public.outbox_b", "--snapshot", "never")
+}
+
+// TestSetupCheckRefusesAnotherTableBesideSeveralOutboxes: a publication carrying a table that is none of
+// the configured outboxes is refused, naming that table only.
+func TestSetupCheckRefusesAnotherTableBesideSeveralOutboxes(t *testing.T) {
+	e := twoOutboxes(t, true)
+	e.exec(`ALTER PUBLICATION cdc_router_outbox ADD TABLE other`)
+	r := e.start("", "--table", "public.outbox,public.outbox_b", "--snapshot", "never")
+	r.expectExit(30*time.Second, `also publishes public.other,`, `DROP TABLE "public"."other"`)
+	if strings.Contains(r.Output(), "also publishes public.outbox_b") {
+		t.Error("the check counts the second outbox as another table")
+	}
+}
+
+// TestUnconfiguredTableIsDriftBesideSeveralOutboxes: a row of a table that joins the publication while
+// the router streams two outboxes is refused before anything of it is published, naming both outboxes.
+func TestUnconfiguredTableIsDriftBesideSeveralOutboxes(t *testing.T) {
+	e := twoOutboxes(t, true)
+	c := e.consume(e.queue)
+	r := e.startStreaming("--table", "public.outbox,public.outbox_b", "--snapshot", "never")
+	first := e.insertOne("outbox_b", "before")
+	c.waitFor(t, []row{{id: first}}, 30*time.Second)
+	e.exec(`ALTER PUBLICATION cdc_router_outbox ADD TABLE other`)
+	e.exec(`INSERT INTO other (note) VALUES ('not an event')`)
+	r.expectExit(30*time.Second, "into public.other because table public.other is in the publication but is not one of "+
+		"the outbox tables public.outbox, public.outbox_b")
+	if n := len(c.snapshot()); n != 1 {
+		t.Fatalf("%d messages, want only the outbox_b row", n)
+	}
+}
+
+// TestSeveralTablesCommandLine: the command-line mistakes with several tables get one message naming the fix.
+func TestSeveralTablesCommandLine(t *testing.T) {
+	e := newEnv(t)
+	unnamed := writeConfig(t, "route.by.field=aggregatetype\n")
+	elsewhere := writeConfig(t, "table=public.elsewhere\n")
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"run", "--table", "a,b"}, "--table names 2 tables, which needs --snapshot never"},
+		{[]string{"run", "--table", "a,b", "--snapshot", "never", "--config", unnamed}, "names no table, and --table names 2: add a line table=<schema.table>"},
+		{[]string{"run", "--table", "a,b", "--snapshot", "never", "--config", elsewhere}, "maps table public.elsewhere, which --table does not name"},
+		{[]string{"run", "--table", "a,public.a", "--snapshot", "never"}, "table public.a is named twice"},
+		{[]string{"migrate", "--table", "a", "--table", "b"}, "`cdc-router migrate` works on one outbox table: run it once per table"},
+	} {
+		out, code := e.cli(c.args...)
+		if code != 2 || !strings.Contains(out, c.want) {
+			t.Errorf("%s: exit %d, output %q; want exit 2 and %q", strings.Join(c.args, " "), code, out, c.want)
+		}
+	}
+}
