@@ -291,11 +291,6 @@ func runRun(ctx context.Context, args []string, env func(string) string, stdout,
 	if err != nil {
 		return err
 	}
-	if len(tables) > 1 && *snap != "never" {
-		return usageError{fmt.Errorf("--table names %d tables, which needs --snapshot never: the initial snapshot copies "+
-			"one table, so with several the rows already in them are left to the publisher they were written for "+
-			"(docs/migrating-from-polling.md)", len(tables))}
-	}
 	if len(tables) > 1 && *shard != "" {
 		return usageError{fmt.Errorf("--table names %d tables, which cannot be combined with --shard: a shard's "+
 			"publication filters one table; run one router per table", len(tables))}
