@@ -310,3 +310,28 @@ func TestSnapshotOfTwoOutboxesResumesPerTable(t *testing.T) {
 			"confirmed at the kill: a resume, not a start over)", dupsA, dupsB, doneAtKill)
 	}
 }
+
+// TestSecondOutboxDroppedFromThePublicationIsNoticed: the check that runs while streaming watches every
+// outbox table, not only the first: the second one dropped from the publication makes the router unready
+// and is logged with that table's ALTER PUBLICATION and the backfill naming --table.
+func TestSecondOutboxDroppedFromThePublicationIsNoticed(t *testing.T) {
+	e := twoOutboxes(t, true)
+	addr := freeAddr(t)
+	r := e.startStreaming("--table", "public.outbox,public.outbox_b", "--snapshot", "never", "--http-addr", addr,
+		"--publication-check-interval", "500ms")
+	time.Sleep(time.Second) // at least one check sees both tables in the publication
+	if code, _ := get(t, "http://"+addr+"/readyz"); code != 200 {
+		t.Fatalf("/readyz = %d while streaming", code)
+	}
+	e.exec(`ALTER PUBLICATION cdc_router_outbox DROP TABLE outbox_b`)
+	r.waitLog("no longer streamed", 10*time.Second)
+	for _, want := range []string{`does not contain the outbox table public.outbox_b`,
+		`ADD TABLE \"public\".\"outbox_b\"`, "backfill --table <that table> --where"} {
+		if !strings.Contains(r.Output(), want) {
+			t.Errorf("the router's log lacks %q:\n%s", want, tail(r.Output(), 5))
+		}
+	}
+	if code, body := get(t, "http://"+addr+"/readyz"); code != 503 || !strings.Contains(body, "outbox_b") {
+		t.Errorf("/readyz = %d %s, want 503 naming outbox_b", code, body)
+	}
+}
