@@ -54,7 +54,8 @@ func TestDecodeSeveralOutboxTables(t *testing.T) {
 		{0x100, encBegin(0x200, 7)}, {0x110, encInsert(other, outboxRow(id1, "1")...)}})
 	var drift *DriftError
 	if !errors.As(err, &drift) || !strings.Contains(err.Error(), "is not one of the outbox tables public.outbox, public.outbox_b, public.dbz") ||
-		drift.Outbox != "public.outbox, public.outbox_b, public.dbz" {
+		drift.Outbox != "public.outbox, public.outbox_b, public.dbz" ||
+		!strings.Contains(err.Error(), "put public.other in its place in --table") {
 		t.Fatalf("insert into another table: %v, want a DriftError naming the three outbox tables", err)
 	}
 }
