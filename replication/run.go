@@ -322,9 +322,13 @@ func initialJobs(ctx context.Context, cfg Config, sql *pgx.Conn, start cdc.LSN, 
 		delete(byName, cfg.initialName(t))
 		switch {
 		case ok && !job.Done() && cfg.Snapshot != "initial":
-			return nil, false, fatalf("the initial snapshot of %s (slot %s) is unfinished (%d of %d rows): streaming now would "+
-				"never publish the rest; start with --snapshot=initial to finish it, or run `cdc-router reset --slot %s` to "+
-				"start over", t, cfg.Slot, job.RowsDone, job.RowsTotal, cfg.Slot)
+			what := "slot " + cfg.Slot
+			if len(cfg.Decode.MoreTables) > 0 {
+				what = t + " (slot " + cfg.Slot + ")"
+			}
+			return nil, false, fatalf("the initial snapshot of %s is unfinished (%d of %d rows): streaming now would never "+
+				"publish the rest; start with --snapshot=initial to finish it, or run `cdc-router reset --slot %s` to start over",
+				what, job.RowsDone, job.RowsTotal, cfg.Slot)
 		case ok && !job.Done():
 			todo = append(todo, initialJob{t, job})
 		}
