@@ -210,9 +210,16 @@ func checkColumnList(ctx context.Context, conn *pgx.Conn, cfg Config) error {
 	if filter != nil {
 		where = " WHERE (" + *filter + ")"
 	}
+	pub := pgx.Identifier{cfg.Publication}.Sanitize()
+	fix := fmt.Sprintf("ALTER PUBLICATION %s SET TABLE %s%s", pub, ident.Sanitize(), where)
+	if len(cfg.MoreTables) > 0 {
+		// SET TABLE would drop the other outbox tables: replace this one alone, atomically.
+		fix = fmt.Sprintf("BEGIN; ALTER PUBLICATION %[1]s DROP TABLE %[2]s; ALTER PUBLICATION %[1]s ADD TABLE %[2]s%[3]s; COMMIT;",
+			pub, ident.Sanitize(), where)
+	}
 	return problemf("publication %q publishes only the columns %s of %s, so the router would never see %s: run "+
-		"ALTER PUBLICATION %s SET TABLE %s%s to publish every column", cfg.Publication, strings.Join(published, ", "),
-		cfg.Table, strings.Join(missing, ", "), pgx.Identifier{cfg.Publication}.Sanitize(), ident.Sanitize(), where)
+		"%s to publish every column", cfg.Publication, strings.Join(published, ", "),
+		cfg.Table, strings.Join(missing, ", "), fix)
 }
 
 // wrapErr wraps a non-nil err with what was being done.
