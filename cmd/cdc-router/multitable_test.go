@@ -316,6 +316,14 @@ func TestSnapshotOfTwoOutboxesResumesPerTable(t *testing.T) {
 		t.Errorf("%d duplicates of the first table (want none: it was done), %d of the second (want fewer than the %d "+
 			"confirmed at the kill: a resume, not a start over)", dupsA, dupsB, doneAtKill)
 	}
+	r2.signal(syscall.SIGTERM)
+	r2.wait(30 * time.Second)
+	if out, code := e.cli("reset", "--slot", e.slot); code != 0 {
+		t.Fatalf("reset: exit %d: %s", code, out)
+	}
+	if n := e.scalar(`SELECT count(*)::text FROM cdc_router.snapshots WHERE name LIKE 'initial:' || $1 || '%'`, e.slot); n != "0" {
+		t.Errorf("reset left %s of the slot's snapshot jobs", n)
+	}
 }
 
 // TestSecondOutboxDroppedFromThePublicationIsNoticed: the check that runs while streaming watches every
