@@ -210,7 +210,7 @@ func TestSeveralTablesCommandLine(t *testing.T) {
 		args []string
 		want string
 	}{
-		{[]string{"run", "--table", "a,b"}, "--table names 2 tables, which needs --snapshot never"},
+		{[]string{"run", "--table", "a,b", "--shard", "0/2"}, "--table names 2 tables, which cannot be combined with --shard"},
 		{[]string{"run", "--table", "a,b", "--snapshot", "never", "--config", unnamed}, "names no table, and --table names 2: add a line table=<schema.table>"},
 		{[]string{"run", "--table", "a,b", "--snapshot", "never", "--config", elsewhere}, "maps table public.elsewhere, which --table does not name"},
 		{[]string{"run", "--table", "a,public.a", "--snapshot", "never"}, "table public.a is named twice"},
