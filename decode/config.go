@@ -49,7 +49,7 @@ type Config struct {
 	Mapping *Mapping
 	// Publication is the publication's name, used only to word the fix in a *DriftError; optional.
 	Publication string
-	// MoreTables are the further outbox tables of a router that reads several (run --table a,b), each
+	// MoreTables are the further outbox tables of a router that reads several (run --table a --table b), each
 	// with its own Mapping (nil: the native shape). An insert into any of Table and MoreTables is an
 	// event; an insert into another relation is drift. Events keep WAL order across the tables.
 	MoreTables []Outbox

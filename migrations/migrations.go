@@ -40,7 +40,7 @@ type Config struct {
 	// Mapping, when set (run --config), makes Check accept the outbox shape it reads instead of the native
 	// one; nil checks the native shape.
 	Mapping *decode.Mapping
-	// MoreTables are the further outbox tables of a router that reads several (run --table a,b): Check
+	// MoreTables are the further outbox tables of a router that reads several (run --table a --table b): Check
 	// checks each like Table (with its own Mapping) and wants all of them, and no other table, in the
 	// publication. Apply and the shard functions ignore them.
 	MoreTables []decode.Outbox

@@ -82,7 +82,7 @@ func inCommitOrder(t *testing.T, c *consumer, want []written) {
 func TestTwoNativeOutboxesInCommitOrder(t *testing.T) {
 	e := twoOutboxes(t, true)
 	c := e.consume(e.queue)
-	e.startStreaming("--table", "public.outbox,public.outbox_b", "--snapshot", "never")
+	e.startStreaming("--table", "public.outbox", "--table", "public.outbox_b", "--snapshot", "never")
 	ctx := context.Background()
 	var want []written
 	v := 0
@@ -165,11 +165,11 @@ func TestNativeAndMappedOutboxInOneRouter(t *testing.T) {
 // start with the ALTER PUBLICATION that adds it; once added, the router streams.
 func TestSetupCheckNamesTablesMissingFromThePublication(t *testing.T) {
 	e := twoOutboxes(t, false)
-	r := e.start("", "--table", "public.outbox,public.outbox_b", "--snapshot", "never")
+	r := e.start("", "--table", "public.outbox", "--table", "public.outbox_b", "--snapshot", "never")
 	r.expectExit(30*time.Second, `publication "cdc_router_outbox" does not contain public.outbox_b`,
 		`ALTER PUBLICATION "cdc_router_outbox" ADD TABLE "public"."outbox_b"`)
 	e.exec(`ALTER PUBLICATION cdc_router_outbox ADD TABLE outbox_b`)
-	e.startStreaming("--table", "public.outbox,public.outbox_b", "--snapshot", "never")
+	e.startStreaming("--table", "public.outbox", "--table", "public.outbox_b", "--snapshot", "never")
 }
 
 // TestSetupCheckRefusesAnotherTableBesideSeveralOutboxes: a publication carrying a table that is none of
@@ -177,7 +177,7 @@ func TestSetupCheckNamesTablesMissingFromThePublication(t *testing.T) {
 func TestSetupCheckRefusesAnotherTableBesideSeveralOutboxes(t *testing.T) {
 	e := twoOutboxes(t, true)
 	e.exec(`ALTER PUBLICATION cdc_router_outbox ADD TABLE other`)
-	r := e.start("", "--table", "public.outbox,public.outbox_b", "--snapshot", "never")
+	r := e.start("", "--table", "public.outbox", "--table", "public.outbox_b", "--snapshot", "never")
 	r.expectExit(30*time.Second, `also publishes public.other,`, `DROP TABLE "public"."other"`)
 	if strings.Contains(r.Output(), "also publishes public.outbox_b") {
 		t.Error("the check counts the second outbox as another table")
@@ -189,7 +189,7 @@ func TestSetupCheckRefusesAnotherTableBesideSeveralOutboxes(t *testing.T) {
 func TestUnconfiguredTableIsDriftBesideSeveralOutboxes(t *testing.T) {
 	e := twoOutboxes(t, true)
 	c := e.consume(e.queue)
-	r := e.startStreaming("--table", "public.outbox,public.outbox_b", "--snapshot", "never")
+	r := e.startStreaming("--table", "public.outbox", "--table", "public.outbox_b", "--snapshot", "never")
 	first := e.insertOne("outbox_b", "before")
 	c.waitFor(t, []row{{id: first}}, 30*time.Second)
 	e.exec(`ALTER PUBLICATION cdc_router_outbox ADD TABLE other`)
@@ -210,11 +210,12 @@ func TestSeveralTablesCommandLine(t *testing.T) {
 		args []string
 		want string
 	}{
-		{[]string{"run", "--table", "a,b", "--shard", "0/2"}, "--table names 2 tables, which cannot be combined with --shard"},
-		{[]string{"run", "--table", "a,b", "--snapshot", "never", "--config", unnamed}, "names no table, and --table names 2: add a line table=<schema.table>"},
-		{[]string{"run", "--table", "a,b", "--snapshot", "never", "--config", elsewhere}, "maps table public.elsewhere, which --table does not name"},
-		{[]string{"run", "--table", "a,public.a", "--snapshot", "never"}, "table public.a is named twice"},
+		{[]string{"run", "--table", "a", "--table", "b", "--shard", "0/2"}, "--table names 2 tables, which cannot be combined with --shard"},
+		{[]string{"run", "--table", "a", "--table", "b", "--snapshot", "never", "--config", unnamed}, "names no table, and --table names 2: add a line table=<schema.table>"},
+		{[]string{"run", "--table", "a", "--table", "b", "--snapshot", "never", "--config", elsewhere}, "maps table public.elsewhere, which --table does not name"},
+		{[]string{"run", "--table", "a", "--table", "public.a", "--snapshot", "never"}, "table public.a is named twice"},
 		{[]string{"migrate", "--table", "a", "--table", "b"}, "`cdc-router migrate` works on one outbox table: run it once per table"},
+		{[]string{"status", "--table", "a", "--table", "b"}, "`cdc-router status` works on one outbox table"},
 	} {
 		out, code := e.cli(c.args...)
 		if code != 2 || !strings.Contains(out, c.want) {
@@ -249,8 +250,8 @@ func TestSnapshotOfTwoOutboxesResumesPerTable(t *testing.T) {
 	e := twoOutboxes(t, true)
 	c := e.consume(e.queue)
 	first, second := e.fillOutbox("outbox", 10_000), e.fillOutbox("outbox_b", 40_000)
-	tables := "public.outbox,public.outbox_b"
-	r := e.start("", "--table", tables)
+	tables := []string{"--table", "public.outbox", "--table", "public.outbox_b"}
+	r := e.start("", tables...)
 	jobA, jobB := "initial:"+e.slot+"/public.outbox", "initial:"+e.slot+"/public.outbox_b"
 	deadline := time.Now().Add(120 * time.Second)
 	var doneAtKill int64
@@ -273,13 +274,13 @@ func TestSnapshotOfTwoOutboxesResumesPerTable(t *testing.T) {
 	if !strings.Contains(out, jobA+" done") || !strings.Contains(out, jobB+" interrupted") {
 		t.Errorf("status after the kill does not show both tables' snapshots:\n%s", out)
 	}
-	e.start("", "--table", tables, "--snapshot", "never").expectExit(30*time.Second,
+	e.start("", append(tables, "--snapshot", "never")...).expectExit(30*time.Second,
 		"the initial snapshot of public.outbox_b (slot "+e.slot+") is unfinished", "start with --snapshot=initial to finish it")
 	e.exec(`ALTER PUBLICATION cdc_router_outbox DROP TABLE outbox_b`) // as if the second table were given up
 	e.start("").expectExit(30*time.Second, "the initial snapshot "+jobB+" of slot "+e.slot+" is unfinished",
 		"start with the --table it began with")
 	e.exec(`ALTER PUBLICATION cdc_router_outbox ADD TABLE outbox_b`)
-	r2 := e.start("", "--table", tables)
+	r2 := e.start("", tables...)
 	r2.waitLog("msg=streaming ", 120*time.Second)
 	if strings.Contains(r2.Output(), "table=public.outbox ") {
 		t.Error("the restart copied the finished first table again")
@@ -332,7 +333,7 @@ func TestSnapshotOfTwoOutboxesResumesPerTable(t *testing.T) {
 func TestSecondOutboxDroppedFromThePublicationIsNoticed(t *testing.T) {
 	e := twoOutboxes(t, true)
 	addr := freeAddr(t)
-	r := e.startStreaming("--table", "public.outbox,public.outbox_b", "--snapshot", "never", "--http-addr", addr,
+	r := e.startStreaming("--table", "public.outbox", "--table", "public.outbox_b", "--snapshot", "never", "--http-addr", addr,
 		"--publication-check-interval", "500ms")
 	time.Sleep(time.Second) // at least one check sees both tables in the publication
 	if code, _ := get(t, "http://"+addr+"/readyz"); code != 200 {
