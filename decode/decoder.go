@@ -47,9 +47,10 @@ func protocolError(msg byte, format string, args ...any) error {
 // for every new replication connection, use a new Decoder.
 type Decoder struct {
 	cfg Config
-	// outboxes is the mapping of each outbox table (nil: the native shape) by schema.name, from cfg.Table
+	// outboxes is the mapping of each outbox table (nil: the native shape) by namespace and name (kept apart:
+	// a dot may be part of either), from cfg.Table
 	// and cfg.MoreTables; names lists them, for DriftError.Outbox.
-	outboxes  map[string]*Mapping
+	outboxes  map[[2]string]*Mapping
 	names     []string
 	relations map[uint32]*relation // by relation OID; replaced by every Relation message
 	inTxn     bool
@@ -68,7 +69,7 @@ type Decoder struct {
 // call cfg.Validate first; a Table without a schema or a name matches no relation.
 func New(cfg Config) *Decoder {
 	cfg = cfg.withDefaults()
-	d := &Decoder{cfg: cfg, outboxes: make(map[string]*Mapping), relations: make(map[uint32]*relation),
+	d := &Decoder{cfg: cfg, outboxes: make(map[[2]string]*Mapping), relations: make(map[uint32]*relation),
 		types: make(map[uint32]string)}
 	d.addOutbox(cfg.Table, cfg.Mapping)
 	for _, t := range cfg.MoreTables {
@@ -79,8 +80,8 @@ func New(cfg Config) *Decoder {
 
 // addOutbox adds an outbox table; a table without a schema or a name (which Validate refuses) is none.
 func (d *Decoder) addOutbox(table string, m *Mapping) {
-	if _, _, ok := splitTable(table); ok {
-		d.outboxes[QualifiedTable(table)] = m
+	if schema, name, ok := splitTable(table); ok {
+		d.outboxes[[2]string{schema, name}] = m
 		d.names = append(d.names, QualifiedTable(table))
 	}
 }

@@ -29,7 +29,7 @@ type relation struct {
 // outbox must have all of them with an accepted type (acceptedTypes), any other relation is drift.
 func (d *Decoder) newRelation(m relationMsg) *relation {
 	rel := &relation{table: m.namespace + "." + m.name, columns: m.columns}
-	mapping, outbox := d.outboxes[rel.table]
+	mapping, outbox := d.outboxes[[2]string{m.namespace, m.name}]
 	rel.outbox = outbox
 	for c := range rel.index {
 		rel.index[c] = -1

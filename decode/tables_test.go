@@ -80,3 +80,15 @@ func TestParseMappingTable(t *testing.T) {
 		t.Errorf("table= empty: %v", err)
 	}
 }
+
+// TestDecodeOutboxMatchKeepsSchemaAndNameApart: the outbox "a"."b.c" (--table a.b.c) is not the relation
+// "a.b"."c", although both print as a.b.c.
+func TestDecodeOutboxMatchKeepsSchemaAndNameApart(t *testing.T) {
+	const oid = 16385
+	_, err := decodeFrames(Config{Table: "a.b.c"}, []frame{{0, encRelation(oid, "a.b", "c", outboxColumns()...)},
+		{0x100, encBegin(0x200, 7)}, {0x110, encInsert(oid, outboxRow(id1, "1")...)}})
+	var drift *DriftError
+	if !errors.As(err, &drift) {
+		t.Fatalf("an insert into \"a.b\".\"c\" with the outbox \"a\".\"b.c\": %v, want a DriftError", err)
+	}
+}
