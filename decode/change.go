@@ -2,6 +2,7 @@ package decode
 
 import (
 	"fmt"
+	"strings"
 
 	"github.com/cdc-router/cdc-router/internal/cdc"
 )
@@ -27,7 +28,7 @@ func (d *Decoder) insert(walStart cdc.LSN, r *reader, h Handler) error {
 	ordinal := d.ordinal(walStart)
 	if rel.problem != "" {
 		if d.cfg.OnDrift != OnDriftQuarantine {
-			return &DriftError{Table: rel.table, Outbox: d.schema + "." + d.table, LSN: walStart, Problem: rel.problem, fix: rel.fix}
+			return &DriftError{Table: rel.table, Outbox: strings.Join(d.names, ", "), LSN: walStart, Problem: rel.problem, fix: rel.fix}
 		}
 		return d.quarantine(walStart, ordinal, rel, rel.problem, h)
 	}

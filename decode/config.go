@@ -49,6 +49,23 @@ type Config struct {
 	Mapping *Mapping
 	// Publication is the publication's name, used only to word the fix in a *DriftError; optional.
 	Publication string
+	// MoreTables are the further outbox tables of a router that reads several (run --table a --table b), each
+	// with its own Mapping (nil: the native shape). An insert into any of Table and MoreTables is an
+	// event; an insert into another relation is drift. Events keep WAL order across the tables.
+	MoreTables []Outbox
+}
+
+// Outbox is one further outbox table of Config.MoreTables.
+type Outbox struct {
+	Table   string   // schema.table or table in public, as Config.Table
+	Mapping *Mapping // the table's mapping; nil reads the native shape
+}
+
+// QualifiedTable is table as schema.name ("public." added to a name without a schema), the form in which
+// Decode and the setup check compare table names.
+func QualifiedTable(table string) string {
+	schema, name, _ := splitTable(table)
+	return schema + "." + name
 }
 
 // Validate reports the first invalid field of c, with the defaults applied.
@@ -56,6 +73,16 @@ func (c Config) Validate() error {
 	c = c.withDefaults()
 	if _, _, ok := splitTable(c.Table); !ok {
 		return fmt.Errorf("decode: table %q must be a table name, as schema.table or table", c.Table)
+	}
+	seen := map[string]bool{QualifiedTable(c.Table): true}
+	for _, t := range c.MoreTables {
+		if _, _, ok := splitTable(t.Table); !ok {
+			return fmt.Errorf("decode: table %q must be a table name, as schema.table or table", t.Table)
+		}
+		if seen[QualifiedTable(t.Table)] {
+			return fmt.Errorf("decode: table %s is named twice: name each outbox table once", QualifiedTable(t.Table))
+		}
+		seen[QualifiedTable(t.Table)] = true
 	}
 	if c.MaxPayloadBytes < 0 {
 		return errors.New("decode: max payload bytes must not be negative")

@@ -46,9 +46,12 @@ func protocolError(msg byte, format string, args ...any) error {
 // the relation cache and the open transaction, so it is not safe for concurrent use; after any error, and
 // for every new replication connection, use a new Decoder.
 type Decoder struct {
-	cfg       Config
-	schema    string // the outbox table's namespace and name, from cfg.Table
-	table     string
+	cfg Config
+	// outboxes is the mapping of each outbox table (nil: the native shape) by namespace and name (kept apart:
+	// a dot may be part of either), from cfg.Table
+	// and cfg.MoreTables; names lists them, for DriftError.Outbox.
+	outboxes  map[[2]string]*Mapping
+	names     []string
 	relations map[uint32]*relation // by relation OID; replaced by every Relation message
 	inTxn     bool
 	commitLSN cdc.LSN // the open transaction's Begin final LSN
@@ -63,12 +66,24 @@ type Decoder struct {
 }
 
 // New returns a Decoder for cfg with the defaults applied to its zero fields. New does not validate:
-// call cfg.Validate first; with an unqualified Table no relation is the outbox.
+// call cfg.Validate first; a Table without a schema or a name matches no relation.
 func New(cfg Config) *Decoder {
 	cfg = cfg.withDefaults()
-	schema, table, _ := splitTable(cfg.Table)
-	return &Decoder{cfg: cfg, schema: schema, table: table, relations: make(map[uint32]*relation),
+	d := &Decoder{cfg: cfg, outboxes: make(map[[2]string]*Mapping), relations: make(map[uint32]*relation),
 		types: make(map[uint32]string)}
+	d.addOutbox(cfg.Table, cfg.Mapping)
+	for _, t := range cfg.MoreTables {
+		d.addOutbox(t.Table, t.Mapping)
+	}
+	return d
+}
+
+// addOutbox adds an outbox table; a table without a schema or a name (which Validate refuses) is none.
+func (d *Decoder) addOutbox(table string, m *Mapping) {
+	if schema, name, ok := splitTable(table); ok {
+		d.outboxes[[2]string{schema, name}] = m
+		d.names = append(d.names, QualifiedTable(table))
+	}
 }
 
 // pgEpoch is PostgreSQL's timestamp epoch: pgoutput's timestamps are microseconds since it.

@@ -129,18 +129,23 @@ func shapeFix(table string, actions []string) string {
 		what, table, strings.Join(actions, ", "))
 }
 
-// otherFix is the fix clause of a DriftError for an insert into a relation that is not the outbox.
+// otherFix is the fix clause of a DriftError for an insert into a relation that is not the outbox; outbox
+// is the quoted outbox table, or the outbox tables joined with ", ".
 func otherFix(table, quoted, outbox, publication string) string {
 	pub := "<publication>"
 	if publication != "" {
 		pub = quoteIdent(publication)
 	}
-	return fmt.Sprintf("if it is the outbox renamed, start with --table %s (or rename it back and start once with "+
+	renamed := "start with --table " + table
+	if strings.Contains(outbox, ", ") { // several outbox tables
+		renamed = "put " + table + " in its place in --table"
+	}
+	return fmt.Sprintf("if it is the outbox renamed, %s (or rename it back and start once with "+
 		"--on-drift=quarantine to quarantine the rows written meanwhile); if it is a partition of the outbox, "+
 		"ALTER PUBLICATION %s SET (publish_via_partition_root = true), start once with --on-drift=quarantine and "+
 		"replay the quarantined rows (`cdc-router quarantine replay`); if it is another table, remove it from the "+
 		"publication (ALTER PUBLICATION %s DROP TABLE %s, or recreate a FOR ALL TABLES publication as FOR TABLE %s) "+
-		"and start once with --on-drift=quarantine", table, pub, pub, quoted, outbox)
+		"and start once with --on-drift=quarantine", renamed, pub, pub, quoted, outbox)
 }
 
 // orList joins "a", "a or b", "a, b or c".

@@ -91,14 +91,15 @@ type mappedColumn struct {
 
 // mappedRelation is a relation resolved against a Mapping: one mappedColumn per role, then per placement.
 type mappedRelation struct {
-	cols []mappedColumn
+	mapping *Mapping // the table's mapping
+	cols    []mappedColumn
 }
 
 // mapRelation resolves the Mapping's columns in a Relation message once. problem is "" when every
 // required column is present with an accepted type; otherwise it names the columns and the options.
-func (d *Decoder) mapRelation(m relationMsg) (*mappedRelation, string) {
-	roles := d.cfg.Mapping.roles()
-	rel := &mappedRelation{cols: make([]mappedColumn, len(roles))}
+func (d *Decoder) mapRelation(m relationMsg, mapping *Mapping) (*mappedRelation, string) {
+	roles := mapping.roles()
+	rel := &mappedRelation{mapping: mapping, cols: make([]mappedColumn, len(roles))}
 	var problems []string
 	for i, r := range roles {
 		rel.cols[i] = mappedColumn{pos: -1}

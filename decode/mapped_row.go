@@ -32,12 +32,12 @@ func (d *Decoder) mappedValue(rel *mappedRelation, i int) (text []byte, oid uint
 // mapTuple maps the current tuple of a mapped outbox to an event. drop is true for a tombstone with
 // amqp.tombstone=drop: nothing is published and the row is not quarantined.
 func (d *Decoder) mapTuple(rel *mappedRelation) (ev cdc.Event, drop bool, rowErr *RowError) {
-	m := d.cfg.Mapping
+	m := rel.mapping
 	limit := max(d.cfg.MaxPayloadBytes, DefaultMaxPayloadBytes)
 	for i, c := range rel.cols {
 		if c.pos >= 0 && d.tuple[c.pos].kind == kindText && len(d.tuple[c.pos].data) > limit && i != rolePayload {
 			return ev, false, rowErrorf("column %s is %d bytes, over the %d-byte limit of a column other than the payload",
-				d.cfg.Mapping.roles()[i].column, len(d.tuple[c.pos].data), limit)
+				m.roles()[i].column, len(d.tuple[c.pos].data), limit)
 		}
 	}
 	id, idOID, ok := d.mappedValue(rel, roleID)
@@ -144,14 +144,14 @@ func (d *Decoder) mappedTimestamp(rel *mappedRelation) (time.Time, *RowError) {
 		}
 	case oidInt8:
 		n, status := parseInt(v, 64)
-		if status == intOK && d.cfg.Mapping.TimestampUnit == "us" {
+		if status == intOK && rel.mapping.TimestampUnit == "us" {
 			return time.UnixMicro(n).UTC(), nil
 		}
 		if status == intOK {
 			return time.UnixMilli(n).UTC(), nil
 		}
 	}
-	return time.Time{}, rowErrorf("%s (table.field.event.timestamp) %s is not a time in the range the router reads", d.cfg.Mapping.TimestampColumn, quote(v))
+	return time.Time{}, rowErrorf("%s (table.field.event.timestamp) %s is not a time in the range the router reads", rel.mapping.TimestampColumn, quote(v))
 }
 
 // typedValue converts a column's text to the header value of its type: int2 → int16, int4 → int32,

@@ -41,6 +41,9 @@ type Mapping struct {
 	Tombstone           string      // amqp.tombstone: empty-body (default) or drop
 	ContentType         string      // amqp.content.type, default from the payload column's type
 	TimestampUnit       string      // amqp.timestamp.unit for an integer timestamp column: ms (default) or us
+	// Table is the outbox table this mapping reads (the router's own option table, schema.table): needed
+	// when run reads several tables (--table a,b), optional with one. Empty: the only --table.
+	Table string
 
 	tracingSet bool // tracing.span.context.field was given: the column is then required
 	route      *topicRoute
@@ -164,6 +167,11 @@ func (m *Mapping) set(key, v string) error {
 			return fmt.Errorf("%s=%s is not supported: the body is the payload as stored (no Kafka Connect conversion), "+
 				"so only the default %s applies; remove the option", key, v, defaults[key])
 		}
+	case "table":
+		if _, _, ok := splitTable(v); !ok {
+			return fmt.Errorf("table=%q: name the outbox table this file maps, as schema.table", v)
+		}
+		m.Table = QualifiedTable(v)
 	case "amqp.key.header":
 		if v == "" || len(v) > maxShortString {
 			return fmt.Errorf("amqp.key.header must be a header name of 1 to 255 bytes")

@@ -1,6 +1,7 @@
 package decode
 
 import (
+	"strings"
 	"unicode/utf8"
 
 	"github.com/cdc-router/cdc-router/internal/cdc"
@@ -13,7 +14,7 @@ const maxEventID = 255
 type relation struct {
 	table   string   // namespace.name, for Quarantined.Table and DriftError.Table
 	columns []string // column names in wire order
-	outbox  bool     // the relation is Config.Table
+	outbox  bool     // the relation is Config.Table or one of Config.MoreTables
 	index   [numColumns]int
 	// problem is why an insert into this relation is drift ("" for an outbox of the expected shape), and
 	// fix the DriftError clause naming the fix. A Relation message alone is never an error: the problem
@@ -27,11 +28,9 @@ type relation struct {
 // when m lacks it. Columns are matched by name, so their order and any extra columns do not matter; the
 // outbox must have all of them with an accepted type (acceptedTypes), any other relation is drift.
 func (d *Decoder) newRelation(m relationMsg) *relation {
-	rel := &relation{
-		table:   m.namespace + "." + m.name,
-		columns: m.columns,
-		outbox:  m.namespace == d.schema && m.name == d.table,
-	}
+	rel := &relation{table: m.namespace + "." + m.name, columns: m.columns}
+	mapping, outbox := d.outboxes[[2]string{m.namespace, m.name}]
+	rel.outbox = outbox
 	for c := range rel.index {
 		rel.index[c] = -1
 	}
@@ -42,13 +41,17 @@ func (d *Decoder) newRelation(m relationMsg) *relation {
 	}
 	quoted := quoteIdent(m.namespace) + "." + quoteIdent(m.name)
 	if !rel.outbox {
-		outbox := d.schema + "." + d.table
-		rel.problem = "table " + rel.table + " is in the publication but is not the outbox table " + outbox
-		rel.fix = otherFix(rel.table, quoted, quoteIdent(d.schema)+"."+quoteIdent(d.table), d.cfg.Publication)
+		rel.problem = "table " + rel.table + " is in the publication but is not " + d.outboxNames()
+		quotedOutboxes := make([]string, len(d.names))
+		for i, n := range d.names {
+			schema, name, _ := splitTable(n)
+			quotedOutboxes[i] = quoteIdent(schema) + "." + quoteIdent(name)
+		}
+		rel.fix = otherFix(rel.table, quoted, strings.Join(quotedOutboxes, ", "), d.cfg.Publication)
 		return rel
 	}
-	if d.cfg.Mapping != nil {
-		rel.mapped, rel.problem = d.mapRelation(m)
+	if mapping != nil {
+		rel.mapped, rel.problem = d.mapRelation(m, mapping)
 		for c := range rel.index {
 			rel.index[c] = -1
 		}
@@ -63,6 +66,15 @@ func (d *Decoder) newRelation(m relationMsg) *relation {
 		rel.fix = shapeFix(quoted, actions)
 	}
 	return rel
+}
+
+// outboxNames names the outbox tables for a DriftError's problem: "the outbox table a" or "one of the
+// outbox tables a, b".
+func (d *Decoder) outboxNames() string {
+	if len(d.names) == 1 {
+		return "the outbox table " + d.names[0]
+	}
+	return "one of the outbox tables " + strings.Join(d.names, ", ")
 }
 
 // rawColumns is the tuple as Quarantined.Columns: a bounded cdc.RawValue by column name (NullValue for

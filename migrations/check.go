@@ -15,7 +15,7 @@ func (p *Problem) Error() string { return p.Msg }
 func problemf(format string, args ...any) error { return &Problem{Msg: fmt.Sprintf(format, args...)} }
 
 // Check verifies what `run` needs before it touches a slot: wal_level=logical, the REPLICATION right, room
-// for a slot and a walsender, the outbox table with the expected columns, NOT NULL keys and a unique key,
+// for a slot and a walsender, each outbox table (Table and MoreTables) with the expected columns, NOT NULL keys and a unique key,
 // a publication that publishes inserts of the outbox table and nothing else (with every column it needs),
 // the router's schema as the migrations leave it, and the role's privileges on all of it. The first
 // problem found is returned as a *Problem; privileges come last and are reported all at once.
@@ -42,8 +42,10 @@ func Check(ctx context.Context, conn *pgx.Conn, cfg Config) error {
 	if err := checkSettings(ctx, conn); err != nil {
 		return err
 	}
-	if err := checkTable(ctx, conn, cfg); err != nil {
-		return err
+	for _, t := range cfg.outboxes() {
+		if err := checkTable(ctx, conn, cfg.forTable(t)); err != nil {
+			return err
+		}
 	}
 	if err := checkShard(ctx, conn, cfg); err != nil { // first: on PostgreSQL 14 a shard's publication cannot exist
 		return err

@@ -58,15 +58,10 @@ func checkRouterSchema(ctx context.Context, conn *pgx.Conn, cfg Config) (map[str
 }
 
 // checkGrants lists, in one Problem, every GRANT the current role lacks: USAGE on the router's schema, its
-// rights on each router table and USAGE on the quarantine id sequence, and USAGE and SELECT on the outbox
+// rights on each router table and USAGE on the quarantine id sequence, and USAGE and SELECT on each outbox
 // table (snapshots and backfills read it). It asks by oid, so a missing USAGE on a schema does not hide
 // the rest.
 func checkGrants(ctx context.Context, conn *pgx.Conn, cfg Config, role string, tables map[string]uint32) error {
-	outbox := TableIdent(cfg.Table)
-	outboxOID, err := relation(ctx, conn, outbox[0], outbox[1])
-	if err != nil {
-		return err
-	}
 	var grants []string
 	add := func(grant string, err error) error {
 		if grant != "" && !slices.Contains(grants, grant) {
@@ -87,11 +82,18 @@ func checkGrants(ctx context.Context, conn *pgx.Conn, cfg Config, role string, t
 			}
 		}
 	}
-	if err := add(schemaGrant(ctx, conn, outbox[0])); err != nil {
-		return err
-	}
-	if err := add(tableGrant(ctx, conn, outboxOID, []string{"SELECT"}, outbox)); err != nil {
-		return err
+	for _, t := range cfg.outboxes() {
+		outbox := TableIdent(t.Table)
+		outboxOID, err := relation(ctx, conn, outbox[0], outbox[1])
+		if err != nil {
+			return err
+		}
+		if err := add(schemaGrant(ctx, conn, outbox[0])); err != nil {
+			return err
+		}
+		if err := add(tableGrant(ctx, conn, outboxOID, []string{"SELECT"}, outbox)); err != nil {
+			return err
+		}
 	}
 	if len(grants) == 0 {
 		return nil

@@ -31,19 +31,25 @@ func checkPublication(ctx context.Context, conn *pgx.Conn, cfg Config) error {
 		return problemf("publication %q does not publish inserts: ALTER PUBLICATION %s SET (publish = 'insert')",
 			cfg.Publication, pub)
 	}
-	ident := TableIdent(cfg.Table)
-	if err := checkViaRoot(ctx, conn, cfg, viaRoot); err != nil {
-		return err
+	var missing, missingIdents []string
+	for _, t := range cfg.outboxes() {
+		if err := checkViaRoot(ctx, conn, cfg.forTable(t), viaRoot); err != nil {
+			return err
+		}
+		ident := TableIdent(t.Table)
+		var member bool
+		err = conn.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_publication_tables
+			WHERE pubname = $1 AND schemaname = $2 AND tablename = $3)`, cfg.Publication, ident[0], ident[1]).Scan(&member)
+		if err != nil {
+			return fmt.Errorf("read publication tables: %w", err)
+		}
+		if !member {
+			missing, missingIdents = append(missing, t.Table), append(missingIdents, ident.Sanitize())
+		}
 	}
-	var member bool
-	err = conn.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_publication_tables
-		WHERE pubname = $1 AND schemaname = $2 AND tablename = $3)`, cfg.Publication, ident[0], ident[1]).Scan(&member)
-	if err != nil {
-		return fmt.Errorf("read publication tables: %w", err)
-	}
-	if !member {
+	if len(missing) > 0 {
 		return problemf("publication %q does not contain %s: ALTER PUBLICATION %s ADD TABLE %s",
-			cfg.Publication, cfg.Table, pub, ident.Sanitize())
+			cfg.Publication, strings.Join(missing, ", "), pub, strings.Join(missingIdents, ", "))
 	}
 	own := "cdc_router_outbox"
 	if cfg.Publication == own {
@@ -53,7 +59,7 @@ func checkPublication(ctx context.Context, conn *pgx.Conn, cfg Config) error {
 		"--publication %s", own, own)
 	if allTables {
 		return problemf("publication %q publishes every table (FOR ALL TABLES), and the router stops at an insert "+
-			"into any table but %s: %s", cfg.Publication, cfg.Table, dedicated)
+			"into any table but %s: %s", cfg.Publication, outboxList(cfg), dedicated)
 	}
 	var version int
 	if err := conn.QueryRow(ctx, `SELECT current_setting('server_version_num')::int`).Scan(&version); err != nil {
@@ -65,7 +71,21 @@ func checkPublication(ctx context.Context, conn *pgx.Conn, cfg Config) error {
 	if version < 150000 {
 		return nil // no column lists or row filters before PostgreSQL 15
 	}
-	return checkColumnList(ctx, conn, cfg)
+	for _, t := range cfg.outboxes() {
+		if err := checkColumnList(ctx, conn, cfg.forTable(t)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// outboxList names the outbox tables: "a" or "a, b".
+func outboxList(cfg Config) string {
+	var names []string
+	for _, t := range cfg.outboxes() {
+		names = append(names, t.Table)
+	}
+	return strings.Join(names, ", ")
 }
 
 // checkViaRoot refuses a publication without publish_via_partition_root for a partitioned outbox: its
@@ -91,9 +111,14 @@ func checkViaRoot(ctx context.Context, conn *pgx.Conn, cfg Config, viaRoot bool)
 // their own, DROP TABLES IN SCHEMA for a schema the publication publishes whole (PostgreSQL 15+), and then
 // ADD TABLE for the outbox when it was only there through its schema.
 func checkOtherTables(ctx context.Context, conn *pgx.Conn, cfg Config, version int, dedicated string) error {
-	ident := TableIdent(cfg.Table)
+	var schemaNames, tableNames []string
+	for _, t := range cfg.outboxes() {
+		ident := TableIdent(t.Table)
+		schemaNames, tableNames = append(schemaNames, ident[0]), append(tableNames, ident[1])
+	}
 	rows, err := conn.Query(ctx, `SELECT schemaname, tablename FROM pg_publication_tables
-		WHERE pubname = $1 AND NOT (schemaname = $2 AND tablename = $3) ORDER BY 1, 2`, cfg.Publication, ident[0], ident[1])
+		WHERE pubname = $1 AND NOT EXISTS (SELECT 1 FROM unnest($2::text[], $3::text[]) AS o(s, t)
+			WHERE o.s = schemaname AND o.t = tablename) ORDER BY 1, 2`, cfg.Publication, schemaNames, tableNames)
 	if err != nil {
 		return fmt.Errorf("read publication tables: %w", err)
 	}
@@ -116,13 +141,20 @@ func checkOtherTables(ctx context.Context, conn *pgx.Conn, cfg Config, version i
 			return fmt.Errorf("read publication schemas: %w", err)
 		}
 	}
-	var listed bool // the outbox is in the publication by name, not only through its schema
-	err = conn.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_publication_rel pr
-		JOIN pg_publication p ON p.oid = pr.prpubid JOIN pg_class c ON c.oid = pr.prrelid
-		JOIN pg_namespace n ON n.oid = c.relnamespace WHERE p.pubname = $1 AND n.nspname = $2 AND c.relname = $3)`,
-		cfg.Publication, ident[0], ident[1]).Scan(&listed)
-	if err != nil {
-		return fmt.Errorf("read publication tables: %w", err)
+	var unlisted []string // outbox tables in the publication only through their schema, not by name
+	for _, t := range cfg.outboxes() {
+		ident := TableIdent(t.Table)
+		var listed bool
+		err = conn.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_publication_rel pr
+			JOIN pg_publication p ON p.oid = pr.prpubid JOIN pg_class c ON c.oid = pr.prrelid
+			JOIN pg_namespace n ON n.oid = c.relnamespace WHERE p.pubname = $1 AND n.nspname = $2 AND c.relname = $3)`,
+			cfg.Publication, ident[0], ident[1]).Scan(&listed)
+		if err != nil {
+			return fmt.Errorf("read publication tables: %w", err)
+		}
+		if !listed && slices.Contains(schemas, ident[0]) {
+			unlisted = append(unlisted, ident.Sanitize())
+		}
 	}
 	pub := pgx.Identifier{cfg.Publication}.Sanitize()
 	var names, drop, fixes []string
@@ -141,15 +173,15 @@ func checkOtherTables(ctx context.Context, conn *pgx.Conn, cfg Config, version i
 			quoted[i] = pgx.Identifier{s}.Sanitize()
 		}
 		fixes = append(fixes, fmt.Sprintf("ALTER PUBLICATION %s DROP TABLES IN SCHEMA %s", pub, strings.Join(quoted, ", ")))
-		if !listed && slices.Contains(schemas, ident[0]) {
-			fixes = append(fixes, fmt.Sprintf("ALTER PUBLICATION %s ADD TABLE %s", pub, ident.Sanitize()))
+		if len(unlisted) > 0 {
+			fixes = append(fixes, fmt.Sprintf("ALTER PUBLICATION %s ADD TABLE %s", pub, strings.Join(unlisted, ", ")))
 		}
 	}
 	if len(names) > 10 {
 		names = append(names[:10], fmt.Sprintf("%d more", len(names)-10))
 	}
 	return problemf("publication %q also publishes %s, and the router stops at an insert into any table but %s: "+
-		"run %s, or %s", cfg.Publication, strings.Join(names, ", "), cfg.Table, strings.Join(fixes, "; "), dedicated)
+		"run %s, or %s", cfg.Publication, strings.Join(names, ", "), outboxList(cfg), strings.Join(fixes, "; "), dedicated)
 }
 
 // checkColumnList refuses a column list (PostgreSQL 15+) without every column the router reads, naming
@@ -178,9 +210,16 @@ func checkColumnList(ctx context.Context, conn *pgx.Conn, cfg Config) error {
 	if filter != nil {
 		where = " WHERE (" + *filter + ")"
 	}
+	pub := pgx.Identifier{cfg.Publication}.Sanitize()
+	fix := fmt.Sprintf("ALTER PUBLICATION %s SET TABLE %s%s", pub, ident.Sanitize(), where)
+	if len(cfg.MoreTables) > 0 {
+		// SET TABLE would drop the other outbox tables: replace this one alone, atomically.
+		fix = fmt.Sprintf("BEGIN; ALTER PUBLICATION %[1]s DROP TABLE %[2]s; ALTER PUBLICATION %[1]s ADD TABLE %[2]s%[3]s; COMMIT;",
+			pub, ident.Sanitize(), where)
+	}
 	return problemf("publication %q publishes only the columns %s of %s, so the router would never see %s: run "+
-		"ALTER PUBLICATION %s SET TABLE %s%s to publish every column", cfg.Publication, strings.Join(published, ", "),
-		cfg.Table, strings.Join(missing, ", "), pgx.Identifier{cfg.Publication}.Sanitize(), ident.Sanitize(), where)
+		"%s to publish every column", cfg.Publication, strings.Join(published, ", "),
+		cfg.Table, strings.Join(missing, ", "), fix)
 }
 
 // wrapErr wraps a non-nil err with what was being done.

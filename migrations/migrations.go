@@ -40,6 +40,21 @@ type Config struct {
 	// Mapping, when set (run --config), makes Check accept the outbox shape it reads instead of the native
 	// one; nil checks the native shape.
 	Mapping *decode.Mapping
+	// MoreTables are the further outbox tables of a router that reads several (run --table a --table b): Check
+	// checks each like Table (with its own Mapping) and wants all of them, and no other table, in the
+	// publication. Apply and the shard functions ignore them.
+	MoreTables []decode.Outbox
+}
+
+// outboxes is Table with its Mapping, then MoreTables: the tables Check checks, in that order.
+func (c Config) outboxes() []decode.Outbox {
+	return append([]decode.Outbox{{Table: c.Table, Mapping: c.Mapping}}, c.MoreTables...)
+}
+
+// forTable is c with Table and Mapping set to t's, for the checks that look at one table.
+func (c Config) forTable(t decode.Outbox) Config {
+	c.Table, c.Mapping = t.Table, t.Mapping
+	return c
 }
 
 // DefaultMessagePrefix is the prefix of the messages that <schema>.emit writes when none is given.

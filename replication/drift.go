@@ -17,7 +17,7 @@ import (
 const DefaultPublicationCheckInterval = 30 * time.Second
 
 // publicationWatch re-checks, while the stream runs, what only the catalog can tell: that the publication
-// still exists, publishes inserts and contains the outbox table. A table dropped from the publication (or
+// still exists, publishes inserts and contains the outbox table (each of them, with several). A table dropped from the publication (or
 // swapped for a new one of the same name) sends nothing at all on the stream, so without this check the
 // router would keep "streaming" while every new row is lost. A failed check makes the router unready,
 // is logged at each check and recorded in the publication_checks table, so the refusal at the next start
@@ -91,16 +91,31 @@ func (w *publicationWatch) record(ctx context.Context, sql *pgx.Conn, problem st
 
 // backfillHint names the backfill that republishes the rows a publication gap may have hidden.
 func backfillHint(cfg Config, okAt *time.Time) string {
+	table := "" // with several outbox tables, the backfill reads the one named in the problem
+	if len(cfg.Decode.MoreTables) > 0 {
+		table = "--table <that table> "
+	}
 	if okAt == nil {
-		return "once the publication is fixed, publish the rows inserted meanwhile with `cdc-router backfill --where ...`"
+		return "once the publication is fixed, publish the rows inserted meanwhile with `cdc-router backfill " + table + "--where ...`"
 	}
 	return fmt.Sprintf("once the publication is fixed, publish the rows inserted since the outbox was last seen in it "+
-		"with `cdc-router backfill --where \"occurred_at >= '%s'\"` (consumers drop the duplicates)",
-		okAt.UTC().Format("2006-01-02 15:04:05Z07:00"))
+		"with `cdc-router backfill %s--where \"occurred_at >= '%s'\"` (consumers drop the duplicates)",
+		table, okAt.UTC().Format("2006-01-02 15:04:05Z07:00"))
 }
 
-// publicationProblem says what is wrong with the publication for the outbox table, or "" when nothing is.
+// publicationProblem says what is wrong with the publication for the first outbox table that has a
+// problem, or "" when nothing is.
 func publicationProblem(ctx context.Context, sql *pgx.Conn, cfg Config) (string, error) {
+	for _, t := range cfg.outboxTables() {
+		if problem, err := tableProblem(ctx, sql, cfg.forTable(t)); problem != "" || err != nil {
+			return problem, err
+		}
+	}
+	return "", nil
+}
+
+// tableProblem says what is wrong with the publication for cfg.Table, or "" when nothing is.
+func tableProblem(ctx context.Context, sql *pgx.Conn, cfg Config) (string, error) {
 	ident := migrations.TableIdent(cfg.Table)
 	var inserts, member, viaRoot, partitioned bool
 	err := sql.QueryRow(ctx, `SELECT p.pubinsert, EXISTS (SELECT 1 FROM pg_publication_tables t

@@ -11,10 +11,41 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
+	"github.com/cdc-router/cdc-router/decode"
 	"github.com/cdc-router/cdc-router/internal/cdc"
 	"github.com/cdc-router/cdc-router/offsets"
 	"github.com/cdc-router/cdc-router/snapshot"
 )
+
+// outboxTables lists the outbox tables, Table first, then Decode.MoreTables, as --table gave them.
+func (c Config) outboxTables() []string {
+	out := []string{c.Table}
+	for _, t := range c.Decode.MoreTables {
+		out = append(out, t.Table)
+	}
+	return out
+}
+
+// initialName is the job name of table's initial snapshot: InitialName for a router of one table (as
+// before a router could read several), InitialTableName for each of several.
+func (c Config) initialName(table string) string {
+	if len(c.Decode.MoreTables) == 0 {
+		return snapshot.InitialName(c.Slot)
+	}
+	return snapshot.InitialTableName(c.Slot, decode.QualifiedTable(table))
+}
+
+// forTable is c reading only table, for its snapshot: the snapshot maps rows in the native shape.
+func (c Config) forTable(table string) Config {
+	c.Table, c.Decode.Table, c.Decode.MoreTables = table, table, nil
+	return c
+}
+
+// initialJob is the initial snapshot of one outbox table.
+type initialJob struct {
+	table string
+	job   snapshot.Job
+}
 
 // snapshotConfig is the copy configuration of the initial snapshot.
 func (c Config) snapshotConfig() snapshot.Config {
@@ -25,7 +56,9 @@ func (c Config) snapshotConfig() snapshot.Config {
 // createWithSnapshot creates the slot with an exported snapshot, imports it into a REPEATABLE READ
 // transaction on a second connection before the replication connection runs anything else, records the
 // job and the position, and copies the rows visible in exactly that snapshot: the rows committed before
-// the consistent point. Streaming from the consistent point then adds every later row, none twice.
+// the consistent point. Streaming from the consistent point then adds every later row, none twice. With
+// several outbox tables, every table's job is recorded at once and the tables are copied one after the
+// other in that one snapshot.
 func createWithSnapshot(ctx context.Context, cfg Config, log *slog.Logger, stats *Stats, conn *pgconn.PgConn,
 	sql *pgx.Conn, store *offsets.Store, sys pglogrepl.IdentifySystemResult, pub Publisher) (cdc.LSN, error) {
 	stop := watchCreation(ctx, cfg.PGURL, log, 10*time.Second)
@@ -53,15 +86,29 @@ func createWithSnapshot(ctx context.Context, cfg Config, log *slog.Logger, stats
 	}
 	log.Info("created replication slot with a snapshot", "lsn", point, "snapshot", res.SnapshotName)
 	jobs := snapshot.NewJobs(sql, cfg.Schema)
-	job := snapshot.Job{Name: snapshot.InitialName(cfg.Slot), Kind: "initial", Predicate: cfg.SnapshotWhere, ReadLSN: point}
-	if err := pgx.BeginFunc(ctx, sql, func(t pgx.Tx) error { return jobs.Start(ctx, t, job) }); err != nil {
+	var todo []initialJob
+	for _, t := range cfg.outboxTables() {
+		todo = append(todo, initialJob{t, snapshot.Job{Name: cfg.initialName(t), Kind: "initial", Predicate: cfg.SnapshotWhere,
+			ReadLSN: point}})
+	}
+	err = pgx.BeginFunc(ctx, sql, func(t pgx.Tx) error {
+		for _, j := range todo {
+			if err := jobs.Start(ctx, t, j.job); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
 		return 0, err
 	}
 	if err := store.Save(ctx, offsets.Position{LSN: point, SystemID: sys.SystemID, Timeline: sys.Timeline}, true); err != nil {
 		return 0, err
 	}
-	if err := copyRows(ctx, cfg, log, stats, tx, jobs, job, pub); err != nil {
-		return 0, err
+	for _, j := range todo { // one table after the other, all in the slot's snapshot
+		if err := copyRows(ctx, cfg.forTable(j.table), log, stats, tx, jobs, j.job, pub); err != nil {
+			return 0, err
+		}
 	}
 	return point, tx.Commit(ctx)
 }
@@ -82,7 +129,7 @@ func resumeSnapshot(ctx context.Context, cfg Config, log *slog.Logger, stats *St
 	}
 	defer tx.Rollback(context.Background())
 	log.Warn("resuming the initial snapshot in a new snapshot: rows committed since the slot was created may be published twice",
-		"rows_done", job.RowsDone, "lsn", job.ReadLSN)
+		"table", cfg.Table, "rows_done", job.RowsDone, "lsn", job.ReadLSN)
 	if job.Predicate != cfg.SnapshotWhere {
 		log.Warn("the snapshot resumes with the predicate it started with, not --snapshot-where",
 			"predicate", job.Predicate, "snapshot_where", cfg.SnapshotWhere)
@@ -105,7 +152,7 @@ func copyRows(ctx context.Context, cfg Config, log *slog.Logger, stats *Stats, t
 	if err := jobs.Total(ctx, job.Name, job.RowsTotal); err != nil {
 		return err
 	}
-	log.Info("initial snapshot", "rows_total", job.RowsTotal, "rows_left", left, "predicate", cfg.SnapshotWhere)
+	log.Info("initial snapshot", "table", cfg.Table, "rows_total", job.RowsTotal, "rows_left", left, "predicate", cfg.SnapshotWhere)
 	stats.setState(StateSnapshot, nil)
 	stats.snapshotProgress(job.RowsDone, job.RowsTotal)
 	rep := snapshot.NewReporter(log, cfg.Progress, job.Name, job.RowsDone)

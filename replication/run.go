@@ -181,7 +181,8 @@ func runOnce(ctx context.Context, cfg Config, dial Dialer, log *slog.Logger, sta
 	if !mine {
 		return false, fmt.Errorf("another router holds slot %s (it may be copying the initial snapshot): %w", cfg.Slot, errSlotBusy)
 	}
-	mcfg := migrations.Config{Table: cfg.Table, Publication: cfg.Publication, Schema: cfg.Schema, Mapping: cfg.Decode.Mapping}
+	mcfg := migrations.Config{Table: cfg.Table, Publication: cfg.Publication, Schema: cfg.Schema, Mapping: cfg.Decode.Mapping,
+		MoreTables: cfg.Decode.MoreTables}
 	if err := migrations.Check(ctx, sql, mcfg); err != nil {
 		return false, withBackfillHint(ctx, sql, cfg, err)
 	}
@@ -260,7 +261,7 @@ func silenceLimit(ctx context.Context, sql *pgx.Conn) time.Duration {
 // plan is what a run does before streaming, decided before anything is created or published.
 type plan struct {
 	decision startDecision
-	job      *snapshot.Job // an initial snapshot to finish (resumed or never recorded)
+	jobs     []initialJob  // the initial snapshots to finish (resumed or never recorded), in --table order
 	fresh    bool          // the slot exists with neither a stored position nor a snapshot record
 	slot     SlotInfo      // the slot as found
 	failover failoverCheck // what --failover-slot needs done
@@ -295,23 +296,58 @@ func planStart(ctx context.Context, cfg Config, sql *pgx.Conn, store *offsets.St
 	if d.create {
 		return p, nil
 	}
-	job, ok, err := snapshot.NewJobs(sql, cfg.Schema).Load(ctx, snapshot.InitialName(cfg.Slot))
+	p.jobs, p.fresh, err = initialJobs(ctx, cfg, sql, d.start, hasStored)
+	return p, err
+}
+
+// initialJobs finds the initial snapshots still to copy: the unfinished ones, or, for a slot with neither a
+// stored position nor any snapshot record and --snapshot=initial, every table's (fresh). An unfinished one
+// without --snapshot=initial, or of a table this run does not read, is refused: streaming on would never
+// publish its rest.
+func initialJobs(ctx context.Context, cfg Config, sql *pgx.Conn, start cdc.LSN, hasStored bool) ([]initialJob, bool, error) {
+	all, err := snapshot.NewJobs(sql, cfg.Schema).All(ctx)
 	if err != nil {
-		return plan{}, err
+		return nil, false, err
 	}
-	switch {
-	case ok && !job.Done() && cfg.Snapshot != "initial":
-		return plan{}, fatalf("the initial snapshot of slot %s is unfinished (%d of %d rows): streaming now would never "+
-			"publish the rest; start with --snapshot=initial to finish it, or run `cdc-router reset --slot %s` to start over",
-			cfg.Slot, job.RowsDone, job.RowsTotal, cfg.Slot)
-	case ok && !job.Done():
-		p.job = &job
-	case cfg.Snapshot != "initial":
-	case !ok && !hasStored:
-		job = snapshot.Job{Name: snapshot.InitialName(cfg.Slot), Kind: "initial", Predicate: cfg.SnapshotWhere, ReadLSN: d.start}
-		p.job, p.fresh = &job, true
+	byName := map[string]snapshot.Job{}
+	for _, j := range all {
+		if snapshot.IsInitialOf(j.Name, cfg.Slot) {
+			byName[j.Name] = j
+		}
 	}
-	return p, nil
+	recorded := len(byName) > 0
+	var todo []initialJob
+	for _, t := range cfg.outboxTables() {
+		job, ok := byName[cfg.initialName(t)]
+		delete(byName, cfg.initialName(t))
+		switch {
+		case ok && !job.Done() && cfg.Snapshot != "initial":
+			what := "slot " + cfg.Slot
+			if len(cfg.Decode.MoreTables) > 0 {
+				what = t + " (slot " + cfg.Slot + ")"
+			}
+			return nil, false, fatalf("the initial snapshot of %s is unfinished (%d of %d rows): streaming now would never "+
+				"publish the rest; start with --snapshot=initial to finish it, or run `cdc-router reset --slot %s` to start over",
+				what, job.RowsDone, job.RowsTotal, cfg.Slot)
+		case ok && !job.Done():
+			todo = append(todo, initialJob{t, job})
+		}
+	}
+	for name, job := range byName {
+		if !job.Done() {
+			return nil, false, fatalf("the initial snapshot %s of slot %s is unfinished (%d of %d rows) and belongs to an "+
+				"outbox table list other than this run's --table: start with the --table it began with to finish it, or run "+
+				"`cdc-router reset --slot %s` to start over", name, cfg.Slot, job.RowsDone, job.RowsTotal, cfg.Slot)
+		}
+	}
+	if len(todo) > 0 || cfg.Snapshot != "initial" || hasStored || recorded {
+		return todo, false, nil
+	}
+	for _, t := range cfg.outboxTables() {
+		todo = append(todo, initialJob{t, snapshot.Job{Name: cfg.initialName(t), Kind: "initial",
+			Predicate: cfg.SnapshotWhere, ReadLSN: start}})
+	}
+	return todo, true, nil
 }
 
 // execute creates the slot (with its snapshot) or finishes a snapshot, and returns the position to
@@ -342,18 +378,30 @@ func (p plan) execute(ctx context.Context, cfg Config, log *slog.Logger, stats *
 		log.Info("created replication slot without a snapshot (--snapshot=never)", "lsn", point)
 		// Store the position at once: from now on a vanished slot is detected instead of silently replaced.
 		return point, store.Save(ctx, pos(point), true)
-	case p.job != nil:
+	case len(p.jobs) > 0:
 		jobs := snapshot.NewJobs(sql, cfg.Schema)
 		if p.fresh {
 			log.Warn("the slot exists but no position or snapshot was ever recorded for it: copying the whole table once")
-			if err := pgx.BeginFunc(ctx, sql, func(t pgx.Tx) error { return jobs.Start(ctx, t, *p.job) }); err != nil {
+			err := pgx.BeginFunc(ctx, sql, func(t pgx.Tx) error {
+				for _, j := range p.jobs {
+					if err := jobs.Start(ctx, t, j.job); err != nil {
+						return err
+					}
+				}
+				return nil
+			})
+			if err != nil {
 				return 0, err
 			}
 			if err := store.Save(ctx, pos(p.decision.start), true); err != nil {
 				return 0, err
 			}
 		}
-		return p.decision.start, resumeSnapshot(ctx, cfg, log, stats, sql, *p.job, pub)
+		for _, j := range p.jobs {
+			if err := resumeSnapshot(ctx, cfg.forTable(j.table), log, stats, sql, j.job, pub); err != nil {
+				return 0, err
+			}
+		}
 	}
 	return p.decision.start, nil
 }

@@ -99,7 +99,7 @@ func Status(ctx context.Context, conn *pgx.Conn, slot, schema string) (Report, e
 		return r, fmt.Errorf("read snapshot progress: %w", err)
 	}
 	for _, j := range all {
-		if j.Name == snapshot.InitialName(slot) || j.Kind == "backfill" {
+		if snapshot.IsInitialOf(j.Name, slot) || j.Kind == "backfill" {
 			r.Jobs = append(r.Jobs, j)
 		}
 	}
@@ -156,9 +156,11 @@ func (r Report) String() string {
 	return s
 }
 
+// initial is the slot's first unfinished initial snapshot (of its one outbox table, or of one of several),
+// or nil.
 func (r Report) initial() *snapshot.Job {
 	for i := range r.Jobs {
-		if r.Jobs[i].Name == snapshot.InitialName(r.Slot) {
+		if snapshot.IsInitialOf(r.Jobs[i].Name, r.Slot) && !r.Jobs[i].Done() {
 			return &r.Jobs[i]
 		}
 	}
@@ -250,11 +252,11 @@ func Reset(ctx context.Context, conn *pgx.Conn, slot, schema string) error {
 	}
 	return pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
 		for _, table := range []string{"snapshots", "positions", "publication_checks"} {
-			col, val := "slot", slot
-			if table == "snapshots" {
-				col, val = "name", snapshot.InitialName(slot)
+			where, val := "slot = $1", slot
+			if table == "snapshots" { // the slot's initial snapshot, and each table's of a router of several
+				where, val = "name = $1 OR starts_with(name, $1 || '/')", snapshot.InitialName(slot)
 			}
-			_, err := tx.Exec(ctx, "DELETE FROM "+pgx.Identifier{schema, table}.Sanitize()+" WHERE "+col+" = $1", val)
+			_, err := tx.Exec(ctx, "DELETE FROM "+pgx.Identifier{schema, table}.Sanitize()+" WHERE "+where, val)
 			if err != nil {
 				return fmt.Errorf("forget the state of slot %s in %s.%s: %w", slot, schema, table, err)
 			}

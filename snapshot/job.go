@@ -26,7 +26,7 @@ type Key struct {
 
 // Job is the stored progress of one snapshot or backfill.
 type Job struct {
-	Name      string // initial:<slot> or backfill:<name>
+	Name      string // initial:<slot>, initial:<slot>/<schema.table> or backfill:<name>
 	Kind      string // initial or backfill
 	Predicate string
 	ReadLSN   cdc.LSN
@@ -67,6 +67,7 @@ func (j Job) Interrupted() bool { return j.State == StateRunning && !j.Live }
 // hold no colon, so the two never meet.
 func LockKey(name string) string {
 	if slot, ok := strings.CutPrefix(name, "initial:"); ok {
+		slot, _, _ = strings.Cut(slot, "/") // a table's snapshot of several (InitialTableName) is the slot's too
 		return "cdc_router:" + slot
 	}
 	return "cdc_router:" + name
@@ -87,8 +88,18 @@ func Locked(ctx context.Context, conn *pgx.Conn, key string) (bool, error) {
 	return held, nil
 }
 
-// InitialName is the job name of a slot's initial snapshot.
+// InitialName is the job name of a slot's initial snapshot, for a router of one outbox table.
 func InitialName(slot string) string { return "initial:" + slot }
+
+// InitialTableName is the job name of the initial snapshot of one table (schema.table) of a router that
+// reads several outbox tables: each table's progress is kept apart, and the name does not depend on the
+// order of --table.
+func InitialTableName(slot, table string) string { return InitialName(slot) + "/" + table }
+
+// IsInitialOf reports whether name is an initial snapshot of slot: InitialName or an InitialTableName.
+func IsInitialOf(name, slot string) bool {
+	return name == InitialName(slot) || strings.HasPrefix(name, InitialName(slot)+"/")
+}
 
 // Jobs reads and writes the snapshots table of the router's schema.
 type Jobs struct {
@@ -267,7 +278,7 @@ func (s *Jobs) All(ctx context.Context) ([]Job, error) {
 // backfill is removed. ok is false when there is no such job.
 func (s *Jobs) Remove(ctx context.Context, name string) (ok bool, err error) {
 	if strings.HasPrefix(name, "initial:") {
-		slot := strings.TrimPrefix(name, "initial:")
+		slot, _, _ := strings.Cut(strings.TrimPrefix(name, "initial:"), "/")
 		return false, fmt.Errorf("%s is the initial snapshot of slot %s: `cdc-router reset --slot %s` removes it "+
 			"together with the slot and its position", name, slot, slot)
 	}

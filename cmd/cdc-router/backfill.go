@@ -28,6 +28,9 @@ func runBackfill(ctx context.Context, args []string, env func(string) string, st
 	if err := requireURL(pg); err != nil {
 		return err
 	}
+	if err := pg.oneTable("backfill"); err != nil {
+		return err
+	}
 	if *where == "" {
 		return usageError{fmt.Errorf("--where is required: say which rows to publish again (use --where true for all)")}
 	}
@@ -67,8 +70,8 @@ func runBackfill(ctx context.Context, args []string, env func(string) string, st
 		return err
 	}
 	defer r.Close()
-	cfg := snapshot.Config{Table: *pg.table, Schema: *pg.schema, Slot: "backfill:" + *name, Where: *where, Rate: float64(*rate),
-		Decode: broker.decode(*pg.table)}
+	cfg := snapshot.Config{Table: pg.table(), Schema: *pg.schema, Slot: "backfill:" + *name, Where: *where, Rate: float64(*rate),
+		Decode: broker.decode(pg.table())}
 	job, err := snapshot.Backfill(ctx, cfg, read, state, *name, *restart, count(r), log, terminal(stderr))
 	if err != nil {
 		return err

@@ -8,6 +8,8 @@ import (
 	"io"
 	"log/slog"
 	"runtime/debug"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -21,7 +23,8 @@ import (
 
 // pgFlags are the PostgreSQL settings every command shares.
 type pgFlags struct {
-	url, slot, publication, table, schema *string
+	url, slot, publication, schema *string
+	tables                         *[]string // --table, each occurrence one table
 }
 
 func addPGFlags(s *settings) pgFlags {
@@ -29,13 +32,25 @@ func addPGFlags(s *settings) pgFlags {
 		url:         s.String("pg-url", "", "PostgreSQL URL, postgres://user:password@host:5432/db (replication=database is added for the stream)"),
 		slot:        s.String("slot", "cdc_router", "logical replication slot"),
 		publication: s.String("publication", "cdc_router_outbox", "publication of the outbox table"),
-		table:       s.String("table", "public.outbox", "outbox table, schema.table"),
+		tables:      s.Repeated("table", "public.outbox", "outbox table, schema.table; run reads several, the flag repeated (one publication, events in commit order across them)"),
 		schema:      s.String("schema", "cdc_router", "schema of the router's own tables"),
 	}
 }
 
+// table is the (first) outbox table of --table.
+func (p pgFlags) table() string { return (*p.tables)[0] }
+
+// oneTable refuses several --table values for a command that works on one outbox table.
+func (p pgFlags) oneTable(command string) error {
+	if t := *p.tables; len(t) > 1 {
+		return usageError{fmt.Errorf("--table names %d tables (%s), but `cdc-router %s` works on one outbox table: "+
+			"run it once per table", len(t), strings.Join(t, ", "), command)}
+	}
+	return nil
+}
+
 func (p pgFlags) migrations() migrations.Config {
-	return migrations.Config{Table: *p.table, Publication: *p.publication, Schema: *p.schema}
+	return migrations.Config{Table: p.table(), Publication: *p.publication, Schema: *p.schema}
 }
 
 // brokerFlags are the settings run and backfill share: where to publish, the row limit and the logs.
@@ -116,6 +131,9 @@ func withConn(ctx context.Context, name string, args []string, env func(string) 
 	if err := requireURL(pg); err != nil {
 		return err
 	}
+	if err := pg.oneTable(name); err != nil {
+		return err
+	}
 	conn, err := replication.ConnectSQL(ctx, *pg.url)
 	if err != nil {
 		return err
@@ -151,10 +169,10 @@ func runMigrate(ctx context.Context, args []string, env func(string) string, std
 		if err := migrations.Apply(ctx, conn, mcfg); err != nil {
 			return err
 		}
-		fmt.Fprintf(stdout, "migrated: table %s, publication %s, schema %s\n", *pg.table, *pg.publication, *pg.schema)
+		fmt.Fprintf(stdout, "migrated: table %s, publication %s, schema %s\n", pg.table(), *pg.publication, *pg.schema)
 		if *partitioned {
 			fmt.Fprintf(stdout, "partitioned: %s by occurred_at, one partition per %s up to %d ahead, and a default partition\n",
-				*pg.table, *interval, *ahead)
+				pg.table(), *interval, *ahead)
 		}
 		if *shards != 0 {
 			if err := migrations.ApplyShards(ctx, conn, mcfg, *shards); err != nil {
@@ -237,7 +255,7 @@ func runRun(ctx context.Context, args []string, env func(string) string, stdout,
 	minSafeWAL := s.Int("min-safe-wal-bytes", 0, "/readyz fails while the slot's safe_wal_size (WAL left before PostgreSQL invalidates it) is below this many bytes; 0: a tenth of max_slot_wal_keep_size; -1: off")
 	shard := s.String("shard", "", "i/N: run as shard i (0 to N-1) of N, with the publication <publication>_shard_i_of_N that `migrate --shards N` created and the slot <slot>_shard_i_of_N (PostgreSQL 15+)")
 	messagePrefix := s.String("message-prefix", "", "also publish the events that transactions emit with pg_logical_emit_message(true, <this prefix>, <envelope>), e.g. cdc-router.outbox (PostgreSQL 14+; off when empty; see docs/producers.md)")
-	mappingFile := s.String("config", "", "read the outbox table in another shape: a Java-properties file with Debezium's outbox router options (table.field.event.id, route.by.field, ...) and amqp.* options; see docs/migrating-from-polling.md (off when empty: the native shape)")
+	mappingFiles := s.Repeated("config", "", "read the outbox table in another shape: a Java-properties file with Debezium's outbox router options (table.field.event.id, route.by.field, ...) and amqp.* options; with several --table, one file per mapped table, the flag repeated, each naming its table with table=schema.table; see docs/migrating-from-polling.md (off when empty: the native shape)")
 	onDrift := s.String("on-drift", "refuse", "when the outbox table's shape changes under the stream, or another table's rows arrive: refuse (stop before the first affected row) or quarantine (quarantine those rows and go on)")
 	if err := parse(s, args); err != nil {
 		return err
@@ -263,9 +281,14 @@ func runRun(ctx context.Context, args []string, env func(string) string, stdout,
 			"would publish only that shard's events: run with --shard %d/%d and --publication set to the base name "+
 			"(the default cdc_router_outbox), or point --publication at the unfiltered publication", *pg.publication, i, n, i, n)}
 	}
-	mapping, err := loadMapping(*mappingFile, *snap, *shard)
+	tables := *pg.tables
+	mappings, err := loadMappings(*mappingFiles, tables, *snap, *shard)
 	if err != nil {
 		return err
+	}
+	if len(tables) > 1 && *shard != "" {
+		return usageError{fmt.Errorf("--table names %d tables, which cannot be combined with --shard: a shard's "+
+			"publication filters one table; run one router per table", len(tables))}
 	}
 	log, err := broker.logger(stderr)
 	if err != nil {
@@ -300,12 +323,15 @@ func runRun(ctx context.Context, args []string, env func(string) string, stdout,
 	if err := rcfg.Validate(); err != nil {
 		return usageError{err}
 	}
-	cfg := replication.Config{PGURL: *pg.url, Slot: *pg.slot, Publication: *pg.publication, Table: *pg.table,
+	cfg := replication.Config{PGURL: *pg.url, Slot: *pg.slot, Publication: *pg.publication, Table: tables[0],
 		Schema: *pg.schema, ShutdownTimeout: *shutdown, Snapshot: *snap, SnapshotWhere: *snapWhere, Progress: terminal(stderr),
-		Decode: broker.decode(*pg.table)}
+		Decode: broker.decode(tables[0])}
 	cfg.Decode.OnDrift = *onDrift
 	cfg.Decode.MessagePrefix = *messagePrefix
-	cfg.Decode.Mapping = mapping
+	cfg.Decode.Mapping = mappings[decode.QualifiedTable(tables[0])]
+	for _, t := range tables[1:] {
+		cfg.Decode.MoreTables = append(cfg.Decode.MoreTables, decode.Outbox{Table: t, Mapping: mappings[decode.QualifiedTable(t)]})
+	}
 	cfg.PublicationCheckInterval = *pubCheck
 	cfg.ProgressInterval = *progress
 	cfg.FailoverSlot = *failoverSlot
@@ -320,16 +346,43 @@ func runRun(ctx context.Context, args []string, env func(string) string, stdout,
 	if err := cfg.WithDefaults().Validate(); err != nil {
 		return usageError{err}
 	}
-	log.Info("starting", "version", version, "exchange", *broker.exchange, "table", *pg.table, "publication", *pg.publication, "slot", *pg.slot)
+	log.Info("starting", "version", version, "exchange", *broker.exchange, "table", strings.Join(*pg.tables, ", "), "publication", *pg.publication, "slot", *pg.slot)
 	return replication.Run(ctx, cfg, dial, log, stats)
 }
 
-// loadMapping reads run's --config file (nil when none is given) and refuses the settings a mapped table
+// loadMappings reads run's --config files into the mapping of each table they name (by
+// decode.QualifiedTable): a file without a table= line maps the only table of --table. A table named
+// twice, or not in --table, is refused.
+func loadMappings(paths, tables []string, snapshotMode, shard string) (map[string]*decode.Mapping, error) {
+	out := map[string]*decode.Mapping{}
+	files := map[string]string{}
+	for _, path := range paths {
+		m, err := loadMapping(path, snapshotMode, shard)
+		if err != nil {
+			return nil, err
+		}
+		table := m.Table
+		switch {
+		case table == "" && len(tables) > 1:
+			return nil, usageError{fmt.Errorf("--config %s names no table, and --table names %d: add a line "+
+				"table=<schema.table> naming the table the file maps", path, len(tables))}
+		case table == "":
+			table = decode.QualifiedTable(tables[0])
+		case !slices.ContainsFunc(tables, func(t string) bool { return decode.QualifiedTable(t) == table }):
+			return nil, usageError{fmt.Errorf("--config %s maps table %s, which --table does not name: add it to "+
+				"--table, or correct the file's table= line", path, table)}
+		}
+		if other, dup := files[table]; dup {
+			return nil, usageError{fmt.Errorf("--config %s and %s both map table %s: keep one", other, path, table)}
+		}
+		files[table], out[table] = path, m
+	}
+	return out, nil
+}
+
+// loadMapping reads one of run's --config files and refuses the settings a mapped table
 // cannot have: the initial snapshot and shards both read the table by the native shape's columns.
 func loadMapping(path, snapshotMode, shard string) (*decode.Mapping, error) {
-	if path == "" {
-		return nil, nil
-	}
 	m, err := decode.LoadMapping(path)
 	if err != nil {
 		return nil, usageError{err}

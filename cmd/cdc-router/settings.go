@@ -124,3 +124,36 @@ func (s *settings) List(name, def, text string) *string {
 	s.fs.Var(&listValue{value: &v}, name, s.usage(name, text))
 	return &v
 }
+
+// repeatedValue is a flag that may be repeated, each occurrence one whole item (commas and all, as a table
+// name may hold one); the first one given replaces the default. The environment variable gives one item.
+type repeatedValue struct {
+	items *[]string
+	set   bool
+}
+
+func (r *repeatedValue) String() string {
+	if r.items == nil {
+		return ""
+	}
+	return strings.Join(*r.items, " ")
+}
+
+func (r *repeatedValue) Set(v string) error {
+	if !r.set {
+		*r.items, r.set = nil, true
+	}
+	*r.items = append(*r.items, v)
+	return nil
+}
+
+// Repeated is a string flag that may be repeated, each repetition adding one item; def is the one item when
+// none is given (none when def is empty).
+func (s *settings) Repeated(name, def, text string) *[]string {
+	var items []string
+	if def != "" {
+		items = []string{def}
+	}
+	s.fs.Var(&repeatedValue{items: &items}, name, s.usage(name, text))
+	return &items
+}
