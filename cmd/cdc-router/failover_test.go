@@ -14,7 +14,6 @@ import (
 
 	"github.com/cdc-router/cdc-router/internal/cdc"
 	"github.com/cdc-router/cdc-router/internal/testenv"
-	"github.com/cdc-router/cdc-router/migrations"
 )
 
 // newPairEnv is newStreamEnv on a primary with a physical standby that synchronizes failover slots (see
@@ -39,18 +38,7 @@ func newPairEnv(t *testing.T, major int) (*env, *testenv.Pair) {
 	})
 	direct := pair.Primary.NewDatabase(t)
 	name := direct[strings.LastIndex(direct, "/")+1 : strings.Index(direct, "?")]
-	e := &env{t: t, pgURL: pair.URL(name), amqpURL: testenv.AMQPURL(t), slot: name}
-	e.exchange, e.queue = "x_"+name, "q_"+name
-	ctx := context.Background()
-	if e.db, err = pgx.Connect(ctx, e.pgURL); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { e.db.Close(context.Background()) })
-	if err := migrations.Apply(ctx, e.db, migrations.Config{}); err != nil {
-		t.Fatal(err)
-	}
-	e.exec(`CREATE TABLE other (id bigserial PRIMARY KEY, note text)`)
-	t.Cleanup(e.deleteTopology)
+	e := newEnvAt(t, pair.URL(name))
 	e.declare(true, "#")
 	return e, pair
 }
@@ -377,26 +365,7 @@ func TestFailoverSlotEnabledOnExistingSlot(t *testing.T) {
 // TestFailoverSlotRefusedBeforePostgres17: on PostgreSQL 16 --failover-slot is refused with one sentence
 // before any slot is created.
 func TestFailoverSlotRefusedBeforePostgres17(t *testing.T) {
-	bin, err := testenv.PostgresBin(16)
-	if err != nil {
-		t.Fatal(err)
-	}
-	old, err := testenv.StartPostgresIn(bin)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer old.Close()
-	e := &env{t: t, pgURL: old.NewDatabase(t), amqpURL: testenv.AMQPURL(t)}
-	e.slot = e.pgURL[strings.LastIndex(e.pgURL, "/")+1 : strings.Index(e.pgURL, "?")]
-	e.exchange, e.queue = "x_"+e.slot, "q_"+e.slot
-	if e.db, err = pgx.Connect(context.Background(), e.pgURL); err != nil {
-		t.Fatal(err)
-	}
-	defer e.db.Close(context.Background())
-	if err := migrations.Apply(context.Background(), e.db, migrations.Config{}); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(e.deleteTopology)
+	e := newEnvOn(t, postgresOf(t, 16))
 	r := e.start("", "--failover-slot")
 	if code := r.wait(60 * time.Second); code != 1 {
 		t.Fatalf("exit code %d with --failover-slot on PostgreSQL 16, want 1:\n%s", code, tail(r.Output(), 20))
@@ -413,27 +382,7 @@ func TestFailoverSlotRefusedBeforePostgres17(t *testing.T) {
 // not have (a promoted standby that kept its old primary's setting) holds every change of a failover slot
 // back. The router says so at start, naming the fix; once it is applied the events flow.
 func TestFailoverSlotWarnsOfAMissingStandbySlot(t *testing.T) {
-	bin, err := testenv.PostgresBin(17)
-	if err != nil {
-		t.Fatal(err)
-	}
-	server, err := testenv.StartPostgresIn(bin)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer server.Close()
-	e := &env{t: t, pgURL: server.NewDatabase(t), amqpURL: testenv.AMQPURL(t)}
-	e.slot = e.pgURL[strings.LastIndex(e.pgURL, "/")+1 : strings.Index(e.pgURL, "?")]
-	e.exchange, e.queue = "x_"+e.slot, "q_"+e.slot
-	if e.db, err = pgx.Connect(context.Background(), e.pgURL); err != nil {
-		t.Fatal(err)
-	}
-	defer e.db.Close(context.Background())
-	if err := migrations.Apply(context.Background(), e.db, migrations.Config{}); err != nil {
-		t.Fatal(err)
-	}
-	e.exec(`CREATE TABLE other (id bigserial PRIMARY KEY, note text)`)
-	t.Cleanup(e.deleteTopology)
+	e := newEnvOn(t, postgresOf(t, 17))
 	e.declare(true, "#")
 	e.exec("ALTER SYSTEM SET synchronized_standby_slots = 'gone'")
 	e.exec("SELECT pg_reload_conf()")

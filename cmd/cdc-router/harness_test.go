@@ -91,9 +91,16 @@ func newEnv(t testing.TB) *env {
 // newEnvOn is newEnv with the test's database on cluster p instead of the suite's.
 func newEnvOn(t testing.TB, p *testenv.Postgres) *env {
 	t.Helper()
+	return newEnvAt(t, p.NewDatabase(t))
+}
+
+// newEnvAt is newEnv on the database url names (postgres://.../<db>?...); the slot, exchange and queue
+// are named after that database.
+func newEnvAt(t testing.TB, url string) *env {
+	t.Helper()
 	ctx := context.Background()
-	e := &env{t: t, pgURL: p.NewDatabase(t), amqpURL: testenv.AMQPURL(t)}
-	e.slot = strings.TrimPrefix(e.pgURL[strings.LastIndex(e.pgURL, "/")+1:], "")
+	e := &env{t: t, pgURL: url, amqpURL: testenv.AMQPURL(t)}
+	e.slot = url[strings.LastIndex(url, "/")+1:]
 	e.slot = e.slot[:strings.Index(e.slot, "?")]
 	e.exchange = "x_" + e.slot
 	e.queue = "q_" + e.slot

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"os/exec"
 	"strings"
 	"testing"
 	"time"
@@ -13,15 +12,15 @@ import (
 // postgresOf starts a throwaway cluster of one PostgreSQL major version (binaries pinned and cached by
 // internal/testenv/fetch-postgres.sh, fetched on first use) for one test, whatever version the suite runs on.
 // It fails the test when the binaries cannot be had.
-func postgresOf(t testing.TB, major string) *testenv.Postgres {
+func postgresOf(t testing.TB, major int) *testenv.Postgres {
 	t.Helper()
-	out, err := exec.Command("bash", "../../internal/testenv/fetch-postgres.sh", major).Output()
+	bin, err := testenv.PostgresBin(major)
 	if err != nil {
-		t.Fatalf("internal/testenv/fetch-postgres.sh %s: %v", major, err)
+		t.Fatal(err)
 	}
-	p, err := testenv.StartPostgresIn(strings.TrimSpace(string(out)))
+	p, err := testenv.StartPostgresIn(bin)
 	if err != nil {
-		t.Fatalf("start PostgreSQL %s: %v", major, err)
+		t.Fatalf("start PostgreSQL %d: %v", major, err)
 	}
 	t.Cleanup(p.Close)
 	return p
@@ -31,7 +30,7 @@ func postgresOf(t testing.TB, major string) *testenv.Postgres {
 // stayed inactive longer than idle_replication_slot_timeout; a router stopped that long must refuse with the
 // slot-lost refusal, name the setting, and the reset it names must work.
 func TestIdleSlotInvalidatedOnPostgres18IsRefused(t *testing.T) {
-	e := newEnvOn(t, postgresOf(t, "18"))
+	e := newEnvOn(t, postgresOf(t, 18))
 	e.declare(true, "#")
 	c, w := e.consume(e.queue), newWriter(t, e.pgURL, 1)
 	e.runOnceAndStop(c, w)
@@ -65,7 +64,7 @@ func TestIdleSlotInvalidatedOnPostgres18IsRefused(t *testing.T) {
 // those inserted while the publication was missing too. Run on PostgreSQL 18 and on the suite's version.
 func TestDroppedPublicationIsRefused(t *testing.T) {
 	t.Run("PostgreSQL 18", func(t *testing.T) {
-		droppedPublication(t, newEnvOn(t, postgresOf(t, "18")), "skipped loading publication")
+		droppedPublication(t, newEnvOn(t, postgresOf(t, 18)), "skipped loading publication")
 	})
 	t.Run("the suite's PostgreSQL", func(t *testing.T) {
 		var major int
