@@ -49,7 +49,7 @@ func (d *Decoder) insert(walStart cdc.LSN, r *reader, h Handler) error {
 	if rowErr != nil {
 		return d.quarantine(walStart, ordinal, rel, rowErr.Reason, h)
 	}
-	ev.LSN, ev.Ordinal = walStart, ordinal
+	ev.LSN, ev.Ordinal, ev.Table = walStart, ordinal, rel.table
 	if err := h.Event(ev); err != nil {
 		return fmt.Errorf("decode: event %s at %s: %w", ev.ID, walStart, err)
 	}
@@ -66,11 +66,45 @@ func (d *Decoder) insertMapped(walStart cdc.LSN, ordinal int, rel *relation, h H
 	case drop:
 		return nil
 	}
-	ev.LSN, ev.Ordinal = walStart, ordinal
+	ev.LSN, ev.Ordinal, ev.Table = walStart, ordinal, rel.table
+	ev.Mapped.Columns = rowColumns(rel, d.tuple, ev)
 	if err := h.Event(ev); err != nil {
 		return fmt.Errorf("decode: event %s at %s: %w", ev.ID, walStart, err)
 	}
 	return nil
+}
+
+// rowColumns keeps the row of a mapped event for its quarantine record, should the broker refuse it: one
+// copy of the columns' texts, except the payload when the body is the column's value (no envelope, no
+// tombstone), which shares ev.Payload.
+func rowColumns(rel *relation, tuple []value, ev cdc.Event) []cdc.Column {
+	payload := rel.mapped.cols[rolePayload]
+	shared := -1
+	if payload.pos >= 0 && !ev.Mapped.Tombstone && !rel.mapped.mapping.envelope() && tuple[payload.pos].kind == kindText {
+		shared = payload.pos
+	}
+	size := 0
+	for i, v := range tuple {
+		if i != shared {
+			size += len(v.data)
+		}
+	}
+	buf := make([]byte, 0, size)
+	cols := make([]cdc.Column, len(tuple))
+	for i, v := range tuple {
+		cols[i].Name = rel.columns[i]
+		switch {
+		case v.kind == kindNull:
+			cols[i].Null = true
+		case v.kind != kindText: // unchanged TOAST is never sent for an insert
+		case i == shared:
+			cols[i].Text, cols[i].Bytea = ev.Payload, payload.oid == oidBytea
+		default:
+			buf = append(buf, v.data...)
+			cols[i].Text = buf[len(buf)-len(v.data) : len(buf) : len(buf)]
+		}
+	}
+	return cols
 }
 
 // ordinal is the index of an insert at walStart among the open transaction's inserts at that position.

@@ -455,3 +455,41 @@ func BenchmarkDecodeMappedInsert(b *testing.B) {
 		}
 	}
 }
+
+// TestMappedEventCarriesItsRow: an event of a mapped table names its table and carries its row with the
+// table's own column names and the values as PostgreSQL sent them (the payload shared with the body when
+// the body is the value, bytea printed back in hex), for the quarantine record of an event refused later.
+func TestMappedEventCarriesItsRow(t *testing.T) {
+	tests := []struct {
+		name, mapping string
+		row           []mcol
+		sharedPayload bool
+	}{
+		{"jsonb payload", "", debeziumRow(), true},
+		{"bytea payload", "", with(debeziumRow(), mcol{"payload", oidBytea, text(`\x00ff41`)}), true},
+		{"envelope", "table.fields.additional.placement=type:envelope", debeziumRow(), false},
+		{"tombstone", "route.tombstone.on.empty.payload=true", with(debeziumRow(), mcol{"payload", oidJSONB, null()}), false},
+		{"null column", "", append(debeziumRow(), mcol{"note", oidText, null()}), true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			ev := mappedEvent(t, tt.mapping, tt.row)
+			if ev.Table != "public.outbox" {
+				t.Errorf("Table %q, want public.outbox", ev.Table)
+			}
+			cols := ev.Mapped.Columns
+			if len(cols) != len(tt.row) {
+				t.Fatalf("%d columns, want %d: %+v", len(cols), len(tt.row), cols)
+			}
+			for i, c := range tt.row {
+				got := cols[i].Raw()
+				if cols[i].Name != c.name || got.Null != (c.v.kind == 'n') || string(got.Text) != c.v.s {
+					t.Errorf("column %d: %s null=%v %q, want %s %q", i, cols[i].Name, got.Null, got.Text, c.name, c.v.s)
+				}
+				if c.name == "payload" && !got.Null && tt.sharedPayload != (&cols[i].Text[0] == &ev.Payload[0]) {
+					t.Errorf("payload shared with the body: %v, want %v", !tt.sharedPayload, tt.sharedPayload)
+				}
+			}
+		})
+	}
+}

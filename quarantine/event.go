@@ -35,7 +35,9 @@ func appendKeyString(b []byte, s string) []byte {
 
 // FromEvent is the record of an event the broker refuses: its columns as PostgreSQL prints them
 // (occurred_at in ISO form with +00, as a session with TimeZone=UTC shows it; an empty Headers as NULL), its
-// id as EventID and reason as given. A streamed event is keyed by its position and ordinal (its CommitLSN
+// id as EventID and reason as given. The table is ev.Table, or table when the event does not name one. An
+// event of a mapped table that carries its row (ev.Mapped.Columns) is recorded with that row: the table's
+// own column names and values, so that an operator finds the row. A streamed event is keyed by its position and ordinal (its CommitLSN
 // when it carries no position); a snapshot or backfill event (ev.Backfill) by its read position
 // (ev.CommitLSN) and Key.
 func FromEvent(ev cdc.Event, table, reason string) cdc.Quarantined {
@@ -61,6 +63,15 @@ func FromEvent(ev cdc.Event, table, reason string) cdc.Quarantined {
 			"headers":           headers,
 			"occurred_at":       cdc.TextValue(ev.OccurredAt.UTC().Format("2006-01-02 15:04:05.999999-07")),
 		},
+	}
+	if ev.Table != "" {
+		q.Table = ev.Table
+	}
+	if ev.Mapped != nil && ev.Mapped.Columns != nil {
+		q.Columns = make(map[string]cdc.RawValue, len(ev.Mapped.Columns))
+		for _, c := range ev.Mapped.Columns {
+			q.Columns[c.Name] = c.Raw()
+		}
 	}
 	switch {
 	case ev.Backfill:

@@ -137,3 +137,27 @@ func TestFromEvent(t *testing.T) {
 		t.Fatalf("backfill record %+v", q)
 	}
 }
+
+// TestFromMappedEvent: the record of a refused event of a mapped table names the table the row came from
+// (not the --table given first) and holds the table's own columns, bytea printed as PostgreSQL prints it.
+func TestFromMappedEvent(t *testing.T) {
+	payload := []byte{0, 0xff, 'A'}
+	ev := cdc.Event{ID: "e-1", AggregateType: "Order", AggregateID: "o-1", Payload: payload, CommitLSN: 0x2000,
+		LSN: 0x1F00, Ordinal: 1, Table: "sales.dbz_outbox", Mapped: &cdc.Mapped{RoutingKey: "outbox.event.Order",
+			Columns: []cdc.Column{{Name: "id", Text: []byte("e-1")}, {Name: "aggregatetype", Text: []byte("Order")},
+				{Name: "aggregateid", Text: []byte("o-1")}, {Name: "payload", Bytea: true, Text: payload},
+				{Name: "tracingspancontext", Null: true}}}}
+	q := FromEvent(ev, "public.outbox", "routing key too long")
+	if q.Table != "sales.dbz_outbox" || q.EventID != "e-1" || q.LSN != 0x1F00 || q.Ordinal != 1 {
+		t.Errorf("record %+v", q)
+	}
+	want := map[string]string{"id": "e-1", "aggregatetype": "Order", "aggregateid": "o-1", "payload": `\x00ff41`}
+	if len(q.Columns) != 5 || !q.Columns["tracingspancontext"].Null {
+		t.Errorf("columns %v, want the table's five", q.Columns)
+	}
+	for name, v := range want {
+		if got := string(q.Columns[name].Text); got != v || q.Columns[name].Size != int64(len(v)) {
+			t.Errorf("column %s = %q, want %q", name, got, v)
+		}
+	}
+}

@@ -93,6 +93,17 @@ func tableSize(t amqp.Table) (int, headerShare, error) {
 // returns its size, framing included. The broker closes the connection with 501 FRAME_ERROR for a frame
 // that does not fit, and no setting of the router can change that for this message.
 func checkFrame(msg amqp.Publishing, frameMax int) (int, error) {
+	return checkFrameFix(msg, frameMax, nativeFrameFix)
+}
+
+// Fixes checkFrameFix names for a message over frame_max: of a native event, and of a mapped one.
+const (
+	nativeFrameFix = "shorten aggregate_id, aggregate_type, event_type or the headers column"
+	mappedFrameFix = "shorten the key, type or id column, or the columns placed in headers (table.fields.additional.placement)"
+)
+
+// checkFrameFix is checkFrame with the fix its refusal names.
+func checkFrameFix(msg amqp.Publishing, frameMax int, fix string) (int, error) {
 	if frameMax <= 0 {
 		frameMax = defaultFrameMax
 	}
@@ -104,8 +115,8 @@ func checkFrame(msg amqp.Publishing, frameMax int) (int, error) {
 		return payload + frameOverhead, nil
 	}
 	return 0, fmt.Errorf("%w: the message's properties and headers take %s bytes (%s with framing), over the broker's frame_max of %s: "+
-		"shorten aggregate_id, aggregate_type, event_type or the headers column (%s headers; the largest, %q, takes %s bytes)",
-		ErrInvalidEvent, thousands(payload), thousands(payload+frameOverhead), thousands(frameMax),
+		"%s (%s headers; the largest, %q, takes %s bytes)",
+		ErrInvalidEvent, thousands(payload), thousands(payload+frameOverhead), thousands(frameMax), fix,
 		thousands(len(msg.Headers)), largest.name, thousands(largest.bytes))
 }
 

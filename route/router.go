@@ -192,7 +192,11 @@ func (r *Router) build(ev cdc.Event) (string, amqp.Publishing, int, error) {
 	if err != nil {
 		return "", amqp.Publishing{}, 0, err
 	}
-	n, err := checkFrame(msg, r.frameMax)
+	fix := nativeFrameFix
+	if ev.Mapped != nil {
+		fix = mappedFrameFix
+	}
+	n, err := checkFrameFix(msg, r.frameMax, fix)
 	if err != nil {
 		return "", amqp.Publishing{}, 0, err
 	}

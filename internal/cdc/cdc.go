@@ -5,6 +5,7 @@ package cdc
 
 import (
 	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -57,6 +58,7 @@ type Event struct {
 	Headers          []byte    // headers column (a JSON object as text); may be empty
 	OccurredAt       time.Time // occurred_at
 	CommitLSN        LSN       // commit LSN of the transaction that inserted the row (or the snapshot position)
+	Table            string    // schema-qualified outbox table of the row, set by the decoder; empty: the only --table
 	Backfill         bool      // read from the table by a snapshot or backfill, not from the stream
 
 	// LSN is the WAL start of the insert that carried a streamed row (zero for snapshot and backfill rows),
@@ -80,6 +82,32 @@ type Mapped struct {
 	Timestamp   time.Time // AMQP timestamp (seconds on the wire) and the timestamp_in_ms header; zero: neither
 	Headers     []Header  // in configuration order; a later header of the same name wins
 	Tombstone   bool      // the payload was empty under route.tombstone.on.empty.payload: the body is empty
+	// Columns is the row as PostgreSQL sent it, every column of the table in order, for the quarantine record
+	// of an event refused after decoding (the names of a mapped table are its own, not the native ones).
+	// Nil when the event was built without its row.
+	Columns []Column
+}
+
+// Column is one column value of a mapped row as PostgreSQL sent it in text form. Bytea marks a value kept
+// decoded (the payload, sharing Event.Payload): PostgreSQL's text of it is \x and its bytes in hex.
+type Column struct {
+	Name  string
+	Null  bool
+	Bytea bool
+	Text  []byte
+}
+
+// Raw is the column's value as PostgreSQL prints it, bounded as every quarantined value is.
+func (c Column) Raw() RawValue {
+	switch {
+	case c.Null:
+		return NullValue()
+	case c.Bytea:
+		text := make([]byte, 0, 2+2*len(c.Text))
+		text = append(text, `\x`...)
+		return NewRawValue(hex.AppendEncode(text, c.Text))
+	}
+	return NewRawValue(c.Text)
 }
 
 // Header is one typed AMQP header of a mapped event. Value is a string, int16, int32, int64, bool, float64
