@@ -25,6 +25,7 @@ type mappedRole struct {
 
 var (
 	keyTypes     = []uint32{oidUUID, oidText, oidVarchar, oidInt8, oidInt4, oidInt2}
+	idTypes      = append(keyTypes[:len(keyTypes):len(keyTypes)], oidBytea) // id and key: bytea too
 	payloadTypes = []uint32{oidJSONB, oidJSON, oidText, oidVarchar, oidBytea}
 )
 
@@ -44,8 +45,8 @@ const (
 // roles lists the columns m reads, roles first (an unused role has an empty column), then the placements.
 func (m *Mapping) roles() []mappedRole {
 	r := []mappedRole{
-		{"table.field.event.id", m.IDColumn, keyTypes, true},
-		{"table.field.event.key", m.KeyColumn, keyTypes, true},
+		{"table.field.event.id", m.IDColumn, idTypes, true},
+		{"table.field.event.key", m.KeyColumn, idTypes, true},
 		{"table.field.event.payload", m.PayloadColumn, payloadTypes, true},
 		{"route.by.field", m.RouteColumn, keyTypes, true},
 		{"table.field.event.timestamp", m.TimestampColumn, []uint32{oidTimestamptz, oidTimestamp, oidInt8}, true},

@@ -49,10 +49,10 @@ func (d *Decoder) mapTuple(rel *mappedRelation) (ev cdc.Event, drop bool, rowErr
 		return ev, false, rowErrorf("%s (route.by.field) is NULL, so the event has no routing key", m.RouteColumn)
 	}
 	mapped := &cdc.Mapped{RoutingKey: m.route.key(string(route))}
-	ev = cdc.Event{ID: string(id), AggregateType: string(route), CommitLSN: d.commitLSN, Mapped: mapped}
+	ev = cdc.Event{ID: idText(id, idOID), AggregateType: string(route), CommitLSN: d.commitLSN, Mapped: mapped}
 	mapped.Headers = append(mapped.Headers, cdc.Header{Name: HeaderID, Value: typedValue(id, idOID)})
 	if key, oid, ok := d.mappedValue(rel, roleKey); ok {
-		ev.AggregateID = string(key)
+		ev.AggregateID = keyText(key, oid)
 		mapped.Headers = append(mapped.Headers, cdc.Header{Name: m.KeyHeader, Value: typedValue(key, oid)})
 	}
 	if typ, _, ok := d.mappedValue(rel, roleType); ok {
@@ -186,6 +186,26 @@ func typedValue(v []byte, oid uint32) any {
 	case oidTimestamp:
 		if t, err := time.Parse("2006-01-02 15:04:05.999999", string(v)); err == nil {
 			return t.UnixMilli()
+		}
+	}
+	return string(v)
+}
+
+// idText is the message id of an id column's text: the text itself, or for bytea its bytes in lowercase
+// hex without PostgreSQL's \x (a message id is a short string; 127 bytes at most fit).
+func idText(v []byte, oid uint32) string {
+	if oid == oidBytea && bytes.HasPrefix(v, []byte(`\x`)) {
+		return string(v[2:])
+	}
+	return string(v)
+}
+
+// keyText is the ordering key of a key column's text: the text itself, or for bytea its bytes, so that the
+// lane follows the key's bytes (as Debezium's binary message key does).
+func keyText(v []byte, oid uint32) string {
+	if oid == oidBytea {
+		if b, err := byteaText(v); err == nil {
+			return string(b)
 		}
 	}
 	return string(v)

@@ -125,6 +125,33 @@ func TestMappingOptions(t *testing.T) {
 					t.Errorf("headers %v lane key %q", ev.Mapped.Headers, ev.AggregateID)
 				}
 			}},
+		{"table.field.event.id bytea: message id in hex, header id the bytes", "table.field.event.id=event_id",
+			with(without(row, "id"), mcol{"event_id", oidBytea, text(`\x00ff10ab`)}),
+			func(t *testing.T, ev cdc.Event) {
+				if ev.ID != "00ff10ab" || !reflect.DeepEqual(header(ev, "id"), []byte{0, 0xff, 0x10, 0xab}) {
+					t.Errorf("id %q header %#v", ev.ID, header(ev, "id"))
+				}
+			}},
+		{"table.field.event.key bytea: lane by the bytes, header the bytes", "table.field.event.key=k",
+			with(row, mcol{"k", oidBytea, text(`\x00ff`)}),
+			func(t *testing.T, ev cdc.Event) {
+				if ev.AggregateID != "\x00\xff" || !reflect.DeepEqual(header(ev, "key"), []byte{0, 0xff}) {
+					t.Errorf("lane key %q header %#v", ev.AggregateID, header(ev, "key"))
+				}
+			}},
+		{"table.field.event.id uuid, key int8", "table.field.event.key=k", with(row, mcol{"k", oidInt8, text("-9")}),
+			func(t *testing.T, ev cdc.Event) {
+				if ev.ID != id1 || header(ev, "id") != id1 || ev.AggregateID != "-9" || header(ev, "key") != int64(-9) {
+					t.Errorf("id %q %#v key %q %#v", ev.ID, header(ev, "id"), ev.AggregateID, header(ev, "key"))
+				}
+			}},
+		{"table.field.event.id text, key uuid", "table.field.event.id=t\ntable.field.event.key=u",
+			with(with(row, mcol{"t", oidText, text("evt-1")}), mcol{"u", oidUUID, text(id1)}),
+			func(t *testing.T, ev cdc.Event) {
+				if ev.ID != "evt-1" || header(ev, "id") != "evt-1" || ev.AggregateID != id1 || header(ev, "key") != id1 {
+					t.Errorf("id %q %#v key %q %#v", ev.ID, header(ev, "id"), ev.AggregateID, header(ev, "key"))
+				}
+			}},
 		{"table.field.event.key empty: no key", "table.field.event.key=", without(row, "aggregateid"),
 			func(t *testing.T, ev cdc.Event) {
 				if header(ev, "key") != nil || ev.AggregateID != "" {
@@ -412,8 +439,8 @@ func TestMappingColumns(t *testing.T) {
 	for _, c := range m.Columns() {
 		got = append(got, c.Column+"/"+c.Option+"/"+strings.Join(c.Types, "|")+"/"+map[bool]string{true: "required", false: "optional"}[c.Required])
 	}
-	want := []string{"id/table.field.event.id/uuid|text|varchar|int8|int4|int2/required",
-		"aggregateid/table.field.event.key/uuid|text|varchar|int8|int4|int2/required",
+	want := []string{"id/table.field.event.id/uuid|text|varchar|int8|int4|int2|bytea/required",
+		"aggregateid/table.field.event.key/uuid|text|varchar|int8|int4|int2|bytea/required",
 		"payload/table.field.event.payload/jsonb|json|text|varchar|bytea/required",
 		"aggregatetype/route.by.field/uuid|text|varchar|int8|int4|int2/required",
 		"type/table.field.event.type/text|varchar/optional",

@@ -99,7 +99,11 @@ func eventID(rel *relation, tuple []value) string {
 	if pos < 0 || tuple[pos].kind != kindText {
 		return ""
 	}
-	return string(cutUTF8(tuple[pos].data, maxEventID))
+	id := tuple[pos].data
+	if rel.mapped != nil {
+		id = []byte(idText(id, rel.mapped.cols[roleID].oid)) // the message id: bytea in hex without \x
+	}
+	return string(cutUTF8(id, maxEventID))
 }
 
 // cutUTF8 cuts b to at most n bytes without leaving a partial UTF-8 sequence at the end.

@@ -19,7 +19,7 @@ const (
 // (amqp091 v1.16 headerFrame.write): class id (2), weight (2), body size (8) and property flags (2),
 // then each property that is set, in the same conditions as amqp091 sets its flag. The second result is
 // the header that takes the most bytes and its size, for the refusal's reason. Only the value types the
-// mapping produces are accepted (string, int64, int32, float64, bool); any other is an error.
+// mapping produces are accepted (string, int64, int32, int16, float64, bool, []byte); any other is an error.
 func contentHeaderSize(msg amqp.Publishing) (int, headerShare, error) {
 	n := 2 + 2 + 8 + 2
 	shortstr := func(s string) int {
@@ -60,7 +60,8 @@ type headerShare struct {
 
 // tableSize is the encoded size of a field table as amqp091 writes it (writeTable, writeField): a long
 // length (4), then per entry the name as a shortstr (1 + length) and the value as a type octet plus
-// 'S' long length (4) + bytes, 'l' int64 (8), 'I' int32 (4), 'd' float64 (8), 't' bool (1).
+// 'S' long length (4) + bytes, 'l' int64 (8), 'I' int32 (4), 's' int16 (2), 'd' float64 (8), 't' bool (1),
+// 'x' byte array: long length (4) + bytes.
 func tableSize(t amqp.Table) (int, headerShare, error) {
 	n := 4
 	var largest headerShare
@@ -76,6 +77,10 @@ func tableSize(t amqp.Table) (int, headerShare, error) {
 			e += 8
 		case int32:
 			e += 4
+		case int16:
+			e += 2
+		case []byte:
+			e += 4 + len(v)
 		case bool:
 			e++
 		default:

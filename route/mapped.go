@@ -51,7 +51,8 @@ func checkMapped(ev cdc.Event) error {
 	case ev.ID == "":
 		return fmt.Errorf("%w: the event id (table.field.event.id, the message id) is empty", ErrInvalidEvent)
 	case len(ev.ID) > maxShortString:
-		return fmt.Errorf("%w: the event id (table.field.event.id, the message id) is %d bytes, AMQP allows 255", ErrInvalidEvent, len(ev.ID))
+		return fmt.Errorf("%w: the event id (table.field.event.id, the message id; a bytea id is sent in hex) is %d bytes, AMQP allows 255",
+			ErrInvalidEvent, len(ev.ID))
 	case len(ev.EventType) > maxShortString:
 		return fmt.Errorf("%w: the type (table.field.event.type) is %d bytes, AMQP allows 255", ErrInvalidEvent, len(ev.EventType))
 	}

@@ -70,3 +70,21 @@ func TestCheckMapped(t *testing.T) {
 		t.Errorf("Check of a valid mapped event: %v", err)
 	}
 }
+
+// The byte arrays (bytea id and key) and int16 values (int2 columns) a mapping puts in headers are sized as
+// amqp091 writes them: 'x' + long length + bytes, 's' + 2 bytes; so such an event passes the frame check.
+func TestMappedHeaderTypesFitTheFrameCheck(t *testing.T) {
+	n, _, err := tableSize(amqp.Table{"k": []byte{1, 2, 3}, "s": int16(5)})
+	if want := 4 + (1 + 1 + 1 + 4 + 3) + (1 + 1 + 1 + 2); err != nil || n != want {
+		t.Errorf("tableSize = %d, %v; want %d", n, err, want)
+	}
+	ev := mappedEvent()
+	ev.Mapped.Headers = append(ev.Mapped.Headers, cdc.Header{Name: "key", Value: []byte{0, 0xff}}, cdc.Header{Name: "n", Value: int16(2)})
+	_, msg, err := build(ev)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := checkFrame(msg, 0); err != nil {
+		t.Errorf("checkFrame of bytea and int2 headers: %v", err)
+	}
+}
