@@ -58,6 +58,10 @@ func (d *Decoder) mapTuple(rel *mappedRelation) (ev cdc.Event, drop bool, rowErr
 	if typ, _, ok := d.mappedValue(rel, roleType); ok {
 		ev.EventType = string(typ)
 	}
+	if m.TopicTarget == TargetExchange {
+		mapped.ByExchange, mapped.Exchange = true, mapped.RoutingKey
+		mapped.RoutingKey = m.exchangeRoutingKey(mapped.Exchange, ev.AggregateID)
+	}
 	ts, rowErr := d.mappedTimestamp(rel)
 	if rowErr != nil {
 		return cdc.Event{}, false, rowErr

@@ -19,6 +19,15 @@ const (
 	TombstoneDrop      = "drop"       // publish nothing
 )
 
+// Values of amqp.topic.target and amqp.routing.key.source.
+const (
+	TargetRoutingKey = "routing-key" // the routed topic is the routing key on --exchange (default)
+	TargetExchange   = "exchange"    // the routed topic names the exchange (Debezium Server's RabbitMQ sink)
+	SourceStatic     = "static"      // the routing key is amqp.routing.key (default "")
+	SourceKey        = "key"         // the routing key is the key column's value
+	SourceTopic      = "topic"       // the routing key is the routed topic, as the exchange name is
+)
+
 // Mapping reads an outbox table of another shape, configured with Debezium's Outbox Event Router option
 // names (and the router's own under amqp.). The zero value is not useful: use ParseMapping or LoadMapping,
 // which apply Debezium's defaults. Columns are resolved once per Relation message (see mapRelation).
@@ -41,6 +50,9 @@ type Mapping struct {
 	Tombstone           string      // amqp.tombstone: empty-body (default) or drop
 	ContentType         string      // amqp.content.type, default from the payload column's type
 	TimestampUnit       string      // amqp.timestamp.unit for an integer timestamp column: ms (default) or us
+	TopicTarget         string      // amqp.topic.target: routing-key (default) or exchange
+	RoutingKeySource    string      // amqp.routing.key.source with target exchange: static (default), key or topic
+	StaticRoutingKey    string      // amqp.routing.key with source static, default ""
 	// Table is the outbox table this mapping reads (the router's own option table, schema.table): needed
 	// when run reads several tables (--table a,b), optional with one. Empty: the only --table.
 	Table string
@@ -75,7 +87,7 @@ func ParseMapping(text string) (*Mapping, error) {
 	m := &Mapping{IDColumn: "id", KeyColumn: "aggregateid", PayloadColumn: "payload", TypeColumn: "type",
 		RouteColumn: "aggregatetype", TopicRegex: "(?<routedByValue>.*)", TopicReplacement: "outbox.event.${routedByValue}",
 		AdditionalMissing: "error", TracingColumn: "tracingspancontext", KeyHeader: "key", Tombstone: TombstoneEmptyBody,
-		TimestampUnit: "ms"}
+		TimestampUnit: "ms", TopicTarget: TargetRoutingKey, RoutingKeySource: SourceStatic}
 	seen := map[string]int{}
 	for _, p := range parseProperties(text) {
 		key := p.key
@@ -96,6 +108,9 @@ func ParseMapping(text string) (*Mapping, error) {
 		if err := m.set(key, strings.TrimSpace(p.value)); err != nil {
 			return nil, fmt.Errorf("line %d: %w", p.line, err)
 		}
+	}
+	if err := m.checkTarget(seen); err != nil {
+		return nil, err
 	}
 	route, err := compileTopicRoute(m.TopicRegex, m.TopicReplacement)
 	if err != nil {
@@ -184,10 +199,14 @@ func (m *Mapping) set(key, v string) error {
 	case "amqp.timestamp.unit":
 		return oneOf(key, v, &m.TimestampUnit, "ms", "us")
 	case "amqp.topic.target":
-		if v != "routing-key" {
-			return fmt.Errorf("amqp.topic.target=%s is not supported: the routed topic is always the routing key on --exchange "+
-				"(bind queues by routing key), so remove the option or set it to routing-key", v)
+		return oneOf(key, v, &m.TopicTarget, TargetRoutingKey, TargetExchange)
+	case "amqp.routing.key.source":
+		return oneOf(key, v, &m.RoutingKeySource, SourceStatic, SourceKey, SourceTopic)
+	case "amqp.routing.key":
+		if len(v) > maxShortString {
+			return fmt.Errorf("amqp.routing.key is %d bytes, AMQP allows 255: shorten it", len(v))
 		}
+		m.StaticRoutingKey = v
 	default:
 		return fmt.Errorf("unknown option %q: see docs/migrating-from-polling.md for the options the router reads", key)
 	}
@@ -264,4 +283,34 @@ func (m *Mapping) HeaderNames() [][2]string {
 		}
 	}
 	return out
+}
+
+// checkTarget refuses the routing key options where they mean nothing: without amqp.topic.target=exchange,
+// a static key with another source, and the key source without a key column.
+func (m *Mapping) checkTarget(seen map[string]int) error {
+	for _, option := range []string{"amqp.routing.key.source", "amqp.routing.key"} {
+		if line, ok := seen[option]; ok && m.TopicTarget != TargetExchange {
+			return fmt.Errorf("line %d: %s applies only with amqp.topic.target=exchange (the routed topic is otherwise the "+
+				"routing key): set amqp.topic.target=exchange or remove the option", line, option)
+		}
+	}
+	if line, ok := seen["amqp.routing.key"]; ok && m.RoutingKeySource != SourceStatic {
+		return fmt.Errorf("line %d: amqp.routing.key applies only with amqp.routing.key.source=static: remove one of them", line)
+	}
+	if m.RoutingKeySource == SourceKey && m.KeyColumn == "" {
+		return fmt.Errorf("line %d: amqp.routing.key.source=key needs a key column: set table.field.event.key", seen["amqp.routing.key.source"])
+	}
+	return nil
+}
+
+// exchangeRoutingKey is the routing key of an event under amqp.topic.target=exchange, whose routed topic
+// names the exchange: amqp.routing.key, the key (key: its text; bytea: its bytes; NULL: empty) or the topic.
+func (m *Mapping) exchangeRoutingKey(topic, key string) string {
+	switch m.RoutingKeySource {
+	case SourceKey:
+		return key
+	case SourceTopic:
+		return topic
+	}
+	return m.StaticRoutingKey
 }

@@ -407,7 +407,13 @@ func TestParseMappingRefuses(t *testing.T) {
 		{"table.op.invalid.behavior=fatal", "table.op.invalid.behavior=fatal is not supported"},
 		{"table.json.payload.null.behavior=optional_bytes", "only the default ignore applies"},
 		{"amqp.tombstone=null", `amqp.tombstone="null": use empty-body or drop`},
-		{"amqp.topic.target=exchange", "amqp.topic.target=exchange is not supported"},
+		{"amqp.topic.target=queue", `amqp.topic.target="queue": use routing-key or exchange`},
+		{"amqp.routing.key=k", "line 1: amqp.routing.key applies only with amqp.topic.target=exchange"},
+		{"amqp.routing.key.source=key", "line 1: amqp.routing.key.source applies only with amqp.topic.target=exchange"},
+		{"amqp.topic.target=exchange\namqp.routing.key.source=key\namqp.routing.key=k", "line 3: amqp.routing.key applies only with amqp.routing.key.source=static"},
+		{"amqp.topic.target=exchange\namqp.routing.key.source=key\ntable.field.event.key=", "line 2: amqp.routing.key.source=key needs a key column"},
+		{"amqp.topic.target=exchange\namqp.routing.key.source=partition", `use static, key or topic`},
+		{"amqp.topic.target=exchange\namqp.routing.key=" + strings.Repeat("k", 256), "amqp.routing.key is 256 bytes, AMQP allows 255"},
 		{"route.by.feild=x", `unknown option "route.by.feild"`},
 		{"route.by.field=a\nroute.by.field=b", "line 2: route.by.field is also set on line 1"},
 		{"table.field.event.id=", "table.field.event.id is empty"},
@@ -518,5 +524,29 @@ func TestMappedEventCarriesItsRow(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestTopicTargetExchange: with amqp.topic.target=exchange the routed topic names the exchange, and the
+// routing key comes from amqp.routing.key.source: static (amqp.routing.key, default empty), key or topic.
+func TestTopicTargetExchange(t *testing.T) {
+	base := "amqp.topic.target=exchange\nroute.topic.replacement=ex.${routedByValue}\n"
+	tests := []struct{ mapping, exchange, key string }{
+		{"route.topic.replacement=ex.${routedByValue}", "", "ex.Order"},
+		{base, "ex.Order", ""},
+		{base + "amqp.routing.key=orders.all", "ex.Order", "orders.all"},
+		{base + "amqp.routing.key.source=key", "ex.Order", "o-1"},
+		{base + "amqp.routing.key.source=topic", "ex.Order", "ex.Order"},
+	}
+	for _, tt := range tests {
+		ev := mappedEvent(t, tt.mapping, debeziumRow())
+		if ev.Mapped.Exchange != tt.exchange || ev.Mapped.RoutingKey != tt.key || ev.AggregateType != "Order" || ev.AggregateID != "o-1" {
+			t.Errorf("%q: exchange %q routing key %q (lane %q/%q), want %q %q", tt.mapping, ev.Mapped.Exchange, ev.Mapped.RoutingKey,
+				ev.AggregateType, ev.AggregateID, tt.exchange, tt.key)
+		}
+	}
+	ev := mappedEvent(t, base+"amqp.routing.key.source=key", with(debeziumRow(), mcol{"aggregateid", oidText, null()}))
+	if ev.Mapped.Exchange != "ex.Order" || ev.Mapped.RoutingKey != "" {
+		t.Errorf("NULL key: exchange %q routing key %q, want ex.Order and an empty key", ev.Mapped.Exchange, ev.Mapped.RoutingKey)
 	}
 }

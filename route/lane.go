@@ -13,6 +13,7 @@ import (
 // publishing is one event on its way through a lane.
 type publishing struct {
 	eventID  string
+	exchange string // the Router's, or a mapped event's (amqp.topic.target=exchange)
 	key      string
 	agg      uint64          // aggregateHash of the event: the lane, and the aggregate for holds
 	next     *publishing     // the next held publishing of the same aggregate
@@ -156,7 +157,7 @@ func (l *lane) write(p *publishing) bool {
 		l.r.bytes.release(p.size)
 		return false
 	}
-	dc, err := l.ch.PublishWithDeferredConfirm(l.r.cfg.Exchange, p.key, true, false, p.msg)
+	dc, err := l.ch.PublishWithDeferredConfirm(p.exchange, p.key, true, false, p.msg)
 	p.msg = amqp.Publishing{}
 	if err != nil {
 		l.r.bytes.release(p.size)

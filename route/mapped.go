@@ -2,6 +2,9 @@ package route
 
 import (
 	"fmt"
+	"strings"
+	"unicode"
+	"unicode/utf8"
 
 	amqp "github.com/rabbitmq/amqp091-go"
 
@@ -56,6 +59,11 @@ func checkMapped(ev cdc.Event) error {
 	case len(ev.EventType) > maxShortString:
 		return fmt.Errorf("%w: the type (table.field.event.type) is %d bytes, AMQP allows 255", ErrInvalidEvent, len(ev.EventType))
 	}
+	if m.ByExchange {
+		if err := checkExchangeName(m.Exchange); err != nil {
+			return err
+		}
+	}
 	for _, x := range m.Headers {
 		if why, reserved := reservedHeader(x.Name); reserved {
 			return fmt.Errorf("%w: header name %q is reserved by RabbitMQ: %s; choose another alias in table.fields.additional.placement",
@@ -70,6 +78,22 @@ func checkMapped(ev cdc.Event) error {
 func CheckHeaderName(name string) error {
 	if why, reserved := reservedHeader(name); reserved {
 		return fmt.Errorf("header name %q is reserved by RabbitMQ: %s", name, why)
+	}
+	return nil
+}
+
+// checkExchangeName refuses an exchange name (amqp.topic.target=exchange) that RabbitMQ cannot hold: empty
+// (the default exchange, which routes by queue name), over 255 bytes, not UTF-8, or with control characters.
+func checkExchangeName(name string) error {
+	const option = "(route.by.field through route.topic.replacement, with amqp.topic.target=exchange)"
+	switch {
+	case name == "":
+		return fmt.Errorf("%w: the exchange name %s is empty, which is RabbitMQ's default exchange: write a routing value", ErrInvalidEvent, option)
+	case len(name) > maxShortString:
+		return fmt.Errorf("%w: the exchange name %q... %s is %d bytes, AMQP allows 255: shorten the value or the replacement",
+			ErrInvalidEvent, name[:32], option, len(name))
+	case !utf8.ValidString(name) || strings.IndexFunc(name, unicode.IsControl) >= 0:
+		return fmt.Errorf("%w: the exchange name %q %s is not UTF-8 text without control characters", ErrInvalidEvent, name, option)
 	}
 	return nil
 }

@@ -46,6 +46,8 @@ type Router struct {
 
 	blocked atomic.Bool // RabbitMQ blocks the connection (connection.blocked), for Metrics
 
+	exchanges exchanges // the exchanges of amqp.topic.target=exchange found to exist
+
 	unchecked bool // test hook: publish what the checks would refuse, to provoke the broker's own refusal
 
 	closeOnce sync.Once
@@ -151,6 +153,10 @@ func (r *Router) Publish(ctx context.Context, ev cdc.Event, done func()) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
+	exchange, err := r.exchange(ev)
+	if err != nil {
+		return err
+	}
 	agg := aggregateHash(ev)
 	l := r.lanes[agg%uint64(len(r.lanes))]
 	select {
@@ -176,7 +182,7 @@ func (r *Router) Publish(ctx context.Context, ev cdc.Event, done func()) error {
 		return err
 	}
 	r.track(1)
-	l.queued <- &publishing{eventID: ev.ID, key: key, agg: agg, msg: msg, done: done, size: size} // a held slot guarantees room
+	l.queued <- &publishing{eventID: ev.ID, exchange: exchange, key: key, agg: agg, msg: msg, done: done, size: size} // a held slot guarantees room
 	return nil
 }
 

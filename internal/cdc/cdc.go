@@ -77,7 +77,9 @@ type Event struct {
 // Mapped is the AMQP side of an event computed by a column mapping: what the native shape derives from its
 // fixed columns, the mapping computes from the configured ones.
 type Mapped struct {
-	RoutingKey  string    // route.by.field through route.topic.regex and route.topic.replacement
+	RoutingKey  string    // route.by.field through route.topic.regex and route.topic.replacement (or amqp.routing.key.source)
+	ByExchange  bool      // amqp.topic.target=exchange: the message goes to Exchange, not to the router's exchange
+	Exchange    string    // with ByExchange, the routed topic, which names the exchange
 	ContentType string    // from the payload column's type, or amqp.content.type
 	Timestamp   time.Time // AMQP timestamp (seconds on the wire) and the timestamp_in_ms header; zero: neither
 	Headers     []Header  // in configuration order; a later header of the same name wins

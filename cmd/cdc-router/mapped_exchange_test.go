@@ -1,0 +1,71 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// TestTopicTargetExchange (amqp.topic.target=exchange, amqp.routing.key.source=key): each row goes to the
+// exchange its routed topic names, with its key as the routing key, in commit order per key; a row routed
+// to an exchange nobody declared is quarantined with a reason naming "declare exchange X", and the rows
+// after it are published (the router neither stalls nor restarts).
+func TestTopicTargetExchange(t *testing.T) {
+	e := mappedEnv(t, "dbz_outbox", debeziumTable)
+	orders := e.exchange + ".Order"
+	ch := e.channel()
+	if err := ch.ExchangeDeclare(orders, "direct", false, true, false, false, nil); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = ch.ExchangeDelete(orders, false, false) })
+	for _, key := range []string{"o-1", "o-2"} {
+		if err := ch.QueueBind(e.queue, key, orders, false, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c := e.consume(e.queue)
+	e.startMapped("dbz_outbox", writeConfig(t, fmt.Sprintf(`amqp.topic.target=exchange
+route.topic.replacement=%s.${routedByValue}
+amqp.routing.key.source=key
+`, e.exchange)))
+	ctx := context.Background()
+	var want []written
+	const lost = "c0000000-0000-4000-8000-000000000001"
+	for i := range 6 {
+		err := pgx.BeginFunc(ctx, e.db, func(tx pgx.Tx) error {
+			for _, key := range []string{"o-1", "o-2"} {
+				id := uuid()
+				if _, err := tx.Exec(ctx, `INSERT INTO dbz_outbox (id, aggregatetype, aggregateid, type, payload)
+					VALUES ($1, 'Order', $2, 'Changed', '{}')`, id, key); err != nil {
+					return err
+				}
+				want = append(want, written{key, id})
+			}
+			if i == 2 {
+				_, err := tx.Exec(ctx, `INSERT INTO dbz_outbox (id, aggregatetype, aggregateid, type, payload)
+					VALUES ($1, 'Customer', 'c-1', 'Moved', '{}')`, lost)
+				return err
+			}
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	inCommitOrder(t, c, want)
+	for _, d := range c.snapshot() {
+		if d.msg.Exchange != orders || (d.msg.RoutingKey != "o-1" && d.msg.RoutingKey != "o-2") {
+			t.Errorf("message %s came through exchange %q with routing key %q, want %q and its key", d.msg.MessageId,
+				d.msg.Exchange, d.msg.RoutingKey, orders)
+		}
+	}
+	e.waitQuarantined(1, 10*time.Second)
+	reason := e.scalar(`SELECT table_name || ': ' || reason FROM cdc_router.quarantine WHERE event_id = $1`, lost)
+	if !strings.Contains(reason, fmt.Sprintf("declare exchange %q", e.exchange+".Customer")) || !strings.HasPrefix(reason, "public.dbz_outbox: ") {
+		t.Errorf("quarantine of the row routed to a missing exchange: %q", reason)
+	}
+}

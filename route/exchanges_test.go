@@ -1,0 +1,84 @@
+package route
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/cdc-router/cdc-router/internal/cdc"
+)
+
+// TestPublishToMappedExchange (amqp.topic.target=exchange): a mapped event goes to the exchange its routed
+// topic names, with its routing key; one whose exchange does not exist is refused (ErrInvalidEvent, naming
+// "declare exchange X") without failing the Router, and once the exchange is declared the next event goes
+// there; the events of one key keep their order; a message nothing is bound to on such an exchange is
+// returned and fails the Router with the exchange named, as on --exchange without an alternate exchange.
+func TestPublishToMappedExchange(t *testing.T) {
+	b := newBroker(t)
+	r := b.dial(b.config(""))
+	target, missing := b.exchange+".target", b.exchange+".missing"
+	t.Cleanup(func() {
+		_ = b.admin.ExchangeDelete(target, false, false)
+		_ = b.admin.ExchangeDelete(missing, false, false)
+	})
+	if err := b.admin.ExchangeDeclare(target, amqp.ExchangeDirect, false, true, false, false, nil); err != nil {
+		t.Fatal(err)
+	}
+	q, err := b.admin.QueueDeclare("", false, true, true, false, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := b.admin.QueueBind(q.Name, "k-1", target, false, nil); err != nil {
+		t.Fatal(err)
+	}
+	to := func(exchange, key string, i int) (ev cdc.Event) {
+		ev = mappedEvent()
+		ev.ID, ev.AggregateID = fmt.Sprintf("%s-%d", key, i), key
+		ev.Mapped.ByExchange, ev.Mapped.Exchange, ev.Mapped.RoutingKey = true, exchange, key
+		return ev
+	}
+	c := newCounter()
+	publishAll(t, r, c, to(target, "k-1", 1), to(target, "k-1", 2), to(target, "k-1", 3))
+
+	err = r.Publish(context.Background(), to(missing, "k-1", 4), c.done("k-1-4"))
+	if !errors.Is(err, ErrInvalidEvent) || !strings.Contains(err.Error(), fmt.Sprintf("declare exchange %q", missing)) {
+		t.Fatalf("Publish to a missing exchange = %v, want ErrInvalidEvent naming the fix", err)
+	}
+	if err := b.admin.ExchangeDeclare(missing, amqp.ExchangeDirect, false, true, false, false, nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.admin.QueueBind(q.Name, "k-1", missing, false, nil); err != nil {
+		t.Fatal(err)
+	}
+	publishAll(t, r, c, to(missing, "k-1", 5), to(target, "k-1", 6))
+	var got []string
+	for _, d := range b.consume(q.Name, 5, 10*time.Second) {
+		got = append(got, d.Exchange+"/"+d.RoutingKey+"/"+d.MessageId)
+	}
+	want := []string{target + "/k-1/k-1-1", target + "/k-1/k-1-2", target + "/k-1/k-1-3", missing + "/k-1/k-1-5", target + "/k-1/k-1-6"}
+	if strings.Join(got, " ") != strings.Join(want, " ") {
+		t.Errorf("delivered\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+	if r.Err() != nil {
+		t.Fatalf("the Router failed: %v", r.Err())
+	}
+	for _, name := range []string{"", strings.Repeat("x", 256), "bad\x00name", "bad\xffname"} {
+		if err := r.Publish(context.Background(), to(name, "k-2", 1), nil); !errors.Is(err, ErrInvalidEvent) || !strings.Contains(err.Error(), "exchange name") {
+			t.Errorf("exchange name %.40q: Publish = %v, want a refusal naming the exchange name", name, err)
+		}
+	}
+
+	if err := r.Publish(context.Background(), to(target, "unbound", 1), nil); err != nil {
+		t.Fatal(err)
+	}
+	err = waitFailed(t, r, 10*time.Second)
+	var pe *PublishError
+	if !errors.As(err, &pe) || !strings.Contains(err.Error(), fmt.Sprintf("routing key %q on exchange %q", "unbound", target)) {
+		t.Errorf("an unroutable message on the mapped exchange: %v, want a return naming the exchange", err)
+	}
+}
