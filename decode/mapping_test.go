@@ -550,3 +550,16 @@ func TestTopicTargetExchange(t *testing.T) {
 		t.Errorf("NULL key: exchange %q routing key %q, want ex.Order and an empty key", ev.Mapped.Exchange, ev.Mapped.RoutingKey)
 	}
 }
+
+// TestQuarantinedByteaIDIsTheMessageID: the record of a row with a bytea id refused by the decoder carries
+// the id as the message id would be (hex without \x), so that it matches FromEvent's records.
+func TestQuarantinedByteaIDIsTheMessageID(t *testing.T) {
+	row := with(with(debeziumRow(), mcol{"id", oidBytea, text(`\x00ff`)}), mcol{"aggregatetype", oidText, null()})
+	rec, err := decodeMapped(t, "", row, "")
+	if err != nil || len(rec.quarantined) != 1 {
+		t.Fatalf("want one quarantined row: %v %v", err, rec.shape)
+	}
+	if q := rec.quarantined[0]; q.EventID != "00ff" || string(q.Columns["id"].Text) != `\x00ff` {
+		t.Errorf("event id %q, column id %q; want 00ff and the column as sent", q.EventID, q.Columns["id"].Text)
+	}
+}

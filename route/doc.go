@@ -33,7 +33,13 @@
 //     x-last-death-*: the broker's dead-lettering history; x-amqp-1.0-*: RabbitMQ's AMQP 1.0 conversion
 //     headers); and a message whose encoded properties and headers make a content header frame larger
 //     than frame_max (RabbitMQ would close the connection with 501). The frame size is computed exactly as
-//     amqp091 encodes it, and every header value is one of string, int64, int32, float64 or bool.
+//     amqp091 encodes it, and every header value is one of string, int64, int32, int16, float64, bool or
+//     []byte (a byte array).
+//   - A mapped event routed to an exchange of its own (amqp.topic.target=exchange) is published there only
+//     after a passive declare, on a channel of its own, found that exchange (once per exchange and Router);
+//     one that does not exist, or that the user may not use, is refused with ErrInvalidEvent naming the fix
+//     (declare it), so that a missing exchange never closes a lane's channel; an exchange name that is
+//     empty, over 255 bytes, not UTF-8 or holds control characters is refused by Check.
 //   - A lane keeps at most Window events unresolved (written and unconfirmed, or held), and the Router
 //     holds at most MaxInflightBytes of unresolved messages (body and content header) across its lanes,
 //     except one event larger than that, which goes alone. Publish blocks while either is full and returns
