@@ -82,3 +82,53 @@ func TestPublishToMappedExchange(t *testing.T) {
 		t.Errorf("an unroutable message on the mapped exchange: %v, want a return naming the exchange", err)
 	}
 }
+
+// TestDeletedMappedExchange: an exchange deleted after the Router found it makes RabbitMQ close the lane's
+// channel with 404 once, which fails the Router as a close no single message is blamed for; the next
+// Router checks the exchange again and refuses the event (ErrInvalidEvent, naming the fix) instead of
+// failing again, so a restarting stream quarantines it rather than looping.
+func TestDeletedMappedExchange(t *testing.T) {
+	b := newBroker(t)
+	gone := b.exchange + ".gone"
+	t.Cleanup(func() { _ = b.admin.ExchangeDelete(gone, false, false) })
+	if err := b.admin.ExchangeDeclare(gone, amqp.ExchangeFanout, false, true, false, false, nil); err != nil {
+		t.Fatal(err)
+	}
+	q, err := b.admin.QueueDeclare("", false, true, true, false, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := b.admin.QueueBind(q.Name, "", gone, false, nil); err != nil {
+		t.Fatal(err)
+	}
+	ev := func(i int) cdc.Event {
+		ev := mappedEvent()
+		ev.ID = fmt.Sprintf("g-%d", i)
+		ev.Mapped.ByExchange, ev.Mapped.Exchange = true, gone
+		return ev
+	}
+	r := b.dial(b.config(""))
+	c := newCounter()
+	publishAll(t, r, c, ev(1))
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := r.Drain(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.admin.ExchangeDelete(gone, false, false); err != nil {
+		t.Fatal(err)
+	}
+	_ = r.Publish(context.Background(), ev(2), nil) // found before: written, and the broker closes the channel
+	err = waitFailed(t, r, 10*time.Second)
+	var closed *ClosedError
+	if !errors.As(err, &closed) || closed.PerMessage() {
+		t.Fatalf("publishing to the deleted exchange: %v, want a ClosedError no message is blamed for", err)
+	}
+	r2 := b.dial(b.config(""))
+	if err := r2.Publish(context.Background(), ev(2), nil); !errors.Is(err, ErrInvalidEvent) || !strings.Contains(err.Error(), "declare exchange") {
+		t.Errorf("the next Router: Publish = %v, want ErrInvalidEvent naming the fix", err)
+	}
+	if r2.Err() != nil {
+		t.Errorf("the next Router failed: %v", r2.Err())
+	}
+}
