@@ -37,41 +37,21 @@ func appendKeyString(b []byte, s string) []byte {
 // (occurred_at in ISO form with +00, as a session with TimeZone=UTC shows it; an empty Headers as NULL), its
 // id as EventID and reason as given. The table is ev.Table, or table when the event does not name one. An
 // event of a mapped table that carries its row (ev.Mapped.Columns) is recorded with that row: the table's
-// own column names and values, so that an operator finds the row. A streamed event is keyed by its position and ordinal (its CommitLSN
-// when it carries no position); a snapshot or backfill event (ev.Backfill) by its read position
-// (ev.CommitLSN) and Key.
+// own column names and values, so that an operator finds the row. A streamed event is keyed by its position
+// and ordinal (its CommitLSN when it carries no position); a snapshot or backfill event (ev.Backfill) by its
+// read position (ev.CommitLSN) and Key.
 func FromEvent(ev cdc.Event, table, reason string) cdc.Quarantined {
-	headers := cdc.NullValue()
-	if len(ev.Headers) > 0 {
-		headers = cdc.NewRawValue(ev.Headers)
-	}
-	q := cdc.Quarantined{
-		LSN:       ev.LSN,
-		Ordinal:   ev.Ordinal,
-		CommitLSN: ev.CommitLSN,
-		Table:     table,
-		EventID:   ev.ID,
-		Reason:    reason,
-		Columns: map[string]cdc.RawValue{
-			"id":                cdc.TextValue(ev.ID),
-			"aggregate_type":    cdc.TextValue(ev.AggregateType),
-			"aggregate_id":      cdc.TextValue(ev.AggregateID),
-			"aggregate_version": cdc.TextValue(strconv.FormatInt(ev.AggregateVersion, 10)),
-			"event_type":        cdc.TextValue(ev.EventType),
-			"schema_version":    cdc.TextValue(strconv.FormatInt(int64(ev.SchemaVersion), 10)),
-			"payload":           cdc.NewRawValue(ev.Payload),
-			"headers":           headers,
-			"occurred_at":       cdc.TextValue(ev.OccurredAt.UTC().Format("2006-01-02 15:04:05.999999-07")),
-		},
-	}
 	if ev.Table != "" {
-		q.Table = ev.Table
+		table = ev.Table
 	}
+	q := cdc.Quarantined{LSN: ev.LSN, Ordinal: ev.Ordinal, CommitLSN: ev.CommitLSN, Table: table, EventID: ev.ID, Reason: reason}
 	if ev.Mapped != nil && ev.Mapped.Columns != nil {
 		q.Columns = make(map[string]cdc.RawValue, len(ev.Mapped.Columns))
 		for _, c := range ev.Mapped.Columns {
 			q.Columns[c.Name] = c.Raw()
 		}
+	} else {
+		q.Columns = nativeColumns(ev)
 	}
 	switch {
 	case ev.Backfill:
@@ -83,4 +63,23 @@ func FromEvent(ev cdc.Event, table, reason string) cdc.Quarantined {
 		q.EventID = validText(q.EventID, maxEventID)
 	}
 	return q
+}
+
+// nativeColumns are the columns of a native event as PostgreSQL prints them.
+func nativeColumns(ev cdc.Event) map[string]cdc.RawValue {
+	headers := cdc.NullValue()
+	if len(ev.Headers) > 0 {
+		headers = cdc.NewRawValue(ev.Headers)
+	}
+	return map[string]cdc.RawValue{
+		"id":                cdc.TextValue(ev.ID),
+		"aggregate_type":    cdc.TextValue(ev.AggregateType),
+		"aggregate_id":      cdc.TextValue(ev.AggregateID),
+		"aggregate_version": cdc.TextValue(strconv.FormatInt(ev.AggregateVersion, 10)),
+		"event_type":        cdc.TextValue(ev.EventType),
+		"schema_version":    cdc.TextValue(strconv.FormatInt(int64(ev.SchemaVersion), 10)),
+		"payload":           cdc.NewRawValue(ev.Payload),
+		"headers":           headers,
+		"occurred_at":       cdc.TextValue(ev.OccurredAt.UTC().Format("2006-01-02 15:04:05.999999-07")),
+	}
 }
