@@ -132,3 +132,23 @@ func TestDeletedMappedExchange(t *testing.T) {
 		t.Errorf("the next Router failed: %v", r2.Err())
 	}
 }
+
+// TestMappedHeaderTypesReachTheBroker: the int16 (int2 column) and byte array (bytea column) header values
+// a mapping produces pass the frame check, are accepted by RabbitMQ and arrive with their types; a routing
+// key of a bytea key's bytes (amqp.routing.key.source=key), not UTF-8, is routed as well.
+func TestMappedHeaderTypesReachTheBroker(t *testing.T) {
+	b := newBroker(t)
+	r := b.dial(b.config(""))
+	q := b.queue("#", nil)
+	ev := mappedEvent()
+	ev.Mapped.Headers = append(ev.Mapped.Headers, cdc.Header{Name: "key", Value: []byte{0, 0xff}}, cdc.Header{Name: "n", Value: int16(-2)})
+	ev.Mapped.RoutingKey = "\x00\xff.k"
+	publishAll(t, r, newCounter(), ev)
+	d := b.consume(q, 1, 10*time.Second)[0]
+	if d.RoutingKey != "\x00\xff.k" {
+		t.Errorf("routing key %q", d.RoutingKey)
+	}
+	if k, ok := d.Headers["key"].([]byte); !ok || string(k) != "\x00\xff" || d.Headers["n"] != int16(-2) {
+		t.Errorf("headers key %#v n %#v, want the bytes 00ff and int16 -2", d.Headers["key"], d.Headers["n"])
+	}
+}
