@@ -41,7 +41,16 @@ var (
 type PublishError struct {
 	EventID string // the outbox id, the message's message_id
 	Reason  string // what the broker said, in words
+	// OneMessage says that this message alone caused the refusal, whatever else is in flight: a return
+	// from an exchange the router did not declare (amqp.topic.target=exchange), which has no alternate
+	// exchange the router could rely on. The stream's safety net then quarantines the event after a few
+	// refusals instead of restarting forever. A return from --exchange under --no-alternate-exchange is
+	// not: there the operator chose to hold the position until a binding matches.
+	OneMessage bool
 }
+
+// PerMessage reports whether one message caused the refusal (see OneMessage).
+func (e *PublishError) PerMessage() bool { return e.OneMessage }
 
 // Error reports the event and the reason.
 func (e *PublishError) Error() string {

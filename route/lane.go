@@ -223,7 +223,7 @@ func (l *lane) resolve(p *publishing, timer *time.Timer) bool {
 		l.r.cfg.Metrics.returned()
 		l.r.fail(&PublishError{EventID: p.eventID, Reason: fmt.Sprintf(
 			"returned by the broker (%d %s): nothing is bound to routing key %q on exchange %q and it has no alternate exchange",
-			ret.ReplyCode, ret.ReplyText, ret.RoutingKey, ret.Exchange)}, l.id, p.eventID)
+			ret.ReplyCode, ret.ReplyText, ret.RoutingKey, ret.Exchange), OneMessage: p.exchange != l.r.cfg.Exchange}, l.id, p.eventID)
 		return false
 	}
 	if !p.confirm.Acked() {
