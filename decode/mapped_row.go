@@ -105,7 +105,7 @@ func mapTuple(cfg *Config, t mappedTuple) (ev cdc.Event, drop bool, rowErr *RowE
 	mapped.ContentType = contentType(payloadOID)
 	var envelope []envelopeField
 	for i, p := range m.Additional {
-		v, oid, ok := t.mappedValue(numRoles+i)
+		v, oid, ok := t.mappedValue(numRoles + i)
 		if rel.cols[numRoles+i].pos < 0 {
 			continue // absent, with table.field.additional.missing=ignore
 		}
