@@ -367,6 +367,9 @@ func (p plan) execute(ctx context.Context, cfg Config, log *slog.Logger, stats *
 	}
 	switch {
 	case p.decision.create && cfg.Snapshot == "initial":
+		if err := checkSnapshotTables(ctx, cfg, sql); err != nil {
+			return 0, err
+		}
 		return createWithSnapshot(ctx, cfg, log, stats, conn, sql, store, sys, pub)
 	case p.decision.create:
 		stop := watchCreation(ctx, cfg.PGURL, log, 10*time.Second)
