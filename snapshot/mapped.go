@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/cdc-router/cdc-router/decode"
 	"github.com/cdc-router/cdc-router/internal/cdc"
@@ -37,6 +38,15 @@ var ErrNoKey = errors.New("no key to page by")
 // readMappedTable reads the columns and the key of cfg.Table through q and resolves its mapping against
 // them: a table that does not fit the mapping is a *decode.MappingError, one without a key wraps ErrNoKey.
 func readMappedTable(ctx context.Context, cfg Config, q Querier) (*mappedTable, error) {
+	mt, err := readMappedColumns(ctx, cfg, q)
+	if err != nil {
+		return nil, err
+	}
+	return mt, mt.readKey(ctx, cfg, q)
+}
+
+// readMappedColumns reads the columns of cfg.Table and resolves its mapping against them.
+func readMappedColumns(ctx context.Context, cfg Config, q Querier) (*mappedTable, error) {
 	ident := migrations.TableIdent(cfg.Table).Sanitize()
 	mt := &mappedTable{table: decode.QualifiedTable(cfg.Table)}
 	rows, err := q.Query(ctx, `SELECT a.attname::text, a.atttypid::int8, format_type(a.atttypid, a.atttypmod)
@@ -64,8 +74,15 @@ func readMappedTable(ctx context.Context, cfg Config, q Querier) (*mappedTable, 
 	if mt.mapper, err = decode.NewRowMapper(cfg.Decode, cfg.Table, mt.cols); err != nil {
 		return nil, err
 	}
+	return mt, nil
+}
+
+// readKey reads the key the copy pages by: the primary key, else the unique index on NOT NULL columns with
+// the fewest columns.
+func (mt *mappedTable) readKey(ctx context.Context, cfg Config, q Querier) error {
+	ident := migrations.TableIdent(cfg.Table).Sanitize()
 	var names, types []string
-	err = q.QueryRow(ctx, `SELECT array_agg(a.attname::text ORDER BY k.ord), array_agg(format_type(a.atttypid, a.atttypmod) ORDER BY k.ord)
+	err := q.QueryRow(ctx, `SELECT array_agg(a.attname::text ORDER BY k.ord), array_agg(format_type(a.atttypid, a.atttypmod) ORDER BY k.ord)
 		FROM pg_index i CROSS JOIN LATERAL unnest(i.indkey::int2[]) WITH ORDINALITY AS k(attnum, ord)
 		JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = k.attnum
 		WHERE i.indrelid = to_regclass($1) AND i.indisunique AND i.indisvalid AND i.indpred IS NULL
@@ -75,13 +92,13 @@ func readMappedTable(ctx context.Context, cfg Config, q Querier) (*mappedTable, 
 		ORDER BY i.indisprimary DESC, count(*), i.indexrelid LIMIT 1`, ident).Scan(&names, &types)
 	if errors.Is(err, pgx.ErrNoRows) {
 		id := decode.MappingFor(cfg.Decode, cfg.Table).IDColumn
-		return nil, fmt.Errorf("%w: table %s has no primary key, nor a unique index on NOT NULL columns, which the snapshot "+
+		return fmt.Errorf("%w: table %s has no primary key, nor a unique index on NOT NULL columns, which the snapshot "+
 			"and backfill of a mapped table page through in order: add a primary key (ALTER TABLE %s ADD PRIMARY KEY (%s)), or "+
 			"run with --snapshot never and leave the rows already in the table to the publisher that wrote them",
 			ErrNoKey, mt.table, ident, pgx.Identifier{id}.Sanitize())
 	}
 	if err != nil {
-		return nil, fmt.Errorf("read the primary key of %s: %w", cfg.Table, err)
+		return fmt.Errorf("read the primary key of %s: %w", cfg.Table, err)
 	}
 	for i, n := range names {
 		mt.key = append(mt.key, keyColumn{name: n, typ: types[i]})
@@ -91,7 +108,7 @@ func readMappedTable(ctx context.Context, cfg Config, q Querier) (*mappedTable, 
 			}
 		}
 	}
-	return mt, nil
+	return nil
 }
 
 // selectList is every column as text, qualified with the alias o.
@@ -218,4 +235,36 @@ func CheckTable(ctx context.Context, cfg Config, q Querier) error {
 	}
 	_, err := readMappedTable(ctx, cfg, q)
 	return err
+}
+
+// ReadMappedRow reads the row of a mapped table (cfg.Decode's mapping of cfg.Table) whose event id column
+// (table.field.event.id) is id, as column text in the order of the returned mapper's Columns (nil for
+// NULL), for a quarantine replay; ok is false when there is none (or id is empty). q must be a reader's
+// connection (replication.ConnectReader). A table that does not fit its mapping is a *decode.MappingError.
+func ReadMappedRow(ctx context.Context, q Querier, cfg Config, id string) (mapper *decode.RowMapper, values []*string, ok bool, err error) {
+	cfg = cfg.withDefaults()
+	mt, err := readMappedColumns(ctx, cfg, q)
+	if err != nil {
+		return nil, nil, false, err
+	}
+	pos := mt.mapper.IDColumn()
+	if id == "" || pos < 0 {
+		return mt.mapper, nil, false, nil
+	}
+	values = make([]*string, len(mt.cols))
+	dest := make([]any, len(values))
+	for i := range values {
+		dest[i] = &values[i]
+	}
+	col := mt.cols[pos]
+	err = q.QueryRow(ctx, "SELECT "+mt.selectList()+" FROM "+migrations.TableIdent(cfg.Table).Sanitize()+" AS o WHERE o."+
+		pgx.Identifier{col.Name}.Sanitize()+" = $1::text::"+col.TypeName+" LIMIT 1", id).Scan(dest...)
+	var pgErr *pgconn.PgError
+	if errors.Is(err, pgx.ErrNoRows) || errors.As(err, &pgErr) && pgErr.Code[:2] == "22" { // no row, or an id of another type
+		return mt.mapper, nil, false, nil
+	}
+	if err != nil {
+		return nil, nil, false, fmt.Errorf("read %s: %w", mt.table, err)
+	}
+	return mt.mapper, values, true, nil
 }
