@@ -391,3 +391,43 @@ func TestMappedQuarantineReplay(t *testing.T) {
 		t.Errorf("handled: %s", h)
 	}
 }
+
+// TestNativeAndMappedSnapshotInOneRouter: the initial snapshot of a router of a native and a mapped table
+// copies both, each with its own job and its own shape (the native table by its aggregate key, the mapped
+// one by its primary key and through its mapping).
+func TestNativeAndMappedSnapshotInOneRouter(t *testing.T) {
+	e := newStreamEnv(t)
+	e.exec(debeziumTable)
+	e.exec(`ALTER PUBLICATION cdc_router_outbox ADD TABLE dbz_outbox`)
+	c := e.consume(e.queue)
+	w := newWriter(t, e.pgURL, 10)
+	w.prefill(300, "")
+	dbzFill(e, 0, 2100, 7)
+	config := writeConfig(t, "table=public.dbz_outbox\nroute.topic.replacement=dbz.${routedByValue}\n")
+	e.startStreaming("--table", "public.outbox", "--table", "public.dbz_outbox", "--config", config)
+	deadline := time.Now().Add(60 * time.Second)
+	for len(c.snapshot()) < 2400 && time.Now().Before(deadline) {
+		time.Sleep(100 * time.Millisecond)
+	}
+	if n := settled(c); n != 2400 {
+		t.Fatalf("%d deliveries, want the 300 native and 2100 mapped rows", n)
+	}
+	native, mapped := 0, 0
+	for _, d := range c.snapshot() {
+		switch {
+		case d.msg.RoutingKey == "dbz.Order" && d.msg.Headers["aggregate_version"] == nil && d.msg.Headers["x-backfill"] == true:
+			mapped++
+		case d.msg.RoutingKey == "order.created" && d.msg.Headers["aggregate_version"] != nil && d.msg.Headers["x-backfill"] == true:
+			native++
+		default:
+			t.Fatalf("delivery %s: routing key %s headers %v", d.msg.MessageId, d.msg.RoutingKey, d.msg.Headers)
+		}
+	}
+	if native != 300 || mapped != 2100 {
+		t.Errorf("%d native and %d mapped snapshot rows, want 300 and 2100", native, mapped)
+	}
+	jobs := e.scalar(`SELECT string_agg(name || ' ' || state || ' ' || rows_done, ', ' ORDER BY name) FROM cdc_router.snapshots`)
+	if want := fmt.Sprintf("initial:%[1]s/public.dbz_outbox done 2100, initial:%[1]s/public.outbox done 300", e.slot); jobs != want {
+		t.Errorf("jobs %s, want %s", jobs, want)
+	}
+}
