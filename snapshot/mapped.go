@@ -181,7 +181,7 @@ func (mt *mappedTable) keyOf(raw []*string) Key {
 	return k
 }
 
-// rowKey is the quarantine row key of a mapped table's row: its key values as a JSON array of their text.
+// primaryRowKey is the quarantine row key of a mapped table's row: its key values as a JSON array of their text.
 func (k Key) primaryRowKey() string {
 	b, _ := json.Marshal(k.PrimaryKey)
 	return string(b)
