@@ -226,15 +226,29 @@ func (c *copier) mappedRecord(raw []*string, key Key, reason string) cdc.Quarant
 
 // CheckTable refuses, before anything is recorded, a table that the copy could not read: for a mapped
 // table (cfg.Decode's mapping of cfg.Table), one without a key to page by (wrapping ErrNoKey) or one whose
-// columns do not fit the mapping (*decode.MappingError). A table of the native shape passes: the setup
-// check covers it.
+// columns do not fit the mapping (*decode.MappingError); for the native shape, a table that lacks the
+// aggregate columns it pages by (most likely a table that run reads with --config, given without it). The
+// rest of the native shape is the setup check's.
 func CheckTable(ctx context.Context, cfg Config, q Querier) error {
 	cfg = cfg.withDefaults()
-	if cfg.mapping() == nil {
-		return nil
+	if cfg.mapping() != nil {
+		_, err := readMappedTable(ctx, cfg, q)
+		return err
 	}
-	_, err := readMappedTable(ctx, cfg, q)
-	return err
+	var missing []string
+	err := q.QueryRow(ctx, `SELECT coalesce(array_agg(c ORDER BY o), '{}') FROM unnest($2::text[]) WITH ORDINALITY AS k(c, o)
+		WHERE to_regclass($1) IS NOT NULL AND NOT EXISTS (SELECT 1 FROM pg_attribute a WHERE a.attrelid = to_regclass($1)
+		  AND a.attname = k.c AND a.attnum > 0 AND NOT a.attisdropped)`,
+		migrations.TableIdent(cfg.Table).Sanitize(), []string{"aggregate_type", "aggregate_id", "aggregate_version"}).Scan(&missing)
+	if err != nil {
+		return fmt.Errorf("read the columns of %s: %w", cfg.Table, err)
+	}
+	if len(missing) > 0 {
+		return fmt.Errorf("table %s has no column %s, so it is not in the native outbox shape: if run reads it with "+
+			"--config, give that file here too (--config FILE); otherwise correct --table", decode.QualifiedTable(cfg.Table),
+			strings.Join(missing, ", "))
+	}
+	return nil
 }
 
 // ReadMappedRow reads the row of a mapped table (cfg.Decode's mapping of cfg.Table) whose event id column
