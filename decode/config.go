@@ -45,7 +45,7 @@ type Config struct {
 	MessagePrefix string
 	// Mapping, when set, reads the outbox table in another shape, configured with Debezium's outbox option
 	// names (--config; see LoadMapping); nil reads the native shape. Logical decoding messages and MapRow
-	// (the snapshot) always use the native shape.
+	// always use the native shape; rows of a mapped table read with SELECT go through a RowMapper.
 	Mapping *Mapping
 	// Publication is the publication's name, used only to word the fix in a *DriftError; optional.
 	Publication string

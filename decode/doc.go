@@ -15,7 +15,9 @@
 //     the transaction's inserts (message.go);
 //   - the column mapping of Config.Mapping (run --config: Debezium's outbox router options, mapping*.go,
 //     routing.go): an outbox of another shape resolved once per Relation message, its rows mapped to an
-//     Event with cdc.Mapped (routing key, typed headers, content type, timestamp, tombstone).
+//     Event with cdc.Mapped (routing key, typed headers, content type, timestamp, tombstone); the rows of
+//     such a table read with SELECT (snapshot, backfill, quarantine replay) are mapped by the same code
+//     through a RowMapper (rowmapper.go).
 //
 // It guarantees:
 //   - a malformed, truncated or unexpected message returns an error and never panics; after an error the

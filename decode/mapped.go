@@ -96,9 +96,10 @@ type mappedRelation struct {
 	cols    []mappedColumn
 }
 
-// mapRelation resolves the Mapping's columns in a Relation message once. problem is "" when every
-// required column is present with an accepted type; otherwise it names the columns and the options.
-func (d *Decoder) mapRelation(m relationMsg, mapping *Mapping) (*mappedRelation, string) {
+// mapRelation resolves the Mapping's columns in a Relation message (or, for a row read with SELECT, the
+// table's columns: RowMapper) once. problem is "" when every required column is present with an accepted
+// type; otherwise it names the columns and the options, their types named by typeName.
+func mapRelation(m relationMsg, mapping *Mapping, typeName func(uint32) string) (*mappedRelation, string) {
 	roles := mapping.roles()
 	rel := &mappedRelation{mapping: mapping, cols: make([]mappedColumn, len(roles))}
 	var problems []string
@@ -120,7 +121,7 @@ func (d *Decoder) mapRelation(m relationMsg, mapping *Mapping) (*mappedRelation,
 			for j, oid := range r.types {
 				names[j] = builtinTypeName(oid)
 			}
-			problems = append(problems, fmt.Sprintf("column %s (%s) is %s, want %s", r.column, r.option, d.typeName(got), orList(names)))
+			problems = append(problems, fmt.Sprintf("column %s (%s) is %s, want %s", r.column, r.option, typeName(got), orList(names)))
 			continue
 		}
 		rel.cols[i] = mappedColumn{pos: pos, oid: got}

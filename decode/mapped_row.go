@@ -20,70 +20,81 @@ const (
 	HeaderTracestate    = "tracestate"
 )
 
-// mappedValue is one column of the current tuple by role: null, or its text (aliasing the WAL buffer).
-func (d *Decoder) mappedValue(rel *mappedRelation, i int) (text []byte, oid uint32, ok bool) {
-	c := rel.cols[i]
-	if c.pos < 0 || d.tuple[c.pos].kind != kindText {
-		return nil, c.oid, false
-	}
-	return d.tuple[c.pos].data, c.oid, true
+// mappedTuple is one row of a mapped outbox: its relation resolved against the mapping, its values in the
+// relation's column order, and its transaction's commit position and time. The stream fills it from an
+// Insert (aliasing the WAL buffer), a RowMapper from a row read with SELECT.
+type mappedTuple struct {
+	rel        *mappedRelation
+	tuple      []value
+	commitLSN  cdc.LSN
+	commitTime time.Time
 }
 
-// mapTuple maps the current tuple of a mapped outbox to an event. drop is true for a tombstone with
-// amqp.tombstone=drop: nothing is published and the row is not quarantined.
-func (d *Decoder) mapTuple(rel *mappedRelation) (ev cdc.Event, drop bool, rowErr *RowError) {
+// mappedValue is one column of the tuple by role: null, or its text.
+func (t mappedTuple) mappedValue(i int) (text []byte, oid uint32, ok bool) {
+	c := t.rel.cols[i]
+	if c.pos < 0 || t.tuple[c.pos].kind != kindText {
+		return nil, c.oid, false
+	}
+	return t.tuple[c.pos].data, c.oid, true
+}
+
+// mapTuple maps a tuple of a mapped outbox to an event, streamed or read with SELECT alike. drop is true
+// for a tombstone with amqp.tombstone=drop: nothing is published and the row is not quarantined.
+func mapTuple(cfg *Config, t mappedTuple) (ev cdc.Event, drop bool, rowErr *RowError) {
+	rel := t.rel
 	m := rel.mapping
-	limit := max(d.cfg.MaxPayloadBytes, DefaultMaxPayloadBytes)
+	limit := max(cfg.MaxPayloadBytes, DefaultMaxPayloadBytes)
 	for i, c := range rel.cols {
-		if c.pos >= 0 && d.tuple[c.pos].kind == kindText && len(d.tuple[c.pos].data) > limit && i != rolePayload {
+		if c.pos >= 0 && t.tuple[c.pos].kind == kindText && len(t.tuple[c.pos].data) > limit && i != rolePayload {
 			return ev, false, rowErrorf("column %s is %d bytes, over the %d-byte limit of a column other than the payload",
-				m.roles()[i].column, len(d.tuple[c.pos].data), limit)
+				m.roles()[i].column, len(t.tuple[c.pos].data), limit)
 		}
 	}
-	id, idOID, ok := d.mappedValue(rel, roleID)
+	id, idOID, ok := t.mappedValue(roleID)
 	if !ok {
 		return ev, false, rowErrorf("%s (table.field.event.id) is NULL", m.IDColumn)
 	}
-	route, _, ok := d.mappedValue(rel, roleRoute)
+	route, _, ok := t.mappedValue(roleRoute)
 	if !ok {
 		return ev, false, rowErrorf("%s (route.by.field) is NULL, so the event has no routing key", m.RouteColumn)
 	}
 	mapped := &cdc.Mapped{RoutingKey: m.route.key(string(route))}
-	ev = cdc.Event{ID: idText(id, idOID), AggregateType: string(route), CommitLSN: d.commitLSN, Mapped: mapped}
+	ev = cdc.Event{ID: idText(id, idOID), AggregateType: string(route), CommitLSN: t.commitLSN, Mapped: mapped}
 	mapped.Headers = append(mapped.Headers, cdc.Header{Name: HeaderID, Value: typedValue(id, idOID)})
-	if key, oid, ok := d.mappedValue(rel, roleKey); ok {
+	if key, oid, ok := t.mappedValue(roleKey); ok {
 		ev.AggregateID = keyText(key, oid)
 		mapped.Headers = append(mapped.Headers, cdc.Header{Name: m.KeyHeader, Value: typedValue(key, oid)})
 	}
-	if typ, _, ok := d.mappedValue(rel, roleType); ok {
+	if typ, _, ok := t.mappedValue(roleType); ok {
 		ev.EventType = string(typ)
 	}
 	if m.TopicTarget == TargetExchange {
 		mapped.ByExchange, mapped.Exchange = true, mapped.RoutingKey
 		mapped.RoutingKey = m.exchangeRoutingKey(mapped.Exchange, ev.AggregateID)
 	}
-	ts, rowErr := d.mappedTimestamp(rel)
+	ts, rowErr := t.mappedTimestamp()
 	if rowErr != nil {
 		return cdc.Event{}, false, rowErr
 	}
 	ev.OccurredAt, mapped.Timestamp = ts, ts
 	mapped.Headers = append(mapped.Headers, cdc.Header{Name: HeaderTimestampInMs, Value: ts.UnixMilli()})
-	if v, oid, ok := d.mappedValue(rel, roleSchemaVersion); ok {
+	if v, oid, ok := t.mappedValue(roleSchemaVersion); ok {
 		mapped.Headers = append(mapped.Headers, cdc.Header{Name: HeaderSchemaVersion, Value: int32Value(typedValue(v, oid))})
 	}
-	if v, _, ok := d.mappedValue(rel, roleTracing); ok {
+	if v, _, ok := t.mappedValue(roleTracing); ok {
 		mapped.Headers = append(mapped.Headers, traceHeaders(string(v))...)
 	}
-	payload, payloadOID, present := d.mappedValue(rel, rolePayload)
-	if present && len(payload) > 2*d.cfg.MaxPayloadBytes+2 { // bytea's hex text is twice its size; refuse before decoding
-		return cdc.Event{}, false, rowErrorf("payload is %d bytes, over the %d-byte limit (--max-payload-bytes)", len(payload), d.cfg.MaxPayloadBytes)
+	payload, payloadOID, present := t.mappedValue(rolePayload)
+	if present && len(payload) > 2*cfg.MaxPayloadBytes+2 { // bytea's hex text is twice its size; refuse before decoding
+		return cdc.Event{}, false, rowErrorf("payload is %d bytes, over the %d-byte limit (--max-payload-bytes)", len(payload), cfg.MaxPayloadBytes)
 	}
 	body, err := payloadBytes(payload, payloadOID, present)
 	if err != nil {
 		return cdc.Event{}, false, err
 	}
-	if len(body) > d.cfg.MaxPayloadBytes {
-		return cdc.Event{}, false, rowErrorf("payload is %d bytes, over the %d-byte limit (--max-payload-bytes)", len(body), d.cfg.MaxPayloadBytes)
+	if len(body) > cfg.MaxPayloadBytes {
+		return cdc.Event{}, false, rowErrorf("payload is %d bytes, over the %d-byte limit (--max-payload-bytes)", len(body), cfg.MaxPayloadBytes)
 	}
 	empty := !present || payloadOID != oidBytea && len(bytes.TrimSpace(body)) == 0
 	switch {
@@ -98,7 +109,7 @@ func (d *Decoder) mapTuple(rel *mappedRelation) (ev cdc.Event, drop bool, rowErr
 	mapped.ContentType = contentType(payloadOID)
 	var envelope []envelopeField
 	for i, p := range m.Additional {
-		v, oid, ok := d.mappedValue(rel, numRoles+i)
+		v, oid, ok := t.mappedValue(numRoles + i)
 		if rel.cols[numRoles+i].pos < 0 {
 			continue // absent, with table.field.additional.missing=ignore
 		}
@@ -122,8 +133,8 @@ func (d *Decoder) mapTuple(rel *mappedRelation) (ev cdc.Event, drop bool, rowErr
 		mapped.ContentType = m.ContentType
 	}
 	ev.Payload = append([]byte(nil), body...)
-	if d.cfg.Check != nil {
-		if err := d.cfg.Check(ev); err != nil {
+	if cfg.Check != nil {
+		if err := cfg.Check(ev); err != nil {
 			return cdc.Event{}, false, &RowError{Reason: err.Error(), check: err}
 		}
 	}
@@ -132,10 +143,11 @@ func (d *Decoder) mapTuple(rel *mappedRelation) (ev cdc.Event, drop bool, rowErr
 
 // mappedTimestamp is the event time: the timestamp column (timestamptz; timestamp read as UTC; int8 epoch
 // in amqp.timestamp.unit), or the commit time when it is unset or NULL.
-func (d *Decoder) mappedTimestamp(rel *mappedRelation) (time.Time, *RowError) {
-	v, oid, ok := d.mappedValue(rel, roleTimestamp)
+func (t mappedTuple) mappedTimestamp() (time.Time, *RowError) {
+	rel := t.rel
+	v, oid, ok := t.mappedValue(roleTimestamp)
 	if !ok {
-		return d.commitTime.UTC(), nil
+		return t.commitTime.UTC(), nil
 	}
 	switch oid {
 	case oidTimestamptz:

@@ -51,7 +51,7 @@ func (d *Decoder) newRelation(m relationMsg) *relation {
 		return rel
 	}
 	if mapping != nil {
-		rel.mapped, rel.problem = d.mapRelation(m, mapping)
+		rel.mapped, rel.problem = mapRelation(m, mapping, d.typeName)
 		for c := range rel.index {
 			rel.index[c] = -1
 		}

@@ -130,3 +130,68 @@ func PublishConfirmed(ctx context.Context, pub Publisher, ev cdc.Event, id int64
 		return fmt.Errorf("publish record %d: no confirm from RabbitMQ within %v", id, timeout)
 	}
 }
+
+// nativeKeyColumns are columns every record of a native outbox row has (decode.MapRow's input).
+var nativeKeyColumns = []string{"aggregate_type", "aggregate_version"}
+
+// MappedShape reports whether rec's stored values are those of a table in another shape (a mapped table,
+// run --config): they have none of the native shape's aggregate columns. A record without stored values
+// says nothing, and is taken as native.
+func MappedShape(rec Record) bool {
+	if rec.Values == nil {
+		return false
+	}
+	var values map[string]json.RawMessage
+	if err := json.Unmarshal(rec.Values, &values); err != nil {
+		return false
+	}
+	for _, c := range nativeKeyColumns {
+		if _, ok := values[c]; ok {
+			return false
+		}
+	}
+	return true
+}
+
+// ReplayMapped builds the event to publish again for rec, a row of a mapped table, with mapper, the
+// table's mapping resolved against its columns (snapshot.ReadMappedRow): row is the row with rec's event
+// id in the order of mapper.Columns(), nil when it is no longer there; then the stored values are used, but
+// only when none was cut or replaced, a column missing from them is NULL. The row is mapped as the stream
+// maps it, the quarantine time standing in for the commit time where the mapping would use it; the event
+// keeps the record's commit position and carries HeaderReplayed and HeaderQuarantineID.
+func ReplayMapped(mapper *decode.RowMapper, rec Record, row []*string) (ev cdc.Event, source string, err error) {
+	source = FromOutbox
+	if row == nil {
+		source = FromStored
+		values, err := storedValues(rec)
+		if err != nil {
+			return cdc.Event{}, source, err
+		}
+		for _, c := range mapper.Columns() {
+			row = append(row, values[c.Name])
+		}
+	}
+	ev, drop, err := mapper.Map(row, rec.QuarantinedAt)
+	var rowErr *decode.RowError
+	switch {
+	case errors.As(err, &rowErr) && source == FromOutbox:
+		return cdc.Event{}, source, fmt.Errorf("record %d %w: its row in %s still cannot become an event "+
+			"(%s): fix the row there, or discard the record", rec.ID, ErrNotReplayable, rec.Table, rowErr.Reason)
+	case errors.As(err, &rowErr):
+		return cdc.Event{}, source, fmt.Errorf("record %d %w: its row is no longer in %s and its stored "+
+			"values still cannot become an event (%s): insert a fixed row (docs/operations.md, Quarantine), then "+
+			"discard the record", rec.ID, ErrNotReplayable, rec.Table, rowErr.Reason)
+	case err != nil:
+		return cdc.Event{}, source, err
+	case drop:
+		return cdc.Event{}, source, fmt.Errorf("record %d %w: its row is a tombstone, which amqp.tombstone=drop "+
+			"publishes as nothing: discard the record", rec.ID, ErrNotReplayable)
+	}
+	ev.CommitLSN = rec.CommitLSN
+	if ev.CommitLSN == 0 {
+		ev.CommitLSN = rec.LSN
+	}
+	ev.Mapped.Headers = append(ev.Mapped.Headers, cdc.Header{Name: HeaderReplayed, Value: true},
+		cdc.Header{Name: HeaderQuarantineID, Value: rec.ID})
+	return ev, source, nil
+}

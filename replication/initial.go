@@ -35,10 +35,23 @@ func (c Config) initialName(table string) string {
 	return snapshot.InitialTableName(c.Slot, decode.QualifiedTable(table))
 }
 
-// forTable is c reading only table, for its snapshot: the snapshot maps rows in the native shape.
+// forTable is c reading only table, for its snapshot: the table's own mapping (nil for the native shape)
+// becomes the mapping.
 func (c Config) forTable(table string) Config {
+	c.Decode.Mapping = decode.MappingFor(c.Decode, table)
 	c.Table, c.Decode.Table, c.Decode.MoreTables = table, table, nil
 	return c
+}
+
+// checkSnapshotTables refuses, before the slot is created, a table that the initial snapshot could not
+// read (snapshot.CheckTable: a mapped table without a primary key, or that does not fit its mapping).
+func checkSnapshotTables(ctx context.Context, cfg Config, sql *pgx.Conn) error {
+	for _, t := range cfg.outboxTables() {
+		if err := snapshot.CheckTable(ctx, cfg.forTable(t).snapshotConfig(), sql); err != nil {
+			return &Fatal{Msg: err.Error()}
+		}
+	}
+	return nil
 }
 
 // initialJob is the initial snapshot of one outbox table.
@@ -181,7 +194,8 @@ type unroutableDepth interface {
 	UnroutableMessages() (n int, ok bool)
 }
 
-// ConnectReader opens a snapshot or backfill reader's connection, with the output formats the row mapping expects.
+// ConnectReader opens a snapshot or backfill reader's connection, with the output formats the row mapping
+// expects: those the replication connection pins, so that a row read here has the text it has in the stream.
 func ConnectReader(ctx context.Context, url string) (*pgx.Conn, error) {
 	cfg, err := pgx.ParseConfig(url)
 	if err != nil {
@@ -192,7 +206,7 @@ func ConnectReader(ctx context.Context, url string) (*pgx.Conn, error) {
 	}
 	delete(cfg.RuntimeParams, "replication")
 	for k, v := range map[string]string{"application_name": "cdc-router reader", "TimeZone": "UTC", "DateStyle": "ISO",
-		"client_encoding":    "UTF8",
+		"client_encoding": "UTF8", "IntervalStyle": "postgres", "bytea_output": "hex", // the text forms pgoutput sends (replicationParams)
 		"extra_float_digits": "3", "idle_in_transaction_session_timeout": "0", "statement_timeout": "0"} {
 		cfg.RuntimeParams[k] = v
 	}

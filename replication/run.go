@@ -367,6 +367,9 @@ func (p plan) execute(ctx context.Context, cfg Config, log *slog.Logger, stats *
 	}
 	switch {
 	case p.decision.create && cfg.Snapshot == "initial":
+		if err := checkSnapshotTables(ctx, cfg, sql); err != nil {
+			return 0, err
+		}
 		return createWithSnapshot(ctx, cfg, log, stats, conn, sql, store, sys, pub)
 	case p.decision.create:
 		stop := watchCreation(ctx, cfg.PGURL, log, 10*time.Second)
@@ -379,6 +382,11 @@ func (p plan) execute(ctx context.Context, cfg Config, log *slog.Logger, stats *
 		// Store the position at once: from now on a vanished slot is detected instead of silently replaced.
 		return point, store.Save(ctx, pos(point), true)
 	case len(p.jobs) > 0:
+		for _, j := range p.jobs { // before a fresh job is recorded: the refusal's fix then works as it says
+			if err := snapshot.CheckTable(ctx, cfg.forTable(j.table).snapshotConfig(), sql); err != nil {
+				return 0, &Fatal{Msg: err.Error()}
+			}
+		}
 		jobs := snapshot.NewJobs(sql, cfg.Schema)
 		if p.fresh {
 			log.Warn("the slot exists but no position or snapshot was ever recorded for it: copying the whole table once")

@@ -32,6 +32,9 @@ var ErrJobBusy = errors.New("job busy")
 func Backfill(ctx context.Context, cfg Config, read, state *pgx.Conn, name string, restart bool, pub Publisher,
 	log *slog.Logger, term io.Writer) (Job, error) {
 	cfg = cfg.withDefaults()
+	if err := CheckTable(ctx, cfg, read); err != nil {
+		return Job{}, err
+	}
 	unlock, err := lockJob(ctx, state, BackfillName(name))
 	if err != nil {
 		return Job{}, err

@@ -45,6 +45,7 @@ type copier struct {
 	rep      *Reporter
 	quar     *quarantine.Store
 	keys     keyset           // the order pages are read in
+	mapped   *mappedTable     // the table read through its mapping (--config); nil for the native shape
 	nullable bool             // a key column allows NULL
 	pages    *offsets.Tracker // a page is a "transaction" whose end is its number
 	marks    map[cdc.LSN]mark
@@ -82,15 +83,24 @@ func (c *copier) settle(bound time.Duration) {
 
 func (c *copier) copyAll(ctx context.Context) error {
 	var err error
-	if c.keys, err = readKeyset(ctx, c.cfg, c.q); err != nil {
+	if c.cfg.mapping() != nil {
+		if c.mapped, err = readMappedTable(ctx, c.cfg, c.q); err != nil {
+			return err
+		}
+	} else if c.keys, err = readKeyset(ctx, c.cfg, c.q); err != nil {
 		return err
 	}
-	if c.nullable, err = nullableKey(ctx, c.cfg, c.q, c.keys); err != nil {
-		return err
+	if c.mapped == nil {
+		if c.nullable, err = nullableKey(ctx, c.cfg, c.q, c.keys); err != nil {
+			return err
+		}
 	}
 	after, read := c.job.LastKey, c.job.RowsDone
 	for {
 		sql, args := c.cfg.pageQuery(c.keys, after, c.nullable)
+		if c.mapped != nil {
+			sql, args = c.mapped.pageQuery(c.cfg, after)
+		}
 		n, last, err := c.copyPage(ctx, sql, args, read, true)
 		if err != nil {
 			return err
@@ -137,6 +147,9 @@ func (c *copier) copyPage(ctx context.Context, sql string, args []any, doneBefor
 		width := len(columnNames) + len(c.keys.extra)
 		if !keyed {
 			width++ // the ctid
+		}
+		if c.mapped != nil {
+			width = len(c.mapped.cols)
 		}
 		raw := make([]*string, width)
 		dest := make([]any, len(raw))

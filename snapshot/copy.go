@@ -36,7 +36,7 @@ type Config struct {
 	Where    string        // SQL predicate restricting the rows; empty means all
 	PageSize int           // rows per keyset page; default 2000
 	Rate     float64       // rows per second at most; 0 means unlimited
-	Decode   decode.Config // row rules, shared with the stream
+	Decode   decode.Config // row rules, shared with the stream; Table's mapping there (decode.MappingFor) reads it through that
 }
 
 func (c Config) withDefaults() Config {
@@ -122,6 +122,13 @@ func nullableKey(ctx context.Context, cfg Config, q Querier, ks keyset) (bool, e
 // Count returns how many rows the job has left to copy: those after the key, and those with a NULL key part.
 func Count(ctx context.Context, cfg Config, q Querier, after *Key) (int64, error) {
 	cfg = cfg.withDefaults()
+	if cfg.mapping() != nil {
+		mt, err := readMappedTable(ctx, cfg, q)
+		if err != nil {
+			return 0, err
+		}
+		return mt.count(ctx, cfg, q, after)
+	}
 	ks, err := readKeyset(ctx, cfg, q)
 	if err != nil {
 		return 0, err

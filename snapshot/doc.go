@@ -19,6 +19,12 @@
 //     NULL (the setup check refuses that, the copy does not rely on it) the pages read complete keys only
 //     and one last pass reads the others; those rows are keyed [type, id, version, "ctid (b,i)"].
 //
+// An outbox table of another shape (a decode.Mapping, run --config) is paged by its primary key instead (or
+// a unique index on NOT NULL columns; a table with neither is refused by CheckTable before anything is
+// recorded), its columns read as text and mapped by decode.RowMapper, the stream's code. Its progress is
+// stored as {"primary_key": [...]}, its quarantined rows keep the table's own name, column names and key
+// values. Per key, its rows come in primary-key order, which is write order only for a sequence id.
+//
 // It never touches the replication connection: the caller creates the slot and hands over the name of its
 // exported snapshot.
 package snapshot

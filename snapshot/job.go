@@ -1,6 +1,7 @@
 package snapshot
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -17,11 +18,21 @@ import (
 // partitioned outbox, the text of its partition key columns (Partition, e.g. its occurred_at). It is stored
 // as the JSON array [type, id, version, partition...]; a key stored as [type, id, version] (an ordinary
 // table, or an older version) stays valid.
+//
+// A mapped table's key (--config) is its primary key instead (or a unique index on NOT NULL columns): the
+// text of its columns in PrimaryKey, stored as the JSON object {"primary_key": [value...]}, which the
+// array form of the native shape's key never is.
 type Key struct {
 	AggregateType string
 	AggregateID   string
 	Version       int64
 	Partition     []string
+	PrimaryKey    []string // a mapped table's key columns, as text; nil for the native shape
+}
+
+// storedPrimaryKey is the stored form of a mapped table's key.
+type storedPrimaryKey struct {
+	PrimaryKey []string `json:"primary_key"`
 }
 
 // Job is the stored progress of one snapshot or backfill.
@@ -144,6 +155,13 @@ func (s *Jobs) Load(ctx context.Context, name string) (j Job, ok bool, err error
 }
 
 func parseKey(b []byte) (Key, error) {
+	if t := bytes.TrimSpace(b); len(t) > 0 && t[0] == '{' {
+		var pk storedPrimaryKey
+		if err := json.Unmarshal(t, &pk); err != nil || pk.PrimaryKey == nil {
+			return Key{}, fmt.Errorf("want {\"primary_key\": [value...]}: %s", b)
+		}
+		return Key{PrimaryKey: pk.PrimaryKey}, nil
+	}
 	var k []json.RawMessage
 	if err := json.Unmarshal(b, &k); err != nil || len(k) < 3 {
 		return Key{}, fmt.Errorf("want [type, id, version, partition...]: %s", b)
@@ -168,8 +186,12 @@ func parseKey(b []byte) (Key, error) {
 	return key, nil
 }
 
-// stored is the stored form of k: [type, id, version, partition...].
+// stored is the stored form of k: [type, id, version, partition...], or {"primary_key": [value...]}.
 func (k Key) stored() []byte {
+	if k.PrimaryKey != nil {
+		b, _ := json.Marshal(storedPrimaryKey{k.PrimaryKey})
+		return b
+	}
 	parts := []any{k.AggregateType, k.AggregateID, k.Version}
 	for _, v := range k.Partition {
 		parts = append(parts, v)

@@ -20,6 +20,9 @@ import (
 // the order of columnNames, then the keyset's extra columns, then, in the NULL-key pass (nullPass), its ctid.
 // A quarantined row is handled: it leaves nothing outstanding in its page.
 func (c *copier) emit(ctx context.Context, page offsets.Txn, raw []*string, nullPass bool) (Key, error) {
+	if c.mapped != nil {
+		return c.emitMapped(ctx, page, raw)
+	}
 	values := make(map[string]*string, len(columnNames))
 	for i, name := range columnNames {
 		values[name] = raw[i]
@@ -37,23 +40,32 @@ func (c *copier) emit(ctx context.Context, page offsets.Txn, raw []*string, null
 	case err != nil:
 		return key, err
 	}
-	ev.CommitLSN, ev.Backfill = c.job.ReadLSN, true
-	c.pages.Add(page)
-	err = c.pub.Publish(ctx, ev, func() { c.pages.Confirm(page) })
-	switch {
-	case errors.Is(err, cdc.ErrUnpublishable):
-		// The publisher never calls done for a refused event: the record stands in for its confirm.
-		q := quarantine.FromEvent(ev, c.cfg.Table, err.Error())
+	return key, c.publish(ctx, page, ev, func(reason string) cdc.Quarantined {
+		q := quarantine.FromEvent(ev, c.cfg.Table, reason)
 		q.RowKey = rowKey(key)
 		if nullPass {
 			q.RowKey = nullKey(raw)
 		}
-		if err := c.quarantine(ctx, q); err != nil {
-			return key, err
+		return q
+	})
+}
+
+// publish publishes ev as a row of the job's page, or, when the publisher refuses it as unpublishable,
+// quarantines record(the refusal), and applies the rate limit. A quarantined row is handled: it leaves
+// nothing outstanding in its page.
+func (c *copier) publish(ctx context.Context, page offsets.Txn, ev cdc.Event, record func(reason string) cdc.Quarantined) error {
+	ev.CommitLSN, ev.Backfill = c.job.ReadLSN, true
+	c.pages.Add(page)
+	err := c.pub.Publish(ctx, ev, func() { c.pages.Confirm(page) })
+	switch {
+	case errors.Is(err, cdc.ErrUnpublishable):
+		// The publisher never calls done for a refused event: the record stands in for its confirm.
+		if err := c.quarantine(ctx, record(err.Error())); err != nil {
+			return err
 		}
 		c.pages.Confirm(page)
 	case err != nil:
-		return key, fmt.Errorf("publish: %w", err)
+		return fmt.Errorf("publish: %w", err)
 	}
 	c.read++
 	if c.cfg.Rate > 0 {
@@ -62,11 +74,11 @@ func (c *copier) emit(ctx context.Context, page offsets.Txn, raw []*string, null
 			select {
 			case <-time.After(wait):
 			case <-ctx.Done():
-				return key, ctx.Err()
+				return ctx.Err()
 			}
 		}
 	}
-	return key, nil
+	return nil
 }
 
 func (c *copier) quarantine(ctx context.Context, q cdc.Quarantined) error {

@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 
+	"github.com/cdc-router/cdc-router/decode"
 	"github.com/cdc-router/cdc-router/replication"
 	"github.com/cdc-router/cdc-router/route"
 	"github.com/cdc-router/cdc-router/snapshot"
@@ -21,6 +22,7 @@ func runBackfill(ctx context.Context, args []string, env func(string) string, st
 	rate := s.Int("rate", 0, "rows per second at most (0: as fast as confirms allow)")
 	name := s.String("name", "", "name of this backfill, to resume it after a crash (default: derived from --where and --exchange)")
 	restart := s.Bool("restart", false, "run a finished backfill of the same name again")
+	mappingFile := s.String("config", "", "the --config file that run reads the table with, when it is in another shape (Debezium's outbox router options; see docs/migrating-from-polling.md): the rows are then read in its primary key's order and mapped as the stream maps them (off when empty: the native shape)")
 	httpAddr := s.String("http-addr", "", "serve /healthz and /metrics (the backfill's rows published, the broker's metrics) on this address while the backfill runs (off when empty)")
 	if err := parse(s, args); err != nil {
 		return err
@@ -30,6 +32,13 @@ func runBackfill(ctx context.Context, args []string, env func(string) string, st
 	}
 	if err := pg.oneTable("backfill"); err != nil {
 		return err
+	}
+	var mappings map[string]*decode.Mapping
+	if *mappingFile != "" {
+		var err error
+		if mappings, err = loadMappings([]string{*mappingFile}, *pg.tables, ""); err != nil {
+			return err
+		}
 	}
 	if *where == "" {
 		return usageError{fmt.Errorf("--where is required: say which rows to publish again (use --where true for all)")}
@@ -72,6 +81,7 @@ func runBackfill(ctx context.Context, args []string, env func(string) string, st
 	defer r.Close()
 	cfg := snapshot.Config{Table: pg.table(), Schema: *pg.schema, Slot: "backfill:" + *name, Where: *where, Rate: float64(*rate),
 		Decode: broker.decode(pg.table())}
+	cfg.Decode.Mapping = mappings[decode.QualifiedTable(pg.table())]
 	job, err := snapshot.Backfill(ctx, cfg, read, state, *name, *restart, count(r), log, terminal(stderr))
 	if err != nil {
 		return err

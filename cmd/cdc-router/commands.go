@@ -282,7 +282,7 @@ func runRun(ctx context.Context, args []string, env func(string) string, stdout,
 			"(the default cdc_router_outbox), or point --publication at the unfiltered publication", *pg.publication, i, n, i, n)}
 	}
 	tables := *pg.tables
-	mappings, err := loadMappings(*mappingFiles, tables, *snap, *shard)
+	mappings, err := loadMappings(*mappingFiles, tables, *shard)
 	if err != nil {
 		return err
 	}
@@ -350,14 +350,14 @@ func runRun(ctx context.Context, args []string, env func(string) string, stdout,
 	return replication.Run(ctx, cfg, dial, log, stats)
 }
 
-// loadMappings reads run's --config files into the mapping of each table they name (by
+// loadMappings reads the --config files of run (or backfill) into the mapping of each table they name (by
 // decode.QualifiedTable): a file without a table= line maps the only table of --table. A table named
 // twice, or not in --table, is refused.
-func loadMappings(paths, tables []string, snapshotMode, shard string) (map[string]*decode.Mapping, error) {
+func loadMappings(paths, tables []string, shard string) (map[string]*decode.Mapping, error) {
 	out := map[string]*decode.Mapping{}
 	files := map[string]string{}
 	for _, path := range paths {
-		m, err := loadMapping(path, snapshotMode, shard)
+		m, err := loadMapping(path, shard)
 		if err != nil {
 			return nil, err
 		}
@@ -380,9 +380,9 @@ func loadMappings(paths, tables []string, snapshotMode, shard string) (map[strin
 	return out, nil
 }
 
-// loadMapping reads one of run's --config files and refuses the settings a mapped table
-// cannot have: the initial snapshot and shards both read the table by the native shape's columns.
-func loadMapping(path, snapshotMode, shard string) (*decode.Mapping, error) {
+// loadMapping reads one of the --config files of run or backfill and refuses the settings a mapped table
+// cannot have: shards split the native shape's aggregate columns.
+func loadMapping(path, shard string) (*decode.Mapping, error) {
 	m, err := decode.LoadMapping(path)
 	if err != nil {
 		return nil, usageError{err}
@@ -391,11 +391,6 @@ func loadMapping(path, snapshotMode, shard string) (*decode.Mapping, error) {
 		if err := route.CheckHeaderName(h[0]); err != nil {
 			return nil, usageError{fmt.Errorf("--config %s: %s: %w; choose another name", path, h[1], err)}
 		}
-	}
-	if snapshotMode != "never" {
-		return nil, usageError{fmt.Errorf("--config %s needs --snapshot never: the initial snapshot pages through the table "+
-			"by the native shape's key, which a mapped table lacks, so rows already in the table are left to the "+
-			"publisher they were written for (docs/migrating-from-polling.md)", path)}
 	}
 	if shard != "" {
 		return nil, usageError{fmt.Errorf("--config %s cannot be combined with --shard: shards split the native shape's "+

@@ -135,7 +135,7 @@ amqp.key.header=aggregate
 }
 
 // TestMappedSetupCheck: a mapping the table does not fit is refused at start-up, naming the option; --config
-// without --snapshot never is refused before any connection.
+// with --shard is refused before any connection.
 func TestMappedSetupCheck(t *testing.T) {
 	e := mappedEnv(t, "dbz_outbox", debeziumTable)
 	r := e.start("", "--table", "public.dbz_outbox", "--publication", "dbz_outbox_pub", "--snapshot", "never",
@@ -150,9 +150,9 @@ func TestMappedSetupCheck(t *testing.T) {
 			t.Errorf("output lacks %q:\n%s", s, tail(out, 10))
 		}
 	}
-	out, code := e.cli("run", "--table", "public.dbz_outbox", "--config", writeConfig(t, ""))
-	if code != 2 || !strings.Contains(out, "needs --snapshot never") {
-		t.Errorf("without --snapshot never: exit %d: %s", code, out)
+	out, code := e.cli("run", "--table", "public.dbz_outbox", "--config", writeConfig(t, ""), "--shard", "0/2")
+	if code != 2 || !strings.Contains(out, "cannot be combined with --shard") {
+		t.Errorf("with --shard: exit %d: %s", code, out)
 	}
 	out, code = e.cli("run", "--snapshot", "never", "--config", writeConfig(t, "table.fields.additional.placement=type:header:BCC\n"))
 	if code != 2 || !strings.Contains(out, `table.fields.additional.placement: header name "BCC" is reserved by RabbitMQ`) {

@@ -13,6 +13,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/cdc-router/cdc-router/decode"
 	"github.com/cdc-router/cdc-router/internal/cdc"
 	"github.com/cdc-router/cdc-router/quarantine"
 	"github.com/cdc-router/cdc-router/replication"
@@ -25,7 +26,8 @@ const quarantineUsage = `Usage: cdc-router quarantine <subcommand> [flags] [ID..
 Subcommands:
   list               the records, newest first: id, time, slot, event id, handled, reason (--limit, --open)
   show ID            one record: position, key, reason, the stored values and their notes
-  replay ID...       publish each row again (header x-replayed: true) and mark it handled (--force: again)
+  replay ID...       publish each row again (header x-replayed: true) and mark it handled (--force: again;
+                     --config FILE for a row of a mapped table, as run reads it)
   discard ID...      mark each record handled without publishing
   purge              delete records handled more than --handled-before ago (default 720h)
 
@@ -227,10 +229,26 @@ func quarantineReplay(s *settings) func(context.Context, *pgx.Conn, opsFlags, []
 	broker := addBrokerFlags(s)
 	force := s.Bool("force", false, "replay a record that was handled before (replayed or discarded) once more")
 	timeout := s.Duration("confirm-timeout", route.DefaultConfirmTimeout, "how long to wait for RabbitMQ's confirm of each message")
+	mappingFiles := s.Repeated("config", "", "the --config file run reads a mapped table with (its table= line names the table, else --table); needed to replay a record of such a table, the flag repeated for several")
 	return func(ctx context.Context, conn *pgx.Conn, pg opsFlags, args []string, stdout, stderr io.Writer) error {
 		ids, err := recordIDs(args)
 		if err != nil {
 			return err
+		}
+		mappings := map[string]*decode.Mapping{}
+		for _, path := range *mappingFiles {
+			m, err := loadMapping(path, "")
+			if err != nil {
+				return err
+			}
+			table := m.Table
+			if table == "" {
+				table = decode.QualifiedTable(*pg.table)
+			}
+			if _, dup := mappings[table]; dup {
+				return usageError{fmt.Errorf("--config %s maps table %s, which another --config maps too: keep one", path, table)}
+			}
+			mappings[table] = m
 		}
 		log, err := broker.logger(stderr)
 		if err != nil {
@@ -250,7 +268,7 @@ func quarantineReplay(s *settings) func(context.Context, *pgx.Conn, opsFlags, []
 		}()
 		var failed []string
 		for _, id := range ids {
-			rec, ev, source, err := replayable(ctx, records, read, broker, pg, id, *force)
+			rec, ev, source, err := replayable(ctx, records, read, broker, pg, mappings, id, *force)
 			if err == nil && r == nil {
 				if r, err = route.Dial(ctx, broker.route("cdc-router quarantine replay"), log); err != nil {
 					return err
@@ -282,9 +300,11 @@ func quarantineReplay(s *settings) func(context.Context, *pgx.Conn, opsFlags, []
 
 var errHandled = errors.New("already handled")
 
-// replayable loads record id and builds its event, from the outbox row when it is still there.
+// replayable loads record id and builds its event, from the outbox row when it is still there: a record of a
+// table that mappings maps (by the record's table) through that mapping, one whose stored values are of
+// another shape refused without it.
 func replayable(ctx context.Context, records *quarantine.Records, read *pgx.Conn, broker brokerFlags, pg opsFlags,
-	id int64, force bool) (quarantine.Record, cdc.Event, string, error) {
+	mappings map[string]*decode.Mapping, id int64, force bool) (quarantine.Record, cdc.Event, string, error) {
 	rec, ok, err := records.Load(ctx, id)
 	if err != nil {
 		return rec, cdc.Event{}, "", err
@@ -296,6 +316,25 @@ func replayable(ctx context.Context, records *quarantine.Records, read *pgx.Conn
 	if rec.Handled() && !force {
 		return rec, cdc.Event{}, "", fmt.Errorf("record %d was %s at %s (%w): pass --force to replay it once more", id,
 			rec.HandledHow, rec.HandledAt.UTC().Format(time.RFC3339), errHandled)
+	}
+	table := decode.QualifiedTable(rec.Table)
+	if rec.Table == "" {
+		table = decode.QualifiedTable(*pg.table)
+	}
+	if m := mappings[table]; m != nil {
+		cfg := snapshot.Config{Table: table, Decode: broker.decode(table)}
+		cfg.Decode.Mapping = m
+		mapper, row, _, err := snapshot.ReadMappedRow(ctx, read, cfg, rec.EventID)
+		if err != nil {
+			return rec, cdc.Event{}, "", err
+		}
+		ev, source, err := quarantine.ReplayMapped(mapper, rec, row)
+		return rec, ev, source, err
+	}
+	if quarantine.MappedShape(rec) {
+		return rec, cdc.Event{}, "", fmt.Errorf("record %d %w: it is a row of %s, whose columns are not the native "+
+			"outbox's: pass the --config file that run reads %s with (quarantine replay --config FILE)", id,
+			quarantine.ErrNotReplayable, table, table)
 	}
 	var row map[string]*string
 	if isUUID(rec.EventID) {
