@@ -67,7 +67,7 @@ func (d *Decoder) insertMapped(walStart cdc.LSN, ordinal int, rel *relation, h H
 		return nil
 	}
 	ev.LSN, ev.Ordinal, ev.Table = walStart, ordinal, rel.table
-	ev.Mapped.Columns = rowColumns(rel, d.tuple, ev)
+	ev.Mapped.Columns = rowColumns(rel.columns, rel.mapped, d.tuple, ev)
 	if err := h.Event(ev); err != nil {
 		return fmt.Errorf("decode: event %s at %s: %w", ev.ID, walStart, err)
 	}
@@ -77,10 +77,10 @@ func (d *Decoder) insertMapped(walStart cdc.LSN, ordinal int, rel *relation, h H
 // rowColumns keeps the row of a mapped event for its quarantine record, should the broker refuse it: one
 // copy of the columns' texts, except the payload when the body is the column's value (no envelope, no
 // tombstone), which shares ev.Payload.
-func rowColumns(rel *relation, tuple []value, ev cdc.Event) []cdc.Column {
-	payload := rel.mapped.cols[rolePayload]
+func rowColumns(names []string, rel *mappedRelation, tuple []value, ev cdc.Event) []cdc.Column {
+	payload := rel.cols[rolePayload]
 	shared := -1
-	if payload.pos >= 0 && !ev.Mapped.Tombstone && !rel.mapped.mapping.envelope() && tuple[payload.pos].kind == kindText {
+	if payload.pos >= 0 && !ev.Mapped.Tombstone && !rel.mapping.envelope() && tuple[payload.pos].kind == kindText {
 		shared = payload.pos
 	}
 	size := 0
@@ -92,7 +92,7 @@ func rowColumns(rel *relation, tuple []value, ev cdc.Event) []cdc.Column {
 	buf := make([]byte, 0, size)
 	cols := make([]cdc.Column, len(tuple))
 	for i, v := range tuple {
-		cols[i].Name = rel.columns[i]
+		cols[i].Name = names[i]
 		switch {
 		case v.kind == kindNull:
 			cols[i].Null = true

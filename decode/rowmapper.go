@@ -25,6 +25,7 @@ type RowMapper struct {
 	cfg   Config
 	table string
 	cols  []Column
+	names []string // the columns' names, in the order of cols
 	rel   *mappedRelation
 	tuple []value
 }
@@ -87,7 +88,8 @@ func NewRowMapper(cfg Config, table string, cols []Column) (*RowMapper, error) {
 	if problem != "" {
 		return nil, &MappingError{Table: QualifiedTable(table), Problem: problem}
 	}
-	return &RowMapper{cfg: cfg, table: QualifiedTable(table), cols: cols, rel: rel, tuple: make([]value, len(cols))}, nil
+	return &RowMapper{cfg: cfg, table: QualifiedTable(table), cols: cols, names: msg.columns, rel: rel,
+		tuple: make([]value, len(cols))}, nil
 }
 
 // Columns is the table's columns, as NewRowMapper got them.
@@ -113,9 +115,20 @@ func (r *RowMapper) Map(values []*string, commitTime time.Time) (ev cdc.Event, d
 		}
 	}
 	ev, drop, rowErr := mapTuple(&r.cfg, mappedTuple{rel: r.rel, tuple: r.tuple, commitTime: commitTime})
-	clear(r.tuple)
-	if rowErr != nil {
-		return cdc.Event{}, false, rowErr
+	if rowErr != nil || drop {
+		clear(r.tuple)
+		return cdc.Event{}, drop, errorOrNil(rowErr)
 	}
-	return ev, drop, nil
+	ev.Table = r.table
+	ev.Mapped.Columns = rowColumns(r.names, r.rel, r.tuple, ev) // for a quarantine record, as the stream keeps it
+	clear(r.tuple)
+	return ev, false, nil
+}
+
+// errorOrNil keeps a nil *RowError from becoming a non-nil error.
+func errorOrNil(e *RowError) error {
+	if e == nil {
+		return nil
+	}
+	return e
 }
