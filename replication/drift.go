@@ -89,18 +89,36 @@ func (w *publicationWatch) record(ctx context.Context, sql *pgx.Conn, problem st
 	w.stats.setProblem("")
 }
 
-// backfillHint names the backfill that republishes the rows a publication gap may have hidden.
+// backfillHint names the backfill that republishes the rows a publication gap may have hidden. A mapped
+// table (--config) has no occurred_at: the hint names its timestamp column when the mapping has one.
 func backfillHint(cfg Config, okAt *time.Time) string {
 	table := "" // with several outbox tables, the backfill reads the one named in the problem
 	if len(cfg.Decode.MoreTables) > 0 {
 		table = "--table <that table> "
 	}
+	column, mapped := "occurred_at", cfg.Decode.Mapping
+	for _, t := range cfg.Decode.MoreTables {
+		if mapped == nil {
+			mapped = t.Mapping
+		}
+	}
+	switch {
+	case mapped != nil && len(cfg.Decode.MoreTables) > 0:
+		table += "(and --config <its file> if it is a mapped table) "
+		column = "<occurred_at, or a column that orders a mapped table's rows>"
+	case mapped != nil:
+		table += "--config <its file> "
+		column = "<a column that orders its rows>"
+		if mapped.TimestampColumn != "" {
+			column = mapped.TimestampColumn
+		}
+	}
 	if okAt == nil {
 		return "once the publication is fixed, publish the rows inserted meanwhile with `cdc-router backfill " + table + "--where ...`"
 	}
 	return fmt.Sprintf("once the publication is fixed, publish the rows inserted since the outbox was last seen in it "+
-		"with `cdc-router backfill %s--where \"occurred_at >= '%s'\"` (consumers drop the duplicates)",
-		table, okAt.UTC().Format("2006-01-02 15:04:05Z07:00"))
+		"with `cdc-router backfill %s--where \"%s >= '%s'\"` (consumers drop the duplicates)",
+		table, column, okAt.UTC().Format("2006-01-02 15:04:05Z07:00"))
 }
 
 // publicationProblem says what is wrong with the publication for the first outbox table that has a
