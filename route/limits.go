@@ -29,6 +29,9 @@ func Check(ev cdc.Event) error {
 	if ev.Mapped != nil {
 		return checkMapped(ev)
 	}
+	if noUserHeaders(ev.Headers) { // most rows: nothing to convert, and no table to build only to drop it
+		return check(ev, nil, nil)
+	}
 	user, err := userHeaders(ev.Headers)
 	return check(ev, user, err)
 }

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"strconv"
 
 	amqp "github.com/rabbitmq/amqp091-go"
@@ -85,6 +84,12 @@ func assemble(ev cdc.Event, h amqp.Table) (string, amqp.Publishing) {
 	}
 }
 
+// noUserHeaders reports whether the headers column holds no header: empty, or the column's default {}.
+func noUserHeaders(raw []byte) bool {
+	raw = bytes.TrimSpace(raw)
+	return len(raw) == 0 || len(raw) == 2 && raw[0] == '{' && raw[1] == '}'
+}
+
 // userHeaders converts the headers column (a JSON object as text; empty means none) into an AMQP table:
 // string → string, integer → int64 (one beyond int64 → float64), other number → float64 (one beyond
 // float64 → its JSON text), boolean → bool, object or array → its compact JSON text, null → left out.
@@ -97,17 +102,12 @@ func userHeaders(raw []byte) (amqp.Table, error) {
 	if len(raw) == 2 && raw[0] == '{' && raw[1] == '}' { // the column's default, on most rows: no decoder
 		return make(amqp.Table, 6), nil
 	}
-	dec := json.NewDecoder(bytes.NewReader(raw))
-	dec.UseNumber()
-	var obj map[string]json.RawMessage
-	if err := dec.Decode(&obj); err != nil {
+	var obj map[string]json.RawMessage // raw values keep numbers as their text; Unmarshal refuses data after the object
+	if err := json.Unmarshal(raw, &obj); err != nil {
 		return nil, fmt.Errorf("not a JSON object: %w", err)
 	}
 	if obj == nil {
 		return nil, errors.New("not a JSON object: null")
-	}
-	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
-		return nil, errors.New("not a JSON object: data after the object")
 	}
 	t := make(amqp.Table, len(obj)+6)
 	for k, v := range obj {
