@@ -230,6 +230,13 @@ const ackInterval = 10 * time.Millisecond
 
 func (s *session) ackInterval() time.Duration { return min(ackInterval, s.cfg.StatusInterval) }
 
+// statusDue says whether a status update goes out now: when forced (a keepalive asks for a reply, or the
+// stop), when the timer is due (timer), or when the watermark w moved from the last position sent and
+// ackInterval has passed since that was sent (moveBy).
+func statusDue(force bool, w, sent cdc.LSN, now, moveBy, timer time.Time) bool {
+	return force || !now.Before(timer) || w != sent && !now.Before(moveBy)
+}
+
 // status sends a standby status update when forced, when the watermark moved (at most once per
 // ackInterval) or when the timer is due, and stores the position (batched by the store).
 func (s *session) status(force bool) error {
@@ -238,7 +245,7 @@ func (s *session) status(force bool) error {
 		return nil
 	}
 	now := time.Now()
-	if force || !now.Before(s.nextStatus) || w != s.sent && !now.Before(s.sentAt.Add(s.ackInterval())) {
+	if statusDue(force, w, s.sent, now, s.sentAt.Add(s.ackInterval()), s.nextStatus) {
 		err := pglogrepl.SendStandbyStatusUpdate(context.Background(), s.conn,
 			pglogrepl.StandbyStatusUpdate{WALWritePosition: pglogrepl.LSN(w)})
 		if err != nil {
