@@ -102,12 +102,9 @@ func userHeaders(raw []byte) (amqp.Table, error) {
 	if len(raw) == 2 && raw[0] == '{' && raw[1] == '}' { // the column's default, on most rows: no decoder
 		return make(amqp.Table, 6), nil
 	}
-	var obj map[string]json.RawMessage // raw values keep numbers as their text; Unmarshal refuses data after the object
-	if err := json.Unmarshal(raw, &obj); err != nil {
-		return nil, fmt.Errorf("not a JSON object: %w", err)
-	}
-	if obj == nil {
-		return nil, errors.New("not a JSON object: null")
+	obj, err := userHeaderValues(raw)
+	if err != nil {
+		return nil, err
 	}
 	t := make(amqp.Table, len(obj)+6)
 	for k, v := range obj {
@@ -116,6 +113,25 @@ func userHeaders(raw []byte) (amqp.Table, error) {
 		}
 	}
 	return t, nil
+}
+
+// userHeaderValues parses the headers column (not empty) into its JSON values by name, without converting
+// them; a null value is left out, as userHeaders leaves it out.
+func userHeaderValues(raw []byte) (map[string]json.RawMessage, error) {
+	raw = bytes.TrimSpace(raw) // as userHeaders does: TrimSpace also drops what JSON does not call space (\f)
+	var obj map[string]json.RawMessage // raw values keep numbers as their text; Unmarshal refuses data after the object
+	if err := json.Unmarshal(raw, &obj); err != nil {
+		return nil, fmt.Errorf("not a JSON object: %w", err)
+	}
+	if obj == nil {
+		return nil, errors.New("not a JSON object: null")
+	}
+	for k, v := range obj {
+		if v[0] == 'n' {
+			delete(obj, k)
+		}
+	}
+	return obj, nil
 }
 
 // headerValue converts one JSON value (valid, as encoding/json checked it) to an AMQP field value; ok is
