@@ -118,8 +118,10 @@ func userHeaders(raw []byte) (amqp.Table, error) {
 // userHeaderValues parses the headers column (not empty) into its JSON values by name, without converting
 // them; a null value is left out, as userHeaders leaves it out.
 func userHeaderValues(raw []byte) (map[string]json.RawMessage, error) {
-	raw = bytes.TrimSpace(raw) // as userHeaders does: TrimSpace also drops what JSON does not call space (\f)
-	var obj map[string]json.RawMessage // raw values keep numbers as their text; Unmarshal refuses data after the object
+	// Trimmed as userHeaders trims: TrimSpace also drops what JSON does not call space (\f). The raw values
+	// keep numbers as their text; Unmarshal refuses data after the object.
+	raw = bytes.TrimSpace(raw)
+	var obj map[string]json.RawMessage
 	if err := json.Unmarshal(raw, &obj); err != nil {
 		return nil, fmt.Errorf("not a JSON object: %w", err)
 	}
