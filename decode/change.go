@@ -45,7 +45,7 @@ func (d *Decoder) insert(walStart cdc.LSN, r *reader, h Handler) error {
 			f[c] = field{state: stateText, text: v.data}
 		}
 	}
-	ev, rowErr := mapFields(&d.cfg, &f, d.commitLSN)
+	ev, rowErr := mapFields(&d.cfg, &f, d.commitLSN, true) // the relation has no drift: payload and headers are json or jsonb
 	if rowErr != nil {
 		return d.quarantine(walStart, ordinal, rel, rowErr.Reason, h)
 	}

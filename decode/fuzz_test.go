@@ -2,6 +2,7 @@ package decode
 
 import (
 	"encoding/binary"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
@@ -188,7 +189,15 @@ func FuzzRow(f *testing.F) {
 		ev, err := MapRow(cfg, row)
 		checkMapRow(t, texts, row, ev, err)
 		viaDecode := viaDecode(t, cfg, tuple)
-		if err != nil && viaDecode != "Q "+err.(*RowError).Reason || err == nil && viaDecode != "E "+ev.ID {
+		// PostgreSQL sends only valid JSON for the json and jsonb columns, and Decode relies on that; MapRow
+		// reads text, and checks it.
+		sendable := true
+		for _, c := range []int{colPayload, colHeaders} {
+			if v := row[columnName(c)]; v != nil && tuple[c].kind == 't' && !json.Valid([]byte(*v)) {
+				sendable = false
+			}
+		}
+		if sendable && (err != nil && viaDecode != "Q "+err.(*RowError).Reason || err == nil && viaDecode != "E "+ev.ID) {
 			t.Fatalf("MapRow gives %v, Decode gives %s", err, viaDecode)
 		}
 		for _, s := range []string{version, schemaVersion} {

@@ -104,7 +104,7 @@ func (d *Decoder) mapEnvelope(content []byte) (cdc.Event, *RowError) {
 	if f[colHeaders].state == stateNull {
 		f[colHeaders] = field{}
 	}
-	return mapFields(&d.cfg, &f, d.commitLSN)
+	return mapFields(&d.cfg, &f, d.commitLSN, false)
 }
 
 // envelopeLimit is the largest envelope parsed: the payload limit plus DefaultMaxPayloadBytes for the rest.

@@ -71,6 +71,12 @@ func parseInt(b []byte, bits uint) (int64, intStatus) {
 
 func isJSON(b []byte) bool { return json.Valid(b) }
 
+// startsObject reports whether b, known to be valid JSON, is an object.
+func startsObject(b []byte) bool {
+	t := bytes.TrimLeft(b, " \t\r\n")
+	return len(t) > 0 && t[0] == '{'
+}
+
 // isJSONObject reports whether b is one valid JSON object.
 func isJSONObject(b []byte) bool {
 	t := bytes.TrimLeft(b, " \t\r\n")

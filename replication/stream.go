@@ -39,6 +39,7 @@ type session struct {
 	stats   *Stats
 
 	sent       cdc.LSN   // last position sent in a status update
+	sentAt     time.Time // when it was sent
 	nextStatus time.Time // when the timer wants the next status update
 	cur        offsets.Txn
 	inTxn      bool
@@ -67,15 +68,11 @@ type session struct {
 	slot    slotWatch    // reads the slot's health for the metrics and the readiness check
 	flight  *flight      // the events handed to the publisher and not yet confirmed
 	pending []pendingTxn // received transactions with events, not yet acknowledged, in commit order
-	recv    receiveCtx   // the context receive waits with, shared by consecutive reads (receiveContext)
-}
 
-// receiveCtx is a context for ReceiveMessage with its parent and deadline.
-type receiveCtx struct {
-	ctx    context.Context
-	cancel context.CancelFunc
-	parent context.Context
-	end    time.Time
+	// readBy is the read deadline set on the replication connection's socket, shared by consecutive reads
+	// (readDeadline); zero when none is set. stopRead interrupts a read at the stop request.
+	readBy   time.Time
+	stopRead func() bool
 }
 
 // pendingTxn is a received transaction with events that is not acknowledged yet: the replication lag in
@@ -89,11 +86,18 @@ type pendingTxn struct {
 // publisher fails or the connection breaks. It always finishes with a drain and a final status update,
 // all within the stop's bound.
 func (s *session) stream() error {
+	// A read waits with a deadline on the socket, not with a context: pgconn watches a context that can
+	// end (an AfterFunc, a channel and a goroutine hand-off per read), and a read per WAL message made that
+	// the read loop's largest cost after the read itself. The stop request ends a read through the same
+	// deadline.
+	s.stopRead = context.AfterFunc(s.ctx, func() { s.conn.Conn().SetReadDeadline(time.Now()) })
 	defer func() {
 		if s.pubCancel != nil {
 			s.pubCancel()
 		}
-		s.releaseReceive()
+		s.stopRead()
+		s.conn.Conn().SetReadDeadline(time.Time{}) // the connection's later users (close) read without one
+		s.readBy = time.Time{}
 	}()
 	for {
 		by := s.stop.readBy()
@@ -132,17 +136,25 @@ func (s *session) receive() error {
 	if s.tracker.InFlight() > 0 {
 		wait = 50 * time.Millisecond // confirms may move the watermark: report it promptly
 	}
-	parent := s.ctx
-	if s.ctx.Err() != nil {
-		parent = context.Background() // stopping: read on to the commit
+	if w := s.tracker.Watermark(); w != 0 && w != s.sent { // a move status held back (ackInterval)
+		wait = min(wait, max(time.Until(s.sentAt.Add(s.ackInterval())), time.Millisecond))
 	}
-	msg, err := s.conn.ReceiveMessage(s.receiveContext(parent, wait))
+	stopping := s.ctx.Err() != nil // stopping: read on to the commit
+	if err := s.readDeadline(wait); err != nil {
+		return fmt.Errorf("receive: %w", err)
+	}
+	if !stopping && s.ctx.Err() != nil {
+		return nil // the stop request came meanwhile (its deadline may predate ours): the loop takes it from here
+	}
+	// context.Background: pgconn then watches no context (the deadline above bounds the read).
+	msg, err := s.conn.ReceiveMessage(context.Background())
 	if err != nil {
-		if errors.Is(err, context.Canceled) && s.ctx.Err() != nil {
-			return nil // the stop request: the loop takes it from here
-		}
 		if !pgconn.Timeout(err) {
 			return fmt.Errorf("receive: %w", err)
+		}
+		s.readBy = time.Time{} // the deadline passed, or the stop request moved it: set a new one next time
+		if !stopping && s.ctx.Err() != nil {
+			return nil // the stop request: the loop takes it from here
 		}
 		if s.silence > 0 && time.Since(s.lastHeard) > s.silence {
 			return fmt.Errorf("receive: PostgreSQL sent nothing, not even a keepalive, for %v: taking the connection as dead", s.silence)
@@ -162,25 +174,16 @@ func (s *session) receive() error {
 	}
 }
 
-// receiveContext returns a context that ends at most wait from now. It is the previous call's while that
-// one derives from the same parent and ends after now and no later than now+wait: a stream of messages
-// then shares one context and timer instead of building one per message. releaseReceive cancels it.
-func (s *session) receiveContext(parent context.Context, wait time.Duration) context.Context {
+// readDeadline makes the next read end at most wait from now. It keeps the deadline already set while that
+// one is after now and no later than now+wait, so a stream of messages shares one deadline instead of
+// setting one per message.
+func (s *session) readDeadline(wait time.Duration) error {
 	now := time.Now()
-	if s.recv.ctx != nil && s.recv.parent == parent && s.recv.end.After(now) && !s.recv.end.After(now.Add(wait)) {
-		return s.recv.ctx
+	if !s.readBy.IsZero() && s.readBy.After(now) && !s.readBy.After(now.Add(wait)) {
+		return nil
 	}
-	s.releaseReceive()
-	s.recv.parent, s.recv.end = parent, now.Add(wait)
-	s.recv.ctx, s.recv.cancel = context.WithDeadline(parent, s.recv.end)
-	return s.recv.ctx
-}
-
-func (s *session) releaseReceive() {
-	if s.recv.cancel != nil {
-		s.recv.cancel()
-	}
-	s.recv = receiveCtx{}
+	s.readBy = now.Add(wait)
+	return s.conn.Conn().SetReadDeadline(s.readBy)
 }
 
 func (s *session) copyData(data []byte) error {
@@ -204,6 +207,9 @@ func (s *session) copyData(data []byte) error {
 		s.net.received = max(s.net.received, cdc.LSN(x.WALStart))
 		s.stats.walEnd.Store(uint64(x.ServerWALEnd))
 		err = s.dec.Decode(cdc.LSN(x.WALStart), x.WALData, s)
+		if err == nil {
+			return nil // drift below would escape to the heap on every message
+		}
 		var drift *decode.DriftError
 		if errors.As(err, &drift) {
 			// Nothing of the affected transaction is acknowledged: the slot stays before the first affected row.
@@ -216,15 +222,30 @@ func (s *session) copyData(data []byte) error {
 	}
 }
 
-// status sends a standby status update when forced, when the watermark moved or when the timer is due,
-// and stores the position (batched by the store).
+// ackInterval is the shortest time between two status updates that only report a moved watermark. A
+// watermark moves with almost every confirm at moderate rates; reporting each move cost a write, and a
+// wake-up and a slot update in the walsender, per event. The acknowledged position is the same, only
+// reported up to this much later; a keepalive that asks for a reply and the stop are answered at once.
+const ackInterval = 10 * time.Millisecond
+
+func (s *session) ackInterval() time.Duration { return min(ackInterval, s.cfg.StatusInterval) }
+
+// statusDue says whether a status update goes out now: when forced (a keepalive asks for a reply, or the
+// stop), when the timer is due (timer), or when the watermark w moved from the last position sent and
+// ackInterval has passed since that was sent (moveBy).
+func statusDue(force bool, w, sent cdc.LSN, now, moveBy, timer time.Time) bool {
+	return force || !now.Before(timer) || w != sent && !now.Before(moveBy)
+}
+
+// status sends a standby status update when forced, when the watermark moved (at most once per
+// ackInterval) or when the timer is due, and stores the position (batched by the store).
 func (s *session) status(force bool) error {
 	w := s.tracker.Watermark()
 	if w == 0 {
 		return nil
 	}
 	now := time.Now()
-	if force || w != s.sent || !now.Before(s.nextStatus) {
+	if statusDue(force, w, s.sent, now, s.sentAt.Add(s.ackInterval()), s.nextStatus) {
 		err := pglogrepl.SendStandbyStatusUpdate(context.Background(), s.conn,
 			pglogrepl.StandbyStatusUpdate{WALWritePosition: pglogrepl.LSN(w)})
 		if err != nil {
@@ -234,7 +255,7 @@ func (s *session) status(force bool) error {
 			s.log.Debug("acknowledged", "lsn", w)
 			s.stats.acked.Store(uint64(w))
 		}
-		s.sent, s.nextStatus = w, now.Add(s.cfg.StatusInterval)
+		s.sent, s.sentAt, s.nextStatus = w, now, now.Add(s.cfg.StatusInterval)
 	}
 	s.acknowledged(s.sent)
 	s.slot.due(s)
@@ -340,7 +361,9 @@ func (s *session) Event(ev cdc.Event) error {
 			s.flight.done(seq)
 		}
 		if err == nil {
-			s.log.Debug("published", "event_id", ev.ID, "lsn", ev.CommitLSN)
+			if s.log.Enabled(context.Background(), slog.LevelDebug) { // the arguments cost allocations per event
+				s.log.Debug("published", "event_id", ev.ID, "lsn", ev.CommitLSN)
+			}
 			break
 		}
 		if errors.Is(err, cdc.ErrUnpublishable) {

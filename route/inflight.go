@@ -16,10 +16,11 @@ var errFailed = errors.New("router failed while waiting for the publish window")
 type budget struct {
 	max int
 
-	mu    sync.Mutex
-	used  int
-	peak  int           // the highest used so far; read by tests
-	freed chan struct{} // closed and replaced whenever bytes are released
+	mu      sync.Mutex
+	used    int
+	peak    int           // the highest used so far; read by tests
+	freed   chan struct{} // closed and replaced when bytes are released while an acquire waits
+	waiting bool          // an acquire waits on freed
 }
 
 func newBudget(max int) *budget { return &budget{max: max, freed: make(chan struct{})} }
@@ -36,6 +37,7 @@ func (b *budget) acquire(ctx context.Context, failed <-chan struct{}, n int) err
 			return nil
 		}
 		freed := b.freed
+		b.waiting = true
 		b.mu.Unlock()
 		select {
 		case <-freed:
@@ -54,8 +56,10 @@ func (b *budget) release(n int) {
 	}
 	b.mu.Lock()
 	b.used -= n
-	close(b.freed)
-	b.freed = make(chan struct{})
+	if b.waiting { // every waiter wakes and checks again; one that still does not fit sets waiting again
+		close(b.freed)
+		b.freed, b.waiting = make(chan struct{}), false
+	}
 	b.mu.Unlock()
 }
 

@@ -1,10 +1,9 @@
 package route
 
 import (
+	"encoding/json"
 	"fmt"
 	"strings"
-
-	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/cdc-router/cdc-router/internal/cdc"
 )
@@ -29,12 +28,17 @@ func Check(ev cdc.Event) error {
 	if ev.Mapped != nil {
 		return checkMapped(ev)
 	}
-	user, err := userHeaders(ev.Headers)
-	return check(ev, user, err)
+	if noUserHeaders(ev.Headers) { // most rows: nothing to convert, and no table to build only to drop it
+		return check(ev, map[string]json.RawMessage(nil), nil)
+	}
+	// The names are what the check needs: the values are converted once, by build in Publish.
+	raw, err := userHeaderValues(ev.Headers)
+	return check(ev, raw, err)
 }
 
-// check is Check on the already converted user headers.
-func check(ev cdc.Event, user amqp.Table, headersErr error) error {
+// check is Check on the user headers, converted (an amqp.Table) or not (their JSON values, nulls left
+// out as userHeaders leaves them out): only the names are checked.
+func check[V any](ev cdc.Event, user map[string]V, headersErr error) error {
 	if n := len(ev.AggregateType) + 1 + len(ev.EventType); n > maxShortString {
 		return fmt.Errorf("%w: the routing key %q... (aggregate_type.event_type) is %d bytes, AMQP allows 255: shorten aggregate_type or event_type",
 			ErrInvalidEvent, RoutingKey(ev)[:32], n)

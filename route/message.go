@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"strconv"
 
 	amqp "github.com/rabbitmq/amqp091-go"
@@ -85,6 +84,12 @@ func assemble(ev cdc.Event, h amqp.Table) (string, amqp.Publishing) {
 	}
 }
 
+// noUserHeaders reports whether the headers column holds no header: empty, or the column's default {}.
+func noUserHeaders(raw []byte) bool {
+	raw = bytes.TrimSpace(raw)
+	return len(raw) == 0 || len(raw) == 2 && raw[0] == '{' && raw[1] == '}'
+}
+
 // userHeaders converts the headers column (a JSON object as text; empty means none) into an AMQP table:
 // string → string, integer → int64 (one beyond int64 → float64), other number → float64 (one beyond
 // float64 → its JSON text), boolean → bool, object or array → its compact JSON text, null → left out.
@@ -97,17 +102,9 @@ func userHeaders(raw []byte) (amqp.Table, error) {
 	if len(raw) == 2 && raw[0] == '{' && raw[1] == '}' { // the column's default, on most rows: no decoder
 		return make(amqp.Table, 6), nil
 	}
-	dec := json.NewDecoder(bytes.NewReader(raw))
-	dec.UseNumber()
-	var obj map[string]json.RawMessage
-	if err := dec.Decode(&obj); err != nil {
-		return nil, fmt.Errorf("not a JSON object: %w", err)
-	}
-	if obj == nil {
-		return nil, errors.New("not a JSON object: null")
-	}
-	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
-		return nil, errors.New("not a JSON object: data after the object")
+	obj, err := userHeaderValues(raw)
+	if err != nil {
+		return nil, err
 	}
 	t := make(amqp.Table, len(obj)+6)
 	for k, v := range obj {
@@ -116,6 +113,27 @@ func userHeaders(raw []byte) (amqp.Table, error) {
 		}
 	}
 	return t, nil
+}
+
+// userHeaderValues parses the headers column (not empty) into its JSON values by name, without converting
+// them; a null value is left out, as userHeaders leaves it out.
+func userHeaderValues(raw []byte) (map[string]json.RawMessage, error) {
+	// Trimmed as userHeaders trims: TrimSpace also drops what JSON does not call space (\f). The raw values
+	// keep numbers as their text; Unmarshal refuses data after the object.
+	raw = bytes.TrimSpace(raw)
+	var obj map[string]json.RawMessage
+	if err := json.Unmarshal(raw, &obj); err != nil {
+		return nil, fmt.Errorf("not a JSON object: %w", err)
+	}
+	if obj == nil {
+		return nil, errors.New("not a JSON object: null")
+	}
+	for k, v := range obj {
+		if v[0] == 'n' {
+			delete(obj, k)
+		}
+	}
+	return obj, nil
 }
 
 // headerValue converts one JSON value (valid, as encoding/json checked it) to an AMQP field value; ok is

@@ -247,3 +247,27 @@ func BenchmarkMessage(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkCheckAndBuild is the route work of one streamed event: the decoder's Check, then Publish's
+// build, with the column's default headers and with four user headers.
+func BenchmarkCheckAndBuild(b *testing.B) {
+	for _, h := range []string{`{}`, `{"trace_id":"4bf92f3577b34da6a3ce929d0e0e4736","tenant":17,"sampled":true,"ctx":{"region":"eu"}}`} {
+		name := "default"
+		if h != `{}` {
+			name = "user"
+		}
+		b.Run(name, func(b *testing.B) {
+			ev := sampleEvent()
+			ev.Headers = []byte(h)
+			b.ReportAllocs()
+			for b.Loop() {
+				if err := Check(ev); err != nil {
+					b.Fatal(err)
+				}
+				if _, _, err := build(ev); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}

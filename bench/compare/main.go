@@ -44,6 +44,7 @@ type config struct {
 	timeout     time.Duration
 	routerBin   string
 	bareHeaders bool
+	routerFlags []string // extra flags for `cdc-router run` (-router-flags)
 	log         io.Writer
 }
 
@@ -66,7 +67,9 @@ func main() {
 	flag.StringVar(&c.plots, "plots", "docs/bench", "directory to write the SVG plots to; empty: no plots")
 	flag.StringVar(&c.pprofDir, "pprof-dir", "", "write CPU and allocation profiles of the router's drain and steady runs here")
 	flag.DurationVar(&c.timeout, "timeout", 10*time.Minute, "longest wait for one run's events to reach the consumer")
+	routerFlags := flag.String("router-flags", "", "extra flags for `cdc-router run`, space-separated (e.g. \"--lanes 1 --window 2048\")")
 	flag.Parse()
+	c.routerFlags = strings.Fields(*routerFlags)
 
 	var err error
 	switch *role {
@@ -494,7 +497,7 @@ func startChild(c config, args ...string) (*child, error) {
 // startRouter starts cdc-router and waits until it streams. With profDir, a router built with -tags pprof
 // profiles into it between child.profile and child.endProfile.
 func startRouter(c config, dbURL, slot, exchange, profDir string, timeout time.Duration) (*child, error) {
-	cmd := exec.Command(c.routerBin, "run", "--log-level", "info")
+	cmd := exec.Command(c.routerBin, append([]string{"run", "--log-level", "info"}, c.routerFlags...)...)
 	cmd.Env = append(os.Environ(), "CDC_ROUTER_PG_URL="+dbURL, "CDC_ROUTER_AMQP_URL="+c.amqpURL,
 		"CDC_ROUTER_SLOT="+slot, "CDC_ROUTER_EXCHANGE="+exchange)
 	if profDir != "" {
