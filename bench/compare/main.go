@@ -45,6 +45,12 @@ type config struct {
 	routerBin   string
 	bareHeaders bool
 	log         io.Writer
+
+	// The extra modes (modes.go); 0 skips each.
+	snapshotRows   int   // initial snapshot of this many rows
+	snapshotPerAgg []int // rows per aggregate, one snapshot mode each
+	backlog        int   // backlog of this many 1-row transactions
+	bigTxn         int   // one transaction of this many rows
 }
 
 func main() {
@@ -66,7 +72,17 @@ func main() {
 	flag.StringVar(&c.plots, "plots", "docs/bench", "directory to write the SVG plots to; empty: no plots")
 	flag.StringVar(&c.pprofDir, "pprof-dir", "", "write CPU and allocation profiles of the router's drain and steady runs here")
 	flag.DurationVar(&c.timeout, "timeout", 10*time.Minute, "longest wait for one run's events to reach the consumer")
+	flag.IntVar(&c.snapshotRows, "snapshot-rows", 0, "initial snapshot mode: rows written before the slot exists (e.g. 1000000); 0: skip")
+	perAgg := flag.String("snapshot-per-aggregate", "1,10", "snapshot mode: rows per aggregate, one snapshot mode per value, comma-separated")
+	flag.IntVar(&c.backlog, "backlog", 0, "backlog mode: events (1-row transactions) written while the router is stopped (e.g. 1000000); 0: skip")
+	flag.IntVar(&c.bigTxn, "big-txn", 0, "one-transaction mode: rows of one INSERT ... SELECT committed while the router streams (e.g. 100000); 0: skip")
 	flag.Parse()
+	if v, err := parsePerAggregate(*perAgg); err != nil {
+		fmt.Fprintln(os.Stderr, "compare:", err)
+		os.Exit(2)
+	} else {
+		c.snapshotPerAgg = v
+	}
 
 	var err error
 	switch *role {
@@ -214,6 +230,9 @@ func compare(c config) (string, error) {
 				all[key] = append(all[key], r)
 				last = append(last, r)
 			}
+		}
+		if err := runExtraModes(c, pg, pm, run, all); err != nil {
+			return "", err
 		}
 	}
 	if c.plots != "" {
