@@ -216,6 +216,8 @@ func runRouterExtra(c config, pg *testenv.Postgres, pm int, m extraMode, name, p
 	sort.Slice(res.lat, func(i, j int) bool { return res.lat[i] < res.lat[j] })
 	if start == 0 {
 		start = res.recv[0]
+	} else {
+		fmt.Fprintf(c.log, " [first delivery %.0f ms after the start of the window]", float64(res.recv[0]-start)/1e6)
 	}
 	res.rate = float64(m.n) / (float64(res.recv[len(res.recv)-1]-start) / 1e9)
 	return res, nil
