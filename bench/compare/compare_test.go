@@ -9,9 +9,10 @@ import (
 	"testing"
 )
 
-// TestCompareTiny runs the whole comparison at a tiny size against the real PostgreSQL and RabbitMQ and
-// checks that the table has a row for every publisher in every mode and that the plots are written. It
-// asserts nothing about timing: the figures come from `make bench-compare` (docs/benchmarks.md).
+// TestCompareTiny runs the whole comparison at a tiny size against the real PostgreSQL and RabbitMQ, the
+// snapshot (both row-per-aggregate variants), backlog and one-transaction modes included, and checks that
+// the table has a row for every publisher in every mode and that the plots are written. It asserts nothing
+// about timing: the figures come from `make bench-compare` (docs/benchmarks.md).
 func TestCompareTiny(t *testing.T) {
 	dir := t.TempDir()
 	bin := filepath.Join(dir, "compare")
@@ -19,7 +20,8 @@ func TestCompareTiny(t *testing.T) {
 		t.Fatalf("go build: %v\n%s", err, out)
 	}
 	plots := filepath.Join(dir, "plots")
-	cmd := exec.Command(bin, "-events", "300", "-steady", "1s", "-rates", "100,200", "-runs", "1", "-plots", plots)
+	cmd := exec.Command(bin, "-events", "300", "-steady", "1s", "-rates", "100,200", "-runs", "1", "-plots", plots,
+		"-snapshot-rows", "250", "-snapshot-per-aggregate", "1,10", "-backlog", "220", "-big-txn", "210")
 	var stderr strings.Builder
 	cmd.Stderr = &stderr
 	out, err := cmd.Output()
@@ -51,8 +53,22 @@ func TestCompareTiny(t *testing.T) {
 			}
 		}
 	}
-	if len(rows) != 11 {
-		t.Errorf("%d rows, want 11:\n%s", len(rows), out)
+	// The extra modes: the bare publisher over the same number of messages, and the router.
+	for mode, want := range map[string]string{"snapshot, 1 row/aggregate": "250", "snapshot, 10 rows/aggregate": "250",
+		"backlog": "220", "one transaction": "210"} {
+		for _, sys := range []string{"bare publisher", "cdc-router"} {
+			row, ok := rows[mode+"/"+sys]
+			if !ok {
+				t.Errorf("no row for %s, %s in:\n%s", mode, sys, out)
+				continue
+			}
+			if got := strings.TrimSpace(strings.Split(row, "|")[3]); got != want {
+				t.Errorf("%s, %s: %s events in the table, want %s", mode, sys, got, want)
+			}
+		}
+	}
+	if len(rows) != 19 {
+		t.Errorf("%d rows, want 19:\n%s", len(rows), out)
 	}
 	for _, name := range []string{"latency-cdf-100.svg", "latency-cdf-200.svg", "drain-throughput.svg"} {
 		b, err := os.ReadFile(filepath.Join(plots, name))

@@ -46,6 +46,12 @@ type config struct {
 	bareHeaders bool
 	routerFlags []string // extra flags for `cdc-router run` (-router-flags)
 	log         io.Writer
+
+	// The extra modes (modes.go); 0 skips each.
+	snapshotRows   int   // initial snapshot of this many rows
+	snapshotPerAgg []int // rows per aggregate, one snapshot mode each
+	backlog        int   // backlog of this many 1-row transactions
+	bigTxn         int   // one transaction of this many rows
 }
 
 func main() {
@@ -68,8 +74,18 @@ func main() {
 	flag.StringVar(&c.pprofDir, "pprof-dir", "", "write CPU and allocation profiles of the router's drain and steady runs here")
 	flag.DurationVar(&c.timeout, "timeout", 10*time.Minute, "longest wait for one run's events to reach the consumer")
 	routerFlags := flag.String("router-flags", "", "extra flags for `cdc-router run`, space-separated (e.g. \"--lanes 1 --window 2048\")")
+	flag.IntVar(&c.snapshotRows, "snapshot-rows", 0, "initial snapshot mode: rows written before the slot exists (e.g. 1000000); 0: skip")
+	perAgg := flag.String("snapshot-per-aggregate", "1,10", "snapshot mode: rows per aggregate, one snapshot mode per value, comma-separated")
+	flag.IntVar(&c.backlog, "backlog", 0, "backlog mode: events (1-row transactions) written while the router is stopped (e.g. 1000000); 0: skip")
+	flag.IntVar(&c.bigTxn, "big-txn", 0, "one-transaction mode: rows of one INSERT ... SELECT committed while the router streams (e.g. 100000); 0: skip")
 	flag.Parse()
 	c.routerFlags = strings.Fields(*routerFlags)
+	if v, err := parsePerAggregate(*perAgg); err != nil {
+		fmt.Fprintln(os.Stderr, "compare:", err)
+		os.Exit(2)
+	} else {
+		c.snapshotPerAgg = v
+	}
 
 	var err error
 	switch *role {
@@ -217,6 +233,9 @@ func compare(c config) (string, error) {
 				all[key] = append(all[key], r)
 				last = append(last, r)
 			}
+		}
+		if err := runExtraModes(c, pg, pm, run, all); err != nil {
+			return "", err
 		}
 	}
 	if c.plots != "" {

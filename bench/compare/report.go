@@ -92,12 +92,14 @@ func table(c config, modes []int, all map[string][]result) string {
 				m(func(r result) float64 { return r.rss }))
 		}
 	}
+	extraRows(&b, c, all)
 	if c.runs > 1 {
 		fmt.Fprintf(&b, "\nMedians of %d runs. ", c.runs)
 	} else {
 		b.WriteString("\nOne run. ")
 	}
 	b.WriteString("offered/s: the commits per second the load generator reached (it aims at the mode's rate; the bare publisher paces itself). inserts only: the load generator with no publisher, so a publisher's cost on PostgreSQL is its figure minus this one. / ceiling: events/s over the bare publisher's drain rate in the same run. Latency: insert (or, for the bare publisher, publish) to consumer; in the drain it is the age of the backlog.\n")
+	b.WriteString(extraNote(c))
 	return b.String()
 }
 

@@ -43,6 +43,7 @@ func sentNS(body []byte) int64 {
 // insert-to-consumer latency (arrival minus the send time in the body).
 type consumer struct {
 	conn *amqp.Connection
+	lost chan *amqp.Error // the connection closed (e.g. the broker restarted): the run cannot finish
 	mu   sync.Mutex
 	recv []int64 // arrival, unix ns
 	lat  []int64 // ns
@@ -65,7 +66,7 @@ func consume(url, queue string, expect int) (*consumer, error) {
 		conn.Close()
 		return nil, fmt.Errorf("consumer: %w", err)
 	}
-	c := &consumer{conn: conn, recv: make([]int64, 0, expect), lat: make([]int64, 0, expect)}
+	c := &consumer{conn: conn, lost: conn.NotifyClose(make(chan *amqp.Error, 1)), recv: make([]int64, 0, expect), lat: make([]int64, 0, expect)}
 	go func() {
 		for m := range msgs {
 			now := time.Now().UnixNano()
@@ -88,6 +89,11 @@ func (c *consumer) count() int {
 func (c *consumer) wait(n int, timeout time.Duration, what string) error {
 	deadline := time.Now().Add(timeout)
 	for c.count() < n {
+		select {
+		case err := <-c.lost:
+			return fmt.Errorf("%s: the consumer lost its RabbitMQ connection after %d of %d events (%v): was the broker restarted? Run again", what, c.count(), n, err)
+		default:
+		}
 		if time.Now().After(deadline) {
 			return fmt.Errorf("%s: %d of %d events reached the consumer within %v (raise -timeout on a slow machine)", what, c.count(), n, timeout)
 		}
