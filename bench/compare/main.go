@@ -17,7 +17,6 @@ import (
 	"os/exec"
 	"os/signal"
 	"path/filepath"
-	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -296,7 +295,7 @@ func runOne(c config, pg *testenv.Postgres, pm int, sys string, rate, run int) (
 			return res, err
 		}
 	case router:
-		if proc, err = startRouter(c, dbURL, name, exchange, profileDir(c, rate, run), c.timeout); err != nil {
+		if proc, err = startRouter(c, dbURL, name, exchange, profileDir(c, rate, run)); err != nil {
 			return res, err
 		}
 		if rate == 0 {
@@ -308,7 +307,7 @@ func runOne(c config, pg *testenv.Postgres, pm int, sys string, rate, run int) (
 				return res, err
 			}
 			pg0 = clusterCPU(pm)
-			if proc, err = startRouter(c, dbURL, name, exchange, profileDir(c, rate, run), c.timeout); err != nil {
+			if proc, err = startRouter(c, dbURL, name, exchange, profileDir(c, rate, run)); err != nil {
 				return res, err
 			}
 		}
@@ -348,11 +347,7 @@ func runOne(c config, pg *testenv.Postgres, pm int, sys string, rate, run int) (
 	if err := proc.stop(); err != nil {
 		return res, err
 	}
-	cons.mu.Lock()
-	res.recv = append([]int64(nil), cons.recv...)
-	res.lat = append([]int64(nil), cons.lat...)
-	cons.mu.Unlock()
-	sort.Slice(res.lat, func(i, j int) bool { return res.lat[i] < res.lat[j] })
+	res.recv, res.lat = cons.results()
 	// Drain: from the first delivery to the last (the same for every publisher, whatever its startup
 	// costs). Steady: from the first insert to the last delivery.
 	first := res.recv[0]
@@ -515,8 +510,15 @@ func startChild(c config, args ...string) (*child, error) {
 
 // startRouter starts cdc-router and waits until it streams. With profDir, a router built with -tags pprof
 // profiles into it between child.profile and child.endProfile.
-func startRouter(c config, dbURL, slot, exchange, profDir string, timeout time.Duration) (*child, error) {
-	cmd := exec.Command(c.routerBin, append([]string{"run", "--log-level", "info"}, c.routerFlags...)...)
+func startRouter(c config, dbURL, slot, exchange, profDir string) (*child, error) {
+	return startRouterUntil(c, dbURL, slot, exchange, profDir, "msg=streaming ")
+}
+
+// startRouterUntil starts cdc-router (run, with args and -router-flags) and waits until its log has a line
+// with marker: "msg=streaming " for startRouter; an initial snapshot logs its start before it streams.
+func startRouterUntil(c config, dbURL, slot, exchange, profDir, marker string, args ...string) (*child, error) {
+	args = append(append([]string{"run", "--log-level", "info"}, args...), c.routerFlags...)
+	cmd := exec.Command(c.routerBin, args...)
 	cmd.Env = append(os.Environ(), "CDC_ROUTER_PG_URL="+dbURL, "CDC_ROUTER_AMQP_URL="+c.amqpURL,
 		"CDC_ROUTER_SLOT="+slot, "CDC_ROUTER_EXCHANGE="+exchange)
 	if profDir != "" {
@@ -526,18 +528,18 @@ func startRouter(c config, dbURL, slot, exchange, profDir string, timeout time.D
 	if err != nil {
 		return nil, err
 	}
-	deadline := time.Now().Add(timeout)
-	for !strings.Contains(p.out.String(), "msg=streaming ") {
+	deadline := time.Now().Add(c.timeout)
+	for !strings.Contains(p.out.String(), marker) {
 		select {
 		case <-p.done:
-			return nil, fmt.Errorf("cdc-router exited before streaming:\n%s", tail(p.out.String()))
+			return nil, fmt.Errorf("cdc-router exited before logging %q:\n%s", marker, tail(p.out.String()))
 		default:
 		}
 		if time.Now().After(deadline) {
 			p.stop()
-			return nil, fmt.Errorf("cdc-router did not start streaming within %v:\n%s", timeout, tail(p.out.String()))
+			return nil, fmt.Errorf("cdc-router did not log %q within %v:\n%s", marker, c.timeout, tail(p.out.String()))
 		}
-		time.Sleep(5 * time.Millisecond)
+		time.Sleep(2 * time.Millisecond)
 	}
 	return p, nil
 }

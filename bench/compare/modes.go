@@ -9,9 +9,7 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"sort"
 	"strconv"
 	"strings"
 	"time"
@@ -154,12 +152,12 @@ func runRouterExtra(c config, pg *testenv.Postgres, pm int, m extraMode, name, p
 		}
 		pg0 = clusterCPU(pm)
 		const created = `msg="created replication slot with a snapshot"`
-		if proc, err = startRouterUntil(c, dbURL, name, exchange, profDir, created); err != nil {
+		if proc, err = startRouterUntil(c, dbURL, name, exchange, profDir, created, "--snapshot", "initial"); err != nil {
 			return res, err
 		}
 		start = logTime(proc.out.String(), created)
 	case "backlog":
-		if proc, err = startRouter(c, dbURL, name, exchange, profDir, c.timeout); err != nil {
+		if proc, err = startRouter(c, dbURL, name, exchange, profDir); err != nil {
 			return res, err
 		}
 		if err := proc.stop(); err != nil {
@@ -169,11 +167,11 @@ func runRouterExtra(c config, pg *testenv.Postgres, pm int, m extraMode, name, p
 			return res, err
 		}
 		pg0 = clusterCPU(pm)
-		if proc, err = startRouter(c, dbURL, name, exchange, profDir, c.timeout); err != nil {
+		if proc, err = startRouter(c, dbURL, name, exchange, profDir); err != nil {
 			return res, err
 		}
 	case "big txn":
-		if proc, err = startRouter(c, dbURL, name, exchange, profDir, c.timeout); err != nil {
+		if proc, err = startRouter(c, dbURL, name, exchange, profDir); err != nil {
 			return res, err
 		}
 	}
@@ -209,11 +207,7 @@ func runRouterExtra(c config, pg *testenv.Postgres, pm int, m extraMode, name, p
 	if err := proc.stop(); err != nil {
 		return res, err
 	}
-	cons.mu.Lock()
-	res.recv = append([]int64(nil), cons.recv...)
-	res.lat = append([]int64(nil), cons.lat...)
-	cons.mu.Unlock()
-	sort.Slice(res.lat, func(i, j int) bool { return res.lat[i] < res.lat[j] })
+	res.recv, res.lat = cons.results()
 	if start == 0 {
 		start = res.recv[0]
 	} else {
@@ -221,35 +215,6 @@ func runRouterExtra(c config, pg *testenv.Postgres, pm int, m extraMode, name, p
 	}
 	res.rate = float64(m.n) / (float64(res.recv[len(res.recv)-1]-start) / 1e9)
 	return res, nil
-}
-
-// startRouterUntil starts cdc-router with --snapshot initial and waits until its log has a line with
-// marker (startRouter waits for streaming, which an initial snapshot comes before).
-func startRouterUntil(c config, dbURL, slot, exchange, profDir, marker string) (*child, error) {
-	cmd := exec.Command(c.routerBin, append([]string{"run", "--log-level", "info", "--snapshot", "initial"}, c.routerFlags...)...)
-	cmd.Env = append(os.Environ(), "CDC_ROUTER_PG_URL="+dbURL, "CDC_ROUTER_AMQP_URL="+c.amqpURL,
-		"CDC_ROUTER_SLOT="+slot, "CDC_ROUTER_EXCHANGE="+exchange)
-	if profDir != "" {
-		cmd.Env = append(cmd.Env, "CDC_ROUTER_PROFILE_DIR="+profDir)
-	}
-	p, err := start(cmd)
-	if err != nil {
-		return nil, err
-	}
-	deadline := time.Now().Add(c.timeout)
-	for !strings.Contains(p.out.String(), marker) {
-		select {
-		case <-p.done:
-			return nil, fmt.Errorf("cdc-router exited before logging %s:\n%s", marker, tail(p.out.String()))
-		default:
-		}
-		if time.Now().After(deadline) {
-			p.stop()
-			return nil, fmt.Errorf("cdc-router did not log %s within %v:\n%s", marker, c.timeout, tail(p.out.String()))
-		}
-		time.Sleep(2 * time.Millisecond)
-	}
-	return p, nil
 }
 
 // logLine is the first line of the router's log containing marker, or "".

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -47,6 +48,16 @@ type consumer struct {
 	mu   sync.Mutex
 	recv []int64 // arrival, unix ns
 	lat  []int64 // ns
+}
+
+// results copies the arrival times, in arrival order, and the latencies, sorted.
+func (c *consumer) results() (recv, lat []int64) {
+	c.mu.Lock()
+	recv = append([]int64(nil), c.recv...)
+	lat = append([]int64(nil), c.lat...)
+	c.mu.Unlock()
+	sort.Slice(lat, func(i, j int) bool { return lat[i] < lat[j] })
+	return recv, lat
 }
 
 func consume(url, queue string, expect int) (*consumer, error) {

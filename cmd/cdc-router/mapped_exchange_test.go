@@ -15,23 +15,7 @@ import (
 // to an exchange nobody declared is quarantined with a reason naming "declare exchange X", and the rows
 // after it are published (the router neither stalls nor restarts).
 func TestTopicTargetExchange(t *testing.T) {
-	e := mappedEnv(t, "dbz_outbox", debeziumTable)
-	orders := e.exchange + ".Order"
-	ch := e.channel()
-	if err := ch.ExchangeDeclare(orders, "direct", false, true, false, false, nil); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = ch.ExchangeDelete(orders, false, false) })
-	for _, key := range []string{"o-1", "o-2"} {
-		if err := ch.QueueBind(e.queue, key, orders, false, nil); err != nil {
-			t.Fatal(err)
-		}
-	}
-	c := e.consume(e.queue)
-	e.startMapped("dbz_outbox", writeConfig(t, fmt.Sprintf(`amqp.topic.target=exchange
-route.topic.replacement=%s.${routedByValue}
-amqp.routing.key.source=key
-`, e.exchange)))
+	e, orders, c := exchangePerTopic(t, "o-1", "o-2")
 	ctx := context.Background()
 	var want []written
 	const lost = "c0000000-0000-4000-8000-000000000001"
@@ -75,21 +59,7 @@ amqp.routing.key.source=key
 // at every restart; the safety net then quarantines that one event, naming the exchange and the routing
 // key, and the stream goes on (it must not restart forever and pin the WAL).
 func TestUnroutableOnMappedExchangeIsQuarantined(t *testing.T) {
-	e := mappedEnv(t, "dbz_outbox", debeziumTable)
-	orders := e.exchange + ".Order"
-	ch := e.channel()
-	if err := ch.ExchangeDeclare(orders, "direct", false, true, false, false, nil); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = ch.ExchangeDelete(orders, false, false) })
-	if err := ch.QueueBind(e.queue, "o-1", orders, false, nil); err != nil {
-		t.Fatal(err)
-	}
-	c := e.consume(e.queue)
-	e.startMapped("dbz_outbox", writeConfig(t, fmt.Sprintf(`amqp.topic.target=exchange
-route.topic.replacement=%s.${routedByValue}
-amqp.routing.key.source=key
-`, e.exchange)))
+	e, orders, c := exchangePerTopic(t, "o-1")
 	ctx := context.Background()
 	var want []written
 	const lost = "c0000000-0000-4000-8000-000000000002"
@@ -138,4 +108,29 @@ amqp.routing.key.source=key
 			t.Errorf("quarantine of the unroutable row: %q, want it to contain %q", reason, part)
 		}
 	}
+}
+
+// exchangePerTopic starts a router on a Debezium-shaped table with amqp.topic.target=exchange (routing key:
+// the key column), after declaring the exchange of the topic "Order" as the operator would, with the test
+// queue bound to it for keys; it returns that exchange and a consumer of the queue.
+func exchangePerTopic(t *testing.T, keys ...string) (*env, string, *consumer) {
+	t.Helper()
+	e := mappedEnv(t, "dbz_outbox", debeziumTable)
+	orders := e.exchange + ".Order"
+	ch := e.channel()
+	if err := ch.ExchangeDeclare(orders, "direct", false, true, false, false, nil); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = ch.ExchangeDelete(orders, false, false) })
+	for _, key := range keys {
+		if err := ch.QueueBind(e.queue, key, orders, false, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c := e.consume(e.queue)
+	e.startMapped("dbz_outbox", writeConfig(t, fmt.Sprintf(`amqp.topic.target=exchange
+route.topic.replacement=%s.${routedByValue}
+amqp.routing.key.source=key
+`, e.exchange)))
+	return e, orders, c
 }
