@@ -88,7 +88,7 @@ func Run(ctx context.Context, cfg Config, dial Dialer, log *slog.Logger, stats *
 	began := time.Now()
 	started, standby := false, false
 	backoff := 100 * time.Millisecond
-	net := newSafetyNet()
+	net := newSafetyNet(cfg.RefusalRetry)
 	stopped := func() error {
 		stats.setState(StateStopped, nil)
 		log.Info("stopped", "published", stats.Published(), "quarantined", stats.Quarantined())
@@ -209,10 +209,11 @@ func runOnce(ctx context.Context, cfg Config, dial Dialer, log *slog.Logger, sta
 	if err != nil {
 		return false, err
 	}
-	pub, err := dial(ctx)
+	first, err := dial(ctx)
 	if err != nil {
 		return false, caused(CauseBroker, err)
 	}
+	pub := &renewable{Publisher: first, dial: dial} // the snapshot's safety net may replace it
 	defer func() {
 		if !stop.closeWithin(pub) {
 			log.Warn("the RabbitMQ connection did not close within the shutdown timeout; exiting without waiting for it")

@@ -20,7 +20,7 @@ func TestSafetyNetQuarantinesOnlyRepeatedPerMessageRefusals(t *testing.T) {
 	nack := errors.New("publish event x: nacked by the broker")
 	ev := func(id string, lsn cdc.LSN) cdc.Event { return cdc.Event{ID: id, LSN: lsn} }
 
-	n := newSafetyNet()
+	n := newSafetyNet(0)
 	n.received = 100
 	if n.careful(ev("a", 50)) {
 		t.Fatal("careful before any refusal")
@@ -58,7 +58,7 @@ func TestSafetyNetQuarantinesOnlyRepeatedPerMessageRefusals(t *testing.T) {
 	n.alone = "b"
 	n.failed(perMsg)
 	n.cleared("b")
-	if n.strikes["b"].n != 0 {
+	if k, _ := n.strikes.Struck("b"); k != 0 {
 		t.Fatal("a confirm did not clear the strikes")
 	}
 	// The range only grows.
