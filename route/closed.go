@@ -31,12 +31,12 @@ type ClosedError struct {
 	Refused *WriteRefused
 }
 
-// WriteRefused is what RabbitMQ's 403 on a publish names: "write access to exchange 'x' in vhost 'v'
-// refused for user 'u'".
+// WriteRefused is what RabbitMQ's 403 on a publish names: "access to exchange 'x' in vhost 'v' refused
+// for user 'u'" (RabbitMQ 3.x; "write access to ..." in later versions).
 type WriteRefused struct{ Exchange, Vhost, User string }
 
 // writeRefused matches RabbitMQ's reply text of a 403 on basic.publish.
-var writeRefused = regexp.MustCompile(`write access to exchange '((?:[^']|'')*)' in vhost '((?:[^']|'')*)' refused for user '((?:[^']|'')*)'`)
+var writeRefused = regexp.MustCompile(`(?:write )?access to exchange '((?:[^']|'')*)' in vhost '((?:[^']|'')*)' refused for user '((?:[^']|'')*)'`)
 
 // Error says who closed what, with the broker's code and text.
 func (e *ClosedError) Error() string {
