@@ -10,7 +10,9 @@ import (
 
 type refusal struct{ per, state bool }
 
-func (r refusal) Error() string     { return fmt.Sprintf("refused (per message %v, broker state %v)", r.per, r.state) }
+func (r refusal) Error() string {
+	return fmt.Sprintf("refused (per message %v, broker state %v)", r.per, r.state)
+}
 func (r refusal) PerMessage() bool  { return r.per }
 func (r refusal) BrokerState() bool { return r.state }
 
