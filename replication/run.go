@@ -128,7 +128,8 @@ func Run(ctx context.Context, cfg Config, dial Dialer, log *slog.Logger, stats *
 		}
 		if net.failed(err) {
 			log.Warn("RabbitMQ refused a message: the events up to the furthest received position are published one "+
-				"at a time, and one refused "+fmt.Sprint(strikesToQuarantine)+" times in a row is quarantined", "lsn", net.until)
+				"at a time, and one refused "+fmt.Sprint(strikesToQuarantine)+" times in a row is quarantined (a return "+
+				"or a nack only once --refusal-retry has passed since the first)", "lsn", net.until, "refusal_retry", net.strikes.Period)
 		}
 		wait := withinGrace(backoff/2+rand.N(backoff/2+1), began, started)
 		if errors.Is(err, errStandby) {
