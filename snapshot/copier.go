@@ -174,10 +174,15 @@ func (c *copier) copyPage(ctx context.Context, sql string, args []any, doneBefor
 			return 0, Key{}, fmt.Errorf("read row: %w", err)
 		}
 		c.net.at = doneBefore + int64(n)
+		careful := c.net.careful()
 		if last, err = c.emit(ctx, page, raw, !keyed); err != nil {
 			return 0, Key{}, err
 		}
 		n++
+		if careful && keyed { // confirmed or quarantined, as every row before it
+			k := last
+			c.net.done = &mark{last: &k, done: doneBefore + int64(n)}
+		}
 	}
 	rows.Close()
 	if err := rows.Err(); err != nil {

@@ -24,6 +24,10 @@ type rowNet struct {
 	at       int64  // the position of the row being published
 	alone    string // the id of the row that is the only message in flight, while one is
 	backoff  time.Duration
+	// done is the key and row count of the last row published alone and confirmed (or quarantined), when
+	// it was read in key order: every row up to it is done, so a later refusal goes back to it rather than
+	// to the start of its page, and does not publish the rows of the page before it again at every try.
+	done *mark
 }
 
 // carefulBackoff bounds the wait between two publishers of the copy's safety net.
@@ -55,6 +59,12 @@ func (c *copier) refused(ctx context.Context, err error) (bool, error) {
 	}
 	if m, ok := c.marks[c.pages.Watermark()]; ok {
 		c.job.LastKey, c.job.RowsDone = m.last, m.done
+	}
+	if d := c.net.done; d != nil && d.done > c.job.RowsDone {
+		c.job.LastKey, c.job.RowsDone = d.last, d.done
+		if err := c.jobs.progress(ctx, c.job.Name, d.last, d.done, c.job.RowsTotal); err != nil {
+			return false, err
+		}
 	}
 	c.pages, c.marks, c.page, c.prev = offsets.NewTracker(1), map[cdc.LSN]mark{}, 0, nil
 	select {
@@ -91,7 +101,7 @@ func (c *copier) confirmedAlone(ctx context.Context, id string, confirmed <-chan
 	case <-ctx.Done():
 		return ctx.Err()
 	}
-	c.net.alone = ""
+	c.net.alone, c.net.backoff = "", 0
 	c.net.refusals.Clear(id)
 	return nil
 }

@@ -60,6 +60,21 @@ func firstDeliveries(t *testing.T, c *consumer, want []string, timeout time.Dura
 	}
 }
 
+// atMostTwice checks, a second after every id of want was delivered, that none was delivered more than
+// twice (once before the broker's first refusal of another event, once after that event's quarantine); it
+// returns the delivery counts.
+func atMostTwice(t *testing.T, c *consumer, want []string) map[string]int {
+	t.Helper()
+	time.Sleep(time.Second) // a late duplicate would arrive now
+	_, n := firstDeliveries(t, c, want, time.Second)
+	for _, id := range want {
+		if n[id] > 2 {
+			t.Errorf("event %s delivered %d times, want at most 2", id, n[id])
+		}
+	}
+	return n
+}
+
 // subsequence reports whether the ids of want appear in got in want's order.
 func subsequence(got, want []string) bool {
 	i := 0
@@ -99,8 +114,10 @@ func TestSnapshotRowTheBrokerRefusesIsQuarantined(t *testing.T) {
 	r := e.startMapped("dbz_outbox", config, "--snapshot", "initial", "--refusal-retry", "1s")
 	later := e.insertDbz("Order", "o-1")
 	// A mapped table's snapshot reads in primary-key order (random uuids here): check delivery, not order.
-	firstDeliveries(t, c, append(append([]string{}, rows[0], rows[1], rows[3], rows[4]), later...), 30*time.Second)
+	good := append(append([]string{}, rows[0], rows[1], rows[3], rows[4]), later...)
+	firstDeliveries(t, c, good, 30*time.Second)
 	e.quarantinedFor(rows[2], 10*time.Second, `routing key "o-unbound"`, fmt.Sprintf("exchange %q", orders), "only message in flight")
+	atMostTwice(t, c, good)
 	if !strings.Contains(r.Output(), "RabbitMQ refused a row") || strings.Contains(r.Output(), "restarting from the acknowledged position") {
 		t.Errorf("the snapshot's safety net did not act, or the stream restarted:\n%s", tail(r.Output(), 20))
 	}
@@ -117,8 +134,10 @@ func TestBackfillRowTheBrokerRefusesIsQuarantined(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("backfill: exit %d:\n%s", code, tail(out, 20))
 	}
-	firstDeliveries(t, c, []string{rows[0], rows[2], rows[3]}, 10*time.Second) // in primary-key order: random uuids
+	good := []string{rows[0], rows[2], rows[3]}
+	firstDeliveries(t, c, good, 10*time.Second) // in primary-key order: random uuids
 	e.quarantinedFor(rows[1], 5*time.Second, `routing key "o-unbound"`, fmt.Sprintf("exchange %q", orders))
+	atMostTwice(t, c, good)
 	if !strings.Contains(out, "RabbitMQ refused a row") {
 		t.Errorf("the backfill's safety net did not act:\n%s", tail(out, 20))
 	}
@@ -157,14 +176,8 @@ func TestNackThatCanNeverSucceedIsQuarantined(t *testing.T) {
 		want = append(want, row.id)
 	}
 	e.quarantinedFor(big, 60*time.Second, "nacked", "x-max-length-bytes", "only message in flight")
-	_, n := firstDeliveries(t, c, want, 30*time.Second)
-	time.Sleep(time.Second) // a late duplicate would arrive now
-	_, n = firstDeliveries(t, c, want, time.Second)
-	for _, id := range want {
-		if n[id] > 2 {
-			t.Errorf("event %s delivered %d times to the other queue, want at most 2", id, n[id])
-		}
-	}
+	firstDeliveries(t, c, want, 30*time.Second)
+	n := atMostTwice(t, c, want)
 	t.Logf("the oversized event reached the other queue %d times before its quarantine; %d stream restarts", n[big],
 		strings.Count(r.Output(), "restarting from the acknowledged position"))
 }
