@@ -37,8 +37,8 @@ const carefulBackoff = 10 * time.Second
 func (n *rowNet) careful() bool { return n.at < n.until }
 
 // refused takes the error that ended a pass of the copy and reports whether the copy goes on: the error
-// was a per-message refusal and a new publisher was dialled. The copy's state is wound back to its last
-// confirmed page, whose key and row count are stored first.
+// was a per-message refusal and a new publisher was dialled. The copy's state is wound back to the later of
+// its last confirmed page and its last row confirmed alone, whose key and row count are stored first.
 func (c *copier) refused(ctx context.Context, err error) (bool, error) {
 	alone := c.net.alone
 	c.net.alone = ""
