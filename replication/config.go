@@ -31,6 +31,10 @@ type Config struct {
 	// ProgressInterval is how often a streaming router logs its progress at info level (only when events
 	// moved); default DefaultProgressInterval.
 	ProgressInterval time.Duration
+	// RefusalRetry is how long an event that the broker returns (no binding on an exchange of its own) or
+	// nacks (a queue refused it) is retried, alone in flight, before it is quarantined; default
+	// cdc.DefaultRefusalRetry. The stream and the initial snapshot wait on it meanwhile.
+	RefusalRetry time.Duration
 
 	Decode decode.Config // row rules: payload limit and the router's message checks
 

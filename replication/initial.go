@@ -63,7 +63,7 @@ type initialJob struct {
 // snapshotConfig is the copy configuration of the initial snapshot.
 func (c Config) snapshotConfig() snapshot.Config {
 	return snapshot.Config{Table: c.Table, Schema: c.Schema, Slot: c.Slot, Where: c.SnapshotWhere,
-		PageSize: c.SnapshotPageSize, Decode: c.Decode}
+		PageSize: c.SnapshotPageSize, Decode: c.Decode, RefusalRetry: c.RefusalRetry}
 }
 
 // createWithSnapshot creates the slot with an exported snapshot, imports it into a REPEATABLE READ
@@ -157,6 +157,9 @@ func resumeSnapshot(ctx context.Context, cfg Config, log *slog.Logger, stats *St
 func copyRows(ctx context.Context, cfg Config, log *slog.Logger, stats *Stats, tx pgx.Tx, jobs *snapshot.Jobs,
 	job snapshot.Job, pub Publisher) error {
 	scfg := cfg.snapshotConfig()
+	if r, ok := pub.(*renewable); ok {
+		scfg.Renew = r.renew
+	}
 	left, err := snapshot.Count(ctx, scfg, tx, job.LastKey)
 	if err != nil {
 		return &Fatal{Msg: err.Error()}

@@ -88,7 +88,7 @@ func Run(ctx context.Context, cfg Config, dial Dialer, log *slog.Logger, stats *
 	began := time.Now()
 	started, standby := false, false
 	backoff := 100 * time.Millisecond
-	net := newSafetyNet()
+	net := newSafetyNet(cfg.RefusalRetry)
 	stopped := func() error {
 		stats.setState(StateStopped, nil)
 		log.Info("stopped", "published", stats.Published(), "quarantined", stats.Quarantined())
@@ -128,7 +128,8 @@ func Run(ctx context.Context, cfg Config, dial Dialer, log *slog.Logger, stats *
 		}
 		if net.failed(err) {
 			log.Warn("RabbitMQ refused a message: the events up to the furthest received position are published one "+
-				"at a time, and one refused "+fmt.Sprint(strikesToQuarantine)+" times in a row is quarantined", "lsn", net.until)
+				"at a time, and one refused "+fmt.Sprint(strikesToQuarantine)+" times in a row is quarantined (a return "+
+				"or a nack only once --refusal-retry has passed since the first)", "lsn", net.until, "refusal_retry", net.strikes.Period)
 		}
 		wait := withinGrace(backoff/2+rand.N(backoff/2+1), began, started)
 		if errors.Is(err, errStandby) {
@@ -209,10 +210,11 @@ func runOnce(ctx context.Context, cfg Config, dial Dialer, log *slog.Logger, sta
 	if err != nil {
 		return false, err
 	}
-	pub, err := dial(ctx)
+	first, err := dial(ctx)
 	if err != nil {
 		return false, caused(CauseBroker, err)
 	}
+	pub := &renewable{Publisher: first, dial: dial} // the snapshot's safety net may replace it
 	defer func() {
 		if !stop.closeWithin(pub) {
 			log.Warn("the RabbitMQ connection did not close within the shutdown timeout; exiting without waiting for it")

@@ -1,55 +1,48 @@
 package replication
 
 import (
-	"errors"
+	"context"
+	"time"
 
 	"github.com/cdc-router/cdc-router/internal/cdc"
+	"github.com/cdc-router/cdc-router/snapshot"
 )
 
-// strikesToQuarantine is how many times in a row the broker must close the channel or connection with a
-// per-message error while one event was the only message in flight before that event is quarantined.
-const strikesToQuarantine = 3
-
-// perMessage is satisfied by a publisher error that one message can cause (route.ClosedError: 406, 501,
-// 502, 505, 540), as opposed to a transient condition (connection loss, a broker restart, an alarm, a nack
-// from a full queue, a confirm timeout), which never counts against an event.
-type perMessage interface{ PerMessage() bool }
+// strikesToQuarantine is how many times in a row the broker must refuse one event while it was the only
+// message in flight before that event is quarantined (cdc.StrikesToQuarantine; a return or a nack only
+// once the refusal period has passed as well).
+const strikesToQuarantine = cdc.StrikesToQuarantine
 
 // safetyNet finds the one event the broker keeps refusing in a way the message mapping could not predict,
-// and quarantines it instead of restarting the stream forever. After a per-message refusal, the events up
-// to the furthest position received so far are published one at a time, each confirmed before the next is
-// written, so a repeated refusal names its event exactly. It lives across the restarts of one Run.
+// and quarantines it instead of restarting the stream forever. After a per-message refusal (cdc.PerMessage:
+// a channel close one message can cause, 403 on an exchange of its own, a return from an exchange of its
+// own, a nack), the events up to the furthest position received so far are published one at a time, each
+// confirmed before the next is written, so a repeated refusal names its event exactly. A close is
+// quarantined after strikesToQuarantine strikes; a return or a nack, which a binding or a queue that drains
+// may end, only once cdc.Refusals.Period (--refusal-retry) has passed since its first strike as well, the
+// restarts backing off meanwhile. It lives across the restarts of one Run.
 type safetyNet struct {
 	until    cdc.LSN // events at or before this WAL position are published one at a time
 	received cdc.LSN // the furthest WAL position the current stream run decoded
 	alone    string  // the id of the event that is the only message in flight, while one is
-	strikes  map[string]strike
+	strikes  *cdc.Refusals
 }
 
-// strike counts the per-message refusals of one event while it was alone in flight.
-type strike struct {
-	n      int
-	reason string
+// newSafetyNet returns an empty net whose returns and nacks are retried for period (0: the default).
+func newSafetyNet(period time.Duration) *safetyNet {
+	return &safetyNet{strikes: cdc.NewRefusals(period)}
 }
-
-func newSafetyNet() *safetyNet { return &safetyNet{strikes: map[string]strike{}} }
 
 // failed takes the error that ended a stream run and reports whether it was a per-message refusal, in
 // which case the replay up to the furthest received position goes one event at a time.
 func (n *safetyNet) failed(err error) bool {
 	alone := n.alone
 	n.alone = ""
-	var pm perMessage
-	if !errors.As(err, &pm) || !pm.PerMessage() {
+	if !cdc.PerMessage(err) {
 		return false
 	}
 	n.until = max(n.until, n.received)
-	if alone != "" {
-		st := n.strikes[alone]
-		st.n++
-		st.reason = err.Error()
-		n.strikes[alone] = st
-	}
+	n.strikes.Strike(alone, err)
 	return true
 }
 
@@ -58,12 +51,36 @@ func (n *safetyNet) careful(ev cdc.Event) bool {
 	return n.until != 0 && ev.LSN != 0 && ev.LSN <= n.until
 }
 
-// condemned returns the broker's last refusal of id when it has refused it strikesToQuarantine times in
-// a row while it was alone in flight.
-func (n *safetyNet) condemned(id string) (string, bool) {
-	st := n.strikes[id]
-	return st.reason, st.n >= strikesToQuarantine
-}
+// condemned returns the broker's last refusal of id when it has refused it often and long enough while it
+// was alone in flight (cdc.Refusals.Condemned).
+func (n *safetyNet) condemned(id string) (string, bool) { return n.strikes.Condemned(id) }
 
 // cleared forgets the strikes of an event the broker confirmed.
-func (n *safetyNet) cleared(id string) { delete(n.strikes, id) }
+func (n *safetyNet) cleared(id string) { n.strikes.Clear(id) }
+
+// renewable is the Publisher of one stream run: the snapshot's safety net replaces a publisher that a
+// per-message refusal failed by a new one (renew), and the stream that follows the snapshot then
+// publishes through the new one. Only the run's goroutine calls renew, never while the stream publishes.
+type renewable struct {
+	Publisher
+	dial Dialer
+}
+
+// renew closes the failed publisher and dials a new one.
+func (p *renewable) renew(ctx context.Context) (snapshot.Publisher, error) {
+	_ = p.Publisher.Close()
+	next, err := p.dial(ctx)
+	if err != nil {
+		return nil, caused(CauseBroker, err)
+	}
+	p.Publisher = next
+	return p, nil
+}
+
+// UnroutableMessages forwards to the current publisher (unroutableDepth).
+func (p *renewable) UnroutableMessages() (int, bool) {
+	if d, ok := p.Publisher.(unroutableDepth); ok {
+		return d.UnroutableMessages()
+	}
+	return 0, false
+}

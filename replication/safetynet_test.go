@@ -3,7 +3,9 @@ package replication
 import (
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/cdc-router/cdc-router/internal/cdc"
 )
@@ -17,16 +19,16 @@ func (r refusal) PerMessage() bool { return r.per }
 func TestSafetyNetQuarantinesOnlyRepeatedPerMessageRefusals(t *testing.T) {
 	perMsg := fmt.Errorf("publish: lane 1: %w", refusal{per: true})
 	transient := fmt.Errorf("publish: lane 1: %w", refusal{per: false})
-	nack := errors.New("publish event x: nacked by the broker")
+	plain := errors.New("publish: confirm timed out") // no PerMessage: transient
 	ev := func(id string, lsn cdc.LSN) cdc.Event { return cdc.Event{ID: id, LSN: lsn} }
 
-	n := newSafetyNet()
+	n := newSafetyNet(0)
 	n.received = 100
 	if n.careful(ev("a", 50)) {
 		t.Fatal("careful before any refusal")
 	}
-	if n.failed(nack) || n.failed(transient) {
-		t.Fatal("a nack or a transient close counted as a per-message refusal")
+	if n.failed(plain) || n.failed(transient) {
+		t.Fatal("a transient error or close counted as a per-message refusal")
 	}
 	if n.until != 0 {
 		t.Fatalf("until = %v after transient failures, want 0", n.until)
@@ -58,7 +60,7 @@ func TestSafetyNetQuarantinesOnlyRepeatedPerMessageRefusals(t *testing.T) {
 	n.alone = "b"
 	n.failed(perMsg)
 	n.cleared("b")
-	if n.strikes["b"].n != 0 {
+	if k, _ := n.strikes.Struck("b"); k != 0 {
 		t.Fatal("a confirm did not clear the strikes")
 	}
 	// The range only grows.
@@ -66,5 +68,41 @@ func TestSafetyNetQuarantinesOnlyRepeatedPerMessageRefusals(t *testing.T) {
 	n.failed(perMsg)
 	if n.until != 100 {
 		t.Fatalf("until went back to %v", n.until)
+	}
+}
+
+// settling is a publisher error as route.PublishError reports a nack or a return from an exchange of its own.
+type settling struct{}
+
+func (settling) Error() string     { return "publish event r: returned by the broker (312 NO_ROUTE)" }
+func (settling) PerMessage() bool  { return true }
+func (settling) BrokerState() bool { return true }
+
+// TestSafetyNetRetriesReturnsForThePeriod: a return or a nack makes the replay careful like a close, but
+// its event is condemned only once the refusal period has passed since its first strike, however many
+// strikes came before.
+func TestSafetyNetRetriesReturnsForThePeriod(t *testing.T) {
+	n := newSafetyNet(time.Hour)
+	n.received = 100
+	for range 10 {
+		n.alone = "r"
+		if !n.failed(settling{}) {
+			t.Fatal("a return did not make the replay careful")
+		}
+	}
+	if _, ok := n.condemned("r"); ok {
+		t.Fatal("a return condemned before the refusal period passed")
+	}
+	if k, _ := n.strikes.Struck("r"); k != 10 {
+		t.Fatalf("%d strikes, want 10", k)
+	}
+	n = newSafetyNet(time.Nanosecond)
+	for range strikesToQuarantine {
+		n.alone = "r"
+		n.failed(settling{})
+	}
+	time.Sleep(time.Millisecond)
+	if reason, ok := n.condemned("r"); !ok || !strings.Contains(reason, "NO_ROUTE") || !strings.Contains(reason, "retried 3 times") {
+		t.Fatalf("condemned(r) = %q, %v after the period", reason, ok)
 	}
 }

@@ -2,6 +2,7 @@ package route
 
 import (
 	"fmt"
+	"regexp"
 
 	amqp "github.com/rabbitmq/amqp091-go"
 )
@@ -24,7 +25,18 @@ type ClosedError struct {
 	// message may still have been waiting for its confirm, and for a connection close any lane may report
 	// first). Republishing one event at a time is the way to be sure.
 	EventID string
+	// Refused is set for a 403 ACCESS_REFUSED that names an exchange other than the Router's own (an
+	// exchange of amqp.topic.target=exchange the user may not write to): the exchange, and the vhost and
+	// user RabbitMQ named. Such a close is a property of the messages routed there, not of the connection.
+	Refused *WriteRefused
 }
+
+// WriteRefused is what RabbitMQ's 403 on a publish names: "access to exchange 'x' in vhost 'v' refused
+// for user 'u'" (RabbitMQ 3.x; "write access to ..." in later versions).
+type WriteRefused struct{ Exchange, Vhost, User string }
+
+// writeRefused matches RabbitMQ's reply text of a 403 on basic.publish.
+var writeRefused = regexp.MustCompile(`(?:write )?access to exchange '((?:[^']|'')*)' in vhost '((?:[^']|'')*)' refused for user '((?:[^']|'')*)'`)
 
 // Error says who closed what, with the broker's code and text.
 func (e *ClosedError) Error() string {
@@ -45,6 +57,11 @@ func (e *ClosedError) Error() string {
 	if e.EventID != "" {
 		s += fmt.Sprintf(" (oldest unconfirmed event of the lane: %s)", e.EventID)
 	}
+	if w := e.Refused; w != nil {
+		s += fmt.Sprintf(": grant user %q write permission on exchange %q in vhost %q (rabbitmqctl set_permissions -p %s %s "+
+			"<configure> <write> <read>, with a write pattern that matches %s), then replay the quarantined events",
+			w.User, w.Exchange, w.Vhost, w.Vhost, w.User, w.Exchange)
+	}
 	return s
 }
 
@@ -55,9 +72,14 @@ func (e *ClosedError) Is(target error) bool { return target == ErrBrokerClosed }
 // republishing the same message would end the same way: 406 PRECONDITION_FAILED (e.g. a header of a type
 // RabbitMQ refuses, a body over max_message_size), 501 FRAME_ERROR (a frame over frame_max), 502
 // SYNTAX_ERROR, 505 UNEXPECTED_FRAME and 540 NOT_IMPLEMENTED. It is false for every other close (320
-// CONNECTION_FORCED by an operator or a node shutting down, 403, 404, 541, ...) and for a lost connection.
-// A nack (*PublishError) and ErrConfirmTimeout are not ClosedErrors: they are transient.
+// CONNECTION_FORCED by an operator or a node shutting down, 404, 541, ...) and for a lost connection, and
+// for a 403 too unless it refused writing to an exchange other than the Router's own (Refused): the
+// exchange of a mapped event (amqp.topic.target=exchange), which only its events are published to.
+// ErrConfirmTimeout is not a ClosedError: it is transient.
 func (e *ClosedError) PerMessage() bool {
+	if e.Refused != nil {
+		return true
+	}
 	switch e.Code {
 	case amqp.PreconditionFailed, amqp.FrameError, amqp.SyntaxError, amqp.UnexpectedFrame, amqp.NotImplemented:
 		return true
@@ -67,13 +89,17 @@ func (e *ClosedError) PerMessage() bool {
 
 // closedError turns amqp091's close notification into a ClosedError. A nil or missing error is a close
 // without a reason (a graceful close the Router did not ask for).
-func closedError(e *amqp.Error, connection bool, lane int, eventID string) *ClosedError {
+// own is the Router's exchange: a 403 that refuses writing to it is not a message's fault.
+func closedError(e *amqp.Error, connection bool, lane int, eventID, own string) *ClosedError {
 	ce := &ClosedError{Connection: connection, Lane: lane, EventID: eventID}
 	switch {
 	case e == nil:
 		ce.Reason = "closed without a reason"
 	case e.Server:
 		ce.Code, ce.Reason = e.Code, e.Reason
+		if m := writeRefused.FindStringSubmatch(e.Reason); e.Code == amqp.AccessRefused && !connection && m != nil && m[1] != own {
+			ce.Refused = &WriteRefused{Exchange: m[1], Vhost: m[2], User: m[3]}
+		}
 	default: // amqp091 reports a lost connection as its own 501 FRAME_ERROR, with Server false
 		ce.Connection, ce.Reason = true, e.Reason
 	}

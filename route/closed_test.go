@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cdc-router/cdc-router/internal/cdc"
 	"github.com/cdc-router/cdc-router/internal/testenv"
 )
 
@@ -139,16 +140,18 @@ func TestLostConnectionIsNotPerMessage(t *testing.T) {
 	t.Logf("%v", err)
 }
 
-// TestNackAndTimeoutAreNotPerMessage: a nack from a full queue and a confirm timeout are transient.
-func TestNackAndTimeoutAreNotPerMessage(t *testing.T) {
+// TestNackSettlesAndTimeoutIsNotPerMessage: a nack from a full queue names its message but may end when the
+// queue drains (BrokerState: the caller retries it for the refusal period before it blames the event); a
+// confirm timeout is transient.
+func TestNackSettlesAndTimeoutIsNotPerMessage(t *testing.T) {
 	b := newBroker(t)
 	cfg := b.config("")
 	cfg.Lanes = 1
 	r := b.dial(cfg)
 	b.queue("#", map[string]any{"x-max-length": int32(1), "x-overflow": "reject-publish"})
 	publishAll(t, r, newCounter(), event("full", "1", 1), event("full", "1", 2))
-	if err := waitFailed(t, r, 10*time.Second); isPerMessage(err) {
-		t.Errorf("nack: %v counts as per message", err)
+	if err := waitFailed(t, r, 10*time.Second); !isPerMessage(err) || !cdc.BrokerState(err) {
+		t.Errorf("nack: %v, want per message and ended by the broker's state", err)
 	}
 	other := newBroker(t)
 	p := other.proxy()

@@ -104,7 +104,7 @@ func (r *Router) watch() {
 			select {
 			case e, ok := <-closes:
 				if ok && e != nil {
-					r.fail(closedError(e, true, -1, ""), -1, "")
+					r.fail(closedError(e, true, -1, "", r.cfg.Exchange), -1, "")
 				}
 				closes = nil
 			case b, ok := <-blocked:

@@ -53,9 +53,15 @@
 //     event. The caller then closes the Router and restarts its stream from its last acknowledged position,
 //     which is how no event is lost and the order per aggregate holds (modulo duplicates).
 //   - A close by the broker or a lost connection is a *ClosedError (matching ErrBrokerClosed) whose
-//     PerMessage says whether a single message can have caused it (406, 501, 502, 505, 540), so that the
-//     caller can find that message by republishing one event at a time; a nack, a confirm timeout, a lost
-//     connection and an operator's or a node's close (320) never are.
+//     PerMessage says whether a single message can have caused it (406, 501, 502, 505, 540, and a 403 on
+//     a lane's channel that refuses writing to an exchange other than Config.Exchange, which names the
+//     permission to grant), so that the caller can find that message by republishing one event at a time;
+//     a confirm timeout, a lost connection, an operator's or a node's close (320) and a 403 on
+//     Config.Exchange never are.
+//   - A nack, and a return from an exchange of amqp.topic.target=exchange, is a *PublishError naming its
+//     event whose PerMessage is true and whose BrokerState is true: the broker's state (a queue that
+//     drains, a binding that appears) may end it, so the caller retries it for a period before it blames
+//     the event (cdc.Refusals). A return from Config.Exchange under NoAlternateExchange is not per message.
 //
 // Metrics (Config.Metrics, one per process, shared by the Routers dialled with it) counts nacks and returns,
 // observes the confirm round trip, and reads the open Routers' in-flight events and bytes and their

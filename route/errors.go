@@ -41,16 +41,25 @@ var (
 type PublishError struct {
 	EventID string // the outbox id, the message's message_id
 	Reason  string // what the broker said, in words
-	// OneMessage says that this message alone caused the refusal, whatever else is in flight: a return
-	// from an exchange the router did not declare (amqp.topic.target=exchange), which has no alternate
-	// exchange the router could rely on. The stream's safety net then quarantines the event after a few
-	// refusals instead of restarting forever. A return from --exchange under --no-alternate-exchange is
-	// not: there the operator chose to hold the position until a binding matches.
+	// OneMessage says that this message alone caused the refusal, whatever else is in flight: a nack (the
+	// broker nacks a delivery tag, one message), or a return from an exchange the router did not declare
+	// (amqp.topic.target=exchange), which has no alternate exchange the router could rely on. The caller's
+	// safety net then retries the event alone and quarantines it once it keeps being refused. A return
+	// from --exchange under --no-alternate-exchange is not: there the operator chose to hold the position
+	// until a binding matches.
 	OneMessage bool
+	// Settles says that the broker's state rather than the message may be the cause, and may end it:
+	// a return (a binding may appear: a consumer restarting with an auto-delete queue), a nack (a full
+	// queue may drain). Set for every nack and return; the caller retries such a refusal for a period of
+	// the operator's choice before it quarantines the event (cdc.Refusals).
+	Settles bool
 }
 
 // PerMessage reports whether one message caused the refusal (see OneMessage).
 func (e *PublishError) PerMessage() bool { return e.OneMessage }
+
+// BrokerState reports whether the broker's state may end the refusal (see Settles).
+func (e *PublishError) BrokerState() bool { return e.Settles }
 
 // Error reports the event and the reason.
 func (e *PublishError) Error() string {

@@ -223,7 +223,8 @@ func (l *lane) resolve(p *publishing, timer *time.Timer) bool {
 		l.r.cfg.Metrics.returned()
 		l.r.fail(&PublishError{EventID: p.eventID, Reason: fmt.Sprintf(
 			"returned by the broker (%d %s): nothing is bound to routing key %q on exchange %q and it has no alternate exchange",
-			ret.ReplyCode, ret.ReplyText, ret.RoutingKey, ret.Exchange), OneMessage: p.exchange != l.r.cfg.Exchange}, l.id, p.eventID)
+			ret.ReplyCode, ret.ReplyText, ret.RoutingKey, ret.Exchange), OneMessage: p.exchange != l.r.cfg.Exchange,
+			Settles: true}, l.id, p.eventID)
 		return false
 	}
 	if !p.confirm.Acked() {
@@ -233,8 +234,9 @@ func (l *lane) resolve(p *publishing, timer *time.Timer) bool {
 			return false
 		}
 		l.r.cfg.Metrics.nacked()
-		l.r.fail(&PublishError{EventID: p.eventID, Reason: "nacked by the broker " +
-			"(a queue refused it, e.g. x-max-length with x-overflow=reject-publish, or an internal error)"}, l.id, p.eventID)
+		l.r.fail(&PublishError{EventID: p.eventID, Reason: fmt.Sprintf("nacked by the broker (a queue bound to exchange %q refused it: "+
+			"x-max-length or x-max-length-bytes with x-overflow=reject-publish, a full queue or a message larger than the queue allows, "+
+			"or an internal error)", p.exchange), OneMessage: true, Settles: true}, l.id, p.eventID)
 		return false
 	}
 	l.r.deliver(p)
@@ -292,5 +294,5 @@ func (l *lane) closed(e *amqp.Error, ok bool, first string) {
 	if !ok {
 		e = nil
 	}
-	l.r.fail(closedError(e, l.r.conn.IsClosed(), l.id, first), l.id, first)
+	l.r.fail(closedError(e, l.r.conn.IsClosed(), l.id, first, l.r.cfg.Exchange), l.id, first)
 }

@@ -24,7 +24,8 @@ type mark struct {
 func Copy(ctx context.Context, cfg Config, q Querier, jobs *Jobs, job Job, pub Publisher, rep *Reporter) (Job, error) {
 	cfg = cfg.withDefaults()
 	c := &copier{cfg: cfg, q: q, jobs: jobs, job: job, pub: pub, rep: rep, pages: offsets.NewTracker(1),
-		quar: quarantine.NewStore(jobs.conn, cfg.Schema, cfg.Slot), marks: map[cdc.LSN]mark{}, began: time.Now()}
+		quar: quarantine.NewStore(jobs.conn, cfg.Schema, cfg.Slot), marks: map[cdc.LSN]mark{}, began: time.Now(),
+		net: rowNet{refusals: cdc.NewRefusals(cfg.RefusalRetry)}}
 	if err := c.run(ctx); err != nil {
 		return c.job, err
 	}
@@ -54,14 +55,27 @@ type copier struct {
 	read     int64 // rows read by this process, for the rate limit
 	began    time.Time
 	saved    time.Time
+	net      rowNet // the copy's safety net (refusals.go)
 }
 
+// run copies until done, going on with a new publisher after a per-message refusal (refusals.go).
 func (c *copier) run(ctx context.Context) error {
-	err := c.copyAll(ctx)
-	if err != nil && ctx.Err() != nil {
-		c.settle(5 * time.Second)
+	for {
+		err := c.copyAll(ctx)
+		if err != nil && ctx.Err() != nil {
+			c.settle(5 * time.Second)
+		}
+		if err == nil || ctx.Err() != nil {
+			return err
+		}
+		again, rerr := c.refused(ctx, err)
+		if rerr != nil {
+			return rerr
+		}
+		if !again {
+			return err
+		}
 	}
-	return err
 }
 
 // settle is the stop path: it lets the confirms of the pages already read arrive (bounded) and stores how
@@ -159,10 +173,16 @@ func (c *copier) copyPage(ctx context.Context, sql string, args []any, doneBefor
 		if err := rows.Scan(dest...); err != nil {
 			return 0, Key{}, fmt.Errorf("read row: %w", err)
 		}
+		c.net.at = doneBefore + int64(n)
+		careful := c.net.careful()
 		if last, err = c.emit(ctx, page, raw, !keyed); err != nil {
 			return 0, Key{}, err
 		}
 		n++
+		if careful && keyed { // confirmed or quarantined, as every row before it
+			k := last
+			c.net.done = &mark{last: &k, done: doneBefore + int64(n)}
+		}
 	}
 	rows.Close()
 	if err := rows.Err(); err != nil {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -37,6 +38,12 @@ type Config struct {
 	PageSize int           // rows per keyset page; default 2000
 	Rate     float64       // rows per second at most; 0 means unlimited
 	Decode   decode.Config // row rules, shared with the stream; Table's mapping there (decode.MappingFor) reads it through that
+	// Renew replaces a publisher that failed with a per-message refusal (cdc.PerMessage) by a new one, for
+	// the copy's safety net (refusals.go); it closes the failed one. Nil: such a failure ends the copy.
+	Renew func(ctx context.Context) (Publisher, error)
+	// RefusalRetry is how long a row the broker returns or nacks is retried alone before it is
+	// quarantined; 0 means cdc.DefaultRefusalRetry.
+	RefusalRetry time.Duration
 }
 
 func (c Config) withDefaults() Config {

@@ -15,6 +15,13 @@
 //   - A row that cannot become an event (the decoder's rules), or whose event the publisher refuses with
 //     an error wrapping cdc.ErrUnpublishable, is written to the quarantine table through package
 //     quarantine, under the job's slot and read position and keyed by quarantine.Key, and counts as done.
+//   - A row whose event the broker refuses per message (cdc.PerMessage: a per-message channel close, a 403
+//     on an exchange of its own, a return from an exchange of its own, a nack) does not end the copy when
+//     Config.Renew is set: the copy takes a new publisher, goes back to its last confirmed row, publishes
+//     the rows up to the furthest one it had read one at a time, and quarantines a row refused
+//     cdc.StrikesToQuarantine times in a row while alone in flight (a return or a nack: and for
+//     Config.RefusalRetry since the first), with the broker's reason; then it goes on (refusals.go). The
+//     stream's safety net does the same for streamed events, so an event is treated alike whoever publishes it.
 //   - A row with a NULL key part is never after anything in keyset order, so where the key columns allow
 //     NULL (the setup check refuses that, the copy does not rely on it) the pages read complete keys only
 //     and one last pass reads the others; those rows are keyed [type, id, version, "ctid (b,i)"].

@@ -55,8 +55,21 @@ func (c *copier) emit(ctx context.Context, page offsets.Txn, raw []*string, null
 // nothing outstanding in its page.
 func (c *copier) publish(ctx context.Context, page offsets.Txn, ev cdc.Event, record func(reason string) cdc.Quarantined) error {
 	ev.CommitLSN, ev.Backfill = c.job.ReadLSN, true
+	careful := c.net.careful()
+	if careful {
+		if reason, ok := c.condemned(ev.ID); ok {
+			c.net.refusals.Clear(ev.ID)
+			return c.quarantine(ctx, record(reason)) // nothing of it is outstanding in its page
+		}
+	}
 	c.pages.Add(page)
-	err := c.pub.Publish(ctx, ev, func() { c.pages.Confirm(page) })
+	var confirmed chan struct{}
+	done := func() { c.pages.Confirm(page) }
+	if careful {
+		confirmed = make(chan struct{})
+		done = func() { c.pages.Confirm(page); close(confirmed) }
+	}
+	err := c.pub.Publish(ctx, ev, done)
 	switch {
 	case errors.Is(err, cdc.ErrUnpublishable):
 		// The publisher never calls done for a refused event: the record stands in for its confirm.
@@ -66,6 +79,10 @@ func (c *copier) publish(ctx context.Context, page offsets.Txn, ev cdc.Event, re
 		c.pages.Confirm(page)
 	case err != nil:
 		return fmt.Errorf("publish: %w", err)
+	case careful:
+		if err := c.confirmedAlone(ctx, ev.ID, confirmed); err != nil {
+			return err
+		}
 	}
 	c.read++
 	if c.cfg.Rate > 0 {

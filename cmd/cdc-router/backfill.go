@@ -78,9 +78,18 @@ func runBackfill(ctx context.Context, args []string, env func(string) string, st
 	if err != nil {
 		return err
 	}
-	defer r.Close()
+	defer func() { r.Close() }()
 	cfg := snapshot.Config{Table: pg.table(), Schema: *pg.schema, Slot: "backfill:" + *name, Where: *where, Rate: float64(*rate),
-		Decode: broker.decode(pg.table())}
+		Decode: broker.decode(pg.table()), RefusalRetry: *broker.refusalRetry}
+	cfg.Renew = func(ctx context.Context) (snapshot.Publisher, error) { // the copy's safety net: a new connection
+		r.Close()
+		next, err := route.Dial(ctx, rcfg, log)
+		if err != nil {
+			return nil, err
+		}
+		r = next
+		return count(r), nil
+	}
 	cfg.Decode.Mapping = mappings[decode.QualifiedTable(pg.table())]
 	job, err := snapshot.Backfill(ctx, cfg, read, state, *name, *restart, count(r), log, terminal(stderr))
 	if err != nil {

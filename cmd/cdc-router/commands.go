@@ -16,6 +16,7 @@ import (
 
 	"github.com/cdc-router/cdc-router/decode"
 	"github.com/cdc-router/cdc-router/inbox"
+	"github.com/cdc-router/cdc-router/internal/cdc"
 	"github.com/cdc-router/cdc-router/migrations"
 	"github.com/cdc-router/cdc-router/replication"
 	"github.com/cdc-router/cdc-router/route"
@@ -59,6 +60,7 @@ type brokerFlags struct {
 	unroutableQueueType          *string
 	noAlternate                  *bool
 	maxPayload, maxInflight      *int
+	refusalRetry                 *time.Duration
 	logLevel, logFormat          *string
 }
 
@@ -71,8 +73,12 @@ func addBrokerFlags(s *settings) brokerFlags {
 		noAlternate:         s.Bool("no-alternate-exchange", false, "declare the exchange without an alternate exchange: an unroutable event is retried (and holds the position) until a binding matches it"),
 		maxPayload:          s.Int("max-payload-bytes", 8<<20, "larger payloads are quarantined instead of published (keep it below the broker's max_message_size)"),
 		maxInflight:         s.Int("max-inflight-bytes", route.DefaultMaxInflightBytes, "bytes of unconfirmed messages held at most, across all channels (bounds memory)"),
-		logLevel:            s.String("log-level", "info", "debug, info, warn or error"),
-		logFormat:           s.String("log-format", "text", "text or json"),
+		refusalRetry: s.Duration("refusal-retry", cdc.DefaultRefusalRetry, "how long an event RabbitMQ returns (no binding on an "+
+			"exchange of amqp.topic.target=exchange) or nacks (a queue with x-overflow=reject-publish refused it) is retried, alone "+
+			"and with backoff, before it is quarantined; the stream (or snapshot, or backfill) waits on it meanwhile, so choose "+
+			"the longest a consumer may go without its queue bound (a restart with an auto-delete queue) or a full queue may take to drain"),
+		logLevel:  s.String("log-level", "info", "debug, info, warn or error"),
+		logFormat: s.String("log-format", "text", "text or json"),
 	}
 }
 
@@ -335,6 +341,7 @@ func runRun(ctx context.Context, args []string, env func(string) string, stdout,
 	cfg.PublicationCheckInterval = *pubCheck
 	cfg.ProgressInterval = *progress
 	cfg.FailoverSlot = *failoverSlot
+	cfg.RefusalRetry = *broker.refusalRetry
 	dialer := route.NewDialer(rcfg, log)
 	dial := func(ctx context.Context) (replication.Publisher, error) {
 		r, err := dialer.Dial(ctx)

@@ -56,8 +56,9 @@ func TestTopicTargetExchange(t *testing.T) {
 
 // TestUnroutableOnMappedExchangeIsQuarantined: an exchange named by the routed topic is the operator's, so
 // the router cannot give it an alternate exchange. A message it returns as unroutable is refused again
-// at every restart; the safety net then quarantines that one event, naming the exchange and the routing
-// key, and the stream goes on (it must not restart forever and pin the WAL).
+// at every restart; the safety net then quarantines that one event once --refusal-retry (1 s here) has
+// passed, naming the exchange and the routing key, and the stream goes on (it must not restart forever
+// and pin the WAL).
 func TestUnroutableOnMappedExchangeIsQuarantined(t *testing.T) {
 	e, orders, c := exchangePerTopic(t, "o-1")
 	ctx := context.Background()
@@ -112,11 +113,26 @@ func TestUnroutableOnMappedExchangeIsQuarantined(t *testing.T) {
 
 // exchangePerTopic starts a router on a Debezium-shaped table with amqp.topic.target=exchange (routing key:
 // the key column), after declaring the exchange of the topic "Order" as the operator would, with the test
-// queue bound to it for keys; it returns that exchange and a consumer of the queue.
+// queue bound to it for keys; it returns that exchange and a consumer of the queue. flags go to the router.
 func exchangePerTopic(t *testing.T, keys ...string) (*env, string, *consumer) {
+	return exchangePerTopicWith(t, []string{"--refusal-retry", "1s"}, keys...)
+}
+
+// exchangePerTopicWith is exchangePerTopic with the router's flags.
+func exchangePerTopicWith(t *testing.T, flags []string, keys ...string) (*env, string, *consumer) {
 	t.Helper()
-	e := mappedEnv(t, "dbz_outbox", debeziumTable)
-	orders := e.exchange + ".Order"
+	e, orders, config := perTopicExchanges(t, keys...)
+	c := e.consume(e.queue)
+	e.startMapped("dbz_outbox", config, flags...)
+	return e, orders, c
+}
+
+// perTopicExchanges declares what exchangePerTopic declares and writes the router's --config file, without
+// starting a router.
+func perTopicExchanges(t *testing.T, keys ...string) (e *env, orders, config string) {
+	t.Helper()
+	e = mappedEnv(t, "dbz_outbox", debeziumTable)
+	orders = e.exchange + ".Order"
 	ch := e.channel()
 	if err := ch.ExchangeDeclare(orders, "direct", false, true, false, false, nil); err != nil {
 		t.Fatal(err)
@@ -127,10 +143,8 @@ func exchangePerTopic(t *testing.T, keys ...string) (*env, string, *consumer) {
 			t.Fatal(err)
 		}
 	}
-	c := e.consume(e.queue)
-	e.startMapped("dbz_outbox", writeConfig(t, fmt.Sprintf(`amqp.topic.target=exchange
+	return e, orders, writeConfig(t, fmt.Sprintf(`amqp.topic.target=exchange
 route.topic.replacement=%s.${routedByValue}
 amqp.routing.key.source=key
-`, e.exchange)))
-	return e, orders, c
+`, e.exchange))
 }

@@ -33,9 +33,10 @@ func writeConfig(t *testing.T, text string) string {
 }
 
 // startMapped starts the router on public.<table> with the mapping file and waits until it streams.
-func (e *env) startMapped(table, config string) *router {
+func (e *env) startMapped(table, config string, flags ...string) *router {
 	e.t.Helper()
-	return e.startStreaming("--table", "public."+table, "--publication", table+"_pub", "--config", config, "--snapshot", "never")
+	return e.startStreaming(append([]string{"--table", "public." + table, "--publication", table + "_pub", "--config", config,
+		"--snapshot", "never"}, flags...)...)
 }
 
 // deliveriesByID waits for n deliveries on the test queue and returns them by message id.

@@ -174,8 +174,8 @@ func TestBrokerRefusalOfOneMessageIsQuarantined(t *testing.T) {
 }
 
 // TestTransientRefusalsNeverQuarantine: a queue that rejects every publish (x-overflow=reject-publish) makes
-// the broker nack; the router retries with backoff, quarantines nothing and holds the position, and the
-// event goes out once the queue is gone.
+// the broker nack; the router retries with backoff, quarantines nothing within --refusal-retry (default 5
+// minutes) and holds the position, and the event goes out once the queue is gone.
 func TestTransientRefusalsNeverQuarantine(t *testing.T) {
 	e := newStreamEnv(t)
 	c := e.consume(e.queue)
