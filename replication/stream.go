@@ -11,7 +11,6 @@ import (
 	"github.com/jackc/pglogrepl"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
-	"github.com/jackc/pgx/v5/pgproto3"
 
 	"github.com/cdc-router/cdc-router/decode"
 	"github.com/cdc-router/cdc-router/internal/cdc"
@@ -29,7 +28,8 @@ type session struct {
 	stop    *stopClock      // the bound of the whole stop
 	cfg     Config
 	log     *slog.Logger
-	conn    *pgconn.PgConn // replication connection, owned by this goroutine only
+	conn    *pgconn.PgConn // replication connection, owned by this goroutine only: written through pgconn
+	frames  *frames        // and read through frames from START_REPLICATION on
 	sql     *pgx.Conn      // ordinary connection: stored position and quarantine
 	store   *offsets.Store
 	tracker *offsets.Tracker
@@ -146,10 +146,9 @@ func (s *session) receive() error {
 	if !stopping && s.ctx.Err() != nil {
 		return nil // the stop request came meanwhile (its deadline may predate ours): the loop takes it from here
 	}
-	// context.Background: pgconn then watches no context (the deadline above bounds the read).
-	msg, err := s.conn.ReceiveMessage(context.Background())
+	f, err := s.frames.next()
 	if err != nil {
-		if !pgconn.Timeout(err) {
+		if !readTimeout(err) {
 			return fmt.Errorf("receive: %w", err)
 		}
 		s.readBy = time.Time{} // the deadline passed, or the stop request moved it: set a new one next time
@@ -162,16 +161,7 @@ func (s *session) receive() error {
 		return nil
 	}
 	s.lastHeard = time.Now()
-	switch m := msg.(type) {
-	case *pgproto3.CopyData:
-		return s.copyData(m.Data)
-	case *pgproto3.ErrorResponse:
-		return streamError(pgconn.ErrorResponseToPgError(m), s.cfg)
-	case *pgproto3.NoticeResponse:
-		return s.notice(m)
-	default:
-		return fmt.Errorf("unexpected message %T on the replication connection", msg)
-	}
+	return s.frame(f)
 }
 
 // readDeadline makes the next read end at most wait from now. It keeps the deadline already set while that
