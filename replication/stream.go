@@ -64,6 +64,7 @@ type session struct {
 	quar     *quarantine.Store // the quarantine table
 	watch    *publicationWatch // re-checks that the publication still carries the outbox
 	progress *progressLog      // an info line per interval while events flow
+	bursts   bursts            // the quarantine records of emitted messages being aggregated
 
 	slot    slotWatch    // reads the slot's health for the metrics and the readiness check
 	flight  *flight      // the events handed to the publisher and not yet confirmed
@@ -116,6 +117,9 @@ func (s *session) stream() error {
 			return err
 		}
 		if err := s.watch.due(s); err != nil {
+			return err
+		}
+		if err := s.bursts.due(s, false); err != nil {
 			return err
 		}
 		s.progress.due()
@@ -276,6 +280,9 @@ func (s *session) save(force bool) error {
 // drain stops reading, waits (bounded by the stop, or by the shutdown timeout when no stop was requested)
 // until every committed transaction is confirmed, and sends and stores the final position.
 func (s *session) drain() error {
+	if err := s.bursts.due(s, true); err != nil {
+		return err
+	}
 	deadline := s.stop.readBy()
 	if deadline.IsZero() {
 		deadline = time.Now().Add(s.cfg.ShutdownTimeout)
@@ -439,8 +446,13 @@ func (s *session) quarantineEvent(x offsets.Txn, ev cdc.Event, class, reason str
 // (without the values), and the stream goes on.
 func (s *session) Quarantine(q cdc.Quarantined) error { return s.quarantine(q, QuarantineRow) }
 
-// quarantine stores q and counts it under its reason class.
+// quarantine stores q and counts it under its reason class; a message anyone can emit goes into its
+// burst's record (burst.go).
 func (s *session) quarantine(q cdc.Quarantined, class string) error {
+	if kind := burstKind(q); kind != "" {
+		s.bursts.add(s, q, kind, class)
+		return nil
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	if err := s.quar.Write(ctx, q); err != nil {

@@ -3,9 +3,13 @@ package main
 import (
 	"context"
 	"fmt"
+	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/jackc/pgx/v5"
 )
 
 // TestLargeMessagesAreJudgedFromTheirHeader: with --message-prefix, a 300 MiB logical decoding message with
@@ -62,6 +66,98 @@ func TestLargeMessagesAreJudgedFromTheirHeader(t *testing.T) {
 			strings.Join(records, "\n"), size)
 	} else {
 		t.Logf("quarantined: %s", records[0])
+	}
+	expectCleanLog(t, r, "xxxxxxxxxxxxxxxx")
+}
+
+// TestMessageFloodIsQuarantinedInBursts: 5,000 non-transactional messages of 70 KB with the router's prefix
+// (what any role that can log in may emit) are emitted in one statement while real events are written every
+// 200 ms: the last events arrive within floodBound of being written, everything is acknowledged within
+// twice that after the burst ended, and the quarantine grows by one record per second of the burst, each
+// naming how many messages it stands for, together all 5,000. Before the fix each message cost one
+// synchronous INSERT (10.6 s of the router's time for the burst; here 6 s of delay for the events and 32 s
+// for the acknowledgement under load) while the events waited.
+func TestMessageFloodIsQuarantinedInBursts(t *testing.T) {
+	const prefix = "cdc-router.outbox"
+	const messages = 5000
+	const floodBound = 5 * time.Second
+	e := newStreamEnv(t)
+	c := e.consume(e.queue)
+	r := e.startPlain("", "--message-prefix", prefix)
+	flood := make(chan error, 1)
+	go func() {
+		db, err := pgx.Connect(context.Background(), e.pgURL)
+		if err != nil {
+			flood <- err
+			return
+		}
+		defer db.Close(context.Background())
+		_, err = db.Exec(context.Background(), `SELECT count(pg_logical_emit_message(false, $1, json_build_object('id',
+			gen_random_uuid(), 'aggregate_type', 'order', 'pad', repeat('x', 70000))::text)) FROM generate_series(1, $2)`,
+			prefix, messages)
+		flood <- err
+	}()
+	began, cpu := time.Now(), cpuSeconds(r.cmd.Process.Pid)
+	w := newWriter(t, e.pgURL, 3)
+	var floodErr error
+	for emitting := true; emitting; {
+		select {
+		case floodErr = <-flood:
+			emitting = false
+		case <-time.After(200 * time.Millisecond):
+		}
+		w.write(3, 3, 0)
+	}
+	if floodErr != nil {
+		t.Fatalf("emit the flood: %v", floodErr)
+	}
+	emitted := time.Since(began)
+	c.waitFor(t, w.rows, 2*time.Minute)
+	late := time.Since(began) - emitted
+	e.waitAckedTo(e.currentLSN(), 2*time.Minute)
+	acked := time.Since(began) - emitted
+	t.Logf("%d messages emitted in %v while %d rows were written; the last rows arrived %v after they were written, "+
+		"everything was acknowledged %v after the burst ended; router CPU %.1f s", messages, emitted.Round(time.Millisecond),
+		len(w.rows), late.Round(time.Millisecond), acked.Round(time.Millisecond), cpuSeconds(r.cmd.Process.Pid)-cpu)
+	if late > floodBound || acked > 2*floodBound {
+		t.Errorf("the last events arrived %v after they were written and everything was acknowledged %v after the burst "+
+			"ended, want within %v and %v", late, acked, floodBound, 2*floodBound)
+	}
+
+	rows, err := e.db.Query(context.Background(), `SELECT reason, octet_length(coalesce(row_values::text, ''))
+		FROM cdc_router.quarantine ORDER BY lsn`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	reasons, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (string, error) {
+		var reason string
+		var stored int
+		err := r.Scan(&reason, &stored)
+		if stored > 70<<10 {
+			t.Errorf("a record stores %d bytes of values", stored)
+		}
+		return reason, err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	total := 0
+	burst := regexp.MustCompile(`one record for (\d+) such messages`)
+	for _, reason := range reasons {
+		if !strings.HasPrefix(reason, "non-transactional message") {
+			t.Errorf("quarantine record: %s", reason)
+		}
+		n := 1
+		if m := burst.FindStringSubmatch(reason); m != nil {
+			n, _ = strconv.Atoi(m[1])
+		}
+		total += n
+	}
+	bound := 2 + int(emitted/time.Second)
+	t.Logf("%d quarantine records for %d messages (bound %d); the first: %s", len(reasons), total, bound, reasons[0])
+	if len(reasons) > bound || total != messages {
+		t.Errorf("%d quarantine records standing for %d messages, want at most %d records (one per second of the burst) "+
+			"for all %d", len(reasons), total, bound, messages)
 	}
 	expectCleanLog(t, r, "xxxxxxxxxxxxxxxx")
 }
