@@ -77,12 +77,12 @@ func (f *frames) next() (frame, error) {
 		if err != nil {
 			return frame{}, eofUnexpected(err)
 		}
-		n := int(int32(binary.BigEndian.Uint32(h[1:])))
+		typ, n := h[0], int(int32(binary.BigEndian.Uint32(h[1:])))
 		if n < 4 {
 			return frame{}, fmt.Errorf("invalid message length %d on the replication connection", n)
 		}
 		src.Discard(5)
-		f.typ, f.body, f.judged, f.skip, f.out = h[0], n-4, false, 0, frame{}
+		f.typ, f.body, f.judged, f.skip, f.out = typ, n-4, false, 0, frame{}
 		if cap(f.buf) > keepFrameBuffer {
 			f.buf = nil
 		}
@@ -104,6 +104,15 @@ func (f *frames) next() (frame, error) {
 		}
 		f.body = -1
 		return f.out, nil
+	}
+	if f.body <= src.Size() { // in the read buffer: no copy
+		b, err := src.Peek(f.body)
+		if err != nil {
+			return frame{}, eofUnexpected(err)
+		}
+		src.Discard(f.body)
+		f.body = -1
+		return frame{typ: f.typ, data: b}, nil
 	}
 	if cap(f.buf) < f.body {
 		f.buf = append(make([]byte, 0, f.body), f.buf...)

@@ -142,3 +142,42 @@ func TestWireNeverReadsPastAMessage(t *testing.T) {
 		t.Fatalf("the next frame: %q %v, want %q", fr.data, err, after[5:])
 	}
 }
+
+// loopReader repeats one stream forever.
+type loopReader struct {
+	b   []byte
+	off int
+}
+
+func (l *loopReader) Read(p []byte) (int, error) {
+	n := copy(p, l.b[l.off:])
+	l.off = (l.off + n) % len(l.b)
+	return n, nil
+}
+
+// BenchmarkFrames reads 300-byte XLogData messages (an insert's size) through frames, and through pgproto3
+// as pgconn's ReceiveMessage did, for comparison.
+func BenchmarkFrames(b *testing.B) {
+	one := copyData(xlog(1, append([]byte{'I'}, bytes.Repeat([]byte("r"), 300)...)))
+	stream := bytes.Repeat(one, 1000)
+	b.Run("frames", func(b *testing.B) {
+		f := newFrames(&wire{src: bufio.NewReaderSize(&loopReader{b: stream}, wireBuffer)}, "cdc-router.outbox", 1<<24)
+		b.SetBytes(int64(len(one)))
+		b.ReportAllocs()
+		for range b.N {
+			if _, err := f.next(); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("pgproto3", func(b *testing.B) {
+		fe := pgproto3.NewFrontend(&loopReader{b: stream}, io.Discard)
+		b.SetBytes(int64(len(one)))
+		b.ReportAllocs()
+		for range b.N {
+			if _, err := fe.Receive(); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+}
