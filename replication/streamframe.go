@@ -1,6 +1,7 @@
 package replication
 
 import (
+	"errors"
 	"fmt"
 
 	"github.com/jackc/pgx/v5/pgconn"
@@ -29,6 +30,8 @@ func (s *session) frame(f frame) error {
 			return fmt.Errorf("receive: parse NoticeResponse: %w", err)
 		}
 		return s.notice(&m)
+	case 'c':
+		return caused(CausePostgres, errors.New("receive: PostgreSQL ended the replication stream (CopyDone), as it does when it shuts down"))
 	}
 	return fmt.Errorf("unexpected message %q on the replication connection", f.typ)
 }
