@@ -189,14 +189,34 @@ func envelopeText(c int, raw json.RawMessage) ([]byte, string) {
 	return []byte(s), ""
 }
 
-// envelopeID is the id of a quarantined envelope when it has one (a JSON string of at most 255 bytes), for
-// the quarantine record; an envelope over the size limit is not parsed.
+// envelopeID is the id of a quarantined envelope when it has one (a JSON string of at most 255 bytes under
+// the top-level key "id"), for the quarantine record; an envelope over the size limit is not parsed. The
+// object is read up to that key only: emit writes it first (jsonb orders keys by length), so a flood of
+// large messages is not parsed whole once per message.
 func (d *Decoder) envelopeID(content []byte) string {
-	var e struct {
-		ID string `json:"id"`
-	}
-	if len(content) > d.envelopeLimit() || json.Unmarshal(content, &e) != nil || len(e.ID) > 255 {
+	if len(content) > d.envelopeLimit() {
 		return ""
 	}
-	return e.ID
+	dec := json.NewDecoder(bytes.NewReader(content))
+	if t, err := dec.Token(); err != nil || t != json.Delim('{') {
+		return ""
+	}
+	for dec.More() {
+		key, err := dec.Token()
+		if err != nil {
+			return ""
+		}
+		if key == "id" {
+			var id string
+			if dec.Decode(&id) != nil || len(id) > 255 {
+				return ""
+			}
+			return id
+		}
+		var skip json.RawMessage
+		if dec.Decode(&skip) != nil {
+			return ""
+		}
+	}
+	return ""
 }
