@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"strings"
 	"time"
 
 	"github.com/jackc/pglogrepl"
@@ -475,21 +474,6 @@ func (s *session) Commit(commitLSN, endLSN cdc.LSN) error {
 		s.lastEventEnd = endLSN
 	}
 	return nil
-}
-
-// streamError classifies an error the server sent inside the stream.
-func streamError(err *pgconn.PgError, cfg Config) error {
-	switch err.Code {
-	case "55000":
-		return fatalf("PostgreSQL can no longer stream from slot %s (%s): run `cdc-router reset --slot %s` and "+
-			"`cdc-router run` to re-snapshot", cfg.Slot, err.Message, cfg.Slot)
-	case "42704":
-		if strings.HasPrefix(err.Message, "publication") {
-			return publicationDropped(cfg, "PostgreSQL says "+err.Message)
-		}
-		return fatalf("PostgreSQL says %s: run `cdc-router migrate` or fix --publication / --slot", err.Message)
-	}
-	return fmt.Errorf("replication stream: %w", err)
 }
 
 // acknowledged drops the pending transactions that the acknowledged position w covers and records the
