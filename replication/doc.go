@@ -26,7 +26,8 @@
 //     (TestFramesDiscardMessagesFromTheirHeader, TestLargeMessagesAreJudgedFromTheirHeader).
 //   - The quarantine records of messages anyone can emit (non-transactional, or failing authentication)
 //     are aggregated per reason and per second (burst.go); each such message holds the acknowledged
-//     position until its burst's record is written (TestBurstKind, TestMessageFloodIsQuarantinedInBursts).
+//     position until its burst's record is written (TestBurstKind, TestMessageFloodIsQuarantinedInBursts,
+//     TestMessageBurstSurvivesAKill).
 //   - A promoted standby (the same system identifier, a later timeline) is streamed from only through the
 //     slot it has (a failover slot's synchronized copy), never a new one; the timeline is recorded with the
 //     position, and a stored position past the end of its timeline on that server is refused.

@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/cdc-router/cdc-router/internal/cdc"
 )
 
 // execAside runs one statement on a connection of its own and reports its error on the channel.
@@ -169,4 +171,78 @@ func TestMessageFloodIsQuarantinedInBursts(t *testing.T) {
 			"for all %d", len(reasons), total, bound, messages)
 	}
 	expectCleanLog(t, r, "xxxxxxxxxxxxxxxx")
+}
+
+// TestMessageBurstSurvivesAKill: the router is killed while a burst of non-transactional messages is being
+// aggregated, and started again: every message emitted lies in the LSN range of a quarantine record (the
+// first message's LSN to the last one's), because no message's position is acknowledged before its burst's
+// record is written. (It passes on main, which wrote a record per message; with the burst's hold on the
+// position removed, 993 of 1,500 messages were in no record.)
+func TestMessageBurstSurvivesAKill(t *testing.T) {
+	const prefix = "cdc-router.outbox"
+	e := newStreamEnv(t)
+	r := e.startPlain("", "--message-prefix", prefix)
+	var emitted []cdc.LSN
+	emit := func(n int) {
+		rows, err := e.db.Query(context.Background(), `SELECT pg_logical_emit_message(false, $1, json_build_object('id',
+			gen_random_uuid(), 'pad', repeat('x', 1000))::text)::text FROM generate_series(1, $2)`, prefix, n)
+		if err != nil {
+			t.Fatal(err)
+		}
+		lsns, err := pgx.CollectRows(rows, pgx.RowTo[string])
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, s := range lsns {
+			l, _ := cdc.ParseLSN(s)
+			emitted = append(emitted, l)
+		}
+	}
+	for i := 0; i < 5; i++ {
+		emit(200)
+		time.Sleep(100 * time.Millisecond)
+	}
+	r.cmd.Process.Kill()
+	<-r.done
+	emit(500)
+	r = e.startPlain("", "--message-prefix", prefix)
+	e.waitAckedTo(e.currentLSN(), time.Minute)
+
+	rows, err := e.db.Query(context.Background(), `SELECT lsn::text, reason FROM cdc_router.quarantine ORDER BY lsn`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	type span struct{ first, last cdc.LSN }
+	var spans []span
+	upTo := regexp.MustCompile(`up to LSN ([0-9A-F]+/[0-9A-F]+)`)
+	for rows.Next() {
+		var lsn, reason string
+		if err := rows.Scan(&lsn, &reason); err != nil {
+			t.Fatal(err)
+		}
+		s := span{}
+		s.first, _ = cdc.ParseLSN(lsn)
+		s.last = s.first
+		if m := upTo.FindStringSubmatch(reason); m != nil {
+			s.last, _ = cdc.ParseLSN(m[1])
+		}
+		spans = append(spans, s)
+	}
+	if rows.Err() != nil {
+		t.Fatal(rows.Err())
+	}
+	missing := 0
+	for _, l := range emitted {
+		covered := false
+		for _, s := range spans {
+			covered = covered || s.first <= l && l <= s.last
+		}
+		if !covered {
+			missing++
+		}
+	}
+	t.Logf("%d messages, %d quarantine records", len(emitted), len(spans))
+	if missing > 0 {
+		t.Errorf("%d of %d messages lie in no quarantine record's range %v", missing, len(emitted), spans)
+	}
 }
