@@ -43,7 +43,6 @@ func burstKind(q cdc.Quarantined) string {
 // transaction of its own for a non-transactional one) until the record is written.
 type burst struct {
 	kind  string
-	class string
 	first cdc.Quarantined
 	count int
 	bytes int64
@@ -64,7 +63,7 @@ func (b *bursts) add(s *session, q cdc.Quarantined, kind, class string) {
 		}
 	}
 	if cur == nil {
-		cur = &burst{kind: kind, class: class, first: q, began: time.Now()}
+		cur = &burst{kind: kind, first: q, began: time.Now()}
 		b.open = append(b.open, cur)
 	}
 	cur.count++
