@@ -26,7 +26,9 @@
 //     CommitMessage.TransactionEndLSN, the position to acknowledge;
 //   - a message with the prefix is an Event or a Quarantine like an insert, never dropped: a malformed
 //     envelope and every non-transactional message (written even when its transaction rolls back) are
-//     quarantined; a message with another prefix, or with no prefix configured, is skipped;
+//     quarantined; a message with another prefix, or with no prefix configured, is skipped; one with the
+//     prefix whose content the stream's reader discarded unread (over MessageLimit) is a Quarantine from
+//     its header through Oversized, with its size and no content (TestOversizedMessagesAreQuarantinedFromTheirHeader);
 //   - every insert is an Event, a Quarantine, or a *DriftError returned before the Handler sees anything
 //     of it; none is dropped. An insert into a relation that is not Config.Table (a renamed or swapped
 //     outbox, another table in the publication) or into an outbox whose Relation lacks a column or has

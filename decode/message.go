@@ -38,14 +38,48 @@ func (d *Decoder) message(walStart cdc.LSN, r *reader, h Handler) error {
 	if d.cfg.MessagePrefix == "" || string(prefix) != d.cfg.MessagePrefix {
 		return nil
 	}
-	if flags&1 == 0 {
-		return d.quarantineMessage(walStart, 0, 0, content, "non-transactional message (pg_logical_emit_message(false, …)): "+
-			"PostgreSQL writes it even when its transaction rolls back, so it is not published; emit with transactional = true", h)
+	return d.emitted(walStart, flags&1 != 0, content, int64(len(content)), h)
+}
+
+// NonTransactionalReason starts the reason of every quarantined non-transactional message.
+const NonTransactionalReason = "non-transactional message (pg_logical_emit_message(false, …)): " +
+	"PostgreSQL writes it even when its transaction rolls back, so it is not published; emit with transactional = true"
+
+// Oversized hands h a message with Config.MessagePrefix whose content, size bytes and over MessageLimit,
+// was discarded unread by the reader of the stream: a Quarantine with its size in the reason and no
+// content, in the place and with the key the whole message would have had.
+func (d *Decoder) Oversized(walStart cdc.LSN, transactional bool, size int64, h Handler) error {
+	return d.emitted(walStart, transactional, nil, size, h)
+}
+
+// MessageLimit is the largest content of a message with Config.MessagePrefix that is read: one over it
+// is an envelope over the limit whatever it holds, so it can be quarantined from its header alone.
+func (d *Decoder) MessageLimit() int { return d.envelopeLimit() }
+
+// MessagePrefix is Config.MessagePrefix: the prefix of the messages that are events ("" for none).
+func (d *Decoder) MessagePrefix() string { return d.cfg.MessagePrefix }
+
+// emitted handles a message with the prefix: content, or nil when its size bytes were not read.
+func (d *Decoder) emitted(walStart cdc.LSN, transactional bool, content []byte, size int64, h Handler) error {
+	unread := ""
+	if content == nil && size > 0 {
+		unread = fmt.Sprintf("the message is %d bytes, over the %d-byte limit of an envelope (--max-payload-bytes plus 8 MiB); "+
+			"its content was discarded unread", size, d.envelopeLimit())
+	}
+	if !transactional {
+		reason := NonTransactionalReason
+		if unread != "" {
+			reason += "; " + unread
+		}
+		return d.quarantineMessage(walStart, 0, 0, content, reason, h)
 	}
 	if !d.inTxn {
 		return protocolError(msgMessage, "transactional message outside Begin…Commit")
 	}
 	ordinal := d.ordinal(walStart)
+	if unread != "" {
+		return d.quarantineMessage(walStart, ordinal, d.commitLSN, nil, "message: "+unread, h)
+	}
 	ev, rowErr := d.mapEnvelope(content)
 	if rowErr != nil {
 		return d.quarantineMessage(walStart, ordinal, d.commitLSN, content, "message: "+rowErr.Reason, h)
@@ -58,10 +92,13 @@ func (d *Decoder) message(walStart cdc.LSN, r *reader, h Handler) error {
 }
 
 // quarantineMessage hands a message to the Handler as a Quarantine: its bounded content, and its envelope's
-// id when it has one.
+// id when it has one; a message whose content was not read (nil) has no content column.
 func (d *Decoder) quarantineMessage(walStart cdc.LSN, ordinal int, commitLSN cdc.LSN, content []byte, reason string, h Handler) error {
 	q := cdc.Quarantined{LSN: walStart, Ordinal: ordinal, CommitLSN: commitLSN, Table: MessageTable + d.cfg.MessagePrefix,
-		EventID: d.envelopeID(content), Columns: map[string]cdc.RawValue{MessageColumn: cdc.NewRawValue(content)}, Reason: reason}
+		Reason: reason}
+	if content != nil {
+		q.EventID, q.Columns = d.envelopeID(content), map[string]cdc.RawValue{MessageColumn: cdc.NewRawValue(content)}
+	}
 	if err := h.Quarantine(q); err != nil {
 		return fmt.Errorf("decode: quarantine message at %s: %w", walStart, err)
 	}
@@ -152,14 +189,34 @@ func envelopeText(c int, raw json.RawMessage) ([]byte, string) {
 	return []byte(s), ""
 }
 
-// envelopeID is the id of a quarantined envelope when it has one (a JSON string of at most 255 bytes), for
-// the quarantine record; an envelope over the size limit is not parsed.
+// envelopeID is the id of a quarantined envelope when it has one (a JSON string of at most 255 bytes under
+// the top-level key "id"), for the quarantine record; an envelope over the size limit is not parsed. The
+// object is read up to that key only: emit writes it first (jsonb orders keys by length), so a flood of
+// large messages is not parsed whole once per message.
 func (d *Decoder) envelopeID(content []byte) string {
-	var e struct {
-		ID string `json:"id"`
-	}
-	if len(content) > d.envelopeLimit() || json.Unmarshal(content, &e) != nil || len(e.ID) > 255 {
+	if len(content) > d.envelopeLimit() {
 		return ""
 	}
-	return e.ID
+	dec := json.NewDecoder(bytes.NewReader(content))
+	if t, err := dec.Token(); err != nil || t != json.Delim('{') {
+		return ""
+	}
+	for dec.More() {
+		key, err := dec.Token()
+		if err != nil {
+			return ""
+		}
+		if key == "id" {
+			var id string
+			if dec.Decode(&id) != nil || len(id) > 255 {
+				return ""
+			}
+			return id
+		}
+		var skip json.RawMessage
+		if dec.Decode(&skip) != nil {
+			return ""
+		}
+	}
+	return ""
 }

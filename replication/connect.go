@@ -109,20 +109,22 @@ func standbyError(host string, err error) error {
 		"new primary after a failover", host), err: err}
 }
 
-// connectReplication opens the replication connection (replication=database).
-func connectReplication(ctx context.Context, url string) (*pgconn.PgConn, error) {
+// connectReplication opens the replication connection (replication=database), which reads through the
+// returned wire.
+func connectReplication(ctx context.Context, url string) (*pgconn.PgConn, *wire, error) {
 	cfg, err := parseURL(url)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	for k, v := range replicationParams {
 		cfg.RuntimeParams[k] = v
 	}
+	wireOf := installWire(cfg)
 	conn, err := pgconn.ConnectConfig(ctx, cfg)
 	if err != nil {
-		return nil, explainConnect(err, hostOf(cfg))
+		return nil, nil, explainConnect(err, hostOf(cfg))
 	}
-	return conn, nil
+	return conn, wireOf(), nil
 }
 
 // ConnectSQL opens an ordinary (non-replication) connection for checks, the stored position and quarantine

@@ -20,6 +20,14 @@
 //     which is neither a failure nor a restart.
 //   - Every connection accepts only a primary (pg_is_in_recovery() is false); while only standbys answer
 //     (a failover in progress) the router looks for a primary every second.
+//   - A logical decoding message is judged from its header before its content is read (frames.go, below
+//     pgproto3 through pgconn.Config.BuildFrontend): one with another prefix, or with the router's prefix
+//     over the decoder's MessageLimit, is discarded while it is read, never held whole
+//     (TestFramesDiscardMessagesFromTheirHeader, TestLargeMessagesAreJudgedFromTheirHeader).
+//   - The quarantine records of messages anyone can emit (non-transactional, or failing authentication)
+//     are aggregated per reason and per second (burst.go); each such message holds the acknowledged
+//     position until its burst's record is written (TestBurstKind, TestMessageFloodIsQuarantinedInBursts,
+//     TestMessageBurstSurvivesAKill).
 //   - A promoted standby (the same system identifier, a later timeline) is streamed from only through the
 //     slot it has (a failover slot's synchronized copy), never a new one; the timeline is recorded with the
 //     position, and a stored position past the end of its timeline on that server is refused.

@@ -189,7 +189,7 @@ func runOnce(ctx context.Context, cfg Config, dial Dialer, log *slog.Logger, sta
 	}
 	watch := &publicationWatch{cfg: cfg, log: log, stats: stats}
 	watch.record(ctx, sql, "")
-	conn, err := connectReplication(ctx, cfg.PGURL)
+	conn, wire, err := connectReplication(ctx, cfg.PGURL)
 	if err != nil {
 		return false, err
 	}
@@ -241,6 +241,7 @@ func runOnce(ctx context.Context, cfg Config, dial Dialer, log *slog.Logger, sta
 		pub: pub, dec: decode.New(cfg.Decode), sys: sys, stats: stats, lastHeard: time.Now(),
 		silence: silenceLimit(ctx, sql), net: net, quar: quarantine.NewStore(sql, cfg.Schema, cfg.Slot), watch: watch,
 		progress: newProgressLog(log, stats, cfg.ProgressInterval), flight: newFlight(), pending: stats.takeCarried(start)}
+	s.frames = newFrames(wire, s.dec.MessagePrefix(), s.dec.MessageLimit())
 	stats.flight.Store(s.flight)
 	defer stats.flight.Store(nil)
 	watch.next = time.Now().Add(cfg.PublicationCheckInterval)

@@ -5,13 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"strings"
 	"time"
 
 	"github.com/jackc/pglogrepl"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
-	"github.com/jackc/pgx/v5/pgproto3"
 
 	"github.com/cdc-router/cdc-router/decode"
 	"github.com/cdc-router/cdc-router/internal/cdc"
@@ -29,7 +27,8 @@ type session struct {
 	stop    *stopClock      // the bound of the whole stop
 	cfg     Config
 	log     *slog.Logger
-	conn    *pgconn.PgConn // replication connection, owned by this goroutine only
+	conn    *pgconn.PgConn // replication connection, owned by this goroutine only: written through pgconn
+	frames  *frames        // and read through frames from START_REPLICATION on
 	sql     *pgx.Conn      // ordinary connection: stored position and quarantine
 	store   *offsets.Store
 	tracker *offsets.Tracker
@@ -64,6 +63,7 @@ type session struct {
 	quar     *quarantine.Store // the quarantine table
 	watch    *publicationWatch // re-checks that the publication still carries the outbox
 	progress *progressLog      // an info line per interval while events flow
+	bursts   bursts            // the quarantine records of emitted messages being aggregated
 
 	slot    slotWatch    // reads the slot's health for the metrics and the readiness check
 	flight  *flight      // the events handed to the publisher and not yet confirmed
@@ -118,6 +118,9 @@ func (s *session) stream() error {
 		if err := s.watch.due(s); err != nil {
 			return err
 		}
+		if err := s.bursts.due(s, false); err != nil {
+			return err
+		}
 		s.progress.due()
 		select {
 		case <-s.pub.Failed():
@@ -146,10 +149,9 @@ func (s *session) receive() error {
 	if !stopping && s.ctx.Err() != nil {
 		return nil // the stop request came meanwhile (its deadline may predate ours): the loop takes it from here
 	}
-	// context.Background: pgconn then watches no context (the deadline above bounds the read).
-	msg, err := s.conn.ReceiveMessage(context.Background())
+	f, err := s.frames.next()
 	if err != nil {
-		if !pgconn.Timeout(err) {
+		if !readTimeout(err) {
 			return fmt.Errorf("receive: %w", err)
 		}
 		s.readBy = time.Time{} // the deadline passed, or the stop request moved it: set a new one next time
@@ -162,16 +164,7 @@ func (s *session) receive() error {
 		return nil
 	}
 	s.lastHeard = time.Now()
-	switch m := msg.(type) {
-	case *pgproto3.CopyData:
-		return s.copyData(m.Data)
-	case *pgproto3.ErrorResponse:
-		return streamError(pgconn.ErrorResponseToPgError(m), s.cfg)
-	case *pgproto3.NoticeResponse:
-		return s.notice(m)
-	default:
-		return fmt.Errorf("unexpected message %T on the replication connection", msg)
-	}
+	return s.frame(f)
 }
 
 // readDeadline makes the next read end at most wait from now. It keeps the deadline already set while that
@@ -286,6 +279,9 @@ func (s *session) save(force bool) error {
 // drain stops reading, waits (bounded by the stop, or by the shutdown timeout when no stop was requested)
 // until every committed transaction is confirmed, and sends and stores the final position.
 func (s *session) drain() error {
+	if err := s.bursts.due(s, true); err != nil {
+		return err
+	}
 	deadline := s.stop.readBy()
 	if deadline.IsZero() {
 		deadline = time.Now().Add(s.cfg.ShutdownTimeout)
@@ -449,8 +445,13 @@ func (s *session) quarantineEvent(x offsets.Txn, ev cdc.Event, class, reason str
 // (without the values), and the stream goes on.
 func (s *session) Quarantine(q cdc.Quarantined) error { return s.quarantine(q, QuarantineRow) }
 
-// quarantine stores q and counts it under its reason class.
+// quarantine stores q and counts it under its reason class; a message anyone can emit goes into its
+// burst's record (burst.go).
 func (s *session) quarantine(q cdc.Quarantined, class string) error {
+	if kind := burstKind(q); kind != "" {
+		s.bursts.add(s, q, kind, class)
+		return nil
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	if err := s.quar.Write(ctx, q); err != nil {
@@ -473,21 +474,6 @@ func (s *session) Commit(commitLSN, endLSN cdc.LSN) error {
 		s.lastEventEnd = endLSN
 	}
 	return nil
-}
-
-// streamError classifies an error the server sent inside the stream.
-func streamError(err *pgconn.PgError, cfg Config) error {
-	switch err.Code {
-	case "55000":
-		return fatalf("PostgreSQL can no longer stream from slot %s (%s): run `cdc-router reset --slot %s` and "+
-			"`cdc-router run` to re-snapshot", cfg.Slot, err.Message, cfg.Slot)
-	case "42704":
-		if strings.HasPrefix(err.Message, "publication") {
-			return publicationDropped(cfg, "PostgreSQL says "+err.Message)
-		}
-		return fatalf("PostgreSQL says %s: run `cdc-router migrate` or fix --publication / --slot", err.Message)
-	}
-	return fmt.Errorf("replication stream: %w", err)
 }
 
 // acknowledged drops the pending transactions that the acknowledged position w covers and records the

@@ -1,0 +1,115 @@
+package replication
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/cdc-router/cdc-router/decode"
+	"github.com/cdc-router/cdc-router/internal/cdc"
+	"github.com/cdc-router/cdc-router/offsets"
+)
+
+// burstWindow is how long the quarantine records of one kind of burst are aggregated into one.
+const burstWindow = time.Second
+
+// burstReasons start the reasons of the quarantined messages that any role able to log in can emit, as
+// many as it likes: non-transactional messages with the prefix, and emitted messages that fail
+// authentication. Their records are aggregated per reason and per burstWindow: one record, the first
+// message's, with the number of messages, their bytes and their last LSN in the reason, so that a flood
+// costs one INSERT per second instead of one per message.
+var burstReasons = []string{
+	decode.NonTransactionalReason[:strings.Index(decode.NonTransactionalReason, " (")],
+	"unauthenticated emitted message",
+}
+
+// burstKind is the reason prefix under which q is aggregated, "" for a record written on its own.
+func burstKind(q cdc.Quarantined) string {
+	if !strings.HasPrefix(q.Table, decode.MessageTable) {
+		return ""
+	}
+	reason := strings.TrimPrefix(q.Reason, "message: ") // the decoder's prefix for an envelope it refuses
+	for _, r := range burstReasons {
+		if strings.HasPrefix(reason, r) {
+			return r
+		}
+	}
+	return ""
+}
+
+// burst is the record of the messages of one kind received in one window, not written yet. Every message
+// in it holds the acknowledged position (an outstanding event of its transaction in the tracker, or of a
+// transaction of its own for a non-transactional one) until the record is written.
+type burst struct {
+	kind  string
+	first cdc.Quarantined
+	count int
+	bytes int64
+	last  cdc.LSN
+	began time.Time
+	holds []offsets.Txn
+}
+
+// bursts are a session's open bursts, at most one per kind.
+type bursts struct{ open []*burst }
+
+// add puts q, of kind, in its kind's open burst (opening one) and holds the acknowledged position for it.
+func (b *bursts) add(s *session, q cdc.Quarantined, kind, class string) {
+	var cur *burst
+	for _, o := range b.open {
+		if o.kind == kind {
+			cur = o
+		}
+	}
+	if cur == nil {
+		cur = &burst{kind: kind, first: q, began: time.Now()}
+		b.open = append(b.open, cur)
+	}
+	cur.count++
+	cur.last = q.LSN
+	for _, v := range q.Columns {
+		cur.bytes += v.Size
+	}
+	x := s.cur
+	if !s.inTxn {
+		x = s.tracker.Begin()
+		s.tracker.Add(x)
+		s.tracker.Commit(x, q.LSN)
+	} else {
+		s.tracker.Add(x)
+	}
+	cur.holds = append(cur.holds, x)
+	s.stats.quarantinedAs(class)
+	s.eventful = true
+}
+
+// due writes the records of the bursts whose window has passed, or of every burst when all is set.
+func (b *bursts) due(s *session, all bool) error {
+	for len(b.open) > 0 && (all || time.Since(b.open[0].began) >= burstWindow) {
+		if err := b.open[0].write(s); err != nil {
+			return err
+		}
+		b.open = b.open[1:]
+	}
+	return nil
+}
+
+// write stores the burst's record and releases the position it held.
+func (o *burst) write(s *session) error {
+	q := o.first
+	if o.count > 1 {
+		q.Reason = fmt.Sprintf("%s (one record for %d such messages in %v, up to LSN %s, %d bytes of content in all; "+
+			"only the first is stored)", q.Reason, o.count, time.Since(o.began).Round(time.Millisecond), o.last, o.bytes)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := s.quar.Write(ctx, q); err != nil {
+		return fmt.Errorf("quarantine messages at %s: %w", q.LSN, err)
+	}
+	for _, x := range o.holds {
+		s.tracker.Confirm(x)
+	}
+	s.log.Warn("messages quarantined", "lsn", q.LSN, "last_lsn", o.last, "count", o.count, "table", q.Table, "reason", o.kind)
+	return nil
+}

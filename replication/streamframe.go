@@ -1,0 +1,65 @@
+package replication
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgproto3"
+
+	"github.com/cdc-router/cdc-router/internal/cdc"
+)
+
+// frame handles one message of the CopyBoth stream.
+func (s *session) frame(f frame) error {
+	switch f.typ {
+	case 'd':
+		if f.skipped {
+			return s.skippedMessage(f)
+		}
+		return s.copyData(f.data)
+	case 'E':
+		var m pgproto3.ErrorResponse
+		if err := m.Decode(f.data); err != nil {
+			return fmt.Errorf("receive: parse ErrorResponse: %w", err)
+		}
+		return streamError(pgconn.ErrorResponseToPgError(&m), s.cfg)
+	case 'N':
+		var m pgproto3.NoticeResponse
+		if err := m.Decode(f.data); err != nil {
+			return fmt.Errorf("receive: parse NoticeResponse: %w", err)
+		}
+		return s.notice(&m)
+	case 'c':
+		return caused(CausePostgres, errors.New("receive: PostgreSQL ended the replication stream (CopyDone), as it does when it shuts down"))
+	}
+	return fmt.Errorf("unexpected message %q on the replication connection", f.typ)
+}
+
+// skippedMessage handles a logical decoding message whose content was discarded unread: one with another
+// prefix is nothing to the router (as in the decoder); one with the router's prefix over the size bound is
+// quarantined by the decoder from its header.
+func (s *session) skippedMessage(f frame) error {
+	s.net.received = max(s.net.received, cdc.LSN(f.xlog.WALStart))
+	s.stats.walEnd.Store(uint64(f.xlog.ServerWALEnd))
+	if f.over == nil {
+		return nil
+	}
+	return s.dec.Oversized(cdc.LSN(f.xlog.WALStart), f.over.transactional, f.over.size, s)
+}
+
+// streamError classifies an error the server sent inside the stream.
+func streamError(err *pgconn.PgError, cfg Config) error {
+	switch err.Code {
+	case "55000":
+		return fatalf("PostgreSQL can no longer stream from slot %s (%s): run `cdc-router reset --slot %s` and "+
+			"`cdc-router run` to re-snapshot", cfg.Slot, err.Message, cfg.Slot)
+	case "42704":
+		if strings.HasPrefix(err.Message, "publication") {
+			return publicationDropped(cfg, "PostgreSQL says "+err.Message)
+		}
+		return fatalf("PostgreSQL says %s: run `cdc-router migrate` or fix --publication / --slot", err.Message)
+	}
+	return fmt.Errorf("replication stream: %w", err)
+}
