@@ -50,7 +50,7 @@ func (d *Decoder) message(walStart cdc.LSN, r *reader, h Handler) error {
 	if rowErr != nil {
 		return d.quarantineMessage(walStart, ordinal, d.commitLSN, content, "message: "+rowErr.Reason, h)
 	}
-	ev.LSN, ev.Ordinal = walStart, ordinal
+	ev.LSN, ev.Ordinal, ev.CommitTime = walStart, ordinal, d.commitTime
 	if err := h.Event(ev); err != nil {
 		return fmt.Errorf("decode: event %s at %s: %w", ev.ID, walStart, err)
 	}
@@ -62,6 +62,9 @@ func (d *Decoder) message(walStart cdc.LSN, r *reader, h Handler) error {
 func (d *Decoder) quarantineMessage(walStart cdc.LSN, ordinal int, commitLSN cdc.LSN, content []byte, reason string, h Handler) error {
 	q := cdc.Quarantined{LSN: walStart, Ordinal: ordinal, CommitLSN: commitLSN, Table: MessageTable + d.cfg.MessagePrefix,
 		EventID: d.envelopeID(content), Columns: map[string]cdc.RawValue{MessageColumn: cdc.NewRawValue(content)}, Reason: reason}
+	if commitLSN != 0 { // transactional
+		q.CommitTime = d.commitTime
+	}
 	if err := h.Quarantine(q); err != nil {
 		return fmt.Errorf("decode: quarantine message at %s: %w", walStart, err)
 	}
