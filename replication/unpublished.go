@@ -75,6 +75,15 @@ func peekUnpublished(ctx context.Context, conn *pgx.Conn, slot string, stored cd
 	if timeout <= 0 {
 		timeout = DefaultPeekTimeout
 	}
+	// PostgreSQL 18 decodes without a missing publication (it only warns), which would count nothing.
+	var exists bool
+	if err := conn.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_publication WHERE pubname = $1)`, opts.Publication).
+		Scan(&exists); err != nil {
+		return u, fmt.Errorf("read publications: %w", err)
+	}
+	if !exists {
+		return u, fmt.Errorf("publication %q %w", opts.Publication, errNoPublication)
+	}
 	options := []string{"proto_version", "1", "publication_names", pgx.Identifier{opts.Publication}.Sanitize()}
 	var prefix []byte // the bytes of a message's prefix field: the prefix and its terminating NUL
 	if opts.MessagePrefix != "" {
@@ -131,12 +140,20 @@ func unpublishedRefusal(slot, publication string, stored cdc.LSN, u Unpublished)
 		"nothing was changed", slot, u, stored, publication)
 }
 
+// errNoPublication: the publication Reset was given does not exist.
+var errNoPublication = errors.New("does not exist")
+
 // peekRefusal is Reset's refusal of a slot whose pending changes it could not count.
 func peekRefusal(slot string, err error) error {
 	msg := err.Error()
 	fix := "fix the cause, or pass --force to drop the slot without counting what it holds"
-	if strings.Contains(msg, "publication") && strings.Contains(msg, "does not exist") {
-		fix = "give reset the --publication (and --shard) the router ran with, or pass --force to drop the slot without counting what it holds"
+	switch {
+	case errors.Is(err, errNoPublication):
+		fix = "give reset the --publication (and --shard) the router runs with, or pass --force to drop the slot without counting what it holds"
+	case strings.Contains(msg, "publication") && strings.Contains(msg, "does not exist"):
+		fix = "the publication was missing at a point of the slot's WAL (dropped and created again), so the changes " +
+			"from there on cannot be decoded by anyone: pass --force to drop the slot, then republish the rows still in " +
+			"the table (the next run's snapshot, or `backfill`)"
 	}
 	return fatalf("slot %s may hold unpublished events, and reset could not count them (%s): %s; nothing was changed", slot, msg, fix)
 }

@@ -310,9 +310,10 @@ func TestOperatorCommandLines(t *testing.T) {
 // TestResetRefusesToDropUnpublishedEvents: with the router stopped, one event committed to a mapped table
 // whose producer deletes the row in the same transaction (Quarkus' default), and one logical decoding
 // message with the router's prefix (and one with another prefix, not an event): the slot is the only copy
-// of both. reset used to drop it saying only that it did; now it refuses, naming the two events, and
-// changes nothing; reset --force drops them and says so; a slot with nothing unpublished resets without
-// --force.
+// of both. reset used to drop it saying only that it did; now it refuses, naming the two events ("at
+// least" when the peek is bounded below them), and changes nothing; it refuses too when it cannot count
+// (a --publication that does not exist); reset --force drops them and says so; a slot with nothing
+// unpublished resets without --force.
 func TestResetRefusesToDropUnpublishedEvents(t *testing.T) {
 	e := newStreamEnv(t)
 	e.exec(debeziumTable)
@@ -342,6 +343,10 @@ func TestResetRefusesToDropUnpublishedEvents(t *testing.T) {
 	out, code = e.cli("reset", "--slot", e.slot)
 	if code != 1 || !strings.Contains(out, "still holds 1 unpublished events") {
 		t.Fatalf("reset without --message-prefix: exit %d, want 1 naming the insert\n%s", code, out)
+	}
+	out, code = e.cli("reset", "--slot", e.slot, "--publication", "not_the_routers")
+	if code != 1 || !strings.Contains(out, `publication "not_the_routers" does not exist`) || !strings.Contains(out, "give reset the --publication") {
+		t.Fatalf("reset with a publication that does not exist: exit %d, want 1 naming --publication\n%s", code, out)
 	}
 	out, code = e.cli("reset", "--slot", e.slot, "--force", "--message-prefix", "cdc-router.outbox")
 	if code != 0 || !strings.Contains(out, "reset --force: dropped 2 unpublished events") || e.slotExists(e.slot) {
