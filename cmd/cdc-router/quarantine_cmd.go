@@ -212,6 +212,9 @@ func showRecord(r quarantine.Record) string {
 	if r.CommitLSN != 0 {
 		commit = r.CommitLSN.String()
 	}
+	if !r.CommitTime.IsZero() {
+		commit += ", committed at " + r.CommitTime.UTC().Format(time.RFC3339Nano)
+	}
 	values, notes := "NULL (a minimal record: PostgreSQL refused the values, see notes)", "none (every value is whole)"
 	if r.Values != nil {
 		values = string(r.Values)
