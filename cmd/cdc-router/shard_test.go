@@ -170,7 +170,8 @@ func TestReshardTwoToFour(t *testing.T) {
 	time.Sleep(2 * time.Second)
 	stop()
 	for i := range 2 {
-		if out, code := e.cli("reset", "--slot", migrations.ShardSlot(e.slot, i, 2)); code != 0 {
+		// The old slots hold the events committed since their routers stopped, which the new shards publish.
+		if out, code := e.cli("reset", "--shard", fmt.Sprintf("%d/2", i), "--force"); code != 0 {
 			t.Errorf("reset of an old shard's slot exited %d:\n%s", code, out)
 		}
 	}
