@@ -151,15 +151,16 @@ func (v RawValue) Truncated() bool { return !v.Null && int64(len(v.Text)) < v.Si
 // with its bounded raw column values so that an operator can repair and re-publish it; it is never dropped
 // silently.
 type Quarantined struct {
-	LSN       LSN    // position of the change that carried the row; the read position for snapshot rows
-	Ordinal   int    // streamed rows: index among the transaction's inserts at LSN (see Event.Ordinal)
-	RowKey    string // snapshot and backfill rows: the row's key as a JSON array [type, id, version]; empty when streamed
-	CommitLSN LSN    // commit LSN of its transaction
+	LSN       LSN                 // position of the change that carried the row; the read position for snapshot rows
+	Ordinal   int                 // streamed rows: index among the transaction's inserts at LSN (see Event.Ordinal)
+	RowKey    string              // snapshot and backfill rows: the row's key as a JSON array [type, id, version]; empty when streamed
+	CommitLSN LSN                 // commit LSN of its transaction
+	Table     string              // schema-qualified table name
+	EventID   string              // the outbox id when the row has one (at most 255 bytes kept), else empty
+	Columns   map[string]RawValue // by column name; a column that was not sent has no entry
+	Reason    string              // why it cannot become an event
+
 	// CommitTime is its transaction's commit time (the primary's clock) for a streamed row; zero when not
 	// known (snapshot and backfill rows).
 	CommitTime time.Time
-	Table      string              // schema-qualified table name
-	EventID    string              // the outbox id when the row has one (at most 255 bytes kept), else empty
-	Columns    map[string]RawValue // by column name; a column that was not sent has no entry
-	Reason     string              // why it cannot become an event
 }
