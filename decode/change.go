@@ -49,7 +49,7 @@ func (d *Decoder) insert(walStart cdc.LSN, r *reader, h Handler) error {
 	if rowErr != nil {
 		return d.quarantine(walStart, ordinal, rel, rowErr.Reason, h)
 	}
-	ev.LSN, ev.Ordinal, ev.Table = walStart, ordinal, rel.table
+	ev.LSN, ev.Ordinal, ev.Table, ev.CommitTime = walStart, ordinal, rel.table, d.commitTime
 	if err := h.Event(ev); err != nil {
 		return fmt.Errorf("decode: event %s at %s: %w", ev.ID, walStart, err)
 	}
@@ -66,7 +66,7 @@ func (d *Decoder) insertMapped(walStart cdc.LSN, ordinal int, rel *relation, h H
 	case drop:
 		return nil
 	}
-	ev.LSN, ev.Ordinal, ev.Table = walStart, ordinal, rel.table
+	ev.LSN, ev.Ordinal, ev.Table, ev.CommitTime = walStart, ordinal, rel.table, d.commitTime
 	ev.Mapped.Columns = rowColumns(rel.columns, rel.mapped, d.tuple, ev)
 	if err := h.Event(ev); err != nil {
 		return fmt.Errorf("decode: event %s at %s: %w", ev.ID, walStart, err)
@@ -122,7 +122,7 @@ func (d *Decoder) ordinal(walStart cdc.LSN) int {
 
 // quarantine hands the current tuple to the Handler as a Quarantine with bounded raw values.
 func (d *Decoder) quarantine(walStart cdc.LSN, ordinal int, rel *relation, reason string, h Handler) error {
-	q := cdc.Quarantined{LSN: walStart, Ordinal: ordinal, CommitLSN: d.commitLSN, Table: rel.table,
+	q := cdc.Quarantined{LSN: walStart, Ordinal: ordinal, CommitLSN: d.commitLSN, CommitTime: d.commitTime, Table: rel.table,
 		EventID: eventID(rel, d.tuple), Columns: rawColumns(rel.columns, d.tuple), Reason: reason}
 	if err := h.Quarantine(q); err != nil {
 		return fmt.Errorf("decode: quarantine insert at %s: %w", walStart, err)

@@ -84,7 +84,7 @@ func (d *Decoder) emitted(walStart cdc.LSN, transactional bool, content []byte, 
 	if rowErr != nil {
 		return d.quarantineMessage(walStart, ordinal, d.commitLSN, content, "message: "+rowErr.Reason, h)
 	}
-	ev.LSN, ev.Ordinal = walStart, ordinal
+	ev.LSN, ev.Ordinal, ev.CommitTime = walStart, ordinal, d.commitTime
 	if err := h.Event(ev); err != nil {
 		return fmt.Errorf("decode: event %s at %s: %w", ev.ID, walStart, err)
 	}
@@ -98,6 +98,9 @@ func (d *Decoder) quarantineMessage(walStart cdc.LSN, ordinal int, commitLSN cdc
 		Reason: reason}
 	if content != nil {
 		q.EventID, q.Columns = d.envelopeID(content), map[string]cdc.RawValue{MessageColumn: cdc.NewRawValue(content)}
+	}
+	if commitLSN != 0 { // transactional
+		q.CommitTime = d.commitTime
 	}
 	if err := h.Quarantine(q); err != nil {
 		return fmt.Errorf("decode: quarantine message at %s: %w", walStart, err)

@@ -5,6 +5,7 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/cdc-router/cdc-router/internal/cdc"
 )
@@ -76,7 +77,7 @@ func streamCases() []struct {
 }
 
 // A row read with SELECT and the same row streamed become the same event, apart from the positions the
-// caller sets (CommitLSN, LSN, Ordinal).
+// caller sets (CommitLSN, LSN, Ordinal) and the commit time the stream knows (CommitTime).
 func TestRowMapperMatchesStream(t *testing.T) {
 	for _, tt := range streamCases() {
 		t.Run(tt.name, func(t *testing.T) {
@@ -88,7 +89,7 @@ func TestRowMapperMatchesStream(t *testing.T) {
 			if streamed.CommitLSN == 0 || read.CommitLSN != 0 {
 				t.Fatalf("commit LSN streamed %s, read %s: want the stream's set and the read one left to the caller", streamed.CommitLSN, read.CommitLSN)
 			}
-			streamed.CommitLSN, streamed.LSN, streamed.Ordinal = 0, 0, 0
+			streamed.CommitLSN, streamed.LSN, streamed.Ordinal, streamed.CommitTime = 0, 0, 0, time.Time{}
 			if !reflect.DeepEqual(read, streamed) {
 				t.Errorf("read     %+v %+v\nstreamed %+v %+v", read, read.Mapped, streamed, streamed.Mapped)
 			}

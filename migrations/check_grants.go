@@ -44,14 +44,14 @@ func checkRouterSchema(ctx context.Context, conn *pgx.Conn, cfg Config) (map[str
 			strings.Join(missing, ", "))
 	}
 	var current bool
-	err := conn.QueryRow(ctx, `SELECT count(*) = 3 FROM pg_attribute WHERE attrelid = $1 AND NOT attisdropped
-		AND (attname IN ('event_id', 'value_notes') OR (attname = 'row_values' AND NOT attnotnull))`,
+	err := conn.QueryRow(ctx, `SELECT count(*) = 4 FROM pg_attribute WHERE attrelid = $1 AND NOT attisdropped
+		AND (attname IN ('event_id', 'value_notes', 'commit_time') OR (attname = 'row_values' AND NOT attnotnull))`,
 		oids["quarantine"]).Scan(&current)
 	if err != nil {
 		return nil, fmt.Errorf("read quarantine columns: %w", err)
 	}
 	if !current {
-		return nil, problemf("the router's table %s.quarantine predates this version (it lacks event_id or value_notes, "+
+		return nil, problemf("the router's table %s.quarantine predates this version (it lacks event_id, value_notes or commit_time, "+
 			"or row_values is NOT NULL): run `cdc-router migrate`", cfg.Schema)
 	}
 	return oids, nil

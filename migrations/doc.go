@@ -12,6 +12,11 @@
 // partitioned outbox whose unique key lies within the aggregate key and the partition key, and refuses a
 // publication that would send its rows under the partitions' names.
 //
+// The shards' row filters (ApplyShards) put every row in exactly one shard, a NULL key in shard 0, and
+// hash the key under COLLATE "C" whatever the columns' collations; Check evaluates a shard's filter on
+// sample keys with the table's own collations and NULLs, and ApplyShards replaces an earlier release's
+// filter in place only when no non-NULL key changes shard (TestEveryRowMatchesOneShardNullKeysAndCollations).
+//
 // The function <schema>.emit (007, table-less events as logical decoding messages) is created only with
 // Config.EmitFunction.
 package migrations

@@ -18,12 +18,19 @@ import (
 // row filter requires, the same in every walsender of a server and kept by pg_upgrade, since hash-partitioned
 // tables rely on it); the mask keeps the hash non-negative without abs(), which fails on the smallest bigint.
 // The initial snapshot of a shard's router reads the table under the same predicate (ShardSnapshotWhere).
+//
+// The key is hashed under COLLATE "C", so the expression is defined whatever the columns' collations (two
+// different implicit collations would leave the hash without one: 42P22 in the walsender at every insert);
+// for a deterministic collation, which every database default is, hashtextextended hashes the bytes, so the
+// value is the one the expression without COLLATE gave and no row changes shard. A NULL key (a column made
+// nullable later) hashes to NULL, which coalesce turns into 0: the row belongs to shard 0, whose router
+// quarantines it as the unsharded router does, so every row matches exactly one shard's filter.
 
 // MaxShards bounds N: each shard is a walsender that decodes all of the WAL.
 const MaxShards = 64
 
 // shardKey is the expression whose value picks the shard of a row.
-const shardKey = `(hashtextextended(aggregate_type || ':' || aggregate_id, 0) & 9223372036854775807)`
+const shardKey = `(coalesce(hashtextextended((aggregate_type || ':' || aggregate_id) COLLATE "C", 0), 0) & 9223372036854775807)`
 
 // ShardFilter is the row filter of shard i of n.
 func ShardFilter(i, n int) string {
@@ -125,6 +132,9 @@ func createShards(ctx context.Context, tx pgx.Tx, cfg Config, n int) error {
 			return fmt.Errorf("read publications: %w", err)
 		}
 		if exists {
+			if err := replaceEarlierShard(ctx, tx, sc, i, n); err != nil {
+				return err
+			}
 			if err := checkShard(ctx, tx, sc); err != nil {
 				return err
 			}
@@ -135,6 +145,33 @@ func createShards(ctx context.Context, tx pgx.Tx, cfg Config, n int) error {
 		if _, err := tx.Exec(ctx, stmt); err != nil {
 			return fmt.Errorf("create publication %s: %w", sc.Publication, err)
 		}
+	}
+	return nil
+}
+
+// replaceEarlierShard gives the existing publication of shard i of n the current ShardFilter in place
+// (ALTER PUBLICATION … SET TABLE … WHERE) when its filter is an earlier form of it (earlierShardFilter):
+// every row with a non-NULL key stays in its shard. The walsender applies the new filter from the ALTER's
+// position in the WAL on; changes before it are decoded with the filter they were written under.
+func replaceEarlierShard(ctx context.Context, tx pgx.Tx, cfg Config, i, n int) error {
+	ident := TableIdent(cfg.Table)
+	var filter *string
+	err := tx.QueryRow(ctx, `SELECT rowfilter FROM pg_publication_tables WHERE pubname = $1 AND schemaname = $2
+		AND tablename = $3`, cfg.Publication, ident[0], ident[1]).Scan(&filter)
+	if errors.Is(err, pgx.ErrNoRows) || err == nil && filter == nil {
+		return nil // checkShard refuses it
+	}
+	if err != nil {
+		return fmt.Errorf("read publication row filter: %w", err)
+	}
+	earlier, err := earlierShardFilter(ctx, tx, *filter, cfg.Table, i, n)
+	if err != nil || !earlier {
+		return err
+	}
+	stmt := fmt.Sprintf("ALTER PUBLICATION %s SET TABLE %s WHERE (%s)", pgx.Identifier{cfg.Publication}.Sanitize(),
+		ident.Sanitize(), ShardFilter(i, n))
+	if _, err := tx.Exec(ctx, stmt); err != nil {
+		return fmt.Errorf("replace the row filter of publication %s: %w", cfg.Publication, err)
 	}
 	return nil
 }
@@ -196,13 +233,23 @@ func checkShard(ctx context.Context, conn querier, cfg Config) error {
 		return problemf("publication %q of shard %d/%d has no row filter, so this router would publish the events "+
 			"of every shard: %s", cfg.Publication, i, n, redo)
 	}
-	var wrong int64
-	err = conn.QueryRow(ctx, fmt.Sprintf(`SELECT count(*) FROM (SELECT 'type_' || (g %% 7) AS aggregate_type,
-		'id-' || g AS aggregate_id FROM generate_series(1, 2000) AS g) AS sample
-		WHERE (%s) IS DISTINCT FROM (%s)`, *filter, ShardFilter(i, n))).Scan(&wrong)
-	if err != nil || wrong > 0 {
-		return problemf("publication %q has the row filter %s, which is not the one of shard %d/%d, so this router "+
-			"would miss events of its shard or publish another shard's: %s", cfg.Publication, *filter, i, n, redo)
+	typ, id, err := keyCollations(ctx, conn, cfg.Table)
+	if err != nil {
+		return err
 	}
-	return nil
+	if wrong, err := disagreements(ctx, conn, *filter, i, n, shardSample(typ, id, true)); err == nil && wrong == 0 {
+		return nil
+	}
+	earlier, err := earlierShardFilter(ctx, conn, *filter, cfg.Table, i, n)
+	if err != nil {
+		return err
+	}
+	if earlier {
+		return problemf("publication %q has the row filter of shard %d/%d as an earlier cdc-router wrote it (%s), which "+
+			"puts a row with a NULL key in no shard and cannot hash key columns of different collations (every insert "+
+			"then fails in the walsender): run `cdc-router migrate --shards %d`, which replaces it in place and leaves "+
+			"every other row in its shard", cfg.Publication, i, n, *filter, n)
+	}
+	return problemf("publication %q has the row filter %s, which is not the one of shard %d/%d, so this router "+
+		"would miss events of its shard or publish another shard's: %s", cfg.Publication, *filter, i, n, redo)
 }

@@ -44,7 +44,8 @@ func FromEvent(ev cdc.Event, table, reason string) cdc.Quarantined {
 	if ev.Table != "" {
 		table = ev.Table
 	}
-	q := cdc.Quarantined{LSN: ev.LSN, Ordinal: ev.Ordinal, CommitLSN: ev.CommitLSN, Table: table, EventID: ev.ID, Reason: reason}
+	q := cdc.Quarantined{LSN: ev.LSN, Ordinal: ev.Ordinal, CommitLSN: ev.CommitLSN, CommitTime: ev.CommitTime, Table: table,
+		EventID: ev.ID, Reason: reason}
 	if ev.Mapped != nil && ev.Mapped.Columns != nil {
 		q.Columns = make(map[string]cdc.RawValue, len(ev.Mapped.Columns))
 		for _, c := range ev.Mapped.Columns {

@@ -31,6 +31,7 @@ type Record struct {
 	Values        []byte // row_values as JSON text ({"column": "text" or null}); nil for a minimal record
 	Notes         []byte // value_notes as JSON text; nil when nothing was cut or replaced
 	QuarantinedAt time.Time
+	CommitTime    time.Time  // its transaction's commit time; zero when not stored (see migration 011)
 	HandledAt     *time.Time // nil while not handled
 	HandledHow    string     // replayed or discarded
 }
@@ -51,16 +52,20 @@ func NewRecords(conn *pgx.Conn, schema string) *Records {
 }
 
 const recordColumns = `id, slot, lsn::text, row_key, commit_lsn::text, table_name, coalesce(event_id, ''), reason,
-	row_values::text, value_notes::text, quarantined_at, handled_at, coalesce(handled_how, '')`
+	row_values::text, value_notes::text, quarantined_at, commit_time, handled_at, coalesce(handled_how, '')`
 
 func scanRecord(row pgx.Row) (Record, error) {
 	var r Record
 	var lsn string
 	var commit, values, notes *string
+	var committed *time.Time
 	err := row.Scan(&r.ID, &r.Slot, &lsn, &r.RowKey, &commit, &r.Table, &r.EventID, &r.Reason, &values, &notes,
-		&r.QuarantinedAt, &r.HandledAt, &r.HandledHow)
+		&r.QuarantinedAt, &committed, &r.HandledAt, &r.HandledHow)
 	if err != nil {
 		return r, err
+	}
+	if committed != nil {
+		r.CommitTime = *committed
 	}
 	if r.LSN, err = cdc.ParseLSN(lsn); err != nil {
 		return r, err

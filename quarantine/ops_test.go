@@ -50,7 +50,8 @@ func TestReplayEventAndHandling(t *testing.T) {
 		t.Fatalf("ReplayEvent from stored values = %v, %q", err, source)
 	}
 	if ev.ID != whole.EventID || string(ev.Payload) != `{"a": 1}` || ev.CommitLSN != 0x1000 || ev.Backfill ||
-		string(ev.Headers) != `{"trace":"t","x-quarantine-id":`+itoa(whole.ID)+`,"x-replayed":true}` {
+		string(ev.Headers) != `{"trace":"t","x-quarantine-id":`+itoa(whole.ID)+`,"x-replayed":true,"x-replayed-from-quarantine":`+
+			itoa(whole.QuarantinedAt.UnixMilli())+`}` {
 		t.Errorf("replayed event = %+v, headers %s", ev, ev.Headers)
 	}
 

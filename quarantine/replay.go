@@ -17,6 +17,10 @@ import (
 const (
 	HeaderReplayed     = "x-replayed"      // bool true
 	HeaderQuarantineID = "x-quarantine-id" // int, the record's id
+	// HeaderReplayedFrom is the time the event was quarantined, in milliseconds since the Unix epoch (int):
+	// a consumer recognises a replay by it, and knows that later versions of the aggregate may have been
+	// delivered before it.
+	HeaderReplayedFrom = "x-replayed-from-quarantine"
 )
 
 // Sources of a replayed event.
@@ -32,7 +36,8 @@ var ErrNotReplayable = errors.New("cannot be replayed")
 // ReplayEvent builds the event to publish again for rec. row is the outbox row with rec.EventID (as
 // snapshot.ReadRow returns it), nil when it is no longer there: then the stored values are used, but only
 // when none was cut or replaced (value_notes). Both go through decode.MapRow with cfg, as a backfill's rows
-// do. The event keeps the record's commit position and carries HeaderReplayed and HeaderQuarantineID.
+// do. The event keeps the record's commit position and carries HeaderReplayed, HeaderQuarantineID and
+// HeaderReplayedFrom.
 func ReplayEvent(cfg decode.Config, rec Record, row map[string]*string) (ev cdc.Event, source string, err error) {
 	source = FromOutbox
 	if row == nil {
@@ -58,7 +63,7 @@ func ReplayEvent(cfg decode.Config, rec Record, row map[string]*string) (ev cdc.
 	if ev.CommitLSN == 0 {
 		ev.CommitLSN = rec.LSN
 	}
-	if ev.Headers, err = replayHeaders(ev.Headers, rec.ID); err != nil {
+	if ev.Headers, err = replayHeaders(ev.Headers, rec); err != nil {
 		return cdc.Event{}, source, err
 	}
 	return ev, source, nil
@@ -87,8 +92,9 @@ func storedValues(rec Record) (map[string]*string, error) {
 	return values, nil
 }
 
-// replayHeaders adds HeaderReplayed and HeaderQuarantineID to the headers column's JSON object (empty: none).
-func replayHeaders(headers []byte, id int64) ([]byte, error) {
+// replayHeaders adds HeaderReplayed, HeaderQuarantineID and HeaderReplayedFrom to the headers column's JSON
+// object (empty: none).
+func replayHeaders(headers []byte, rec Record) ([]byte, error) {
 	m := map[string]json.RawMessage{}
 	if len(strings.TrimSpace(string(headers))) > 0 {
 		if err := json.Unmarshal(headers, &m); err != nil || m == nil {
@@ -96,7 +102,8 @@ func replayHeaders(headers []byte, id int64) ([]byte, error) {
 		}
 	}
 	m[HeaderReplayed] = json.RawMessage("true")
-	m[HeaderQuarantineID] = json.RawMessage(fmt.Sprint(id))
+	m[HeaderQuarantineID] = json.RawMessage(fmt.Sprint(rec.ID))
+	m[HeaderReplayedFrom] = json.RawMessage(fmt.Sprint(rec.QuarantinedAt.UnixMilli()))
 	return json.Marshal(m)
 }
 
@@ -157,8 +164,10 @@ func MappedShape(rec Record) bool {
 // table's mapping resolved against its columns (snapshot.ReadMappedRow): row is the row with rec's event
 // id in the order of mapper.Columns(), nil when it is no longer there; then the stored values are used, but
 // only when none was cut or replaced, a column missing from them is NULL. The row is mapped as the stream
-// maps it, the quarantine time standing in for the commit time where the mapping would use it; the event
-// keeps the record's commit position and carries HeaderReplayed and HeaderQuarantineID.
+// maps it, with the record's commit time where the mapping uses it (a table without a timestamp column:
+// the AMQP timestamp and timestamp_in_ms); a record that has none stored (one of a snapshot or backfill
+// row, or written before migration 011) falls back to its quarantine time. The event keeps the record's
+// commit position and carries HeaderReplayed, HeaderQuarantineID and HeaderReplayedFrom.
 func ReplayMapped(mapper *decode.RowMapper, rec Record, row []*string) (ev cdc.Event, source string, err error) {
 	source = FromOutbox
 	if row == nil {
@@ -171,7 +180,11 @@ func ReplayMapped(mapper *decode.RowMapper, rec Record, row []*string) (ev cdc.E
 			row = append(row, values[c.Name])
 		}
 	}
-	ev, drop, err := mapper.Map(row, rec.QuarantinedAt)
+	committed := rec.CommitTime
+	if committed.IsZero() {
+		committed = rec.QuarantinedAt
+	}
+	ev, drop, err := mapper.Map(row, committed)
 	var rowErr *decode.RowError
 	switch {
 	case errors.As(err, &rowErr) && source == FromOutbox:
@@ -192,6 +205,6 @@ func ReplayMapped(mapper *decode.RowMapper, rec Record, row []*string) (ev cdc.E
 		ev.CommitLSN = rec.LSN
 	}
 	ev.Mapped.Headers = append(ev.Mapped.Headers, cdc.Header{Name: HeaderReplayed, Value: true},
-		cdc.Header{Name: HeaderQuarantineID, Value: rec.ID})
+		cdc.Header{Name: HeaderQuarantineID, Value: rec.ID}, cdc.Header{Name: HeaderReplayedFrom, Value: rec.QuarantinedAt.UnixMilli()})
 	return ev, source, nil
 }

@@ -27,8 +27,9 @@ func TestMappedShape(t *testing.T) {
 }
 
 // TestReplayMapped: from the outbox row or the stored values (a missing column is NULL), mapped by the
-// table's mapping, with the replay headers and the record's commit position; a row that still fails, a value
-// cut when stored and a dropped tombstone are refused.
+// table's mapping, with the replay headers (the quarantine time among them), the record's commit position
+// and its commit time as the timestamp (the quarantine time only for a record without one); a row that
+// still fails, a value cut when stored and a dropped tombstone are refused.
 func TestReplayMapped(t *testing.T) {
 	m, err := decode.ParseMapping("route.tombstone.on.empty.payload=true\namqp.tombstone=drop\n")
 	if err != nil {
@@ -41,15 +42,27 @@ func TestReplayMapped(t *testing.T) {
 		t.Fatal(err)
 	}
 	s := func(v string) *string { return &v }
-	rec := Record{ID: 7, LSN: 0x20, CommitLSN: 0x30, Table: "public.poller", EventID: "5", QuarantinedAt: time.Unix(1700000000, 0)}
+	committed := time.Unix(1600000000, 0).UTC()
+	rec := Record{ID: 7, LSN: 0x20, CommitLSN: 0x30, Table: "public.poller", EventID: "5", QuarantinedAt: time.Unix(1700000000, 0),
+		CommitTime: committed}
 	ev, source, err := ReplayMapped(mapper, rec, []*string{s("5"), s("Order"), s("o-1"), s(`{"a": 1}`)})
 	if err != nil || source != FromOutbox || ev.ID != "5" || string(ev.Payload) != `{"a": 1}` || ev.CommitLSN != 0x30 ||
 		ev.Mapped.RoutingKey != "outbox.event.Order" {
 		t.Fatalf("from the row: %+v %s %v", ev, source, err)
 	}
 	hs := ev.Mapped.Headers
-	if got := hs[len(hs)-2:]; got[0] != (cdc.Header{Name: HeaderReplayed, Value: true}) || got[1] != (cdc.Header{Name: HeaderQuarantineID, Value: int64(7)}) {
+	if got := hs[len(hs)-3:]; got[0] != (cdc.Header{Name: HeaderReplayed, Value: true}) || got[1] != (cdc.Header{Name: HeaderQuarantineID, Value: int64(7)}) ||
+		got[2] != (cdc.Header{Name: HeaderReplayedFrom, Value: int64(1700000000000)}) {
 		t.Errorf("replay headers %v", got)
+	}
+	if !ev.Mapped.Timestamp.Equal(committed) || !hasHeader(hs, decode.HeaderTimestampInMs, committed.UnixMilli()) {
+		t.Errorf("replayed timestamp %v, headers %v; want the commit time %v", ev.Mapped.Timestamp, hs, committed)
+	}
+	old := rec
+	old.CommitTime = time.Time{}
+	if ev, _, err := ReplayMapped(mapper, old, []*string{s("5"), s("Order"), s("o-1"), s(`{"a": 1}`)}); err != nil ||
+		!ev.Mapped.Timestamp.Equal(old.QuarantinedAt) {
+		t.Errorf("a record without a commit time: timestamp %v, %v; want the quarantine time", ev.Mapped.Timestamp, err)
 	}
 	rec.Values = []byte(`{"id": "5", "aggregatetype": "Order", "payload": "{}"}`)
 	ev, source, err = ReplayMapped(mapper, rec, nil)
@@ -71,4 +84,13 @@ func TestReplayMapped(t *testing.T) {
 			t.Errorf("%s: %v, want ErrNotReplayable with %q", name, err, tt.want)
 		}
 	}
+}
+
+func hasHeader(hs []cdc.Header, name string, value any) bool {
+	for _, h := range hs {
+		if h.Name == name && h.Value == value {
+			return true
+		}
+	}
+	return false
 }

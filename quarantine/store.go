@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"time"
 	"unicode/utf16"
 	"unicode/utf8"
 
@@ -42,6 +43,7 @@ func NewStore(conn *pgx.Conn, schema, slot string) *Store {
 type record struct {
 	slot, lsn, rowKey, table, reason  string
 	commitLSN, eventID, values, notes *string
+	commitTime                        *time.Time
 }
 
 // rowKey is the row_key a record of q is stored under: q.RowKey for a snapshot or backfill row, else empty
@@ -64,6 +66,9 @@ func (s *Store) Write(ctx context.Context, q cdc.Quarantined) error {
 		table: validText(q.Table, maxText), reason: validText(q.Reason, maxReason)}
 	if q.CommitLSN != 0 {
 		r.commitLSN = ptr(q.CommitLSN.String())
+	}
+	if !q.CommitTime.IsZero() {
+		r.commitTime = &q.CommitTime
 	}
 	if q.EventID != "" {
 		r.eventID = ptr(validText(q.EventID, maxEventID))
@@ -101,10 +106,10 @@ func (s *Store) insert(ctx context.Context, r record, fail func() error) error {
 		return fail()
 	}
 	_, err := s.conn.Exec(ctx, `INSERT INTO `+s.table+` (slot, lsn, row_key, commit_lsn, table_name, event_id,
-			reason, row_values, value_notes)
-		VALUES ($1, $2::pg_lsn, $3, $4::pg_lsn, $5, $6, $7, $8::jsonb, $9::jsonb)
+			reason, row_values, value_notes, commit_time)
+		VALUES ($1, $2::pg_lsn, $3, $4::pg_lsn, $5, $6, $7, $8::jsonb, $9::jsonb, $10)
 		ON CONFLICT (slot, lsn, row_key) DO NOTHING`,
-		r.slot, r.lsn, r.rowKey, r.commitLSN, r.table, r.eventID, r.reason, r.values, r.notes)
+		r.slot, r.lsn, r.rowKey, r.commitLSN, r.table, r.eventID, r.reason, r.values, r.notes, r.commitTime)
 	return err
 }
 

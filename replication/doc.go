@@ -31,6 +31,10 @@
 //   - A promoted standby (the same system identifier, a later timeline) is streamed from only through the
 //     slot it has (a failover slot's synchronized copy), never a new one; the timeline is recorded with the
 //     position, and a stored position past the end of its timeline on that server is refused.
+//   - Reset never drops a slot that holds unpublished events of its publication (inserts, and messages
+//     with the router's prefix, in transactions past the acknowledged position) unless forced: it peeks
+//     them without consuming, bounded in rows and time, and names how many; what it cannot count it
+//     refuses too (TestResetRefusesToDropUnpublishedEvents).
 //
 // Stats is what the stream did, for the health endpoints, the progress line and the metrics (Stats.Register):
 // counts by source, reason and cause, the lag in time (the age of the commit of the oldest received

@@ -206,7 +206,19 @@ func jobState(j snapshot.Job) string {
 // refuses while any router of the slot runs in this database (streaming, waiting, or copying the initial
 // snapshot) and no router starts meanwhile; it refuses a slot that belongs to another database. Nothing of
 // other slots, backfills and quarantine records is touched.
-func Reset(ctx context.Context, conn *pgx.Conn, slot, schema string) error {
+//
+// It refuses to drop a slot that still holds unpublished changes of opts.Publication: it peeks them
+// without consuming (peekUnpublished, bounded in rows and time) and names how many events, of which
+// transactions, opts.Force would drop; it refuses too when it cannot count them. An invalidated slot,
+// whose WAL is gone, holds nothing it could count. With opts.Force it drops the slot anyway and returns
+// what it dropped.
+func Reset(ctx context.Context, conn *pgx.Conn, slot, schema string, opts ResetOptions) (Unpublished, error) {
+	var dropped Unpublished
+	err := reset(ctx, conn, slot, schema, opts, &dropped)
+	return dropped, err
+}
+
+func reset(ctx context.Context, conn *pgx.Conn, slot, schema string, opts ResetOptions, dropped *Unpublished) error {
 	lock := snapshot.LockKey(snapshot.InitialName(slot))
 	mine, err := tryLock(ctx, conn, lock, resetLockWait)
 	if err != nil {
@@ -244,6 +256,31 @@ func Reset(ctx context.Context, conn *pgx.Conn, slot, schema string) error {
 	if info.Active {
 		return fatalf("slot %s is active: stop the process that streams from it (pg_stat_replication shows it) before "+
 			"resetting; nothing was changed", slot)
+	}
+	if info.Exists && info.Invalidation == "" && info.WALStatus != "lost" {
+		stored := info.ConfirmedFlush
+		p, ok, err := offsets.NewStore(conn, schema, slot, 0).Load(ctx)
+		if err != nil {
+			return fmt.Errorf("%w (has `cdc-router migrate` run?)", err)
+		}
+		var current string
+		if err := conn.QueryRow(ctx, "SELECT pg_current_wal_lsn()::text").Scan(&current); err != nil {
+			return fmt.Errorf("read the WAL position: %w", err)
+		}
+		if end, _ := cdc.ParseLSN(current); ok && p.LSN > stored && p.LSN <= end {
+			stored = p.LSN // a position stored after the last status update (from another server's WAL, it is ignored)
+		}
+		u, err := peekUnpublished(ctx, conn, slot, stored, opts)
+		switch {
+		case err != nil && !opts.Force:
+			return peekRefusal(slot, err)
+		case err == nil && u.Events() > 0 && !opts.Force:
+			return unpublishedRefusal(slot, opts.Publication, stored, u)
+		}
+		*dropped = u
+		if err != nil {
+			dropped.NotCounted = err.Error()
+		}
 	}
 	if info.Exists {
 		if _, err := conn.Exec(ctx, "SELECT pg_drop_replication_slot($1)", slot); err != nil {

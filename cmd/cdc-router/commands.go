@@ -234,9 +234,35 @@ func runStatus(ctx context.Context, args []string, env func(string) string, stdo
 }
 
 func runReset(ctx context.Context, args []string, env func(string) string, stdout, stderr io.Writer) error {
-	return withConn(ctx, "reset", args, env, stderr, nil, func(conn *pgx.Conn, pg pgFlags) error {
-		if err := replication.Reset(ctx, conn, *pg.slot, *pg.schema); err != nil {
+	var force *bool
+	var shard, messagePrefix *string
+	var peekLimit *int
+	var peekTimeout *time.Duration
+	flags := func(s *settings) {
+		force = s.Bool("force", false, "drop the slot even when it still holds unpublished events (reset names how many), or when they cannot be counted")
+		shard = s.String("shard", "", "i/N: reset shard i of N, the slot <slot>_shard_i_of_N read with the publication <publication>_shard_i_of_N, as run --shard i/N")
+		messagePrefix = s.String("message-prefix", "", "the --message-prefix the router runs with, so that the logical decoding messages it would publish are counted too")
+		peekLimit = s.Int("peek-limit", replication.DefaultPeekLimit, "decode at most this many of the slot's pending changes to count the unpublished events (past it: \"at least\")")
+		peekTimeout = s.Duration("peek-timeout", replication.DefaultPeekTimeout, "bound on the time spent counting the slot's unpublished events")
+	}
+	return withConn(ctx, "reset", args, env, stderr, flags, func(conn *pgx.Conn, pg pgFlags) error {
+		if *shard != "" {
+			i, n, err := migrations.ParseShard(*shard)
+			if err != nil {
+				return usageError{err}
+			}
+			*pg.publication, *pg.slot = migrations.ShardPublication(*pg.publication, i, n), migrations.ShardSlot(*pg.slot, i, n)
+		}
+		dropped, err := replication.Reset(ctx, conn, *pg.slot, *pg.schema, replication.ResetOptions{Publication: *pg.publication,
+			MessagePrefix: *messagePrefix, Force: *force, PeekLimit: *peekLimit, PeekTimeout: *peekTimeout})
+		if err != nil {
 			return err
+		}
+		switch {
+		case dropped.NotCounted != "":
+			fmt.Fprintf(stdout, "reset --force: the slot's pending changes were not counted (%s)\n", dropped.NotCounted)
+		case dropped.Events() > 0:
+			fmt.Fprintf(stdout, "reset --force: dropped %s\n", dropped)
 		}
 		fmt.Fprintf(stdout, "reset: slot %s dropped (if it existed) and its stored position forgotten; the next run "+
 			"creates a new slot\n", *pg.slot)

@@ -103,8 +103,13 @@ func droppedPublication(t *testing.T, e *env, want string) {
 		t.Fatalf("migrate: exit %d: %s", code, out)
 	}
 	e.expectRefusal(want)
-	if out, code := e.cli("reset", "--slot", e.slot); code != 0 {
-		t.Fatalf("reset: exit %d: %s", code, out)
+	// Before PostgreSQL 18 the changes written while the publication was missing cannot be decoded, so
+	// reset cannot count what the slot holds and refuses without --force; PostgreSQL 18 decodes them without it.
+	if out, code := e.cli("reset", "--slot", e.slot); code != 0 && !strings.Contains(out, "--force") {
+		t.Fatalf("reset: exit %d, want 0 or a refusal naming --force: %s", code, out)
+	}
+	if out, code := e.cli("reset", "--slot", e.slot, "--force"); code != 0 {
+		t.Fatalf("reset --force: exit %d: %s", code, out)
 	}
 	e.startStreaming()
 	w.write(20, 5, 0)

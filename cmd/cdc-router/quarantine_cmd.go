@@ -212,6 +212,9 @@ func showRecord(r quarantine.Record) string {
 	if r.CommitLSN != 0 {
 		commit = r.CommitLSN.String()
 	}
+	if !r.CommitTime.IsZero() {
+		commit += ", committed at " + r.CommitTime.UTC().Format(time.RFC3339Nano)
+	}
 	values, notes := "NULL (a minimal record: PostgreSQL refused the values, see notes)", "none (every value is whole)"
 	if r.Values != nil {
 		values = string(r.Values)
@@ -288,8 +291,9 @@ func quarantineReplay(s *settings) func(context.Context, *pgx.Conn, opsFlags, []
 				failed = append(failed, strconv.FormatInt(id, 10))
 				continue
 			}
+			exchange, key := route.Destination(ev, *broker.exchange)
 			fmt.Fprintf(stdout, "record %d replayed from %s: event %s published to %s (routing key %s)\n", rec.ID,
-				source, ev.ID, *broker.exchange, route.RoutingKey(ev))
+				source, ev.ID, exchange, key)
 		}
 		if len(failed) > 0 {
 			return fmt.Errorf("%d of %d records not replayed (%s): see above", len(failed), len(ids), strings.Join(failed, ", "))
@@ -300,9 +304,9 @@ func quarantineReplay(s *settings) func(context.Context, *pgx.Conn, opsFlags, []
 
 var errHandled = errors.New("already handled")
 
-// replayable loads record id and builds its event, from the outbox row when it is still there: a record of a
-// table that mappings maps (by the record's table) through that mapping, one whose stored values are of
-// another shape refused without it.
+// replayable loads record id and builds its event, from the row in the record's own table (--table only for
+// a record that names none) when it is still there: a record of a table that mappings maps (by the record's
+// table) through that mapping, one whose stored values are of another shape refused without it.
 func replayable(ctx context.Context, records *quarantine.Records, read *pgx.Conn, broker brokerFlags, pg opsFlags,
 	mappings map[string]*decode.Mapping, id int64, force bool) (quarantine.Record, cdc.Event, string, error) {
 	rec, ok, err := records.Load(ctx, id)
@@ -337,12 +341,12 @@ func replayable(ctx context.Context, records *quarantine.Records, read *pgx.Conn
 			quarantine.ErrNotReplayable, table, table)
 	}
 	var row map[string]*string
-	if isUUID(rec.EventID) {
-		if row, _, err = snapshot.ReadRow(ctx, read, *pg.table, rec.EventID); err != nil {
+	if isUUID(rec.EventID) && !strings.HasPrefix(rec.Table, decode.MessageTable) { // a message has no row to read
+		if row, _, err = snapshot.ReadRow(ctx, read, table, rec.EventID); err != nil {
 			return rec, cdc.Event{}, "", err
 		}
 	}
-	ev, source, err := quarantine.ReplayEvent(broker.decode(*pg.table), rec, row)
+	ev, source, err := quarantine.ReplayEvent(broker.decode(table), rec, row)
 	return rec, ev, source, err
 }
 

@@ -238,3 +238,47 @@ func TestSnapshotQuarantineKeysDoNotCollide(t *testing.T) {
 	t.Logf("snapshot quarantine keys: %s", keys)
 	expectCleanLog(t, r, marker)
 }
+
+// TestQuarantineReplayReadsTheRecordsOwnTable: a record of the second --table of a router, replayed
+// after its row was fixed in that table, is published from that row. replay used to look the row up in
+// --table (public.outbox), report it gone, and publish the stored, unfixed values.
+func TestQuarantineReplayReadsTheRecordsOwnTable(t *testing.T) {
+	e := twoOutboxes(t, true)
+	c := e.consume(e.queue)
+	r := e.startStreaming("--table", "public.outbox", "--table", "public.outbox_b", "--snapshot", "never",
+		"--max-payload-bytes", "100")
+	id := uuid()
+	e.exec(`INSERT INTO outbox_b (id, aggregate_type, aggregate_id, aggregate_version, event_type, payload)
+		VALUES ($1, 'order', 'b-1', 1, 'created', jsonb_build_object('s', repeat('x', 200)))`, id)
+	e.waitQuarantined(1, 30*time.Second)
+	stopRouter(t, r)
+	if table := e.scalar(`SELECT table_name FROM cdc_router.quarantine WHERE event_id = $1`, id); table != "public.outbox_b" {
+		t.Fatalf("record of the second table names %q", table)
+	}
+	e.exec(`UPDATE outbox_b SET payload = '{"fixed": true}' WHERE id = $1`, id)
+	out, code := e.cli("quarantine", "replay", "--exchange", e.exchange, e.recordID(id))
+	want := fmt.Sprintf("replayed from the outbox table: event %s published to %s (routing key order.created)", id, e.exchange)
+	if code != 0 || !strings.Contains(out, want) {
+		t.Fatalf("replay of a record of public.outbox_b: exit %d, want %q\n%s", code, want, out)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		var got []delivery
+		for _, d := range c.snapshot() {
+			if d.id == id {
+				got = append(got, d)
+			}
+		}
+		if len(got) == 1 && string(got[0].msg.Body) == `{"fixed": true}` && got[0].msg.Headers["x-replayed"] == true {
+			break
+		}
+		if len(got) > 0 || time.Now().After(deadline) {
+			var bodies []string
+			for _, d := range got {
+				bodies = append(bodies, string(d.msg.Body))
+			}
+			t.Fatalf("deliveries of the replayed event: %q, want one with the fixed payload", bodies)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}

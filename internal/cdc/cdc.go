@@ -58,6 +58,7 @@ type Event struct {
 	Headers          []byte    // headers column (a JSON object as text); may be empty
 	OccurredAt       time.Time // occurred_at
 	CommitLSN        LSN       // commit LSN of the transaction that inserted the row (or the snapshot position)
+	CommitTime       time.Time // commit time of that transaction for a streamed row (the primary's clock); zero for snapshot and backfill rows
 	Table            string    // schema-qualified outbox table of the row, set by the decoder; empty: the only --table
 	Backfill         bool      // read from the table by a snapshot or backfill, not from the stream
 
@@ -158,4 +159,8 @@ type Quarantined struct {
 	EventID   string              // the outbox id when the row has one (at most 255 bytes kept), else empty
 	Columns   map[string]RawValue // by column name; a column that was not sent has no entry
 	Reason    string              // why it cannot become an event
+
+	// CommitTime is its transaction's commit time (the primary's clock) for a streamed row; zero when not
+	// known (snapshot and backfill rows).
+	CommitTime time.Time
 }
