@@ -186,6 +186,11 @@ func runOnce(ctx context.Context, cfg Config, dial Dialer, log *slog.Logger, sta
 	if err := migrations.Check(ctx, sql, mcfg); err != nil {
 		return false, withBackfillHint(ctx, sql, cfg, err)
 	}
+	if cfg.Decode.MessagePrefix != "" { // read at every start of the stream: a restart picks up a rotated key
+		if cfg.Decode.EmitKeys, err = migrations.LoadEmitKeys(ctx, sql, cfg.Schema); err != nil {
+			return false, err
+		}
+	}
 	watch := &publicationWatch{cfg: cfg, log: log, stats: stats}
 	watch.record(ctx, sql, "")
 	conn, err := connectReplication(ctx, cfg.PGURL)
