@@ -28,7 +28,7 @@ groups=(
   "refusals=TestSlotDroppedWhileStoppedIsRefused|TestPositionFromAnotherClusterIsRefused|TestResetAfterRefusalStartsOver|TestUnroutableEventIsParked|TestUnroutableQueueOfTheOtherTypeIsRefused|TestDroppedPublicationIsRefused"
   "stream, quorum queues=TestEveryEventArrivesInOrderWithItsProperties|TestQuorumQueueConsumerGetsEveryEvent"
   "partitioned outbox=TestPartitionedInitialSnapshotAndStream|TestPartitionedAttachAndDropWhileStreaming|TestPartitionedPublicationWithoutViaRootIsRefused"
-  "emitted events, docs SQL=TestOnlyAuthorisedWritersPublishEmittedEvents|TestMessagePrefixWithoutEmitKeyIsRefused|TestDocumentedSetupSQLRuns|TestEmitFunctionHardening"
+  "emitted events, docs SQL=TestOnlyAuthorisedWritersPublishEmittedEvents|TestMessagePrefixWithoutEmitKeyIsRefused|TestDocumentedSetupSQLRuns|TestDocumentedBrokerPermissions|TestEmitFunctionHardening"
 )
 core_regex() {
   local all=() g
