@@ -31,6 +31,10 @@ const emitMACLabel = "cdc-router emit v1\n"
 // maxSignatureLine bounds the signature line: "v1:", a key id of up to 10 digits, ":", 64 hex digits, "\n".
 const maxSignatureLine = 3 + 10 + 1 + 64 + 1
 
+// SetEmitKeys replaces Config.EmitKeys for the messages decoded from now on (a key rotated in while the
+// stream runs); it is not safe to call during Decode.
+func (d *Decoder) SetEmitKeys(keys map[uint32][]byte) { d.cfg.EmitKeys = keys }
+
 // EmitMAC is the MAC of envelope emitted in the transaction with xid (its low 32 bits) under key.
 func EmitMAC(key []byte, xid uint32, envelope []byte) []byte {
 	m := hmac.New(sha256.New, key)
@@ -73,8 +77,8 @@ func verifyEmitted(keys map[uint32][]byte, xid uint32, content []byte) ([]byte, 
 	}
 	key, ok := keys[uint32(id)]
 	if !ok {
-		return nil, fmt.Sprintf(why+"it is signed with key %d, which the router did not load when it started "+
-			"(rotated while it ran? restart the router after `migrate --rotate-emit-key`; or forged)", id)
+		return nil, fmt.Sprintf(why+"it is signed with key %d, which the router does not hold: forged, or signed "+
+			"before the router could reload the keys (a key made active early; docs/operations.md#emitted-events---message-prefix)", id)
 	}
 	envelope := content[nl+1:]
 	if !hmac.Equal(mac, EmitMAC(key, xid, envelope)) {

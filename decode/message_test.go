@@ -171,7 +171,7 @@ func TestDecodeUnauthenticatedMessages(t *testing.T) {
 		"unsigned":                  {envelope1, "it carries no MAC"},
 		"another transaction's xid": {string(SignEmitted(testEmitKeyID, testEmitKey, testXID+1, []byte(envelope1))), "does not match"},
 		"another key":               {string(SignEmitted(testEmitKeyID, []byte("another key"), testXID, []byte(envelope1))), "does not match"},
-		"an unknown key id":         {string(SignEmitted(9, testEmitKey, testXID, []byte(envelope1))), "signed with key 9, which the router did not load"},
+		"an unknown key id":         {string(SignEmitted(9, testEmitKey, testXID, []byte(envelope1))), "signed with key 9, which the router does not hold"},
 		"a forged MAC":              {forged, "does not match"},
 		"an altered envelope":       {strings.Replace(good, `"paid"`, `"refunded"`, 1), "does not match"},
 		"a bad signature line":      {"v1:3:xyz\n" + envelope1, "signature line is malformed"},

@@ -11,6 +11,7 @@ import (
 	"sort"
 	"strings"
 	"text/template"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -61,6 +62,10 @@ func (c Config) forTable(t decode.Outbox) Config {
 	c.Table, c.Mapping = t.Table, t.Mapping
 	return c
 }
+
+// EmitKeyDelay is how long after `migrate --rotate-emit-key` emit starts signing with the new key: long
+// enough for every running router to have reloaded the keys (replication reloads them every 30 s at most).
+const EmitKeyDelay = 2 * time.Minute
 
 // DefaultMessagePrefix is the prefix of the messages that <schema>.emit writes when none is given.
 const DefaultMessagePrefix = "cdc-router.outbox"
@@ -119,6 +124,7 @@ type vars struct {
 	EmitFunction                           bool   // render 007's emit function
 	EmitRoles                              []role // the roles granted EXECUTE on emit
 	RotateEmitKey                          bool   // add a new emit key
+	EmitKeyDelay                           string // how long after a rotation the new key signs, an SQL interval literal
 	MessagePrefixLiteral                   string // the emit function's message prefix as an SQL string literal
 	// Dollar is the dollar-quote delimiter of DO bodies (write DO {{.Dollar}} ... {{.Dollar}}; never $$): $$
 	// unless a name holds it, then one no name holds, so a name can never end the body early.
@@ -167,6 +173,7 @@ func Statements(cfg Config) ([]string, error) {
 		EmitFunction:         cfg.EmitFunction,
 		MessagePrefixLiteral: literal(cfg.MessagePrefix),
 		RotateEmitKey:        cfg.RotateEmitKey,
+		EmitKeyDelay:         literal(fmt.Sprintf("%d seconds", int(EmitKeyDelay.Seconds()))),
 	}
 	quoted := []string{v.Schema, v.Table, v.Publication, v.SchemaLiteral, v.PublicationLiteral, v.TableLiteral, v.MessagePrefixLiteral}
 	for _, r := range cfg.EmitRoles {

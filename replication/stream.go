@@ -63,6 +63,7 @@ type session struct {
 	net      *safetyNet        // finds the event the broker keeps refusing; shared by the runs of one Run
 	quar     *quarantine.Store // the quarantine table
 	watch    *publicationWatch // re-checks that the publication still carries the outbox
+	emitKeys *emitKeyWatch     // reloads the keys of emitted messages (--message-prefix)
 	progress *progressLog      // an info line per interval while events flow
 
 	slot    slotWatch    // reads the slot's health for the metrics and the readiness check
@@ -118,6 +119,7 @@ func (s *session) stream() error {
 		if err := s.watch.due(s); err != nil {
 			return err
 		}
+		s.emitKeys.due(s)
 		s.progress.due()
 		select {
 		case <-s.pub.Failed():

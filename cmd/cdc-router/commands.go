@@ -156,7 +156,7 @@ func runMigrate(ctx context.Context, args []string, env func(string) string, std
 		emitFunction = s.Bool("emit-function", false, "also create <schema>.emit(aggregate_type, aggregate_id, aggregate_version, event_type, payload, headers, schema_version), which writes an event as a logical decoding message for run --message-prefix (PostgreSQL 14+)")
 		messagePrefix = s.String("message-prefix", migrations.DefaultMessagePrefix, "the message prefix that --emit-function's function writes; give run the same --message-prefix")
 		emitRoles = s.Repeated("emit-role", "", "with --emit-function: a role that may call <schema>.emit (EXECUTE is revoked from PUBLIC; roles granted by earlier runs keep it); repeat the flag for several")
-		rotateEmitKey = s.Bool("rotate-emit-key", false, "with --emit-function: add a new key to sign emitted events with (stop the routers first, start them after; docs/operations.md)")
+		rotateEmitKey = s.Bool("rotate-emit-key", false, "with --emit-function: add a new key to sign emitted events with, from 2 minutes later on (running routers reload the keys before; docs/operations.md)")
 		withInbox = s.Bool("inbox", false, "also create the consumer-side inbox tables (package inbox) in this database")
 		inboxSchema = s.String("inbox-schema", inbox.DefaultSchema, "schema of the inbox tables")
 		amqpURL = s.List("amqp-url", "", "also declare the exchange (and the alternate exchange and its queue) in RabbitMQ, as run does, so consumers can bind before the first run")

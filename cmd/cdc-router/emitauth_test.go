@@ -195,3 +195,52 @@ func TestMessagePrefixWithoutEmitKeyIsRefused(t *testing.T) {
 		t.Fatalf("exit %d:\n%s\nwant exit 1 naming the grant", code, tail(r.Output(), 5))
 	}
 }
+
+// TestEmitKeyRotationWhileRunning: `migrate --rotate-emit-key` under a running router. emit goes on signing
+// with the old key until the new one's not_before (migrations.EmitKeyDelay later; the test moves it to now
+// once the router has reloaded the keys), and the router, which reloads the keys while it streams, publishes
+// the events of both keys and quarantines nothing.
+func TestEmitKeyRotationWhileRunning(t *testing.T) {
+	ctx := context.Background()
+	e := newStreamEnv(t)
+	if out, code := e.cli("migrate", "--emit-function"); code != 0 {
+		t.Fatalf("migrate --emit-function: exit %d:\n%s", code, out)
+	}
+	c := e.consume(e.queue)
+	r := e.startStreaming("--message-prefix", "cdc-router.outbox", "--publication-check-interval", "1s")
+	peek := e.slot + "_peek"
+	e.exec(`SELECT pg_create_logical_replication_slot($1, 'pgoutput')`, peek)
+	var want []row
+	emit := func(eventType string) {
+		t.Helper()
+		var id string
+		if err := e.db.QueryRow(ctx, `SELECT cdc_router.emit('order', '1', 1, $1, '{}')::text`, eventType).Scan(&id); err != nil {
+			t.Fatal(err)
+		}
+		want = append(want, row{id: id})
+	}
+	emit("before")
+	if out, code := e.cli("migrate", "--emit-function", "--rotate-emit-key"); code != 0 {
+		t.Fatalf("migrate --rotate-emit-key: exit %d:\n%s", code, out)
+	}
+	emit("during") // still the old key: the new one signs only from its not_before
+	r.waitLog("emit keys reloaded", 30*time.Second)
+	e.exec(`UPDATE cdc_router.emit_keys SET not_before = now() WHERE key_id = 2`)
+	emit("after")
+	c.waitFor(t, want, 60*time.Second)
+
+	rows, _ := e.db.Query(ctx, `SELECT convert_from(substr(data, position('\x00'::bytea IN substr(data, 11)) + 15, 5), 'UTF8')
+		FROM pg_logical_slot_peek_binary_changes($1, NULL, NULL, 'proto_version', '1', 'publication_names', 'cdc_router_outbox',
+		'messages', 'true') WHERE get_byte(data, 0) = 77`, peek)
+	signatures, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Join(signatures, " ") != "v1:1: v1:1: v1:2:" {
+		t.Errorf("signed with %v, want key 1, 1, then 2", signatures)
+	}
+	var quarantined int
+	if err := e.db.QueryRow(ctx, `SELECT count(*) FROM cdc_router.quarantine`).Scan(&quarantined); err != nil || quarantined != 0 {
+		t.Errorf("%d records quarantined (%v), want none", quarantined, err)
+	}
+}

@@ -14,12 +14,15 @@ CREATE TABLE IF NOT EXISTS {{.Schema}}.emit_keys (
     key        bytea NOT NULL CHECK (pg_catalog.length(key) = 32),
     ikey       bytea NOT NULL CHECK (pg_catalog.length(ikey) = 64),
     okey       bytea NOT NULL CHECK (pg_catalog.length(okey) = 64),
-    created_at timestamptz NOT NULL DEFAULT pg_catalog.now()
+    created_at timestamptz NOT NULL DEFAULT pg_catalog.now(),
+    not_before timestamptz NOT NULL DEFAULT pg_catalog.now() -- emit signs with the newest key from this time on
 );
 REVOKE ALL ON {{.Schema}}.emit_keys FROM PUBLIC;
 
 -- The first key, or with --rotate-emit-key one more: 256 bits hashed from four random UUIDs (122 random
--- bits each, from PostgreSQL's strong random source).
+-- bits each, from PostgreSQL's strong random source). A rotated key signs only {{.EmitKeyDelay}} after the
+-- rotation: running routers reload the keys well within that (replication.EmitKeyInterval), so none meets a
+-- key it lacks.
 DO {{.Dollar}}
 DECLARE
     k  bytea;
@@ -37,8 +40,11 @@ BEGIN
             ik := pg_catalog.set_byte(ik, i, pg_catalog.get_byte(ik, i) OPERATOR(pg_catalog.#) 54);
             ok := pg_catalog.set_byte(ok, i, pg_catalog.get_byte(ok, i) OPERATOR(pg_catalog.#) 92);
         END LOOP;
-        INSERT INTO {{.Schema}}.emit_keys (key_id, key, ikey, okey)
-        SELECT coalesce(pg_catalog.max(key_id) OPERATOR(pg_catalog.+) 1, 1), k, ik, ok FROM {{.Schema}}.emit_keys;
+        INSERT INTO {{.Schema}}.emit_keys (key_id, key, ikey, okey, not_before)
+        SELECT coalesce(pg_catalog.max(key_id) OPERATOR(pg_catalog.+) 1, 1), k, ik, ok,
+            CASE WHEN pg_catalog.count(*) OPERATOR(pg_catalog.=) 0 THEN pg_catalog.now()
+                 ELSE pg_catalog.now() OPERATOR(pg_catalog.+) {{.EmitKeyDelay}}::pg_catalog.interval END
+        FROM {{.Schema}}.emit_keys;
     END IF;
 END
 {{.Dollar}};
@@ -79,7 +85,8 @@ BEGIN
         RAISE EXCEPTION 'cdc-router emit: headers must be a JSON object, not %', pg_catalog.jsonb_typeof(headers)
             USING ERRCODE = 'invalid_parameter_value';
     END IF;
-    SELECT k.key_id, k.ikey, k.okey INTO kid, ik, ok FROM {{.Schema}}.emit_keys k ORDER BY k.key_id DESC LIMIT 1;
+    SELECT k.key_id, k.ikey, k.okey INTO kid, ik, ok FROM {{.Schema}}.emit_keys k
+        WHERE k.not_before OPERATOR(pg_catalog.<=) pg_catalog.now() ORDER BY k.key_id DESC LIMIT 1;
     IF NOT FOUND THEN
         RAISE EXCEPTION 'cdc-router emit: {{.Schema}}.emit_keys holds no key: run `cdc-router migrate --emit-function`';
     END IF;
