@@ -23,6 +23,9 @@
 //   - A promoted standby (the same system identifier, a later timeline) is streamed from only through the
 //     slot it has (a failover slot's synchronized copy), never a new one; the timeline is recorded with the
 //     position, and a stored position past the end of its timeline on that server is refused.
+//   - With Decode.MessagePrefix the stream starts only with the emit keys loaded (a missing or unreadable key
+//     is refused naming the fix, TestMessagePrefixWithoutEmitKeyIsRefused) and reloads them at least every
+//     EmitKeyInterval while it runs, so a rotated key is held before it signs (TestEmitKeyRotationWhileRunning).
 //
 // Stats is what the stream did, for the health endpoints, the progress line and the metrics (Stats.Register):
 // counts by source, reason and cause, the lag in time (the age of the commit of the oldest received
