@@ -193,3 +193,34 @@ func TestEmitFunctionHardening(t *testing.T) {
 		}
 	}
 }
+
+// TestEmitFunctionOddNames: a schema and a writer role whose names hold quotes and dollar signs get the
+// same emit, key and grants, and the writer's emit verifies.
+func TestEmitFunctionOddNames(t *testing.T) {
+	ctx := context.Background()
+	url := pg.NewDatabase(t)
+	c := connectAs(t, url, "postgres")
+	schema, role := `S'$$x`, `Wr'it$$er `+testenv.Name(t)
+	if _, err := c.Exec(ctx, "CREATE ROLE "+pgx.Identifier{role}.Sanitize()+" LOGIN"); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		c.Exec(ctx, "DROP OWNED BY "+pgx.Identifier{role}.Sanitize()+"; DROP ROLE "+pgx.Identifier{role}.Sanitize())
+	})
+	for range 2 {
+		if err := Apply(ctx, c, Config{Schema: schema, EmitFunction: true, EmitRoles: []string{role}, MessagePrefix: `p'$$`}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	keys, err := LoadEmitKeys(ctx, c, schema)
+	if err != nil || len(keys) != 1 {
+		t.Fatalf("keys %d: %v", len(keys), err)
+	}
+	if grantees, err := EmitGrantees(ctx, c, schema); err != nil || len(grantees) != 1 || grantees[0] != role {
+		t.Fatalf("grantees %q: %v", grantees, err)
+	}
+	wc := connectAs(t, url, role)
+	if _, err := wc.Exec(ctx, `SELECT `+pgx.Identifier{schema}.Sanitize()+`.emit('order', '1', 1, 'paid', '{}')`); err != nil {
+		t.Fatalf("the writer's emit: %v", err)
+	}
+}

@@ -88,7 +88,7 @@ BEGIN
     SELECT k.key_id, k.ikey, k.okey INTO kid, ik, ok FROM {{.Schema}}.emit_keys k
         WHERE k.not_before OPERATOR(pg_catalog.<=) pg_catalog.now() ORDER BY k.key_id DESC LIMIT 1;
     IF NOT FOUND THEN
-        RAISE EXCEPTION 'cdc-router emit: {{.Schema}}.emit_keys holds no key: run `cdc-router migrate --emit-function`';
+        RAISE EXCEPTION 'cdc-router emit: emit_keys holds no active key: run `cdc-router migrate --emit-function`';
     END IF;
     envelope := pg_catalog.convert_to(pg_catalog.jsonb_build_object(
         'id', event_id,
