@@ -3,10 +3,12 @@ package main
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/url"
 	"os"
 	"regexp"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -56,13 +58,30 @@ func TestDocumentedBrokerPermissions(t *testing.T) {
 	if len(lines) != 4 {
 		t.Fatalf("docs/operations.md's Security section has %d rabbitmqctl lines, want 4 (two users, their permissions)", len(lines))
 	}
-	for _, user := range []string{routerUser, consumerUser} {
-		t.Cleanup(func() { testenv.Rabbitmqctl(t, "delete_user", user).Run() })
-	}
-	for _, args := range lines {
-		if out, err := testenv.Rabbitmqctl(t, args...).CombinedOutput(); err != nil {
-			t.Fatalf("rabbitmqctl %s: %v\n%s", strings.Join(args, " "), err, out)
+	t.Cleanup(func() {
+		var wg sync.WaitGroup
+		for _, user := range []string{routerUser, consumerUser} {
+			wg.Go(func() { testenv.Rabbitmqctl(t, "delete_user", user).Run() })
 		}
+		wg.Wait()
+	})
+	// Each user's two lines in order, the two users at once: rabbitmqctl takes seconds to start.
+	failures := make(chan string, len(lines))
+	var wg sync.WaitGroup
+	for i := 0; i < len(lines); i += 2 {
+		wg.Go(func() {
+			for _, args := range lines[i : i+2] {
+				if out, err := testenv.Rabbitmqctl(t, args...).CombinedOutput(); err != nil {
+					failures <- fmt.Sprintf("rabbitmqctl %s: %v\n%s", strings.Join(args, " "), err, out)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(failures)
+	for f := range failures {
+		t.Fatal(f)
 	}
 	as := func(user string) string {
 		u, err := url.Parse(e.amqpURL)
