@@ -31,7 +31,8 @@
 //     (crypto/hmac, constant time) with a key of Config.EmitKeys over its envelope and the xid of the
 //     transaction it is decoded in; an unsigned, forged or altered one, one signed with an unknown key or
 //     copied from another transaction is a Quarantine whose reason starts "unauthenticated emitted
-//     message: " (emitauth.go, TestDecodeUnauthenticatedMessages);
+//     message: ", keeping at most MaxUnauthenticatedStored bytes of it and no event id (emitauth.go,
+//     TestDecodeUnauthenticatedMessages);
 //   - every insert is an Event, a Quarantine, or a *DriftError returned before the Handler sees anything
 //     of it; none is dropped. An insert into a relation that is not Config.Table (a renamed or swapped
 //     outbox, another table in the publication) or into an outbox whose Relation lacks a column or has

@@ -7,6 +7,8 @@ import (
 	"encoding/hex"
 	"fmt"
 	"strconv"
+
+	"github.com/cdc-router/cdc-router/internal/cdc"
 )
 
 // An emitted message is authenticated by the MAC that <schema>.emit (migrations/sql/007_emit_function.sql)
@@ -85,4 +87,23 @@ func verifyEmitted(keys map[uint32][]byte, xid uint32, content []byte) ([]byte, 
 		return nil, fmt.Sprintf(why+"its MAC (key %d) does not match: forged, altered, or copied from another transaction", id)
 	}
 	return envelope, ""
+}
+
+// MaxUnauthenticatedStored bounds what the quarantine keeps of an unauthenticated message's content (with
+// its length and SHA-256): anyone may write one, so a record must not hold what they chose whole. The id,
+// types and aggregate of an envelope fit in it.
+const MaxUnauthenticatedStored = 1 << 10
+
+// quarantineUnauthenticated hands an unauthenticated message to the Handler as a Quarantine: at most
+// MaxUnauthenticatedStored bytes of its content and no event id (the writer chose it), so that parsing and
+// storing it costs the router little whatever was written.
+func (d *Decoder) quarantineUnauthenticated(walStart cdc.LSN, ordinal int, content []byte, reason string, h Handler) error {
+	v := cdc.RawValue{Text: bytes.Clone(content[:min(len(content), MaxUnauthenticatedStored)]), Size: int64(len(content)),
+		SHA256: sha256.Sum256(content)}
+	q := cdc.Quarantined{LSN: walStart, Ordinal: ordinal, CommitLSN: d.commitLSN, Table: MessageTable + d.cfg.MessagePrefix,
+		Columns: map[string]cdc.RawValue{MessageColumn: v}, Reason: reason}
+	if err := h.Quarantine(q); err != nil {
+		return fmt.Errorf("decode: quarantine message at %s: %w", walStart, err)
+	}
+	return nil
 }

@@ -52,7 +52,7 @@ func (d *Decoder) message(walStart cdc.LSN, r *reader, h Handler) error {
 	ordinal := d.ordinal(walStart)
 	envelope, unauthenticated := verifyEmitted(d.cfg.EmitKeys, d.xid, content)
 	if unauthenticated != "" {
-		return d.quarantineMessage(walStart, ordinal, d.commitLSN, content, unauthenticated, h)
+		return d.quarantineUnauthenticated(walStart, ordinal, content, unauthenticated, h)
 	}
 	ev, rowErr := d.mapEnvelope(envelope)
 	if rowErr != nil {

@@ -1,6 +1,7 @@
 package decode
 
 import (
+	"crypto/sha256"
 	"errors"
 	"strings"
 	"testing"
@@ -177,6 +178,7 @@ func TestDecodeUnauthenticatedMessages(t *testing.T) {
 		"a bad signature line":      {"v1:3:xyz\n" + envelope1, "signature line is malformed"},
 		"no signature line":         {"v2:3:" + strings.Repeat("00", 32) + "\n" + envelope1, "does not start with a signature line"},
 		"empty":                     {"", "does not start with a signature line"},
+		"a large unsigned one":      {strings.Replace(envelope1, "16.06", strings.Repeat("9", 100<<10), 1), "it carries no MAC"},
 	} {
 		frames := []frame{begin, {0x110, encMessage(true, 0x110, prefix, c.content)},
 			{0x120, encMessage(true, 0x120, prefix, signed(strings.Replace(envelope1, id1, id2, 1)))}, commit}
@@ -188,8 +190,10 @@ func TestDecodeUnauthenticatedMessages(t *testing.T) {
 			t.Fatalf("%s: %v", name, rec.log)
 		}
 		q := rec.quarantined[0]
+		stored := q.Columns["content"]
 		if !strings.HasPrefix(q.Reason, "unauthenticated emitted message: ") || !strings.Contains(q.Reason, c.reason) ||
-			q.LSN != 0x110 || q.Columns["content"].Size != int64(len(c.content)) {
+			q.LSN != 0x110 || q.CommitLSN != 0x200 || q.EventID != "" || stored.Size != int64(len(c.content)) ||
+			len(stored.Text) > MaxUnauthenticatedStored || stored.SHA256 != sha256.Sum256([]byte(c.content)) {
 			t.Errorf("%s: quarantined %+v, want reason %q", name, q, c.reason)
 		}
 	}

@@ -82,7 +82,11 @@ func TestOnlyAuthorisedWritersPublishEmittedEvents(t *testing.T) {
 	}
 	quarantined := 0
 	for name, conn := range map[string]*pgx.Conn{"login": login, "usage": schemaUser, "writer": writer} {
-		direct(conn, []byte(envelope("attack."+name+".unsigned")))
+		unsigned := envelope("attack." + name + ".unsigned")
+		if name == "login" { // a large one: the quarantine keeps a bounded part of it
+			unsigned = strings.Replace(unsigned, "1000000", strings.Repeat("9", 100<<10), 1)
+		}
+		direct(conn, []byte(unsigned))
 		direct(conn, []byte("v1:1:"+strings.Repeat("ab", 32)+"\n"+envelope("attack."+name+".forged")))
 		quarantined += 2
 		if _, err := conn.Exec(ctx, `SELECT key FROM cdc_router.emit_keys`); err == nil || !strings.Contains(err.Error(), "permission denied") {
@@ -150,7 +154,7 @@ func TestOnlyAuthorisedWritersPublishEmittedEvents(t *testing.T) {
 			coalesce(max(octet_length(row_values::text)), 0) FROM cdc_router.quarantine`).Scan(&n, &unauthenticated, &maxStored); err != nil {
 			t.Fatal(err)
 		}
-		if n == quarantined && unauthenticated == quarantined && maxStored < 64<<10+4096 {
+		if n == quarantined && unauthenticated == quarantined && maxStored < 4096 {
 			break
 		}
 		if time.Now().After(deadline) {
