@@ -38,14 +38,14 @@ func BenchmarkDecodeInsert(b *testing.B) {
 // BenchmarkDecodeMessage decodes one emitted event (a transactional Message with the router's prefix and
 // the payload of BenchmarkDecodeInsert) inside an open transaction.
 func BenchmarkDecodeMessage(b *testing.B) {
-	d := New(Config{MessagePrefix: "cdc-router.outbox"})
-	if err := d.Decode(0, encBegin(0x200, 7), discard{}); err != nil {
+	d := New(Config{MessagePrefix: "cdc-router.outbox", EmitKeys: testEmitKeys})
+	if err := d.Decode(0, encBegin(0x200, testXID), discard{}); err != nil {
 		b.Fatal(err)
 	}
 	content := `{"id": "` + id1 + `", "aggregate_type": "order", "aggregate_id": "o-1", "aggregate_version": 12345,
 		"event_type": "created", "schema_version": 1, "headers": {"traceparent": "00-x"}, "occurred_at": "2026-12-01T10:00:00.123456+00:00",
 		"payload": {"order_id": "o-1", "customer": "c-42", "lines": [{"sku": "A-1", "qty": 2, "price": 12.5}], "total": 25.0}}`
-	msg := encMessage(true, 0x110, "cdc-router.outbox", content)
+	msg := encMessage(true, 0x110, "cdc-router.outbox", signed(content))
 	b.SetBytes(int64(len(msg)))
 	b.ReportAllocs()
 	for b.Loop() {

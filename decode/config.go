@@ -43,6 +43,11 @@ type Config struct {
 	// prefix are skipped. Empty (the default) skips every message. The stream must be started with
 	// pgoutput's messages option for any to arrive (PostgreSQL 14+).
 	MessagePrefix string
+	// EmitKeys are the keys <schema>.emit signs its messages with, by key id (migrations.LoadEmitKeys): a
+	// message with MessagePrefix becomes an event only when it carries a valid MAC by one of them over its
+	// envelope and its transaction's xid (emitauth.go); any other is quarantined. Without keys every message
+	// with the prefix is quarantined.
+	EmitKeys map[uint32][]byte
 	// Mapping, when set, reads the outbox table in another shape, configured with Debezium's outbox option
 	// names (--config; see LoadMapping); nil reads the native shape. Logical decoding messages and MapRow
 	// always use the native shape; rows of a mapped table read with SELECT go through a RowMapper.

@@ -55,6 +55,7 @@ type Decoder struct {
 	relations map[uint32]*relation // by relation OID; replaced by every Relation message
 	inTxn     bool
 	commitLSN cdc.LSN // the open transaction's Begin final LSN
+	xid       uint32  // the open transaction's (top-level) xid from its Begin, which emitted messages are signed with
 	// commitTime is the open (or last) transaction's commit timestamp, from its Begin message.
 	commitTime time.Time
 	tuple      []value           // scratch for the current change's tuple, reused between messages
@@ -148,14 +149,14 @@ func (d *Decoder) decode(walStart cdc.LSN, walData []byte, h Handler) error {
 func (d *Decoder) begin(r *reader, h Handler) error {
 	final := r.lsn("final LSN")
 	committed := r.lsn("commit timestamp")
-	r.take(4, "xid")
+	xid := r.u32("xid")
 	if reason := r.end(); reason != "" {
 		return protocolError(msgBegin, "%s", reason)
 	}
 	if d.inTxn {
 		return protocolError(msgBegin, "Begin %s inside transaction %s", final, d.commitLSN)
 	}
-	d.inTxn, d.commitLSN, d.runLSN, d.run = true, final, 0, 0
+	d.inTxn, d.commitLSN, d.xid, d.runLSN, d.run = true, final, xid, 0, 0
 	d.commitTime = pgEpoch.Add(time.Duration(int64(committed)) * time.Microsecond)
 	if err := h.Begin(final); err != nil {
 		return fmt.Errorf("decode: Begin %s: %w", final, err)

@@ -29,6 +29,12 @@
 //     quarantined; a message with another prefix, or with no prefix configured, is skipped; one with the
 //     prefix whose content the stream's reader discarded unread (over MessageLimit) is a Quarantine from
 //     its header through Oversized, with its size and no content (TestOversizedMessagesAreQuarantinedFromTheirHeader);
+//   - a message with the prefix is an Event only when its signature line holds a MAC that verifies
+//     (crypto/hmac, constant time) with a key of Config.EmitKeys over its envelope and the xid of the
+//     transaction it is decoded in; an unsigned, forged or altered one, one signed with an unknown key or
+//     copied from another transaction is a Quarantine whose reason starts "unauthenticated emitted
+//     message: ", keeping at most MaxUnauthenticatedStored bytes of it and no event id (emitauth.go,
+//     TestDecodeUnauthenticatedMessages);
 //   - every insert is an Event, a Quarantine, or a *DriftError returned before the Handler sees anything
 //     of it; none is dropped. An insert into a relation that is not Config.Table (a renamed or swapped
 //     outbox, another table in the publication) or into an outbox whose Relation lacks a column or has

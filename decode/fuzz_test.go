@@ -47,7 +47,7 @@ func handBuiltSequences() [][]byte {
 		joinFrames(encBegin(0x200, 7), rel, encInsert(oid, row...), encRelation(oid, "public", "outbox_old", outboxColumns()...),
 			encInsert(oid, row...), encRelation(oid+1, "public", "orders", "id"), encInsert(oid+1, text("1")), encCommit(0x200, 0x230)),
 		joinFrames(encMessage(false, 1, "p", envelope1), encBegin(0x200, 7), rel, encInsert(oid, row...),
-			encMessage(true, 2, "p", envelope1), encMessage(true, 3, "p", `{"id": 1}`), encMessage(true, 4, "hb", "{"),
+			encMessage(true, 2, "p", envelope1), encMessage(true, 2, "p", signed(envelope1)), encMessage(true, 3, "p", signed(`{"id": 1}`)), encMessage(true, 4, "hb", "{"),
 			encCommit(0x200, 0x230)),
 		joinFrames(encBegin(0x200, 7), encType(70000, "public", "citext"),
 			encRelationTypes(oid, "public", "outbox", outboxColumns(), outboxTypes(map[int]uint32{colAggregateType: 70000})),
@@ -75,7 +75,7 @@ func FuzzDecode(f *testing.F) {
 	}
 	f.Add(joinFrames(all...))
 	f.Fuzz(func(t *testing.T, in []byte) {
-		cfg := Config{MaxPayloadBytes: 64, OnDrift: OnDriftQuarantine}
+		cfg := Config{MaxPayloadBytes: 64, OnDrift: OnDriftQuarantine, EmitKeys: testEmitKeys}
 		if len(in)%2 == 1 {
 			cfg.OnDrift = OnDriftRefuse
 		}

@@ -20,13 +20,17 @@ const MessageColumn = "content"
 
 // message decodes a logical decoding Message (pg_logical_emit_message). One whose prefix is not
 // Config.MessagePrefix (or with no prefix configured) is skipped: other tools use messages too. One with
-// the prefix is an event envelope (see mapEnvelope):
+// the prefix is an event envelope (see mapEnvelope), published only when signed by <schema>.emit in its
+// transaction (verifyEmitted):
 //   - transactional, it arrives between Begin and Commit in the transaction's order and becomes an Event
 //     like an insert, or a Quarantine when the envelope is malformed; it carries walStart and an Ordinal
 //     as an insert does;
 //   - non-transactional, it is a Quarantine, never an Event: PostgreSQL writes it even when the
 //     transaction that emitted it rolls back, so publishing it could announce a change that never
-//     happened.
+//     happened;
+//   - without a MAC that verifies with Config.EmitKeys and the transaction's xid (unsigned, forged, or
+//     copied from another transaction), it is a Quarantine whose reason starts "unauthenticated emitted
+//     message: ", never an Event.
 func (d *Decoder) message(walStart cdc.LSN, r *reader, h Handler) error {
 	flags := r.u8("flags")
 	r.lsn("message LSN")
@@ -80,9 +84,13 @@ func (d *Decoder) emitted(walStart cdc.LSN, transactional bool, content []byte, 
 	if unread != "" {
 		return d.quarantineMessage(walStart, ordinal, d.commitLSN, nil, "message: "+unread, h)
 	}
-	ev, rowErr := d.mapEnvelope(content)
+	envelope, unauthenticated := verifyEmitted(d.cfg.EmitKeys, d.xid, content)
+	if unauthenticated != "" {
+		return d.quarantineUnauthenticated(walStart, ordinal, content, unauthenticated, h)
+	}
+	ev, rowErr := d.mapEnvelope(envelope)
 	if rowErr != nil {
-		return d.quarantineMessage(walStart, ordinal, d.commitLSN, content, "message: "+rowErr.Reason, h)
+		return d.quarantineMessage(walStart, ordinal, d.commitLSN, envelope, "message: "+rowErr.Reason, h)
 	}
 	ev.LSN, ev.Ordinal, ev.CommitTime = walStart, ordinal, d.commitTime
 	if err := h.Event(ev); err != nil {

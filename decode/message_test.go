@@ -1,6 +1,7 @@
 package decode
 
 import (
+	"crypto/sha256"
 	"errors"
 	"strings"
 	"testing"
@@ -13,11 +14,27 @@ const envelope1 = `{"id": "` + id1 + `", "aggregate_type": "order", "aggregate_i
 	"event_type": "paid", "payload": {"amount": "16.06"}, "headers": {"traceparent": "00-x"},
 	"occurred_at": "2026-05-01T12:00:00.5+02:00"}`
 
+// testEmitKey is the emit key of the tests, with id testEmitKeyID; testXID the xid of their transactions.
+var testEmitKey = []byte("0123456789abcdef0123456789abcdef")
+
+const testEmitKeyID, testXID = 3, 7
+
+var testEmitKeys = map[uint32][]byte{testEmitKeyID: testEmitKey}
+
+// signed is content as <schema>.emit writes it in the transaction with testXID.
+func signed(content string) string {
+	return string(SignEmitted(testEmitKeyID, testEmitKey, testXID, []byte(content)))
+}
+
 func TestDecodeMessages(t *testing.T) {
 	const prefix = "cdc-router.outbox"
-	cfg := Config{MessagePrefix: prefix}
-	begin, commit := frame{0x100, encBegin(0x200, 7)}, frame{0x230, encCommit(0x200, 0x230)}
+	cfg := Config{MessagePrefix: prefix, EmitKeys: testEmitKeys}
+	begin, commit := frame{0x100, encBegin(0x200, testXID)}, frame{0x230, encCommit(0x200, 0x230)}
+	// msg is a message; a transactional one is signed as emit signs it.
 	msg := func(walStart uint64, transactional bool, prefix, content string) frame {
+		if transactional {
+			content = signed(content)
+		}
 		return frame{cdc.LSN(walStart), encMessage(transactional, cdc.LSN(walStart), prefix, content)}
 	}
 
@@ -103,7 +120,7 @@ func TestDecodeMessages(t *testing.T) {
 			big:  "payload is 102 bytes, over the 64-byte limit (--max-payload-bytes)",
 			huge: "over the 16777216-byte limit of an envelope",
 		} {
-			rec, err := decodeFrames(Config{MessagePrefix: prefix, MaxPayloadBytes: 64}, []frame{begin, msg(0x110, true, prefix, content), commit})
+			rec, err := decodeFrames(Config{MessagePrefix: prefix, MaxPayloadBytes: 64, EmitKeys: testEmitKeys}, []frame{begin, msg(0x110, true, prefix, content), commit})
 			if err != nil || len(rec.quarantined) != 1 || !strings.Contains(rec.quarantined[0].Reason, reason) {
 				t.Fatalf("%v %v, want %q", rec.log, err, reason)
 			}
@@ -125,7 +142,7 @@ func TestDecodeMessages(t *testing.T) {
 	})
 
 	t.Run("without the prefix, or with another, messages are skipped", func(t *testing.T) {
-		for _, c := range []Config{{}, {MessagePrefix: "x"}} {
+		for _, c := range []Config{{}, {MessagePrefix: "x", EmitKeys: testEmitKeys}} {
 			rec, err := decodeFrames(c, []frame{msg(0x90, false, prefix, envelope1), begin, msg(0x110, true, prefix, envelope1), commit})
 			if err != nil || len(rec.events)+len(rec.quarantined) != 0 {
 				t.Fatalf("%+v: %v %v", c, rec.log, err)
@@ -140,4 +157,49 @@ func TestDecodeMessages(t *testing.T) {
 			t.Fatalf("%v", err)
 		}
 	})
+}
+
+// TestDecodeUnauthenticatedMessages: a message with the prefix that is unsigned, signed with a key the router
+// does not hold, forged, altered, or signed in another transaction is quarantined with the reason
+// "unauthenticated emitted message: …", and the signed event after it is published.
+func TestDecodeUnauthenticatedMessages(t *testing.T) {
+	const prefix = "cdc-router.outbox"
+	cfg := Config{MessagePrefix: prefix, EmitKeys: testEmitKeys}
+	begin, commit := frame{0x100, encBegin(0x200, testXID)}, frame{0x230, encCommit(0x200, 0x230)}
+	good := signed(envelope1)
+	forged := strings.Replace(good, good[5:15], "0000000000", 1)
+	for name, c := range map[string]struct{ content, reason string }{
+		"unsigned":                  {envelope1, "it carries no MAC"},
+		"another transaction's xid": {string(SignEmitted(testEmitKeyID, testEmitKey, testXID+1, []byte(envelope1))), "does not match"},
+		"another key":               {string(SignEmitted(testEmitKeyID, []byte("another key"), testXID, []byte(envelope1))), "does not match"},
+		"an unknown key id":         {string(SignEmitted(9, testEmitKey, testXID, []byte(envelope1))), "signed with key 9, which the router does not hold"},
+		"a forged MAC":              {forged, "does not match"},
+		"an altered envelope":       {strings.Replace(good, `"paid"`, `"refunded"`, 1), "does not match"},
+		"a bad signature line":      {"v1:3:xyz\n" + envelope1, "signature line is malformed"},
+		"no signature line":         {"v2:3:" + strings.Repeat("00", 32) + "\n" + envelope1, "does not start with a signature line"},
+		"empty":                     {"", "does not start with a signature line"},
+		"a large unsigned one":      {strings.Replace(envelope1, "16.06", strings.Repeat("9", 100<<10), 1), "it carries no MAC"},
+	} {
+		frames := []frame{begin, {0x110, encMessage(true, 0x110, prefix, c.content)},
+			{0x120, encMessage(true, 0x120, prefix, signed(strings.Replace(envelope1, id1, id2, 1)))}, commit}
+		rec, err := decodeFrames(cfg, frames)
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		if len(rec.quarantined) != 1 || len(rec.events) != 1 || rec.events[0].ID != id2 {
+			t.Fatalf("%s: %v", name, rec.log)
+		}
+		q := rec.quarantined[0]
+		stored := q.Columns["content"]
+		if !strings.HasPrefix(q.Reason, "unauthenticated emitted message: ") || !strings.Contains(q.Reason, c.reason) ||
+			q.LSN != 0x110 || q.CommitLSN != 0x200 || q.EventID != "" || stored.Size != int64(len(c.content)) ||
+			len(stored.Text) > MaxUnauthenticatedStored || stored.SHA256 != sha256.Sum256([]byte(c.content)) {
+			t.Errorf("%s: quarantined %+v, want reason %q", name, q, c.reason)
+		}
+	}
+	// Without keys nothing is published.
+	rec, err := decodeFrames(Config{MessagePrefix: prefix}, []frame{begin, {0x110, encMessage(true, 0x110, prefix, good)}, commit})
+	if err != nil || len(rec.events) != 0 || len(rec.quarantined) != 1 {
+		t.Fatalf("without keys: %v %v", rec.log, err)
+	}
 }

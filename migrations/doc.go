@@ -18,5 +18,12 @@
 // filter in place only when no non-NULL key changes shard (TestEveryRowMatchesOneShardNullKeysAndCollations).
 //
 // The function <schema>.emit (007, table-less events as logical decoding messages) is created only with
-// Config.EmitFunction.
+// Config.EmitFunction, with the key it signs with in <schema>.emit_keys. It guarantees, on every run
+// (TestEmitFunctionHardening): emit is SECURITY DEFINER with search_path pg_catalog, pg_temp and every call
+// schema-qualified, so functions or operators a caller owns never run in it; EXECUTE on it is revoked from
+// PUBLIC and granted to Config.EmitRoles, and a run without roles keeps those granted before; the key is
+// created once, kept by every run, and readable by no role but the owner's and those granted it; an
+// EmitRoles role that does not exist or can read the key is refused naming the fix; a rotated key
+// (Config.RotateEmitKey) signs only EmitKeyDelay later. The MAC it computes in SQL is decode.EmitMAC.
+// LoadEmitKeys refuses, naming the fix, a router that cannot read a key.
 package migrations

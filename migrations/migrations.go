@@ -11,6 +11,7 @@ import (
 	"sort"
 	"strings"
 	"text/template"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -37,6 +38,11 @@ type Config struct {
 	// MessagePrefix (migrate --emit-function); off by default.
 	EmitFunction  bool
 	MessagePrefix string // prefix of the messages emit writes; default DefaultMessagePrefix
+	// EmitRoles are granted EXECUTE on emit (migrate --emit-role), which is revoked from PUBLIC; roles granted
+	// by an earlier run keep it. RotateEmitKey adds a new signing key, which emit uses from then on (the
+	// older keys stay, so that the messages they signed still verify).
+	EmitRoles     []string
+	RotateEmitKey bool
 	// Mapping, when set (run --config), makes Check accept the outbox shape it reads instead of the native
 	// one; nil checks the native shape.
 	Mapping *decode.Mapping
@@ -56,6 +62,10 @@ func (c Config) forTable(t decode.Outbox) Config {
 	c.Table, c.Mapping = t.Table, t.Mapping
 	return c
 }
+
+// EmitKeyDelay is how long after `migrate --rotate-emit-key` emit starts signing with the new key: long
+// enough for every running router to have reloaded the keys (replication reloads them every 30 s at most).
+const EmitKeyDelay = 2 * time.Minute
 
 // DefaultMessagePrefix is the prefix of the messages that <schema>.emit writes when none is given.
 const DefaultMessagePrefix = "cdc-router.outbox"
@@ -112,11 +122,17 @@ type vars struct {
 	Interval, IntervalLiteral, StepLiteral string
 	Ahead                                  int
 	EmitFunction                           bool   // render 007's emit function
+	EmitRoles                              []role // the roles granted EXECUTE on emit
+	RotateEmitKey                          bool   // add a new emit key
+	EmitKeyDelay                           string // how long after a rotation the new key signs, an SQL interval literal
 	MessagePrefixLiteral                   string // the emit function's message prefix as an SQL string literal
 	// Dollar is the dollar-quote delimiter of DO bodies (write DO {{.Dollar}} ... {{.Dollar}}; never $$): $$
 	// unless a name holds it, then one no name holds, so a name can never end the body early.
 	Dollar string
 }
+
+// role is a role name as an SQL identifier and as a string literal.
+type role struct{ Ident, Literal string }
 
 // dollarTag is a dollar-quote delimiter that occurs in none of names.
 func dollarTag(names ...string) string {
@@ -156,9 +172,15 @@ func Statements(cfg Config) ([]string, error) {
 		Ahead:                cfg.PartitionsAhead,
 		EmitFunction:         cfg.EmitFunction,
 		MessagePrefixLiteral: literal(cfg.MessagePrefix),
+		RotateEmitKey:        cfg.RotateEmitKey,
+		EmitKeyDelay:         literal(fmt.Sprintf("%d seconds", int(EmitKeyDelay.Seconds()))),
 	}
-	v.Dollar = dollarTag(v.Schema, v.Table, v.Publication, v.SchemaLiteral, v.PublicationLiteral, v.TableLiteral,
-		v.MessagePrefixLiteral)
+	quoted := []string{v.Schema, v.Table, v.Publication, v.SchemaLiteral, v.PublicationLiteral, v.TableLiteral, v.MessagePrefixLiteral}
+	for _, r := range cfg.EmitRoles {
+		v.EmitRoles = append(v.EmitRoles, role{Ident: pgx.Identifier{r}.Sanitize(), Literal: literal(r)})
+		quoted = append(quoted, r)
+	}
+	v.Dollar = dollarTag(quoted...)
 	names, err := fs.Glob(files, "sql/*.sql")
 	if err != nil {
 		return nil, err

@@ -35,6 +35,9 @@
 //     with the router's prefix, in transactions past the acknowledged position) unless forced: it peeks
 //     them without consuming, bounded in rows and time, and names how many; what it cannot count it
 //     refuses too (TestResetRefusesToDropUnpublishedEvents).
+//   - With Decode.MessagePrefix the stream starts only with the emit keys loaded (a missing or unreadable key
+//     is refused naming the fix, TestMessagePrefixWithoutEmitKeyIsRefused) and reloads them at least every
+//     EmitKeyInterval while it runs, so a rotated key is held before it signs (TestEmitKeyRotationWhileRunning).
 //
 // Stats is what the stream did, for the health endpoints, the progress line and the metrics (Stats.Register):
 // counts by source, reason and cause, the lag in time (the age of the commit of the oldest received

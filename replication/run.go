@@ -187,6 +187,11 @@ func runOnce(ctx context.Context, cfg Config, dial Dialer, log *slog.Logger, sta
 	if err := migrations.Check(ctx, sql, mcfg); err != nil {
 		return false, withBackfillHint(ctx, sql, cfg, err)
 	}
+	if cfg.Decode.MessagePrefix != "" { // read at every start of the stream: a restart picks up a rotated key
+		if cfg.Decode.EmitKeys, err = migrations.LoadEmitKeys(ctx, sql, cfg.Schema); err != nil {
+			return false, err
+		}
+	}
 	watch := &publicationWatch{cfg: cfg, log: log, stats: stats}
 	watch.record(ctx, sql, "")
 	conn, wire, err := connectReplication(ctx, cfg.PGURL)
@@ -240,6 +245,7 @@ func runOnce(ctx context.Context, cfg Config, dial Dialer, log *slog.Logger, sta
 	s := &session{ctx: ctx, stop: stop, cfg: cfg, log: log, conn: conn, sql: sql, store: store, tracker: offsets.NewTracker(start),
 		pub: pub, dec: decode.New(cfg.Decode), sys: sys, stats: stats, lastHeard: time.Now(),
 		silence: silenceLimit(ctx, sql), net: net, quar: quarantine.NewStore(sql, cfg.Schema, cfg.Slot), watch: watch,
+		emitKeys: newEmitKeyWatch(cfg, log),
 		progress: newProgressLog(log, stats, cfg.ProgressInterval), flight: newFlight(), pending: stats.takeCarried(start)}
 	s.frames = newFrames(wire, s.dec.MessagePrefix(), s.dec.MessageLimit())
 	stats.flight.Store(s.flight)

@@ -62,6 +62,7 @@ type session struct {
 	net      *safetyNet        // finds the event the broker keeps refusing; shared by the runs of one Run
 	quar     *quarantine.Store // the quarantine table
 	watch    *publicationWatch // re-checks that the publication still carries the outbox
+	emitKeys *emitKeyWatch     // reloads the keys of emitted messages (--message-prefix)
 	progress *progressLog      // an info line per interval while events flow
 	bursts   bursts            // the quarantine records of emitted messages being aggregated
 
@@ -121,6 +122,7 @@ func (s *session) stream() error {
 		if err := s.bursts.due(s, false); err != nil {
 			return err
 		}
+		s.emitKeys.due(s)
 		s.progress.due()
 		select {
 		case <-s.pub.Failed():

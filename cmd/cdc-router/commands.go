@@ -149,7 +149,8 @@ func withConn(ctx context.Context, name string, args []string, env func(string) 
 }
 
 func runMigrate(ctx context.Context, args []string, env func(string) string, stdout, stderr io.Writer) error {
-	var withInbox, noAlternate, partitioned, emitFunction *bool
+	var withInbox, noAlternate, partitioned, emitFunction, rotateEmitKey *bool
+	var emitRoles *[]string
 	var inboxSchema, amqpURL, exchange, alternate, interval, unroutableQueueType, messagePrefix *string
 	var ahead, shards *int
 	flags := func(s *settings) {
@@ -160,6 +161,8 @@ func runMigrate(ctx context.Context, args []string, env func(string) string, std
 		shards = s.Int("shards", 0, "also create the publications of this many shards (PostgreSQL 15+), <publication>_shard_<i>_of_<N>, each with a row filter on a hash of the aggregate; run each shard's router with --shard i/N")
 		emitFunction = s.Bool("emit-function", false, "also create <schema>.emit(aggregate_type, aggregate_id, aggregate_version, event_type, payload, headers, schema_version), which writes an event as a logical decoding message for run --message-prefix (PostgreSQL 14+)")
 		messagePrefix = s.String("message-prefix", migrations.DefaultMessagePrefix, "the message prefix that --emit-function's function writes; give run the same --message-prefix")
+		emitRoles = s.Repeated("emit-role", "", "with --emit-function: a role that may call <schema>.emit (EXECUTE is revoked from PUBLIC; roles granted by earlier runs keep it); repeat the flag for several")
+		rotateEmitKey = s.Bool("rotate-emit-key", false, "with --emit-function: add a new key to sign emitted events with, from 2 minutes later on (running routers reload the keys before; docs/operations.md)")
 		withInbox = s.Bool("inbox", false, "also create the consumer-side inbox tables (package inbox) in this database")
 		inboxSchema = s.String("inbox-schema", inbox.DefaultSchema, "schema of the inbox tables")
 		amqpURL = s.List("amqp-url", "", "also declare the exchange (and the alternate exchange and its queue) in RabbitMQ, as run does, so consumers can bind before the first run")
@@ -172,6 +175,10 @@ func runMigrate(ctx context.Context, args []string, env func(string) string, std
 		mcfg := pg.migrations()
 		mcfg.Partitioned, mcfg.PartitionInterval, mcfg.PartitionsAhead = *partitioned, *interval, *ahead
 		mcfg.EmitFunction, mcfg.MessagePrefix = *emitFunction, *messagePrefix
+		mcfg.EmitRoles, mcfg.RotateEmitKey = *emitRoles, *rotateEmitKey
+		if !*emitFunction && (len(*emitRoles) > 0 || *rotateEmitKey) {
+			return usageError{errors.New("--emit-role and --rotate-emit-key set up <schema>.emit: add --emit-function")}
+		}
 		if err := migrations.Apply(ctx, conn, mcfg); err != nil {
 			return err
 		}
@@ -188,8 +195,16 @@ func runMigrate(ctx context.Context, args []string, env func(string) string, std
 				migrations.ShardPublication(*pg.publication, 0, *shards), migrations.ShardPublication(*pg.publication, *shards-1, *shards), *shards)
 		}
 		if *emitFunction {
-			fmt.Fprintf(stdout, "migrated: function %s.emit, writing messages with prefix %q (run with --message-prefix %s)\n",
-				*pg.schema, *messagePrefix, *messagePrefix)
+			grantees, err := migrations.EmitGrantees(ctx, conn, *pg.schema)
+			if err != nil {
+				return err
+			}
+			if len(grantees) == 0 {
+				grantees = []string{"no role yet (name the writers with --emit-role)"}
+			}
+			fmt.Fprintf(stdout, "migrated: function %s.emit, writing messages with prefix %q (run with --message-prefix %s), "+
+				"signed with the newest key of %s.emit_keys, which the router's role must read (GRANT SELECT); EXECUTE for: %s\n",
+				*pg.schema, *messagePrefix, *messagePrefix, *pg.schema, strings.Join(grantees, ", "))
 		}
 		if *amqpURL != "" {
 			rcfg := route.Config{URL: *amqpURL, Exchange: *exchange, AlternateExchange: *alternate,

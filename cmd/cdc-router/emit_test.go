@@ -14,7 +14,7 @@ import (
 // TestEmittedMessagesAreEventsLikeRows runs the router with --message-prefix against transactions that mix
 // outbox rows and events emitted with cdc_router.emit (created by migrate --emit-function): the events
 // arrive in the transactions' order with the rows, with the same properties; an emitted event whose
-// transaction rolled back is never published; a malformed envelope and a non-transactional message are
+// transaction rolled back is never published; an unsigned message and a non-transactional message are
 // quarantined and the stream goes on; a message with another prefix is ignored; a transaction holding only
 // a message is acknowledged like one holding rows.
 func TestEmittedMessagesAreEventsLikeRows(t *testing.T) {
@@ -66,7 +66,7 @@ func TestEmittedMessagesAreEventsLikeRows(t *testing.T) {
 		defer tx.Rollback(ctx)
 		return emit(tx, 5)
 	}()
-	// A malformed envelope next to a good event: the first is quarantined, the second published.
+	// An unsigned (and malformed) message next to a good event: the first is quarantined, the second published.
 	txn(func(tx pgx.Tx) {
 		if _, err := tx.Exec(ctx, `SELECT pg_logical_emit_message(true, $1, '{"id": "not json')`, prefix); err != nil {
 			t.Fatal(err)
@@ -125,9 +125,9 @@ func TestEmittedMessagesAreEventsLikeRows(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(quarantined) != 2 || !strings.Contains(quarantined[0], "message:"+prefix+": message: the content is not a JSON object") ||
+	if len(quarantined) != 2 || !strings.Contains(quarantined[0], "message:"+prefix+": unauthenticated emitted message: it carries no MAC") ||
 		!strings.Contains(quarantined[1], "non-transactional message") {
-		t.Errorf("quarantined:\n%s\nwant the malformed envelope, then the non-transactional message", strings.Join(quarantined, "\n"))
+		t.Errorf("quarantined:\n%s\nwant the unsigned message, then the non-transactional message", strings.Join(quarantined, "\n"))
 	}
 
 	// Replay cannot rebuild an event from a message record, and says what to do instead.

@@ -4,7 +4,8 @@
 # (both cached in ${CDC_ROUTER_CACHE:-/var/cache/cdc-router}, so only the first run fetches).
 #
 #   matrix.sh core   the core end-to-end tests (kill/restart, SIGTERM, broker cut, snapshot boundary,
-#                    refusals, quorum queues, partitioned outbox) on PostgreSQL 14, 17 and 18, each against RabbitMQ 4.0;
+#                    refusals, quorum queues, partitioned outbox, emitted events' authentication and the docs'
+#                    setup SQL) on PostgreSQL 14, 17 and 18, each against RabbitMQ 4.0;
 #                    what CI runs after `make test` (`make test-matrix`), about 8 minutes here
 #   matrix.sh full   the whole cmd/cdc-router suite on PostgreSQL 14, 15, 16, 17 and 18 with the machine's
 #                    RabbitMQ, then the whole suite on RabbitMQ 4.0 (`make test-versions`), over an hour
@@ -27,6 +28,7 @@ groups=(
   "refusals=TestSlotDroppedWhileStoppedIsRefused|TestPositionFromAnotherClusterIsRefused|TestResetAfterRefusalStartsOver|TestUnroutableEventIsParked|TestUnroutableQueueOfTheOtherTypeIsRefused|TestDroppedPublicationIsRefused"
   "stream, quorum queues=TestEveryEventArrivesInOrderWithItsProperties|TestQuorumQueueConsumerGetsEveryEvent"
   "partitioned outbox=TestPartitionedInitialSnapshotAndStream|TestPartitionedAttachAndDropWhileStreaming|TestPartitionedPublicationWithoutViaRootIsRefused"
+  "emitted events, docs SQL=TestOnlyAuthorisedWritersPublishEmittedEvents|TestMessagePrefixWithoutEmitKeyIsRefused|TestDocumentedSetupSQLRuns|TestDocumentedBrokerPermissions|TestEmitFunctionHardening"
 )
 core_regex() {
   local all=() g
@@ -73,7 +75,7 @@ case "$mode" in
   core)
     for v in ${MATRIX_PG:-14 17 18}; do
       bin="$("$here/fetch-postgres.sh" "$v")"
-      run "PostgreSQL $v + RabbitMQ 4.0" $rmq4 "CDC_ROUTER_TEST_PG_BIN=$bin" -- -run "$(core_regex)" ./cmd/cdc-router/
+      run "PostgreSQL $v + RabbitMQ 4.0" $rmq4 "CDC_ROUTER_TEST_PG_BIN=$bin" -- -run "$(core_regex)" ./cmd/cdc-router/ ./migrations/
     done
     ;;
   full)
