@@ -24,7 +24,9 @@ var burstReasons = []string{
 	"unauthenticated emitted message",
 }
 
-// burstKind is the reason prefix under which q is aggregated, "" for a record written on its own.
+// burstKind is the reason under which q is aggregated, "" for a record written on its own: its reason up
+// to the first digit, so that each distinct refusal (no MAC, a forged MAC, an unknown key, ...) keeps a
+// record of its own while numbers a sender chooses (a key id) cannot open a burst per message.
 func burstKind(q cdc.Quarantined) string {
 	if !strings.HasPrefix(q.Table, decode.MessageTable) {
 		return ""
@@ -32,7 +34,10 @@ func burstKind(q cdc.Quarantined) string {
 	reason := strings.TrimPrefix(q.Reason, "message: ") // the decoder's prefix for an envelope it refuses
 	for _, r := range burstReasons {
 		if strings.HasPrefix(reason, r) {
-			return r
+			if i := strings.IndexAny(reason, "0123456789"); i >= 0 {
+				reason = reason[:i]
+			}
+			return reason
 		}
 	}
 	return ""

@@ -40,6 +40,7 @@ func TestLargeMessagesAreJudgedFromTheirHeader(t *testing.T) {
 	const size = 300 << 20
 	e := newStreamEnv(t)
 	c := e.consume(e.queue)
+	emitKeys(t, e)
 	r := e.startPlain("", "--message-prefix", prefix)
 	idle := peakRSS(r.cmd.Process.Pid)
 	began := time.Now()
@@ -104,6 +105,7 @@ func TestMessageFloodIsQuarantinedInBursts(t *testing.T) {
 	const floodBound = 5 * time.Second
 	e := newStreamEnv(t)
 	c := e.consume(e.queue)
+	emitKeys(t, e)
 	r := e.startPlain("", "--message-prefix", prefix)
 	flood := execAside(e.pgURL, `SELECT count(pg_logical_emit_message(false, $1, json_build_object('id',
 		gen_random_uuid(), 'aggregate_type', 'order', 'pad', repeat('x', 70000))::text)) FROM generate_series(1, $2)`,
@@ -181,6 +183,7 @@ func TestMessageFloodIsQuarantinedInBursts(t *testing.T) {
 func TestMessageBurstSurvivesAKill(t *testing.T) {
 	const prefix = "cdc-router.outbox"
 	e := newStreamEnv(t)
+	emitKeys(t, e)
 	r := e.startPlain("", "--message-prefix", prefix)
 	var emitted []cdc.LSN
 	emit := func(n int) {
@@ -244,5 +247,13 @@ func TestMessageBurstSurvivesAKill(t *testing.T) {
 	t.Logf("%d messages, %d quarantine records", len(emitted), len(spans))
 	if missing > 0 {
 		t.Errorf("%d of %d messages lie in no quarantine record's range %v", missing, len(emitted), spans)
+	}
+}
+
+// emitKeys makes the signing key that run --message-prefix needs (migrate --emit-function).
+func emitKeys(t *testing.T, e *env) {
+	t.Helper()
+	if out, code := e.cli("migrate", "--emit-function"); code != 0 {
+		t.Fatalf("migrate --emit-function: exit %d:\n%s", code, out)
 	}
 }

@@ -149,17 +149,21 @@ func TestOnlyAuthorisedWritersPublishEmittedEvents(t *testing.T) {
 	}
 	deadline := time.Now().Add(30 * time.Second)
 	for {
+		// Records of messages anyone can emit are aggregated per reason and second (replication/burst.go):
+		// a record stands for the number its reason names ("one record for N such messages"), else for one.
 		var n, unauthenticated, maxStored int
-		if err := e.db.QueryRow(ctx, `SELECT count(*), count(*) FILTER (WHERE reason LIKE 'unauthenticated emitted message: %'),
+		if err := e.db.QueryRow(ctx, `SELECT count(*),
+			coalesce(sum(coalesce((substring(reason FROM 'one record for ([0-9]+) such messages'))::int, 1))
+				FILTER (WHERE reason LIKE 'unauthenticated emitted message: %'), 0),
 			coalesce(max(octet_length(row_values::text)), 0) FROM cdc_router.quarantine`).Scan(&n, &unauthenticated, &maxStored); err != nil {
 			t.Fatal(err)
 		}
-		if n == quarantined && unauthenticated == quarantined && maxStored < 4096 {
+		if n >= 2 && n <= quarantined && unauthenticated == quarantined && maxStored < 4096 {
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("quarantine: %d records, %d unauthenticated, largest %d bytes; want %d unauthenticated, bounded",
-				n, unauthenticated, maxStored, quarantined)
+			t.Fatalf("quarantine: %d records for %d unauthenticated messages, largest %d bytes; want %d unauthenticated "+
+				"messages in at most as many records, bounded", n, unauthenticated, maxStored, quarantined)
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
