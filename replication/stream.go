@@ -50,10 +50,7 @@ type session struct {
 	eventful     bool
 	stopLogged   bool
 
-	// silence bounds how long the server may send nothing (it sends keepalives every half
-	// wal_sender_timeout) before the connection is taken as dead; zero disables the check.
-	silence   time.Duration
-	lastHeard time.Time
+	live liveness // finds a server that stopped answering (a status update asks for a reply)
 
 	// pubCtx bounds a blocked Publish so that status updates go on and a stop is noticed at once; one is
 	// shared by every publish until it ends, instead of one timer per event.
@@ -150,18 +147,15 @@ func (s *session) receive() error {
 	msg, err := s.conn.ReceiveMessage(context.Background())
 	if err != nil {
 		if !pgconn.Timeout(err) {
-			return fmt.Errorf("receive: %w", err)
+			return caused(CausePostgres, fmt.Errorf("receive: %w", err))
 		}
 		s.readBy = time.Time{} // the deadline passed, or the stop request moved it: set a new one next time
 		if !stopping && s.ctx.Err() != nil {
 			return nil // the stop request: the loop takes it from here
 		}
-		if s.silence > 0 && time.Since(s.lastHeard) > s.silence {
-			return fmt.Errorf("receive: PostgreSQL sent nothing, not even a keepalive, for %v: taking the connection as dead", s.silence)
-		}
-		return nil
+		return s.quiet()
 	}
-	s.lastHeard = time.Now()
+	s.heard()
 	switch m := msg.(type) {
 	case *pgproto3.CopyData:
 		return s.copyData(m.Data)
