@@ -267,7 +267,7 @@ func runOnce(ctx context.Context, cfg Config, dial Dialer, log *slog.Logger, sta
 	defer stats.flight.Store(nil)
 	watch.next = time.Now().Add(cfg.PublicationCheckInterval)
 	net.received = 0
-	err = s.stream()
+	err = stalled(s.stream(), host)
 	stats.carry(s.pending, s.sent)
 	return s.tracker.Watermark() > start, err
 }

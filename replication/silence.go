@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/jackc/pglogrepl"
+	"github.com/jackc/pgx/v5/pgconn"
 )
 
 // liveness finds a replication connection whose server stopped answering although the connection stays
@@ -44,8 +45,9 @@ func (s *session) quiet() error {
 		if now.Sub(l.pinged) < l.bound/2 {
 			return nil
 		}
-		return caused(CausePostgres, fmt.Errorf("PostgreSQL sent nothing on the replication connection for %v, and did not "+
-			"answer a status update that asked for a reply within %v: taking the connection as dead (the bound is --pg-timeout)",
+		return caused(CausePostgres, fmt.Errorf("PostgreSQL at %s sent nothing on the replication connection for %v, and did "+
+			"not answer a status update that asked for a reply within %v (a stalled server or a silent network partition): "+
+			"taking the connection as dead (the bound is --pg-timeout)", pgHost(s.cfg.PGURL),
 			now.Sub(l.last).Round(time.Second), now.Sub(l.pinged).Round(time.Second)))
 	}
 	if now.Sub(l.last) < l.bound/2 {
@@ -64,6 +66,15 @@ func (s *session) quiet() error {
 	return nil
 }
 
+// bounded is d, or --pg-timeout when that is shorter: a wait of the stream on the ordinary connection (the
+// stored position, the slot's health) holds up the read loop, and so the detection of a silent server.
+func (s *session) bounded(d time.Duration) time.Duration {
+	if b := s.cfg.PGTimeout; b > 0 && b < d {
+		return b
+	}
+	return d
+}
+
 // setupStep runs one step of the start-up checks on connections just made, with a context that ends after
 // d: a server that stops answering then fails the run (a counted restart with cause postgres) instead of
 // holding it without bound.
@@ -77,6 +88,19 @@ func setupStep(ctx context.Context, d time.Duration, host string, step func(cont
 	return caused(CausePostgres, &retryable{msg: fmt.Sprintf("PostgreSQL at %s did not answer the router's start-up "+
 		"checks within %v (a stalled server or a silent network partition); the router tries again (the bound is "+
 		"--pg-timeout)", host, d), err: err})
+}
+
+// stalled names the server in a stream failure that is a timeout on one of its connections (the stored
+// position, a quarantine write, a slot health read that held up the loop): to the operator it is a
+// PostgreSQL that stopped answering, whichever wait saw it first. Other errors are returned as they are.
+func stalled(err error, host string) error {
+	var r *retryable
+	if err == nil || errors.As(err, &r) || IsFatal(err) || causeOf(err) != CausePostgres ||
+		!(pgconn.Timeout(err) || errors.Is(err, context.DeadlineExceeded)) {
+		return err
+	}
+	return caused(CausePostgres, &retryable{msg: fmt.Sprintf("PostgreSQL at %s stopped answering (%v): a stalled server or "+
+		"a silent network partition; the router restarts the stream (the bound of each wait is --pg-timeout)", host, err), err: err})
 }
 
 // pgHost names the server (or servers) of url for messages; empty when the URL cannot be parsed (that

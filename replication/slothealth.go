@@ -60,7 +60,7 @@ func (w *slotWatch) due(s *session) {
 		return
 	}
 	w.next = time.Now().Add(SlotHealthInterval)
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), s.bounded(5*time.Second))
 	defer cancel()
 	h, err := readSlotHealth(ctx, s.sql, s.cfg.Slot)
 	if err != nil {

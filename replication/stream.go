@@ -267,7 +267,7 @@ func (s *session) save(force bool) error {
 	}
 	end := s.stop.end()
 	if end.IsZero() {
-		end = time.Now().Add(10 * time.Second)
+		end = time.Now().Add(s.bounded(10 * time.Second))
 	}
 	ctx, cancel := context.WithDeadline(context.Background(), end)
 	defer cancel()

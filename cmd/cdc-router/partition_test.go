@@ -1,0 +1,97 @@
+package main
+
+import (
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/cdc-router/cdc-router/internal/testenv"
+)
+
+// TestPostgresSilentPartition stops forwarding between the router and PostgreSQL without closing the
+// sockets (a stalled server or a silent partition), while the outbox is idle and then while a writer goes
+// on committing, for longer than --pg-timeout. Within the bound plus slack the router logs a restart with
+// cause postgres, and every connection attempt through the silent forwarder ends within the bound too: the
+// restart counter (cause postgres, never other) goes on growing, /readyz is 503 with a problem that names
+// the PostgreSQL it waits for, and the lag grows although no received event is unconfirmed. Once
+// forwarding resumes every committed event arrives, in order.
+func TestPostgresSilentPartition(t *testing.T) {
+	const bound = 5 * time.Second
+	e := newStreamEnv(t)
+	c := e.consume(e.queue)
+	p := testenv.NewProxy(t, fmt.Sprintf("127.0.0.1:%d", pg.Port))
+	direct := e.pgURL
+	e.pgURL = strings.Replace(direct, fmt.Sprintf("127.0.0.1:%d", pg.Port), p.Addr, 1)
+	addr := freeAddr(t)
+	r := e.start("", "--http-addr", addr, "--pg-timeout", bound.String())
+	e.pgURL = direct
+	r.waitLog("msg=streaming ", 30*time.Second)
+	w := newWriter(t, e.pgURL, 20)
+	w.write(100, 10, 0)
+	c.waitFor(t, w.rows, 30*time.Second)
+	before := scrapeMetrics(t, addr)
+	restarts := func(s scrape, cause string) float64 {
+		return s.value(t, `cdc_router_stream_restarts_total{cause="`+cause+`"}`)
+	}
+
+	// Idle: the position of the last event is stored (every second), so what the router notices first is
+	// the silence of the stream itself (otherwise it is the next stored-position write).
+	time.Sleep(3 * time.Second)
+	p.Pause()
+	paused := time.Now()
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() { defer wg.Done(); w.write(300, 5, 50*time.Millisecond) }() // committed while the router cannot read WAL
+	defer wg.Wait()
+
+	// The idle stream's silence: a ping after half the bound, a restart when it is not answered.
+	warned := func() bool {
+		out := r.Output()
+		i := strings.Index(out, "stream stopped; restarting")
+		if i < 0 {
+			return false
+		}
+		line := out[i:]
+		if j := strings.IndexByte(line, '\n'); j >= 0 {
+			line = line[:j]
+		}
+		if !strings.Contains(line, "cause=postgres") || !strings.Contains(line, "PostgreSQL at "+p.Addr) {
+			t.Fatalf("the first restart after the pause does not name PostgreSQL at %s with cause postgres: %s", p.Addr, line)
+		}
+		return true
+	}
+	for !warned() {
+		if time.Since(paused) > bound+15*time.Second {
+			t.Fatalf("no restart naming PostgreSQL (cause postgres) within %v of the pause:\n%s", time.Since(paused), tail(r.Output(), 30))
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	t.Logf("silence detected after %v", time.Since(paused).Round(100*time.Millisecond))
+	// Every later attempt ends within the bound: the counter goes on growing, the lag grows, /readyz says why.
+	s := waitMetric(t, addr, "two more restarts with cause postgres and a lag beyond the bound", 4*bound+20*time.Second, func(s scrape) bool {
+		return restarts(s, "postgres") >= restarts(before, "postgres")+3 && s.value(t, "cdc_router_replication_lag_seconds") > bound.Seconds()
+	})
+	t.Logf("after %v: %v restarts with cause postgres, lag %.1f s", time.Since(paused).Round(100*time.Millisecond),
+		restarts(s, "postgres")-restarts(before, "postgres"), s.value(t, "cdc_router_replication_lag_seconds"))
+	if n := restarts(s, "other") - restarts(before, "other"); n != 0 {
+		t.Errorf("%v restarts counted with cause other during a PostgreSQL partition", n)
+	}
+	time.Sleep(time.Second)
+	if later := scrapeMetrics(t, addr).value(t, "cdc_router_replication_lag_seconds"); later <= s.value(t, "cdc_router_replication_lag_seconds") {
+		t.Errorf("lag %v s a second after %v s: it does not grow while the router cannot read WAL", later,
+			s.value(t, "cdc_router_replication_lag_seconds"))
+	}
+	code, body := get(t, "http://"+addr+"/readyz")
+	if code != 503 || !strings.Contains(body, `"problem":"waiting`) || !strings.Contains(body, "PostgreSQL at "+p.Addr) {
+		t.Errorf("/readyz = %d %s during the partition, want 503 with a problem naming PostgreSQL at %s", code, body, p.Addr)
+	}
+
+	p.Resume()
+	wg.Wait()
+	expectEveryEventInOrder(t, c, w, "silent PostgreSQL partition", 90*time.Second)
+	waitMetric(t, addr, "the lag back to 0 after the partition", 60*time.Second, func(s scrape) bool {
+		return s.value(t, "cdc_router_replication_lag_seconds") == 0
+	})
+}
