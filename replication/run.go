@@ -371,19 +371,25 @@ func (p plan) execute(ctx context.Context, cfg Config, log *slog.Logger, stats *
 	pos := func(l cdc.LSN) offsets.Position {
 		return offsets.Position{LSN: l, SystemID: sys.SystemID, Timeline: sys.Timeline}
 	}
-	if err := p.failover.apply(ctx, cfg, log, conn, p.slot); err != nil {
-		return 0, err
-	}
-	if p.timeline {
-		if err := recordTimeline(ctx, cfg, sql, sys); err != nil {
-			return 0, err
+	err := setupStep(ctx, cfg.PGTimeout, pgHost(cfg.PGURL), func(ctx context.Context) error {
+		if err := p.failover.apply(ctx, cfg, log, conn, p.slot); err != nil {
+			return err
 		}
+		if p.timeline {
+			if err := recordTimeline(ctx, cfg, sql, sys); err != nil {
+				return err
+			}
+		}
+		if p.decision.create && cfg.Snapshot == "initial" {
+			return checkSnapshotTables(ctx, cfg, sql)
+		}
+		return nil
+	})
+	if err != nil {
+		return 0, err
 	}
 	switch {
 	case p.decision.create && cfg.Snapshot == "initial":
-		if err := checkSnapshotTables(ctx, cfg, sql); err != nil {
-			return 0, err
-		}
 		return createWithSnapshot(ctx, cfg, log, stats, conn, sql, store, sys, pub)
 	case p.decision.create:
 		stop := watchCreation(ctx, cfg, log, stats)
