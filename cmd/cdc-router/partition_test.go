@@ -11,13 +11,20 @@ import (
 )
 
 // TestPostgresSilentPartition stops forwarding between the router and PostgreSQL without closing the
-// sockets (a stalled server or a silent partition), while the outbox is idle and then while a writer goes
-// on committing, for longer than --pg-timeout. Within the bound plus slack the router logs a restart with
-// cause postgres, and every connection attempt through the silent forwarder ends within the bound too: the
-// restart counter (cause postgres, never other) goes on growing, /readyz is 503 with a problem that names
-// the PostgreSQL it waits for, and the lag grows although no received event is unconfirmed. Once
-// forwarding resumes every committed event arrives, in order.
-func TestPostgresSilentPartition(t *testing.T) {
+// sockets (a stalled server or a silent partition) for longer than --pg-timeout, on an idle stream while a
+// writer then commits, and in the middle of a stream under load (TestPostgresSilentPartitionUnderLoad).
+// Within the bound plus slack the router logs a restart naming PostgreSQL with cause postgres, and every
+// connection attempt through the silent forwarder ends within the bound too: the restart counter (cause
+// postgres, never other) goes on growing, /readyz is 503 with a problem that names the PostgreSQL it waits
+// for, and the lag grows although no received event is unconfirmed. Once forwarding resumes every committed
+// event arrives, in order.
+func TestPostgresSilentPartition(t *testing.T) { silentPartition(t, false) }
+
+// TestPostgresSilentPartitionUnderLoad is TestPostgresSilentPartition with the pause in the middle of a
+// stream of about 200 events a second.
+func TestPostgresSilentPartitionUnderLoad(t *testing.T) { silentPartition(t, true) }
+
+func silentPartition(t *testing.T, underLoad bool) {
 	const bound = 5 * time.Second
 	e := newStreamEnv(t)
 	c := e.consume(e.queue)
@@ -29,26 +36,39 @@ func TestPostgresSilentPartition(t *testing.T) {
 	e.pgURL = direct
 	r.waitLog("msg=streaming ", 30*time.Second)
 	w := newWriter(t, e.pgURL, 20)
-	w.write(100, 10, 0)
-	c.waitFor(t, w.rows, 30*time.Second)
-	before := scrapeMetrics(t, addr)
 	restarts := func(s scrape, cause string) float64 {
 		return s.value(t, `cdc_router_stream_restarts_total{cause="`+cause+`"}`)
 	}
-
-	// Idle: the position of the last event is stored (every second), so what the router notices first is
-	// the silence of the stream itself (otherwise it is the next stored-position write).
-	time.Sleep(3 * time.Second)
-	p.Pause()
-	paused := time.Now()
+	var before scrape
+	var from int // the log's length at the pause
 	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() { defer wg.Done(); w.write(300, 5, 50*time.Millisecond) }() // committed while the router cannot read WAL
 	defer wg.Wait()
+	wg.Add(1)
+	if underLoad {
+		before = scrapeMetrics(t, addr)
+		go func() { defer wg.Done(); w.write(2000, 10, 20*time.Millisecond) }() // through the pause
+		for deadline := time.Now().Add(30 * time.Second); len(c.snapshot()) < 200; time.Sleep(20 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("only %d events arrived in 30 s", len(c.snapshot()))
+			}
+		}
+		p.Pause()
+		from = len(r.Output())
+	} else {
+		w.write(100, 10, 0)
+		c.waitFor(t, w.rows, 30*time.Second)
+		before = scrapeMetrics(t, addr)
+		// Idle: the position of the last event is stored (every second), so what the router notices first is
+		// the silence of the stream itself (a ping after half the bound, unanswered), not a stored-position write.
+		time.Sleep(3 * time.Second)
+		p.Pause()
+		from = len(r.Output())
+		go func() { defer wg.Done(); w.write(300, 5, 50*time.Millisecond) }() // committed while the router cannot read WAL
+	}
+	paused := time.Now()
 
-	// The idle stream's silence: a ping after half the bound, a restart when it is not answered.
 	warned := func() bool {
-		out := r.Output()
+		out := r.Output()[from:]
 		i := strings.Index(out, "stream stopped; restarting")
 		if i < 0 {
 			return false
