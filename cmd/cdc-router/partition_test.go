@@ -103,6 +103,9 @@ func silentPartition(t *testing.T, underLoad bool) {
 		t.Errorf("lag %v s a second after %v s: it does not grow while the router cannot read WAL", later,
 			s.value(t, "cdc_router_replication_lag_seconds"))
 	}
+	if checked := s.value(t, "cdc_router_slot_health_checked_timestamp_seconds"); checked > float64(paused.Unix()+1) {
+		t.Errorf("the slot health was read at %v, after the pause began (%v): it cannot have been", checked, paused.Unix())
+	}
 	code, body := get(t, "http://"+addr+"/readyz")
 	if code != 503 || !strings.Contains(body, `"problem":"waiting`) || !strings.Contains(body, "PostgreSQL at "+p.Addr) {
 		t.Errorf("/readyz = %d %s during the partition, want 503 with a problem naming PostgreSQL at %s", code, body, p.Addr)
