@@ -112,8 +112,10 @@ func silentPartition(t *testing.T, underLoad bool) {
 	}
 
 	p.Resume()
+	resumed := time.Now()
 	wg.Wait()
 	expectEveryEventInOrder(t, c, w, "silent PostgreSQL partition", 90*time.Second)
+	t.Logf("every event arrived %v after forwarding resumed", time.Since(resumed).Round(100*time.Millisecond))
 	waitMetric(t, addr, "the lag back to 0 after the partition", 60*time.Second, func(s scrape) bool {
 		return s.value(t, "cdc_router_replication_lag_seconds") == 0
 	})
