@@ -18,6 +18,14 @@ var creationReports = []time.Duration{10 * time.Second, 20 * time.Second, 40 * t
 
 const creationReportEvery = time.Minute
 
+// creationReportAt is when the i-th report (from 0) of a waiting slot creation is due, from its start.
+func creationReportAt(i int) time.Duration {
+	if n := len(creationReports); i >= n {
+		return creationReports[n-1] + creationReportEvery*time.Duration(i-n+1)
+	}
+	return creationReports[i]
+}
+
 // watchCreation reports, for as long as slot creation waits, the transactions it waits for: building the
 // slot's snapshot waits until every transaction running at that moment ends, so an idle-in-transaction
 // session or a forgotten prepared transaction makes it wait indefinitely. It logs a WARN line and one line per
@@ -38,13 +46,7 @@ func watchCreation(ctx context.Context, cfg Config, log *slog.Logger, stats *Sta
 		}()
 		began := time.Now()
 		for i := 0; ; i++ {
-			at := creationReportEvery * time.Duration(i-len(creationReports)+1)
-			if i < len(creationReports) {
-				at = creationReports[i]
-			} else {
-				at += creationReports[len(creationReports)-1]
-			}
-			if !sleep(ctx, time.Until(began.Add(at))) {
+			if !sleep(ctx, time.Until(began.Add(creationReportAt(i)))) {
 				return
 			}
 			if conn == nil || conn.IsClosed() {
