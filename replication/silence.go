@@ -95,12 +95,18 @@ func setupStep(ctx context.Context, d time.Duration, host string, step func(cont
 // PostgreSQL that stopped answering, whichever wait saw it first. Other errors are returned as they are.
 func stalled(err error, host string) error {
 	var r *retryable
-	if err == nil || errors.As(err, &r) || IsFatal(err) || causeOf(err) != CausePostgres ||
-		!(pgconn.Timeout(err) || errors.Is(err, context.DeadlineExceeded)) {
+	if err == nil || errors.As(err, &r) || IsFatal(err) || causeOf(err) != CausePostgres {
 		return err
 	}
-	return caused(CausePostgres, &retryable{msg: fmt.Sprintf("PostgreSQL at %s stopped answering (%v): a stalled server or "+
-		"a silent network partition; the router restarts the stream (the bound of each wait is --pg-timeout)", host, err), err: err})
+	switch {
+	case pgconn.Timeout(err) || errors.Is(err, context.DeadlineExceeded):
+		return caused(CausePostgres, &retryable{msg: fmt.Sprintf("PostgreSQL at %s stopped answering (%v): a stalled server "+
+			"or a silent network partition; the router restarts the stream (the bound of each wait is --pg-timeout)", host, err), err: err})
+	case errors.Is(err, pgconn.ErrConnClosed):
+		return caused(CausePostgres, &retryable{msg: fmt.Sprintf("the connection to PostgreSQL at %s was closed after a wait "+
+			"on it failed (%v): the router restarts the stream", host, err), err: err})
+	}
+	return err
 }
 
 // pgHost names the server (or servers) of url for messages; empty when the URL cannot be parsed (that

@@ -252,7 +252,9 @@ func (s *session) status(force bool) error {
 		s.sent, s.sentAt, s.nextStatus = w, now, now.Add(s.cfg.StatusInterval)
 	}
 	s.acknowledged(s.sent)
-	s.slot.due(s)
+	if err := s.slot.due(s); err != nil {
+		return err
+	}
 	return s.save(false)
 }
 
