@@ -109,8 +109,8 @@ func stalled(err error, host string) error {
 	return err
 }
 
-// pgHost names the server (or servers) of url for messages; empty when the URL cannot be parsed (that
-// error is reported by the connection itself).
+// pgHost names the server (or servers) of url for messages, or says "the --pg-url server" when the URL
+// cannot be parsed (that error is reported by the connection itself).
 func pgHost(url string) string {
 	cfg, err := parseURL(url)
 	if err != nil {
