@@ -19,8 +19,9 @@ func caused(cause string, err error) error { return &causedError{cause: cause, e
 func (e *causedError) Error() string { return e.err.Error() }
 func (e *causedError) Unwrap() error { return e.err }
 
-// causeOf classifies a stream failure: marked ones by their mark, PostgreSQL's errors and failed network
-// connections (only PostgreSQL's are not marked) as postgres, anything else as other.
+// causeOf classifies a stream failure: marked ones by their mark, PostgreSQL's errors, failed network
+// connections, timeouts and connections pgx closed after one (only PostgreSQL's are not marked) as
+// postgres, anything else as other.
 func causeOf(err error) string {
 	var c *causedError
 	if errors.As(err, &c) {
@@ -29,7 +30,8 @@ func causeOf(err error) string {
 	var pgErr *pgconn.PgError
 	var connErr *pgconn.ConnectError
 	var netErr net.Error
-	if errors.As(err, &pgErr) || errors.As(err, &connErr) || errors.As(err, &netErr) || pgconn.Timeout(err) {
+	if errors.As(err, &pgErr) || errors.As(err, &connErr) || errors.As(err, &netErr) || pgconn.Timeout(err) ||
+		errors.Is(err, pgconn.ErrConnClosed) {
 		return CausePostgres
 	}
 	return CauseOther

@@ -35,6 +35,10 @@ type Config struct {
 	// nacks (a queue refused it) is retried, alone in flight, before it is quarantined; default
 	// cdc.DefaultRefusalRetry. The stream and the initial snapshot wait on it meanwhile.
 	RefusalRetry time.Duration
+	// PGTimeout bounds every wait on a PostgreSQL that accepts TCP but does not answer: each connection
+	// attempt (a shorter connect_timeout in the URL wins), the setup queries after it, and the stream's silence
+	// (a status update asks for a reply after half of it without a message); default DefaultPGTimeout.
+	PGTimeout time.Duration
 
 	Decode decode.Config // row rules: payload limit and the router's message checks
 
@@ -96,6 +100,7 @@ func (c Config) WithDefaults() Config {
 	dur(&c.MaxBackoff, 30*time.Second)
 	dur(&c.PublicationCheckInterval, DefaultPublicationCheckInterval)
 	dur(&c.ProgressInterval, DefaultProgressInterval)
+	dur(&c.PGTimeout, DefaultPGTimeout)
 	if c.Decode.Table == "" {
 		c.Decode.Table = c.Table
 	}

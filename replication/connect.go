@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -109,9 +110,42 @@ func standbyError(host string, err error) error {
 		"new primary after a failover", host), err: err}
 }
 
+// DefaultPGTimeout is the default bound of run's --pg-timeout (Config.PGTimeout), and the bound of every
+// connection attempt of the other commands: a PostgreSQL that accepts TCP but never answers (a stalled
+// server, a silent network partition) costs each attempt this long at most, as the AMQP handshake's bound
+// does on the broker's side.
+const DefaultPGTimeout = 30 * time.Second
+
+// bound makes each connection attempt of cfg (each host of a multi-host URL, including its TLS handshake,
+// authentication and the primary check) end within d; a connect_timeout in the URL shorter than d wins.
+// Without it pgconn waits as long as the server keeps the TCP connection open.
+func bound(cfg *pgconn.Config, d time.Duration) {
+	if d <= 0 {
+		d = DefaultPGTimeout
+	}
+	if cfg.ConnectTimeout == 0 || cfg.ConnectTimeout > d {
+		cfg.ConnectTimeout = d
+	}
+}
+
+// explainConnectWithin is explainConnect for an attempt bounded by d: a server that did not finish the
+// connection in time is named, with the bound, as a retryable failure.
+func explainConnectWithin(err error, host string, d time.Duration) error {
+	if f := explainTLS(err); f != nil {
+		return f
+	}
+	var pgErr *pgconn.PgError
+	if !errors.As(err, &pgErr) && (pgconn.Timeout(err) || errors.Is(err, context.DeadlineExceeded)) {
+		return &retryable{msg: fmt.Sprintf("PostgreSQL at %s did not complete the connection within %v: it accepts TCP "+
+			"but does not answer (a stalled server or a silent network partition); the router tries again (the bound is "+
+			"--pg-timeout, or a shorter connect_timeout in --pg-url)", host, d), err: err}
+	}
+	return explainConnect(err, host)
+}
+
 // connectReplication opens the replication connection (replication=database), which reads through the
-// returned wire.
-func connectReplication(ctx context.Context, url string) (*pgconn.PgConn, *wire, error) {
+// returned wire, each attempt bounded by d.
+func connectReplication(ctx context.Context, url string, d time.Duration) (*pgconn.PgConn, *wire, error) {
 	cfg, err := parseURL(url)
 	if err != nil {
 		return nil, nil, err
@@ -120,16 +154,23 @@ func connectReplication(ctx context.Context, url string) (*pgconn.PgConn, *wire,
 		cfg.RuntimeParams[k] = v
 	}
 	wireOf := installWire(cfg)
+	bound(cfg, d)
 	conn, err := pgconn.ConnectConfig(ctx, cfg)
 	if err != nil {
-		return nil, nil, explainConnect(err, hostOf(cfg))
+		return nil, nil, explainConnectWithin(err, hostOf(cfg), cfg.ConnectTimeout)
 	}
 	return conn, wireOf(), nil
 }
 
 // ConnectSQL opens an ordinary (non-replication) connection for checks, the stored position and quarantine
-// writes, with a connection failure turned into one sentence that names the fix.
+// writes, with a connection failure turned into one sentence that names the fix. Each attempt ends within
+// DefaultPGTimeout (or the URL's shorter connect_timeout).
 func ConnectSQL(ctx context.Context, url string) (*pgx.Conn, error) {
+	return connectSQL(ctx, url, DefaultPGTimeout)
+}
+
+// connectSQL is ConnectSQL with each attempt bounded by d.
+func connectSQL(ctx context.Context, url string, d time.Duration) (*pgx.Conn, error) {
 	if _, err := parseURL(url); err != nil {
 		return nil, err
 	}
@@ -143,9 +184,10 @@ func ConnectSQL(ctx context.Context, url string) (*pgx.Conn, error) {
 	delete(cfg.RuntimeParams, "replication")
 	cfg.RuntimeParams["application_name"] = "cdc-router"
 	cfg.RuntimeParams["client_encoding"] = "UTF8" // quarantine values are UTF-8 whatever the database's encoding
+	bound(&cfg.Config, d)
 	conn, err := pgx.ConnectConfig(ctx, cfg)
 	if err != nil {
-		return nil, explainConnect(err, hostOf(&cfg.Config))
+		return nil, explainConnectWithin(err, hostOf(&cfg.Config), cfg.ConnectTimeout)
 	}
 	return conn, nil
 }

@@ -2,52 +2,107 @@ package replication
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"log/slog"
+	"strings"
 	"time"
 
 	"github.com/jackc/pglogrepl"
 	"github.com/jackc/pgx/v5"
 )
 
-// watchCreation logs, once slot creation has waited for a while, the sessions it is waiting for: building
-// the slot's snapshot waits until every transaction running at that moment ends, so an idle-in-transaction
-// session or a forgotten prepared transaction makes it wait indefinitely. The returned stop ends the watch.
-func watchCreation(ctx context.Context, url string, log *slog.Logger, after time.Duration) (stop func()) {
+// creationReports are the waits after which a slot creation that still waits is reported, the last one
+// repeated every creationReportEvery after it: a creation held up for a day is reported all day.
+var creationReports = []time.Duration{10 * time.Second, 20 * time.Second, 40 * time.Second, time.Minute}
+
+const creationReportEvery = time.Minute
+
+// creationReportAt is when the i-th report (from 0) of a waiting slot creation is due, from its start.
+func creationReportAt(i int) time.Duration {
+	if n := len(creationReports); i >= n {
+		return creationReports[n-1] + creationReportEvery*time.Duration(i-n+1)
+	}
+	return creationReports[i]
+}
+
+// watchCreation reports, for as long as slot creation waits, the transactions it waits for: building the
+// slot's snapshot waits until every transaction running at that moment ends, so an idle-in-transaction
+// session or a forgotten prepared transaction makes it wait indefinitely. It logs a WARN line and one line per
+// transaction (pid, xid, state, age) after each of creationReports and then every creationReportEvery, and
+// sets /readyz's problem (Stats.Waiting) to the wait and its transactions. The returned stop ends the watch.
+func watchCreation(ctx context.Context, cfg Config, log *slog.Logger, stats *Stats) (stop func()) {
+	what := "PostgreSQL to create replication slot " + cfg.Slot + " (it waits until the transactions running when it began end)"
+	stats.waitFor(what)
 	ctx, cancel := context.WithCancel(ctx)
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		select {
-		case <-ctx.Done():
-			return
-		case <-time.After(after):
-		}
-		conn, err := ConnectSQL(ctx, url)
-		if err != nil {
-			return
-		}
-		defer conn.Close(context.Background())
-		rows, err := conn.Query(ctx, `SELECT pid, coalesce(state, ''), coalesce(now() - xact_start, interval '0')::text
-			FROM pg_stat_activity WHERE backend_xid IS NOT NULL AND pid <> pg_backend_pid()
-			UNION ALL SELECT 0, 'prepared ' || gid, (now() - prepared)::text FROM pg_prepared_xacts`)
-		if err != nil {
-			return
-		}
-		type waiter struct {
-			pid        int32
-			state, age string
-		}
-		list, _ := pgx.CollectRows(rows, func(r pgx.CollectableRow) (waiter, error) {
-			var w waiter
-			return w, r.Scan(&w.pid, &w.state, &w.age)
-		})
-		log.Warn("creating the replication slot waits for transactions that were running when it began to end; "+
-			"end or commit them (pg_terminate_backend, COMMIT PREPARED / ROLLBACK PREPARED)", "waiting_for", len(list))
-		for _, w := range list {
-			log.Warn("slot creation waits for", "pid", w.pid, "state", w.state, "transaction_age", w.age)
+		var conn *pgx.Conn
+		defer func() {
+			if conn != nil {
+				conn.Close(context.Background())
+			}
+		}()
+		began := time.Now()
+		for i := 0; ; i++ {
+			if !sleep(ctx, time.Until(began.Add(creationReportAt(i)))) {
+				return
+			}
+			if conn == nil || conn.IsClosed() {
+				conn, _ = connectSQL(ctx, cfg.PGURL, cfg.PGTimeout)
+			}
+			list, err := creationBlockers(ctx, conn, cfg.PGTimeout)
+			if ctx.Err() != nil {
+				return
+			}
+			waited := time.Since(began).Round(time.Second)
+			if err != nil {
+				log.Warn("creating the replication slot still waits; the transactions it waits for could not be listed",
+					"waited", waited, "error", err)
+				continue
+			}
+			log.Warn("creating the replication slot waits for transactions that were running when it began to end; "+
+				"end or commit them (pg_terminate_backend, COMMIT PREPARED / ROLLBACK PREPARED)", "waiting_for", len(list),
+				"waited", waited)
+			names := make([]string, 0, len(list))
+			for _, w := range list {
+				log.Warn("slot creation waits for", "pid", w.pid, "xid", w.xid, "state", w.state, "transaction_age", w.age)
+				names = append(names, fmt.Sprintf("pid %d (xid %s, %s, for %s)", w.pid, w.xid, w.state, w.age))
+			}
+			stats.waitFor(what + ": " + fmt.Sprint(len(list)) + " transaction(s) still run: " + strings.Join(names, ", ") +
+				"; end or commit them (pg_terminate_backend, COMMIT PREPARED / ROLLBACK PREPARED)")
 		}
 	}()
 	return func() { cancel(); <-done }
+}
+
+// blocker is a transaction a slot creation may wait for: a session with an xid (pid, backend_xid, state)
+// or a prepared transaction (pid 0, state "prepared <gid>").
+type blocker struct {
+	pid             int32
+	xid, state, age string
+}
+
+// creationBlockers lists the transactions with an xid (the ones a new slot's snapshot waits for), within d.
+func creationBlockers(ctx context.Context, conn *pgx.Conn, d time.Duration) ([]blocker, error) {
+	if conn == nil {
+		return nil, errors.New("no connection to PostgreSQL")
+	}
+	ctx, cancel := context.WithTimeout(ctx, d)
+	defer cancel()
+	rows, err := conn.Query(ctx, `SELECT pid, backend_xid::text, coalesce(state, ''),
+			date_trunc('second', coalesce(now() - xact_start, interval '0'))::text
+		FROM pg_stat_activity WHERE backend_xid IS NOT NULL AND pid <> pg_backend_pid()
+		UNION ALL SELECT 0, transaction::text, 'prepared ' || gid, date_trunc('second', now() - prepared)::text
+		FROM pg_prepared_xacts`)
+	if err != nil {
+		return nil, err
+	}
+	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (blocker, error) {
+		var b blocker
+		return b, r.Scan(&b.pid, &b.xid, &b.state, &b.age)
+	})
 }
 
 // slotOptions is what follows the output plugin in CREATE_REPLICATION_SLOT: the snapshot action in the

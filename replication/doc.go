@@ -28,6 +28,15 @@
 //     are aggregated per reason and per second (burst.go); each such message holds the acknowledged
 //     position until its burst's record is written (TestBurstKind, TestMessageFloodIsQuarantinedInBursts,
 //     TestMessageBurstSurvivesAKill).
+//   - No wait on a PostgreSQL that accepts TCP but does not answer lasts longer than Config.PGTimeout (run's
+//     --pg-timeout): each connection attempt (ordinary, replication, reader; a shorter connect_timeout in the
+//     URL wins), each group of start-up checks, START_REPLICATION, and the stream's silence (a status update
+//     asks for a reply after half of it). Each such failure is a restart with cause postgres whose message
+//     names the server; only slot creation and the snapshot copy wait without a bound.
+//   - A router that cannot read WAL shows it: once the walsender has been silent for longer than the bound, the
+//     lag in time is at least the time since it last spoke (not before the first stream, not in standby).
+//   - While starting or restarting, Stats.Waiting names what the router waits for (/readyz's problem); a slot
+//     creation that waits is reported, with the transactions it waits for, for as long as it waits.
 //   - A promoted standby (the same system identifier, a later timeline) is streamed from only through the
 //     slot it has (a failover slot's synchronized copy), never a new one; the timeline is recorded with the
 //     position, and a stored position past the end of its timeline on that server is refused.

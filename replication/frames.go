@@ -41,6 +41,10 @@ type frames struct {
 	skip   int64  // bytes of it still to discard
 	out    frame  // what next returns for it once discarded
 	buf    []byte // its body read so far, when it is read whole
+
+	// moved says that a call ending at the read deadline consumed part of a message: the server is
+	// speaking, only slowly (a large message over a slow link), which is not silence.
+	moved bool
 }
 
 // frame is one message of the CopyBoth stream. data is the body of a message read whole (for CopyData its
@@ -98,6 +102,7 @@ func (f *frames) next() (frame, error) {
 		for f.skip > 0 {
 			n, err := src.Discard(int(min(f.skip, 1<<30)))
 			f.skip -= int64(n)
+			f.moved = f.moved || n > 0
 			if err != nil {
 				return frame{}, eofUnexpected(err)
 			}
@@ -119,6 +124,7 @@ func (f *frames) next() (frame, error) {
 	}
 	n, err := io.ReadFull(src, f.buf[len(f.buf):f.body])
 	f.buf = f.buf[:len(f.buf)+n]
+	f.moved = f.moved || n > 0
 	if err != nil {
 		return frame{}, eofUnexpected(err)
 	}

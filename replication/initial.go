@@ -74,7 +74,7 @@ func (c Config) snapshotConfig() snapshot.Config {
 // other in that one snapshot.
 func createWithSnapshot(ctx context.Context, cfg Config, log *slog.Logger, stats *Stats, conn *pgconn.PgConn,
 	sql *pgx.Conn, store *offsets.Store, sys pglogrepl.IdentifySystemResult, pub Publisher) (cdc.LSN, error) {
-	stop := watchCreation(ctx, cfg.PGURL, log, 10*time.Second)
+	stop := watchCreation(ctx, cfg, log, stats)
 	res, err := pglogrepl.CreateReplicationSlot(ctx, conn, cfg.Slot, "pgoutput", slotOptions(true, cfg.FailoverSlot))
 	stop()
 	if err != nil {
@@ -84,7 +84,7 @@ func createWithSnapshot(ctx context.Context, cfg Config, log *slog.Logger, stats
 	if err != nil {
 		return 0, err
 	}
-	reader, err := ConnectReader(ctx, cfg.PGURL)
+	reader, err := connectReader(ctx, cfg.PGURL, cfg.PGTimeout)
 	if err != nil {
 		return 0, err
 	}
@@ -131,7 +131,7 @@ func createWithSnapshot(ctx context.Context, cfg Config, log *slog.Logger, stats
 // rows committed after the consistent point may be published twice (once here, once streamed), never lost.
 func resumeSnapshot(ctx context.Context, cfg Config, log *slog.Logger, stats *Stats, sql *pgx.Conn, job snapshot.Job,
 	pub Publisher) error {
-	reader, err := ConnectReader(ctx, cfg.PGURL)
+	reader, err := connectReader(ctx, cfg.PGURL, cfg.PGTimeout)
 	if err != nil {
 		return err
 	}
@@ -199,7 +199,13 @@ type unroutableDepth interface {
 
 // ConnectReader opens a snapshot or backfill reader's connection, with the output formats the row mapping
 // expects: those the replication connection pins, so that a row read here has the text it has in the stream.
+// Each attempt ends within DefaultPGTimeout (or the URL's shorter connect_timeout).
 func ConnectReader(ctx context.Context, url string) (*pgx.Conn, error) {
+	return connectReader(ctx, url, DefaultPGTimeout)
+}
+
+// connectReader is ConnectReader with each attempt bounded by d.
+func connectReader(ctx context.Context, url string, d time.Duration) (*pgx.Conn, error) {
 	cfg, err := pgx.ParseConfig(url)
 	if err != nil {
 		return nil, fatalf("the PostgreSQL URL is invalid: use postgres://user:password@host:5432/dbname in --pg-url (CDC_ROUTER_PG_URL)")
@@ -213,9 +219,10 @@ func ConnectReader(ctx context.Context, url string) (*pgx.Conn, error) {
 		"extra_float_digits": "3", "idle_in_transaction_session_timeout": "0", "statement_timeout": "0"} {
 		cfg.RuntimeParams[k] = v
 	}
+	bound(&cfg.Config, d)
 	conn, err := pgx.ConnectConfig(ctx, cfg)
 	if err != nil {
-		return nil, explainConnect(err, hostOf(&cfg.Config))
+		return nil, explainConnectWithin(err, hostOf(&cfg.Config), cfg.ConnectTimeout)
 	}
 	return conn, nil
 }

@@ -1,6 +1,7 @@
 package replication
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"net"
@@ -105,6 +106,8 @@ func TestCauseOf(t *testing.T) {
 		{fmt.Errorf("run: %w", caused(CauseBroker, errors.New("dial"))), CauseBroker},
 		{fmt.Errorf("receive: %w", &pgconn.PgError{Code: "57P01"}), CausePostgres},
 		{fmt.Errorf("receive: %w", &net.OpError{Op: "read", Err: errors.New("connection reset")}), CausePostgres},
+		{fmt.Errorf("check publication: failed to deallocate cached statement(s): %w", pgconn.ErrConnClosed), CausePostgres},
+		{fmt.Errorf("store position: %w", context.DeadlineExceeded), CausePostgres},
 		{errors.New("something else"), CauseOther},
 	} {
 		if got := causeOf(tc.err); got != tc.want {

@@ -83,6 +83,7 @@ func Run(ctx context.Context, cfg Config, dial Dialer, log *slog.Logger, stats *
 		stats = &Stats{}
 	}
 	log = log.With("slot", cfg.Slot)
+	stats.silentAfter.Store(int64(cfg.PGTimeout))
 	stats.setState(StateStarting, nil)
 	stop := newStopClock(ctx, cfg.ShutdownTimeout)
 	began := time.Now()
@@ -139,6 +140,7 @@ func Run(ctx context.Context, cfg Config, dial Dialer, log *slog.Logger, stats *
 		cause := causeOf(err)
 		stats.restarted(cause)
 		stats.setState(StateRestarting, err)
+		stats.waitFor(fmt.Sprintf("the restart after a %s failure (backoff %v)", cause, wait.Round(time.Millisecond)))
 		log.Warn("stream stopped; restarting from the acknowledged position", "cause", cause, "error", err,
 			"backoff", wait.Round(time.Millisecond), "lsn", stats.Acknowledged())
 		if !sleep(ctx, wait) {
@@ -164,7 +166,9 @@ func sleep(ctx context.Context, d time.Duration) bool {
 // whether the acknowledged position moved.
 func runOnce(ctx context.Context, cfg Config, dial Dialer, log *slog.Logger, stats *Stats, started *bool,
 	net *safetyNet, stop *stopClock) (bool, error) {
-	sql, err := ConnectSQL(ctx, cfg.PGURL)
+	host := pgHost(cfg.PGURL)
+	stats.waitFor("PostgreSQL at " + host + " to accept the router's ordinary connection")
+	sql, err := connectSQL(ctx, cfg.PGURL, cfg.PGTimeout)
 	if err != nil {
 		return false, err
 	}
@@ -173,28 +177,37 @@ func runOnce(ctx context.Context, cfg Config, dial Dialer, log *slog.Logger, sta
 		sql.Close(cctx)
 		cancel()
 	}()
-	// One router per slot, also while the slot is not streamed yet (during the initial snapshot): the lock
-	// belongs to this session and goes with it.
-	var mine bool
-	if err := sql.QueryRow(ctx, "SELECT pg_try_advisory_lock(hashtextextended('cdc_router:' || $1, 0))", cfg.Slot).Scan(&mine); err != nil {
-		return false, fmt.Errorf("lock slot %s: %w", cfg.Slot, err)
-	}
-	if !mine {
-		return false, fmt.Errorf("another router holds slot %s (it may be copying the initial snapshot): %w", cfg.Slot, errSlotBusy)
-	}
-	mcfg := migrations.Config{Table: cfg.Table, Publication: cfg.Publication, Schema: cfg.Schema, Mapping: cfg.Decode.Mapping,
-		MoreTables: cfg.Decode.MoreTables}
-	if err := migrations.Check(ctx, sql, mcfg); err != nil {
-		return false, withBackfillHint(ctx, sql, cfg, err)
-	}
-	if cfg.Decode.MessagePrefix != "" { // read at every start of the stream: a restart picks up a rotated key
-		if cfg.Decode.EmitKeys, err = migrations.LoadEmitKeys(ctx, sql, cfg.Schema); err != nil {
-			return false, err
-		}
-	}
+	stats.waitFor("PostgreSQL at " + host + " to answer the start-up checks")
 	watch := &publicationWatch{cfg: cfg, log: log, stats: stats}
-	watch.record(ctx, sql, "")
-	conn, wire, err := connectReplication(ctx, cfg.PGURL)
+	err = setupStep(ctx, cfg.PGTimeout, host, func(ctx context.Context) error {
+		// One router per slot, also while the slot is not streamed yet (during the initial snapshot): the lock
+		// belongs to this session and goes with it.
+		var mine bool
+		if err := sql.QueryRow(ctx, "SELECT pg_try_advisory_lock(hashtextextended('cdc_router:' || $1, 0))", cfg.Slot).Scan(&mine); err != nil {
+			return fmt.Errorf("lock slot %s: %w", cfg.Slot, err)
+		}
+		if !mine {
+			return fmt.Errorf("another router holds slot %s (it may be copying the initial snapshot): %w", cfg.Slot, errSlotBusy)
+		}
+		mcfg := migrations.Config{Table: cfg.Table, Publication: cfg.Publication, Schema: cfg.Schema, Mapping: cfg.Decode.Mapping,
+			MoreTables: cfg.Decode.MoreTables}
+		if err := migrations.Check(ctx, sql, mcfg); err != nil {
+			return withBackfillHint(ctx, sql, cfg, err)
+		}
+		if cfg.Decode.MessagePrefix != "" { // read at every start of the stream: a restart picks up a rotated key
+			var err error
+			if cfg.Decode.EmitKeys, err = migrations.LoadEmitKeys(ctx, sql, cfg.Schema); err != nil {
+				return err
+			}
+		}
+		watch.record(ctx, sql, "")
+		return nil
+	})
+	if err != nil {
+		return false, err
+	}
+	stats.waitFor("PostgreSQL at " + host + " to accept the router's replication connection")
+	conn, wire, err := connectReplication(ctx, cfg.PGURL, cfg.PGTimeout)
 	if err != nil {
 		return false, err
 	}
@@ -203,18 +216,24 @@ func runOnce(ctx context.Context, cfg Config, dial Dialer, log *slog.Logger, sta
 		conn.Close(cctx)
 		cancel()
 	}()
-	sys, err := pglogrepl.IdentifySystem(ctx, conn)
-	if err != nil {
-		return false, fmt.Errorf("identify system: %w", err)
-	}
+	stats.waitFor("PostgreSQL at " + host + " to answer the start-up checks")
+	var sys pglogrepl.IdentifySystemResult
+	var p plan
 	store := offsets.NewStore(sql, cfg.Schema, cfg.Slot, cfg.StoreInterval)
-	if err := checkTimeline(ctx, cfg, log, conn, store, sys); err != nil {
-		return false, err
-	}
-	plan, err := planStart(ctx, cfg, sql, store, sys)
+	err = setupStep(ctx, cfg.PGTimeout, host, func(ctx context.Context) error {
+		if sys, err = pglogrepl.IdentifySystem(ctx, conn); err != nil {
+			return fmt.Errorf("identify system: %w", err)
+		}
+		if err := checkTimeline(ctx, cfg, log, conn, store, sys); err != nil {
+			return err
+		}
+		p, err = planStart(ctx, cfg, sql, store, sys)
+		return err
+	})
 	if err != nil {
 		return false, err
 	}
+	stats.waitFor("RabbitMQ to accept the router's connection")
 	first, err := dial(ctx)
 	if err != nil {
 		return false, caused(CauseBroker, err)
@@ -225,15 +244,22 @@ func runOnce(ctx context.Context, cfg Config, dial Dialer, log *slog.Logger, sta
 			log.Warn("the RabbitMQ connection did not close within the shutdown timeout; exiting without waiting for it")
 		}
 	}()
-	start, err := plan.execute(ctx, cfg, log, stats, conn, sql, store, sys, pub)
+	start, err := p.execute(ctx, cfg, log, stats, conn, sql, store, sys, pub)
 	if err != nil {
 		return false, err
 	}
-	err = pglogrepl.StartReplication(ctx, conn, cfg.Slot, pglogrepl.LSN(start), pglogrepl.StartReplicationOptions{
-		PluginArgs: pluginArgs(cfg),
+	stats.waitFor("PostgreSQL at " + host + " to start replication")
+	err = setupStep(ctx, cfg.PGTimeout, host, func(ctx context.Context) error {
+		err := pglogrepl.StartReplication(ctx, conn, cfg.Slot, pglogrepl.LSN(start), pglogrepl.StartReplicationOptions{
+			PluginArgs: pluginArgs(cfg),
+		})
+		if err != nil {
+			return startError(err, cfg)
+		}
+		return nil
 	})
 	if err != nil {
-		return false, startError(err, cfg)
+		return false, err
 	}
 	*started = true
 	prev, _, _ := stats.State()
@@ -243,8 +269,8 @@ func runOnce(ctx context.Context, cfg Config, dial Dialer, log *slog.Logger, sta
 	log.Info("streaming", "lsn", start, "previous", prev, "publication", cfg.Publication, "system_id", sys.SystemID,
 		"timeline", sys.Timeline)
 	s := &session{ctx: ctx, stop: stop, cfg: cfg, log: log, conn: conn, sql: sql, store: store, tracker: offsets.NewTracker(start),
-		pub: pub, dec: decode.New(cfg.Decode), sys: sys, stats: stats, lastHeard: time.Now(),
-		silence: silenceLimit(ctx, sql), net: net, quar: quarantine.NewStore(sql, cfg.Schema, cfg.Slot), watch: watch,
+		pub: pub, dec: decode.New(cfg.Decode), sys: sys, stats: stats, live: newLiveness(cfg.PGTimeout, time.Now()),
+		net: net, quar: quarantine.NewStore(sql, cfg.Schema, cfg.Slot), watch: watch,
 		emitKeys: newEmitKeyWatch(cfg, log),
 		progress: newProgressLog(log, stats, cfg.ProgressInterval), flight: newFlight(), pending: stats.takeCarried(start)}
 	s.frames = newFrames(wire, s.dec.MessagePrefix(), s.dec.MessageLimit())
@@ -252,19 +278,9 @@ func runOnce(ctx context.Context, cfg Config, dial Dialer, log *slog.Logger, sta
 	defer stats.flight.Store(nil)
 	watch.next = time.Now().Add(cfg.PublicationCheckInterval)
 	net.received = 0
-	err = s.stream()
+	err = stalled(s.stream(), host)
 	stats.carry(s.pending, s.sent)
 	return s.tracker.Watermark() > start, err
-}
-
-// silenceLimit is twice the server's wal_sender_timeout plus a margin: a live walsender sends a keepalive
-// at least every half timeout. With the timeout disabled (0) the check is off.
-func silenceLimit(ctx context.Context, sql *pgx.Conn) time.Duration {
-	var ms int64
-	if err := sql.QueryRow(ctx, "SELECT setting::bigint FROM pg_settings WHERE name = 'wal_sender_timeout'").Scan(&ms); err != nil || ms <= 0 {
-		return 0
-	}
-	return 2*time.Duration(ms)*time.Millisecond + 10*time.Second
 }
 
 // plan is what a run does before streaming, decided before anything is created or published.
@@ -366,22 +382,28 @@ func (p plan) execute(ctx context.Context, cfg Config, log *slog.Logger, stats *
 	pos := func(l cdc.LSN) offsets.Position {
 		return offsets.Position{LSN: l, SystemID: sys.SystemID, Timeline: sys.Timeline}
 	}
-	if err := p.failover.apply(ctx, cfg, log, conn, p.slot); err != nil {
-		return 0, err
-	}
-	if p.timeline {
-		if err := recordTimeline(ctx, cfg, sql, sys); err != nil {
-			return 0, err
+	err := setupStep(ctx, cfg.PGTimeout, pgHost(cfg.PGURL), func(ctx context.Context) error {
+		if err := p.failover.apply(ctx, cfg, log, conn, p.slot); err != nil {
+			return err
 		}
+		if p.timeline {
+			if err := recordTimeline(ctx, cfg, sql, sys); err != nil {
+				return err
+			}
+		}
+		if p.decision.create && cfg.Snapshot == "initial" {
+			return checkSnapshotTables(ctx, cfg, sql)
+		}
+		return nil
+	})
+	if err != nil {
+		return 0, err
 	}
 	switch {
 	case p.decision.create && cfg.Snapshot == "initial":
-		if err := checkSnapshotTables(ctx, cfg, sql); err != nil {
-			return 0, err
-		}
 		return createWithSnapshot(ctx, cfg, log, stats, conn, sql, store, sys, pub)
 	case p.decision.create:
-		stop := watchCreation(ctx, cfg.PGURL, log, 10*time.Second)
+		stop := watchCreation(ctx, cfg, log, stats)
 		point, err := createSlot(ctx, conn, cfg.Slot, cfg.FailoverSlot)
 		stop()
 		if err != nil {

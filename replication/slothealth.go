@@ -2,6 +2,7 @@ package replication
 
 import (
 	"context"
+	"fmt"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -54,21 +55,26 @@ type slotWatch struct {
 	failed bool
 }
 
-// due reads the health when the interval has passed.
-func (w *slotWatch) due(s *session) {
+// due reads the health when the interval has passed. A read that fails and leaves the ordinary connection
+// closed (pgx closes it when a wait ends mid-query: PostgreSQL stopped answering) ends the stream, since the
+// stored position and the quarantine need that connection too; any other failure only keeps the last values.
+func (w *slotWatch) due(s *session) error {
 	if time.Now().Before(w.next) || s.ctx.Err() != nil { // no reads once the stop is requested: it is bounded
-		return
+		return nil
 	}
 	w.next = time.Now().Add(SlotHealthInterval)
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), s.bounded(5*time.Second))
 	defer cancel()
 	h, err := readSlotHealth(ctx, s.sql, s.cfg.Slot)
+	if err != nil && s.sql.IsClosed() {
+		return fmt.Errorf("read the slot's health: %w", err)
+	}
 	if err != nil {
 		if !w.failed {
 			s.log.Warn("could not read the slot's health from pg_replication_slots; the slot metrics keep their last values", "error", err)
 		}
 		w.failed = true
-		return
+		return nil
 	}
 	if w.failed {
 		s.log.Info("reading the slot's health again")
@@ -79,4 +85,5 @@ func (w *slotWatch) due(s *session) {
 			"wal_status", h.WALStatus, "safe_wal_bytes", h.SafeWALBytes, "retained_wal_bytes", h.RetainedBytes)
 	}
 	s.stats.setSlot(h)
+	return nil
 }

@@ -1,6 +1,7 @@
 package replication
 
 import (
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -58,6 +59,8 @@ type Stats struct {
 	snapTotal     atomic.Int64
 
 	walEnd        atomic.Uint64          // the server's WAL end, from the last keepalive or XLogData
+	heard         atomic.Int64           // when (Unix ns) the walsender last sent anything, in any session; 0 if never
+	silentAfter   atomic.Int64           // the --pg-timeout bound (ns): a longer silence of the walsender counts as lag
 	oldestPending atomic.Int64           // commit time (Unix ns) of the oldest received, unacknowledged transaction; 0 if none
 	flight        atomic.Pointer[flight] // the running session's unconfirmed events
 	carried       []pendingTxn           // the oldest unacknowledged transaction of the last session, for the next
@@ -71,6 +74,34 @@ type Stats struct {
 	lastErr string
 	problem string // a condition that makes the router unready while it runs, e.g. the publication lost the outbox
 	slot    SlotHealth
+	// waiting is what the router waits for while it is not streaming (a connection, the start-up checks, the
+	// slot's creation, the restart backoff), since waitingSince; empty while streaming, snapshotting or standing by.
+	waiting      string
+	waitingSince time.Time
+}
+
+// Waiting says what the router waits for and since how long, while it starts or restarts: the connection,
+// the query or the transactions it is held up by. Empty while it streams, copies a snapshot or stands by.
+func (s *Stats) Waiting() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	switch s.state {
+	case StateStreaming, StateSnapshot, StateStandby, StateStopped:
+		return ""
+	}
+	if s.waiting == "" {
+		return ""
+	}
+	return fmt.Sprintf("waiting %v for %s", time.Since(s.waitingSince).Round(time.Second), s.waiting)
+}
+
+// waitFor records what the router waits for now; the time counts from the first call with this text.
+func (s *Stats) waitFor(what string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.waiting != what {
+		s.waiting, s.waitingSince = what, time.Now()
+	}
 }
 
 // Problem is what makes a running router unready although it streams (empty when nothing does): the
@@ -113,15 +144,27 @@ func (s *Stats) LagBytes() (lag int64, ok bool) {
 }
 
 // Lag is the replication lag in time: how long ago the oldest transaction was committed whose events
-// were received but are not all confirmed and acknowledged yet. It is zero when every received
-// transaction is acknowledged, so an idle database (nothing to send) does not look stuck; a router that
-// does not receive at all shows in LagBytes and the slot's retained WAL instead.
+// were received but are not all confirmed and acknowledged yet, or, when longer, how long the walsender has
+// sent nothing once that passes the --pg-timeout bound (a healthy one answers the stream's ping within it):
+// a router that cannot read WAL (a stalled PostgreSQL, a partition, a restart loop) does not know what was
+// committed since, so its lag grows from the last moment it did. It is zero when every received transaction
+// is acknowledged and the walsender speaks, so an idle database (nothing to send) does not look stuck.
+// Before the first stream of the process, and in standby, only the first part counts.
 func (s *Stats) Lag() time.Duration {
-	c := s.oldestPending.Load()
-	if c == 0 {
-		return 0
+	var lag time.Duration
+	if c := s.oldestPending.Load(); c != 0 {
+		lag = max(time.Since(time.Unix(0, c)), 0)
 	}
-	return max(time.Since(time.Unix(0, c)), 0)
+	if h := s.heard.Load(); h != 0 {
+		bound := time.Duration(s.silentAfter.Load())
+		if bound <= 0 {
+			bound = DefaultPGTimeout
+		}
+		if quiet := time.Since(time.Unix(0, h)); quiet > bound {
+			lag = max(lag, quiet)
+		}
+	}
+	return lag
 }
 
 // OldestUnconfirmed is how long the oldest event handed to the publisher by the running stream has waited
@@ -167,6 +210,10 @@ func (s *Stats) setState(state string, err error) {
 	}
 	if state == StateStandby {
 		s.slot = SlotHealth{} // the active router reports the slot; a spare would report it twice
+		s.heard.Store(0)      // and its lag: the silence of a slot this router does not read is not lag
+	}
+	if state != StateStarting && state != StateRestarting {
+		s.waiting = ""
 	}
 }
 

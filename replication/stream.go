@@ -49,10 +49,7 @@ type session struct {
 	eventful     bool
 	stopLogged   bool
 
-	// silence bounds how long the server may send nothing (it sends keepalives every half
-	// wal_sender_timeout) before the connection is taken as dead; zero disables the check.
-	silence   time.Duration
-	lastHeard time.Time
+	live liveness // finds a server that stopped answering (a status update asks for a reply)
 
 	// pubCtx bounds a blocked Publish so that status updates go on and a stop is noticed at once; one is
 	// shared by every publish until it ends, instead of one timer per event.
@@ -154,18 +151,21 @@ func (s *session) receive() error {
 	f, err := s.frames.next()
 	if err != nil {
 		if !readTimeout(err) {
-			return fmt.Errorf("receive: %w", err)
+			return caused(CausePostgres, fmt.Errorf("receive: %w", err))
 		}
 		s.readBy = time.Time{} // the deadline passed, or the stop request moved it: set a new one next time
 		if !stopping && s.ctx.Err() != nil {
 			return nil // the stop request: the loop takes it from here
 		}
-		if s.silence > 0 && time.Since(s.lastHeard) > s.silence {
-			return fmt.Errorf("receive: PostgreSQL sent nothing, not even a keepalive, for %v: taking the connection as dead", s.silence)
+		if s.frames.moved { // part of a large message arrived: slow, not silent
+			s.frames.moved = false
+			s.heard()
+			return nil
 		}
-		return nil
+		return s.quiet()
 	}
-	s.lastHeard = time.Now()
+	s.frames.moved = false
+	s.heard()
 	return s.frame(f)
 }
 
@@ -253,7 +253,9 @@ func (s *session) status(force bool) error {
 		s.sent, s.sentAt, s.nextStatus = w, now, now.Add(s.cfg.StatusInterval)
 	}
 	s.acknowledged(s.sent)
-	s.slot.due(s)
+	if err := s.slot.due(s); err != nil {
+		return err
+	}
 	return s.save(false)
 }
 
@@ -268,7 +270,7 @@ func (s *session) save(force bool) error {
 	}
 	end := s.stop.end()
 	if end.IsZero() {
-		end = time.Now().Add(10 * time.Second)
+		end = time.Now().Add(s.bounded(10 * time.Second))
 	}
 	ctx, cancel := context.WithDeadline(context.Background(), end)
 	defer cancel()

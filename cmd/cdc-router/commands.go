@@ -295,6 +295,7 @@ func runRun(ctx context.Context, args []string, env func(string) string, stdout,
 	snap := s.String("snapshot", "initial", "initial: a new slot first publishes the rows already in the table, read in the slot's own snapshot; never: stream only")
 	snapWhere := s.String("snapshot-where", "", "SQL predicate restricting the initial snapshot, e.g. \"published_at IS NULL\" when taking over from a polling publisher")
 	shutdown := s.Duration("shutdown-timeout", 30*time.Second, "bound on finishing the open transaction and waiting for confirms at stop")
+	pgTimeout := s.Duration("pg-timeout", replication.DefaultPGTimeout, "bound on waiting for a PostgreSQL that accepts TCP but does not answer: each connection attempt (a shorter connect_timeout in --pg-url wins), the start-up checks, and the stream's silence (after half of it a status update asks for a reply); then the router restarts (cause postgres)")
 	httpAddr := s.String("http-addr", "", "serve /healthz, /readyz and /metrics on this address, e.g. :8080 (off when empty)")
 	progress := s.Duration("progress-interval", replication.DefaultProgressInterval, "how often to log, at info level, how many events were published and quarantined since the last such line (nothing when nothing moved)")
 	pubCheck := s.Duration("publication-check-interval", replication.DefaultPublicationCheckInterval, "how often to re-check that the publication still carries the outbox table's inserts")
@@ -383,6 +384,7 @@ func runRun(ctx context.Context, args []string, env func(string) string, stdout,
 	cfg.ProgressInterval = *progress
 	cfg.FailoverSlot = *failoverSlot
 	cfg.RefusalRetry = *broker.refusalRetry
+	cfg.PGTimeout = *pgTimeout
 	dialer := route.NewDialer(rcfg, log)
 	dial := func(ctx context.Context) (replication.Publisher, error) {
 		r, err := dialer.Dial(ctx)

@@ -38,6 +38,9 @@ func healthOf(s *replication.Stats, slotProblem string) health {
 	if problem == "" {
 		problem = slotProblem
 	}
+	if problem == "" {
+		problem = s.Waiting() // starting or restarting: what it waits for
+	}
 	return health{State: state, Since: since.UTC().Format(time.RFC3339), AcknowledgedLSN: s.Acknowledged().String(),
 		Published: s.Published(), Quarantined: s.Quarantined(), Restarts: s.Restarts(), LagSeconds: s.Lag().Seconds(),
 		SnapshotRowsDone: done, SnapshotRowsTotal: total, LastError: lastErr, Problem: problem}
@@ -66,7 +69,8 @@ func slotProblem(h replication.SlotHealth, minSafe int64) string {
 // /readyz answers 200 while streaming or copying the initial snapshot (work in progress, not a stall) and
 // in standby (another router holds the slot and this one takes over when it is free: a healthy spare, so
 // that a rolling update gated on readiness can finish with two routers); 503 while starting or
-// restarting, while the publication no longer carries the outbox, so new rows are not streamed, and while
+// restarting (problem then says what the router waits for: a connection, the start-up checks, the slot's
+// creation and the transactions it waits for, or the restart backoff), while the publication no longer carries the outbox, so new rows are not streamed, and while
 // the slot is near invalidation (slotProblem with minSafe). /readyz?active=1 answers 503 in standby too,
 // for a probe or a Service that wants only the router that holds the slot.
 func handler(s *replication.Stats, gather prometheus.Gatherer, minSafe int64) http.Handler {

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"syscall"
 	"testing"
@@ -212,7 +213,8 @@ func TestMalformedRowIsQuarantinedAndTheStreamGoesOn(t *testing.T) {
 }
 
 // TestSlotCreationNamesTheTransactionItWaitsFor: an open transaction holds slot creation; the router says
-// which session it waits for, and goes on once it ends.
+// which session it waits for (pid and xid) in the log and in /readyz's problem, says it again later for as
+// long as it waits, and goes on once the transaction ends.
 func TestSlotCreationNamesTheTransactionItWaitsFor(t *testing.T) {
 	e := newStreamEnv(t)
 	ctx := context.Background()
@@ -223,10 +225,34 @@ func TestSlotCreationNamesTheTransactionItWaitsFor(t *testing.T) {
 	if _, err := tx.Exec(ctx, `INSERT INTO other (note) VALUES ('holding an xid')`); err != nil {
 		t.Fatal(err)
 	}
-	r := e.start("")
+	var pid int
+	var xid string
+	if err := tx.QueryRow(ctx, `SELECT pg_backend_pid(), pg_current_xact_id()::text`).Scan(&pid, &xid); err != nil {
+		t.Fatal(err)
+	}
+	addr := freeAddr(t)
+	r := e.start("", "--http-addr", addr)
 	r.waitLog("slot creation waits for", 30*time.Second)
+	if line := r.Output()[strings.Index(r.Output(), "slot creation waits for"):]; !strings.Contains(line[:strings.IndexByte(line, '\n')],
+		fmt.Sprintf("pid=%d xid=%s", pid, xid)) {
+		t.Errorf("the log line does not name pid %d and xid %s: %s", pid, xid, line[:strings.IndexByte(line, '\n')])
+	}
+	code, body := get(t, "http://"+addr+"/readyz")
+	if code != 503 || !strings.Contains(body, "to create replication slot "+e.slot) || !strings.Contains(body, fmt.Sprintf("pid %d (xid %s", pid, xid)) {
+		t.Errorf("/readyz = %d %s while slot creation waits, want 503 naming the wait and pid %d, xid %s", code, body, pid, xid)
+	}
+	deadline := time.Now().Add(40 * time.Second)
+	for strings.Count(r.Output(), "slot creation waits for") < 2 {
+		if time.Now().After(deadline) {
+			t.Fatalf("slot creation waits, but the router said so only once:\n%s", tail(r.Output(), 20))
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
 	tx.Commit(ctx)
 	r.waitLog("msg=streaming ", 30*time.Second)
+	if code, body := get(t, "http://"+addr+"/readyz"); code != 200 {
+		t.Errorf("/readyz = %d %s once streaming", code, body)
+	}
 }
 
 // TestSecondRouterWaitsForTheFirst: a second router on the same slot publishes nothing while the first runs

@@ -1,0 +1,120 @@
+package replication
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pglogrepl"
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+// liveness finds a replication connection whose server stopped answering although the connection stays
+// open (a stalled server, a silent network partition: TCP keepalives do not see a peer whose kernel still
+// answers), as PostgreSQL's walreceiver does with wal_receiver_timeout: after half the bound without a
+// message, a status update asks for an immediate reply (a walsender answers it with a keepalive, whatever
+// its wal_sender_timeout); when nothing arrives within the other half either, the connection is dead. The
+// bound counts only while the stream reads: a stream held back by a full publish window pings once it reads
+// again, and the server then has half the bound to answer.
+type liveness struct {
+	bound  time.Duration
+	last   time.Time // the last message from the server
+	pinged time.Time // when a status update asked for a reply since then; zero if none did
+}
+
+func newLiveness(bound time.Duration, now time.Time) liveness {
+	return liveness{bound: bound, last: now}
+}
+
+// heard records a message from the server.
+func (s *session) heard() {
+	now := time.Now()
+	s.live.last, s.live.pinged = now, time.Time{}
+	s.stats.heard.Store(now.UnixNano())
+}
+
+// quiet runs after a read that found no message: it sends the ping that is due, and ends the stream when
+// the server did not answer one in time.
+func (s *session) quiet() error {
+	l, now := &s.live, time.Now()
+	if l.bound <= 0 {
+		return nil
+	}
+	if !l.pinged.IsZero() {
+		if now.Sub(l.pinged) < l.bound/2 {
+			return nil
+		}
+		return caused(CausePostgres, fmt.Errorf("PostgreSQL at %s sent nothing on the replication connection for %v, and did "+
+			"not answer a status update that asked for a reply within %v (a stalled server or a silent network partition): "+
+			"taking the connection as dead (the bound is --pg-timeout)", pgHost(s.cfg.PGURL),
+			now.Sub(l.last).Round(time.Second), now.Sub(l.pinged).Round(time.Second)))
+	}
+	if now.Sub(l.last) < l.bound/2 {
+		return nil
+	}
+	pos := s.sent // a watermark already reported: the ping reports nothing new
+	if pos == 0 {
+		pos = s.tracker.Watermark()
+	}
+	l.pinged = now
+	err := pglogrepl.SendStandbyStatusUpdate(context.Background(), s.conn,
+		pglogrepl.StandbyStatusUpdate{WALWritePosition: pglogrepl.LSN(pos), ReplyRequested: true})
+	if err != nil {
+		return caused(CausePostgres, fmt.Errorf("send standby status update: %w", err))
+	}
+	return nil
+}
+
+// bounded is d, or --pg-timeout when that is shorter: a wait of the stream on the ordinary connection (the
+// stored position, the slot's health) holds up the read loop, and so the detection of a silent server.
+func (s *session) bounded(d time.Duration) time.Duration {
+	if b := s.cfg.PGTimeout; b > 0 && b < d {
+		return b
+	}
+	return d
+}
+
+// setupStep runs one step of the start-up checks on connections just made, with a context that ends after
+// d: a server that stops answering then fails the run (a counted restart with cause postgres) instead of
+// holding it without bound.
+func setupStep(ctx context.Context, d time.Duration, host string, step func(context.Context) error) error {
+	sctx, cancel := context.WithTimeout(ctx, d)
+	defer cancel()
+	err := step(sctx)
+	if err == nil || ctx.Err() != nil || !errors.Is(sctx.Err(), context.DeadlineExceeded) || IsFatal(err) {
+		return err
+	}
+	return caused(CausePostgres, &retryable{msg: fmt.Sprintf("PostgreSQL at %s did not answer the router's start-up "+
+		"checks within %v (a stalled server or a silent network partition); the router tries again (the bound is "+
+		"--pg-timeout)", host, d), err: err})
+}
+
+// stalled names the server in a stream failure that is a timeout on one of its connections (the stored
+// position, a quarantine write, a slot health read that held up the loop): to the operator it is a
+// PostgreSQL that stopped answering, whichever wait saw it first. Other errors are returned as they are.
+func stalled(err error, host string) error {
+	var r *retryable
+	if err == nil || errors.As(err, &r) || IsFatal(err) || causeOf(err) != CausePostgres {
+		return err
+	}
+	switch {
+	case pgconn.Timeout(err) || errors.Is(err, context.DeadlineExceeded):
+		return caused(CausePostgres, &retryable{msg: fmt.Sprintf("PostgreSQL at %s stopped answering (%v): a stalled server "+
+			"or a silent network partition; the router restarts the stream (the bound of each wait is --pg-timeout)", host, err), err: err})
+	case errors.Is(err, pgconn.ErrConnClosed):
+		return caused(CausePostgres, &retryable{msg: fmt.Sprintf("the connection to PostgreSQL at %s was closed after a wait "+
+			"on it failed (%v): the router restarts the stream", host, err), err: err})
+	}
+	return err
+}
+
+// pgHost names the server (or servers) of url for messages, or says "the --pg-url server" when the URL
+// cannot be parsed (that error is reported by the connection itself).
+func pgHost(url string) string {
+	cfg, err := parseURL(url)
+	if err != nil {
+		return "(the --pg-url server)"
+	}
+	return hostOf(cfg)
+}
