@@ -57,6 +57,7 @@ type Decoder struct {
 	commitLSN cdc.LSN // the open transaction's Begin final LSN
 	// commitTime is the open (or last) transaction's commit timestamp, from its Begin message.
 	commitTime time.Time
+	xid        uint32            // the open (or last) transaction's xid, from its Begin message
 	tuple      []value           // scratch for the current change's tuple, reused between messages
 	types      map[uint32]string // namespace.name of the non-built-in types Type messages announced, by OID
 	// runLSN is the WAL start of the open transaction's last insert and run the number of its inserts at
@@ -92,6 +93,10 @@ var pgEpoch = time.Date(2000, 1, 1, 0, 0, 0, 0, time.UTC)
 // CommitTime is the commit timestamp (the primary's clock) of the transaction of the last Begin: the
 // open transaction's inside Begin…Commit, for the metrics of the time from commit to confirm.
 func (d *Decoder) CommitTime() time.Time { return d.commitTime }
+
+// Xid is the xid of the transaction of the last Begin: with its commit LSN it names the transaction across
+// replays of the slot on one cluster and timeline.
+func (d *Decoder) Xid() uint32 { return d.xid }
 
 // Decode decodes one pgoutput message: walData is an XLogData's WALData and walStart its WAL start. Decode
 // keeps nothing that aliases walData after it returns and copies no column value whole except into an
@@ -148,14 +153,14 @@ func (d *Decoder) decode(walStart cdc.LSN, walData []byte, h Handler) error {
 func (d *Decoder) begin(r *reader, h Handler) error {
 	final := r.lsn("final LSN")
 	committed := r.lsn("commit timestamp")
-	r.take(4, "xid")
+	xid := r.u32("xid")
 	if reason := r.end(); reason != "" {
 		return protocolError(msgBegin, "%s", reason)
 	}
 	if d.inTxn {
 		return protocolError(msgBegin, "Begin %s inside transaction %s", final, d.commitLSN)
 	}
-	d.inTxn, d.commitLSN, d.runLSN, d.run = true, final, 0, 0
+	d.inTxn, d.commitLSN, d.runLSN, d.run, d.xid = true, final, 0, 0, xid
 	d.commitTime = pgEpoch.Add(time.Duration(int64(committed)) * time.Microsecond)
 	if err := h.Begin(final); err != nil {
 		return fmt.Errorf("decode: Begin %s: %w", final, err)

@@ -13,6 +13,9 @@ type txnState struct {
 	end         cdc.LSN // TransactionEndLSN, known at Commit
 	outstanding int     // events handed out and not yet confirmed
 	committed   bool
+	key         TxnKey // the transaction's name across replays; zero: none (no Mark)
+	added       int    // items handed out, counting the ones a Mark resumed past
+	prefix      int    // items 0..prefix-1 are all confirmed (ConfirmItem)
 }
 
 // Tracker computes the acknowledgement watermark. Begin, Add, Commit and Keepalive are called by the one
@@ -24,32 +27,46 @@ type Tracker struct {
 	txns     []txnState // transactions in stream order, oldest first
 	open     bool
 	advanced chan struct{}
+	// ahead holds the items confirmed out of stream order beyond their transaction's prefix: at most the
+	// events in flight, never the whole transaction.
+	ahead map[item]struct{}
 }
 
 // NewTracker starts a tracker whose watermark is start (the position the stream starts from).
 func NewTracker(start cdc.LSN) *Tracker {
-	return &Tracker{acked: start, head: 1, advanced: make(chan struct{}, 1)}
+	return &Tracker{acked: start, head: 1, advanced: make(chan struct{}, 1), ahead: map[item]struct{}{}}
 }
 
-// Begin opens the next transaction in stream order.
-func (t *Tracker) Begin() Txn {
+// Begin opens the next transaction in stream order, without a name: no Mark is ever reported for it.
+func (t *Tracker) Begin() Txn { return t.BeginAt(TxnKey{}, 0) }
+
+// BeginAt opens the next transaction in stream order, named key, whose first done items (a Mark of an
+// earlier run for the same key) were confirmed before: they count as confirmed and are not handed out again.
+func (t *Tracker) BeginAt(key TxnKey, done int) Txn {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	t.open = true
-	t.txns = append(t.txns, txnState{})
+	done = max(done, 0)
+	t.txns = append(t.txns, txnState{key: key, added: done, prefix: done})
 	return t.head + Txn(len(t.txns)-1)
 }
 
-// Add counts one more event of transaction x as outstanding. Call it before handing the event out.
-func (t *Tracker) Add(x Txn) {
+// Add counts one more event of transaction x as outstanding and returns its ordinal in x's stream order
+// (for ConfirmItem). Call it before handing the event out.
+func (t *Tracker) Add(x Txn) int {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if s := t.state(x); s != nil {
-		s.outstanding++
+	s := t.state(x)
+	if s == nil {
+		return -1
 	}
+	s.outstanding++
+	s.added++
+	return s.added - 1
 }
 
-// Confirm marks one event of transaction x as confirmed. An x that is no longer tracked is ignored.
+// Confirm marks one event of transaction x as confirmed without saying which: the transaction's Mark then
+// stops where it is. An x that is no longer tracked is ignored.
 func (t *Tracker) Confirm(x Txn) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -124,6 +141,13 @@ func (t *Tracker) advance() {
 	}
 	if n == 0 {
 		return
+	}
+	if len(t.ahead) > 0 { // only after a mix of Confirm and ConfirmItem
+		for it := range t.ahead {
+			if it.txn < t.head+Txn(n) {
+				delete(t.ahead, it)
+			}
+		}
 	}
 	t.head += Txn(n)
 	t.txns = t.txns[n:]

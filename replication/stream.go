@@ -50,6 +50,16 @@ type session struct {
 	eventful     bool
 	stopLogged   bool
 
+	// resumeAt is the progress inside a transaction a previous run recorded (resumePoint.choose), until the
+	// replay of that transaction begins; skip is how many items of the open transaction are still to be
+	// passed over, resumed how many were in all; markBroken says the replay had fewer items than its mark
+	// (it stops the session, and no mark is kept).
+	resumeAt   offsets.Mark
+	markConfig string
+	skip       int
+	resumed    int
+	markBroken bool
+
 	// silence bounds how long the server may send nothing (it sends keepalives every half
 	// wal_sender_timeout) before the connection is taken as dead; zero disables the check.
 	silence   time.Duration
@@ -263,7 +273,8 @@ func (s *session) status(force bool) error {
 }
 
 func (s *session) save(force bool) error {
-	p := offsets.Position{LSN: s.tracker.Watermark(), SystemID: s.sys.SystemID, Timeline: s.sys.Timeline}
+	p := offsets.Position{LSN: s.tracker.Watermark(), SystemID: s.sys.SystemID, Timeline: s.sys.Timeline,
+		Mark: s.mark(), MarkConfig: s.markConfig}
 	// No transaction with an event ended since the last write: the advance is the keepalives' (or, before
 	// PostgreSQL 15, empty transactions') alone, and on an idle database that WAL is mostly the router's
 	// own last write.
@@ -321,7 +332,7 @@ func (s *session) drain() error {
 
 // Begin implements decode.Handler.
 func (s *session) Begin(commitLSN cdc.LSN) error {
-	s.cur, s.inTxn, s.eventful = s.tracker.Begin(), true, false
+	s.cur, s.inTxn, s.eventful = s.beginResumed(commitLSN), true, false
 	return nil
 }
 
@@ -330,7 +341,6 @@ func (s *session) Begin(commitLSN cdc.LSN) error {
 // events around a per-message refusal, ev is published alone and confirmed before the next one.
 func (s *session) Event(ev cdc.Event) error {
 	x := s.cur
-	s.tracker.Add(x)
 	if n := len(s.pending); n == 0 || s.pending[n-1].end != 0 { // the transaction's first event
 		s.pending = append(s.pending, pendingTxn{committed: s.dec.CommitTime()})
 		if len(s.pending) == 1 {
@@ -338,10 +348,14 @@ func (s *session) Event(ev cdc.Event) error {
 		}
 	}
 	s.eventful = true
+	if s.skipped() {
+		return nil // confirmed before the restart
+	}
+	i := s.tracker.Add(x)
 	careful := s.net.careful(ev)
 	if careful {
 		if reason, ok := s.net.condemned(ev.ID); ok {
-			return s.quarantineEvent(x, ev, QuarantineRefused, fmt.Sprintf("RabbitMQ refused this event %d times in a row while it was "+
+			return s.quarantineEvent(x, i, ev, QuarantineRefused, fmt.Sprintf("RabbitMQ refused this event %d times in a row while it was "+
 				"the only message in flight: %s", strikesToQuarantine, reason))
 		}
 		if err := s.settle(); err != nil {
@@ -356,7 +370,7 @@ func (s *session) Event(ev cdc.Event) error {
 			s.pubCtx, s.pubCancel = s.boundedWait()
 		}
 		committed, seq := s.dec.CommitTime(), s.flight.add(time.Now())
-		err := s.pub.Publish(s.pubCtx, ev, func() { s.tracker.Confirm(x); s.stats.confirmed(committed); s.flight.done(seq) })
+		err := s.pub.Publish(s.pubCtx, ev, func() { s.tracker.ConfirmItem(x, i); s.stats.confirmed(committed); s.flight.done(seq) })
 		if err != nil {
 			s.flight.done(seq)
 		}
@@ -367,7 +381,7 @@ func (s *session) Event(ev cdc.Event) error {
 			break
 		}
 		if errors.Is(err, cdc.ErrUnpublishable) {
-			return s.quarantineEvent(x, ev, QuarantineUnpublishable, err.Error())
+			return s.quarantineEvent(x, i, ev, QuarantineUnpublishable, err.Error())
 		}
 		if !waitEnded(err) {
 			return caused(CauseBroker, fmt.Errorf("publish: %w", err))
@@ -436,18 +450,34 @@ func (s *session) waited() error {
 	return s.status(false)
 }
 
-// quarantineEvent stores an event the broker refuses and resolves it, so the stream goes on past it.
-func (s *session) quarantineEvent(x offsets.Txn, ev cdc.Event, class, reason string) error {
+// quarantineEvent stores an event the broker refuses and resolves it (item i of transaction x), so the
+// stream goes on past it.
+func (s *session) quarantineEvent(x offsets.Txn, i int, ev cdc.Event, class, reason string) error {
 	if err := s.quarantine(quarantine.FromEvent(ev, s.cfg.Table, reason), class); err != nil {
 		return err
 	}
-	s.tracker.Confirm(x)
+	s.tracker.ConfirmItem(x, i)
 	return nil
 }
 
 // Quarantine implements decode.Handler: the row is stored with its bounded raw values, counted and logged
-// (without the values), and the stream goes on.
-func (s *session) Quarantine(q cdc.Quarantined) error { return s.quarantine(q, QuarantineRow) }
+// (without the values), and the stream goes on. Inside a transaction it is one of its items, resolved once
+// stored.
+func (s *session) Quarantine(q cdc.Quarantined) error {
+	if !s.inTxn {
+		return s.quarantine(q, QuarantineRow) // a non-transactional message: no transaction to count it in
+	}
+	s.eventful = true
+	if s.skipped() {
+		return nil // stored before the restart
+	}
+	i := s.tracker.Add(s.cur)
+	if err := s.quarantine(q, QuarantineRow); err != nil {
+		return err
+	}
+	s.tracker.ConfirmItem(s.cur, i)
+	return nil
+}
 
 // quarantine stores q and counts it under its reason class.
 func (s *session) quarantine(q cdc.Quarantined, class string) error {
@@ -464,6 +494,17 @@ func (s *session) quarantine(q cdc.Quarantined, class string) error {
 
 // Commit implements decode.Handler.
 func (s *session) Commit(commitLSN, endLSN cdc.LSN) error {
+	if s.skip > 0 {
+		// The replay has fewer items than the mark it resumed past said were confirmed: the items passed
+		// over may not be the ones confirmed. Nothing of it is acknowledged; the next run publishes it whole.
+		s.markBroken = true
+		return fmt.Errorf("the replay of transaction %s (xid %d) has %d items fewer than the progress recorded for it: "+
+			"publishing it again whole", commitLSN, s.dec.Xid(), s.skip)
+	}
+	if s.resumed > 0 {
+		s.log.Info("resumed transaction complete", "commit_lsn", commitLSN, "skipped", s.resumed)
+		s.resumed = 0
+	}
 	s.tracker.Commit(s.cur, endLSN)
 	s.inTxn, s.lastEnd = false, endLSN
 	if n := len(s.pending); n > 0 && s.pending[n-1].end == 0 {

@@ -1,0 +1,46 @@
+package offsets
+
+import "testing"
+
+// TestTrackerMark: the mark is the contiguous confirmed prefix of the oldest transaction in flight, in
+// stream order, whatever order the confirms come in; a resumed prefix counts as confirmed; it moves to the
+// next transaction once the oldest is acknowledged, and is never reported for a transaction without a key.
+func TestTrackerMark(t *testing.T) {
+	a, b := TxnKey{CommitLSN: 500, Xid: 7}, TxnKey{CommitLSN: 900, Xid: 8}
+	tr := NewTracker(100)
+	x := tr.BeginAt(a, 0)
+	for range 4 {
+		tr.Add(x)
+	}
+	expect := func(step string, want Mark, wantOK bool) {
+		t.Helper()
+		if got, ok := tr.Mark(); got != want || ok != wantOK {
+			t.Fatalf("%s: mark %+v %v, want %+v %v", step, got, ok, want, wantOK)
+		}
+	}
+	expect("nothing confirmed", Mark{}, false)
+	tr.ConfirmItem(x, 1)
+	expect("second confirmed first", Mark{}, false)
+	tr.ConfirmItem(x, 0)
+	expect("first two confirmed", Mark{a, 2}, true)
+	tr.ConfirmItem(x, 0)
+	tr.ConfirmItem(x, 3)
+	tr.ConfirmItem(x, 9) // never handed out
+	expect("repeat, fourth, unknown", Mark{a, 2}, true)
+	tr.Commit(x, 600)
+	y := tr.BeginAt(b, 3) // a replay that resumes past three items
+	tr.Add(y)
+	expect("later transaction does not count", Mark{a, 2}, true)
+	tr.ConfirmItem(x, 2)
+	if tr.Watermark() != 600 {
+		t.Fatalf("watermark %v, want 0/258", tr.Watermark())
+	}
+	expect("oldest acknowledged: the next one's resumed prefix", Mark{b, 3}, true)
+	tr.Confirm(y) // anonymous: the mark cannot tell which, and stays
+	expect("anonymous confirm", Mark{b, 3}, true)
+	tr.Commit(y, 1000)
+	expect("all acknowledged", Mark{}, false)
+	z := tr.Begin()
+	tr.ConfirmItem(z, tr.Add(z))
+	expect("transaction without a key", Mark{}, false)
+}
