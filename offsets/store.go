@@ -125,8 +125,9 @@ func (s *Store) Due(p Position, force, idle bool) bool {
 }
 
 // Save stores p when its LSN or its mark moved and at least the interval passed since the last write, or at
-// once when force is set (shutdown). The stored LSN never goes back, and a mark is stored only with an LSN
-// at least as far as the stored one, in the same row write.
+// once when force is set (shutdown). The stored LSN never goes back. A mark is stored in the same row write
+// as its LSN, cluster and timeline, and only with an LSN at least as far as the stored one (a write that
+// would go back clears it instead: a mark is worth only duplicates saved, never a doubt).
 func (s *Store) Save(ctx context.Context, p Position, force bool) error {
 	if moved, _ := s.moved(p); !moved || (!force && time.Since(s.lastWrite) < s.interval) {
 		return nil
@@ -142,10 +143,10 @@ func (s *Store) Save(ctx context.Context, p Position, force bool) error {
 		VALUES ($1, $2, $3, $4::pg_lsn, now(), $5::pg_lsn, $6, $7, $8)
 		ON CONFLICT (slot) DO UPDATE SET system_id = EXCLUDED.system_id, timeline = EXCLUDED.timeline,
 			lsn = GREATEST(p.lsn, EXCLUDED.lsn), updated_at = now(),
-			mark_commit_lsn = CASE WHEN EXCLUDED.lsn >= p.lsn THEN EXCLUDED.mark_commit_lsn ELSE p.mark_commit_lsn END,
-			mark_xid = CASE WHEN EXCLUDED.lsn >= p.lsn THEN EXCLUDED.mark_xid ELSE p.mark_xid END,
-			mark_done = CASE WHEN EXCLUDED.lsn >= p.lsn THEN EXCLUDED.mark_done ELSE p.mark_done END,
-			mark_config = CASE WHEN EXCLUDED.lsn >= p.lsn THEN EXCLUDED.mark_config ELSE p.mark_config END`,
+			mark_commit_lsn = CASE WHEN EXCLUDED.lsn >= p.lsn THEN EXCLUDED.mark_commit_lsn END,
+			mark_xid = CASE WHEN EXCLUDED.lsn >= p.lsn THEN EXCLUDED.mark_xid END,
+			mark_done = CASE WHEN EXCLUDED.lsn >= p.lsn THEN EXCLUDED.mark_done END,
+			mark_config = CASE WHEN EXCLUDED.lsn >= p.lsn THEN EXCLUDED.mark_config END`,
 		s.slot, p.SystemID, p.Timeline, p.LSN.String(), markLSN, markXid, markDone, markConfig)
 	if err != nil {
 		return fmt.Errorf("store position: %w", err)
