@@ -83,16 +83,15 @@ func (s *Store) Load(ctx context.Context) (p Position, ok bool, err error) {
 // Saved is the position last stored or loaded by this Store.
 func (s *Store) Saved() cdc.LSN { return s.saved }
 
-// moved reports whether p is news to the store: a later LSN, or the same one with another mark (progress
-// inside the oldest transaction not acknowledged, which an advance of keepalives never makes).
-func (s *Store) moved(p Position) (moved, markOnly bool) {
+// moved reports whether p is news to the store: a later LSN, or another mark. A moved mark is progress
+// inside the oldest transaction not acknowledged, which an advance of keepalives never makes: it is never
+// held back for the idle interval.
+func (s *Store) moved(p Position) (moved, markMoved bool) {
 	if p.LSN == 0 || p.LSN < s.saved {
 		return false, false
 	}
-	if p.LSN > s.saved {
-		return true, false
-	}
-	return p.Mark != s.savedMark, p.Mark != s.savedMark
+	markMoved = p.Mark != s.savedMark
+	return p.LSN > s.saved || markMoved, markMoved
 }
 
 // SaveIdle stores p when no transaction ended since the last write, so that its advance is the keepalives'
@@ -102,7 +101,7 @@ func (s *Store) moved(p Position) (moved, markOnly bool) {
 // still follows every advance through the standby status updates, which write nothing, and a stored
 // position behind it is harmless: START_REPLICATION starts from the later of the two.
 func (s *Store) SaveIdle(ctx context.Context, p Position) error {
-	if _, markOnly := s.moved(p); markOnly {
+	if _, markMoved := s.moved(p); markMoved {
 		return s.Save(ctx, p, false)
 	}
 	if time.Since(s.lastWrite) < s.idle {
@@ -114,8 +113,8 @@ func (s *Store) SaveIdle(ctx context.Context, p Position) error {
 // Due reports whether Save (SaveIdle when idle) would write p now, so that a caller can skip preparing the
 // write (a context with a deadline) on the many calls that write nothing.
 func (s *Store) Due(p Position, force, idle bool) bool {
-	moved, markOnly := s.moved(p)
-	if idle && !force && !markOnly {
+	moved, markMoved := s.moved(p)
+	if idle && !force && !markMoved {
 		if time.Since(s.lastWrite) < s.idle {
 			return false
 		}

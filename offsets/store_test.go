@@ -123,6 +123,16 @@ func TestStoreKeepsTheMarkWithItsPosition(t *testing.T) {
 	if p := load(); p.Mark.Done != 9 {
 		t.Fatalf("stored mark %+v after a mark-only move, want 9 done", p.Mark)
 	}
+	m.Done = 10
+	time.Sleep(5 * time.Millisecond)
+	next = Position{LSN: 110, SystemID: "42", Timeline: 1, Mark: m, MarkConfig: "f"} // keepalives moved the LSN too
+	if !s.Due(next, false, true) {
+		t.Fatal("a moved mark with an LSN that keepalives moved is not due on an idle stream")
+	}
+	must(s.SaveIdle(ctx, next))
+	if p := load(); p.Mark.Done != 10 || p.LSN != 110 {
+		t.Fatalf("stored %+v after a mark and keepalive move, want 0/6E with 10 done", p)
+	}
 	must(s.Save(ctx, Position{LSN: 600, SystemID: "42", Timeline: 1}, true))
 	if p := load(); p.Mark != (Mark{}) || p.LSN != 600 {
 		t.Fatalf("stored %+v, want 0/258 without a mark", p)

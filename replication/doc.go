@@ -19,7 +19,7 @@
 //     messages, in stream order) that were confirmed or quarantined before, and publishes the rest in order.
 //     Such a mark is applied only to the transaction it names (commit LSN and xid), on the cluster and timeline
 //     it was counted on, under the same decoding configuration (markConfig: publication, tables, mappings,
-//     message prefix, drift rule); anything else is ignored and replaced. A replay with fewer items than its
+//     message prefix, drift rule, the router's build); anything else is ignored and replaced. A replay with fewer items than its
 //     mark fails the session and is then published whole. The LSN reported is still the whole-transaction
 //     watermark (TestResumeMarkIsAppliedOnlyWhereItHolds, TestReplayResumesPastItsMark, and end to end
 //     TestLargeTransactionCompletesUnderRepeatedCuts and TestSIGKILLInsideLargeTransactionResumesPastConfirmed).

@@ -4,6 +4,9 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"io"
+	"os"
+	"runtime/debug"
 
 	"github.com/jackc/pglogrepl"
 
@@ -17,7 +20,8 @@ import (
 // already confirmed of that transaction. Before the first session of the process it is empty and the stored
 // position's mark stands in for it.
 type resumePoint struct {
-	set      bool // a session of this Run ended: mark supersedes the stored one
+	build    string // buildID, read once per Run
+	set      bool   // a session of this Run ended: mark supersedes the stored one
 	mark     offsets.Mark
 	config   string
 	systemID string
@@ -28,18 +32,20 @@ type resumePoint struct {
 // into items (events, quarantined rows, quarantined messages), and in which order: the plugin arguments
 // (publication, messages), the outbox tables, their mappings, the message prefix and the drift rule. A mark
 // counted under one fingerprint is never applied under another: the same transaction could then have other
-// items, and skipping its first k would skip something never published.
-func markConfig(cfg Config) string {
+// items, and skipping its first k would skip something never published. The router's build is part of it:
+// another version may turn other changes into items (a row it quarantines that an older one passed over).
+func markConfig(cfg Config, build string) string {
 	d := cfg.Decode
 	b, err := json.Marshal(struct {
+		Build         string
 		Plugin        []string
 		Table         string
 		Mapping       *decode.Mapping
 		MoreTables    []decode.Outbox
 		MessagePrefix string
 		OnDrift       string
-	}{pluginArgs(cfg), decode.QualifiedTable(cfg.Table), d.Mapping, d.MoreTables, d.MessagePrefix, d.OnDrift})
-	if err != nil {
+	}{build, pluginArgs(cfg), decode.QualifiedTable(cfg.Table), d.Mapping, d.MoreTables, d.MessagePrefix, d.OnDrift})
+	if err != nil || build == "" {
 		return "" // never matches a stored fingerprint: no mark is applied
 	}
 	sum := sha256.Sum256(b)
@@ -67,7 +73,7 @@ func (r *resumePoint) choose(stored offsets.Position, hasStored bool, sys pglogr
 
 // record keeps what a session ended with for the next one.
 func (r *resumePoint) record(m offsets.Mark, config string, sys pglogrepl.IdentifySystemResult) {
-	*r = resumePoint{set: true, mark: m, config: config, systemID: sys.SystemID, timeline: sys.Timeline}
+	*r = resumePoint{build: r.build, set: true, mark: m, config: config, systemID: sys.SystemID, timeline: sys.Timeline}
 }
 
 // mark is the progress inside the oldest unacknowledged transaction that the session reports (stored with
@@ -112,4 +118,39 @@ func (s *session) skipped() bool {
 	s.skip--
 	s.resumed++
 	return true
+}
+
+// buildID names the router's build: its module version and VCS revision, and, when those do not pin the
+// code (no revision, or a modified tree), a hash of the executable itself; "" when nothing identifies it.
+func buildID() string {
+	info, ok := debug.ReadBuildInfo()
+	if !ok {
+		return ""
+	}
+	id, pinned := info.Main.Path+"@"+info.Main.Version, false
+	for _, s := range info.Settings {
+		switch s.Key {
+		case "vcs.revision":
+			id, pinned = id+" "+s.Value, true
+		case "vcs.modified":
+			pinned = pinned && s.Value == "false"
+		}
+	}
+	if pinned {
+		return id
+	}
+	exe, err := os.Executable()
+	if err != nil {
+		return ""
+	}
+	f, err := os.Open(exe)
+	if err != nil {
+		return ""
+	}
+	defer f.Close()
+	h := sha256.New()
+	if _, err := io.Copy(h, f); err != nil {
+		return ""
+	}
+	return id + " " + hex.EncodeToString(h.Sum(nil))
 }

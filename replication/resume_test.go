@@ -53,11 +53,11 @@ func TestResumeMarkIsAppliedOnlyWhereItHolds(t *testing.T) {
 }
 
 // TestMarkConfigTellsConfigurationsApart: the fingerprint changes with every setting that decides which
-// changes become items, and not with the payload limit.
+// changes become items and with the build, not with the payload limit; an unknown build has none.
 func TestMarkConfigTellsConfigurationsApart(t *testing.T) {
 	base := Config{Table: "public.outbox", Publication: "p"}.WithDefaults()
 	base.Decode.Table = base.Table
-	f := markConfig(base)
+	f := markConfig(base, "b")
 	changed := map[string]func(c *Config){
 		"publication":    func(c *Config) { c.Publication = "q" },
 		"table":          func(c *Config) { c.Table = "public.other" },
@@ -69,14 +69,20 @@ func TestMarkConfigTellsConfigurationsApart(t *testing.T) {
 	for name, change := range changed {
 		c := base
 		change(&c)
-		if markConfig(c) == f {
+		if markConfig(c, "b") == f {
 			t.Errorf("%s changed, fingerprint did not", name)
 		}
 	}
 	c := base
 	c.Decode.MaxPayloadBytes = 1 << 10
-	if f == "" || markConfig(c) != f {
+	if f == "" || markConfig(c, "b") != f {
 		t.Errorf("the payload limit changed the fingerprint (or it is empty)")
+	}
+	if markConfig(base, "b2") == f || markConfig(base, "") != "" {
+		t.Errorf("another build has the same fingerprint, or an unknown build has one")
+	}
+	if buildID() == "" {
+		t.Errorf("the test binary has no build id")
 	}
 }
 

@@ -89,7 +89,7 @@ func Run(ctx context.Context, cfg Config, dial Dialer, log *slog.Logger, stats *
 	started, standby := false, false
 	backoff := 100 * time.Millisecond
 	net := newSafetyNet()
-	resume := &resumePoint{}
+	resume := &resumePoint{build: buildID()}
 	stopped := func() error {
 		stats.setState(StateStopped, nil)
 		log.Info("stopped", "published", stats.Published(), "quarantined", stats.Quarantined())
@@ -244,7 +244,7 @@ func runOnce(ctx context.Context, cfg Config, dial Dialer, log *slog.Logger, sta
 	defer stats.flight.Store(nil)
 	watch.next = time.Now().Add(cfg.PublicationCheckInterval)
 	net.received = 0
-	s.markConfig = markConfig(cfg)
+	s.markConfig = markConfig(cfg, resume.build)
 	s.resumeAt = resume.choose(plan.stored, plan.hasStored, sys, s.markConfig, start)
 	from := s.resumeAt
 	err = s.stream()
