@@ -1,6 +1,10 @@
 package offsets
 
-import "testing"
+import (
+	"testing"
+
+	"github.com/cdc-router/cdc-router/internal/cdc"
+)
 
 // TestTrackerMark: the mark is the contiguous confirmed prefix of the oldest transaction in flight, in
 // stream order, whatever order the confirms come in; a resumed prefix counts as confirmed; it moves to the
@@ -43,4 +47,27 @@ func TestTrackerMark(t *testing.T) {
 	z := tr.Begin()
 	tr.ConfirmItem(z, tr.Add(z))
 	expect("transaction without a key", Mark{}, false)
+}
+
+// BenchmarkTrackerItem is BenchmarkTrackerEvent with the confirm naming its item, as the stream confirms.
+func BenchmarkTrackerItem(b *testing.B) {
+	tr := NewTracker(1)
+	b.ReportAllocs()
+	for i := 0; i < b.N; i++ {
+		x := tr.BeginAt(TxnKey{CommitLSN: 1, Xid: 1}, 0)
+		tr.ConfirmItem(x, tr.Add(x))
+		tr.Commit(x, cdc.LSN(i+2))
+	}
+}
+
+// BenchmarkTrackerItemOutOfOrder confirms the items of one large transaction in pairs, the second first.
+func BenchmarkTrackerItemOutOfOrder(b *testing.B) {
+	tr := NewTracker(1)
+	x := tr.BeginAt(TxnKey{CommitLSN: 1, Xid: 1}, 0)
+	b.ReportAllocs()
+	for i := 0; i < b.N; i++ {
+		first, second := tr.Add(x), tr.Add(x)
+		tr.ConfirmItem(x, second)
+		tr.ConfirmItem(x, first)
+	}
 }
