@@ -136,3 +136,76 @@ func TestSIGKILLInsideLargeTransactionResumesPastConfirmed(t *testing.T) {
 			dups, limit, before, mark)
 	}
 }
+
+// TestMixedLargeTransactionResumesPastEveryKindOfItem: one transaction of bigTxnRows/2 items of one
+// aggregate, alternating between two outbox tables, with an emitted message every 50 items and a malformed row
+// (quarantined) every 70, under a broker cut every cutInterval. The progress kept inside the transaction counts
+// all of them in stream order: every event arrives, in version order across tables and messages, each malformed
+// row is quarantined, and the duplicates stay at a few per cut.
+func TestMixedLargeTransactionResumesPastEveryKindOfItem(t *testing.T) {
+	const prefix, items = "cdc-router.outbox", bigTxnRows / 2
+	e := twoOutboxes(t, true)
+	if out, code := e.cli("migrate", "--emit-function"); code != 0 {
+		t.Fatalf("migrate --emit-function: exit %d:\n%s", code, out)
+	}
+	c := e.consume(e.queue)
+	p := testenv.NewProxy(t, strings.TrimSuffix(e.amqpURL[strings.Index(e.amqpURL, "@")+1:], "/"))
+	r := e.start("amqp://guest:guest@"+p.Addr+"/", "--table", "outbox", "--table", "outbox_b", "--message-prefix", prefix,
+		"--snapshot", "never")
+	r.waitLog("msg=streaming ", 30*time.Second)
+	e.exec(`DO $$
+	BEGIN
+		FOR i IN 1..` + strconv.Itoa(items) + ` LOOP
+			IF i % 70 = 0 THEN
+				INSERT INTO outbox (id, aggregate_type, aggregate_id, aggregate_version, event_type, payload, headers)
+				VALUES (md5('bad-' || i)::uuid, 'order', 'bad-' || i, 1, 'created', '{}', '[1, 2]');
+			ELSIF i % 50 = 0 THEN
+				PERFORM cdc_router.emit('order', 'big', i, 'emitted', jsonb_build_object('n', i), '{}'::jsonb);
+			ELSIF i % 2 = 0 THEN
+				INSERT INTO outbox_b (id, aggregate_type, aggregate_id, aggregate_version, event_type, payload)
+				VALUES (md5('big-' || i)::uuid, 'order', 'big', i, 'created', jsonb_build_object('n', i));
+			ELSE
+				INSERT INTO outbox (id, aggregate_type, aggregate_id, aggregate_version, event_type, payload)
+				VALUES (md5('big-' || i)::uuid, 'order', 'big', i, 'created', jsonb_build_object('n', i));
+			END IF;
+		END LOOP;
+	END $$`)
+	want := 0
+	for i := 1; i <= items; i++ {
+		if i%70 != 0 {
+			want++
+		}
+	}
+	cuts, deadline, next := 0, time.Now().Add(90*time.Second), time.Now().Add(cutInterval)
+	for {
+		got := c.snapshot()
+		versions := map[int64]bool{}
+		for _, d := range got {
+			if d.aggID == "big" {
+				versions[d.version] = true
+			}
+		}
+		if len(versions) == want {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("after %d cuts: %d of %d events delivered (%d deliveries)", cuts, len(versions), want, len(got))
+		}
+		if time.Now().After(next) {
+			p.Cut()
+			cuts++
+			next = time.Now().Add(cutInterval)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	got := c.snapshot()
+	checkOrder(t, got)
+	dups, _ := duplicates(got)
+	if n := e.scalar(`SELECT count(*)::text FROM cdc_router.quarantine WHERE slot = $1`, e.slot); n != strconv.Itoa(items/70) {
+		t.Errorf("%s rows quarantined, want %d", n, items/70)
+	}
+	t.Logf("%d events and %d quarantined rows, %d cuts, %d deliveries, %d duplicates", want, items/70, cuts, len(got), dups)
+	if limit := 5 * max(cuts, 1); dups > limit {
+		t.Fatalf("%d duplicates after %d cuts, want at most %d", dups, cuts, limit)
+	}
+}
