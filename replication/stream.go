@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"strings"
 	"time"
 
 	"github.com/jackc/pglogrepl"
@@ -83,13 +82,6 @@ type session struct {
 	// (readDeadline); zero when none is set. stopRead interrupts a read at the stop request.
 	readBy   time.Time
 	stopRead func() bool
-}
-
-// pendingTxn is a received transaction with events that is not acknowledged yet: the replication lag in
-// time is the age of the oldest one's commit.
-type pendingTxn struct {
-	end       cdc.LSN // its end LSN; zero while it is open
-	committed time.Time
 }
 
 // stream reads until the stop is requested (then reads on to the end of the open transaction), the
@@ -330,12 +322,6 @@ func (s *session) drain() error {
 	return nil
 }
 
-// Begin implements decode.Handler.
-func (s *session) Begin(commitLSN cdc.LSN) error {
-	s.cur, s.inTxn, s.eventful = s.beginResumed(commitLSN), true, false
-	return nil
-}
-
 // Event implements decode.Handler: it publishes ev, keeping the status updates going while the window is
 // full. An event the broker can never accept is quarantined instead. While the safety net replays the
 // events around a per-message refusal, ev is published alone and confirmed before the next one.
@@ -460,25 +446,6 @@ func (s *session) quarantineEvent(x offsets.Txn, i int, ev cdc.Event, class, rea
 	return nil
 }
 
-// Quarantine implements decode.Handler: the row is stored with its bounded raw values, counted and logged
-// (without the values), and the stream goes on. Inside a transaction it is one of its items, resolved once
-// stored.
-func (s *session) Quarantine(q cdc.Quarantined) error {
-	if !s.inTxn {
-		return s.quarantine(q, QuarantineRow) // a non-transactional message: no transaction to count it in
-	}
-	s.eventful = true
-	if s.skipped() {
-		return nil // stored before the restart
-	}
-	i := s.tracker.Add(s.cur)
-	if err := s.quarantine(q, QuarantineRow); err != nil {
-		return err
-	}
-	s.tracker.ConfirmItem(s.cur, i)
-	return nil
-}
-
 // quarantine stores q and counts it under its reason class.
 func (s *session) quarantine(q cdc.Quarantined, class string) error {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -490,61 +457,4 @@ func (s *session) quarantine(q cdc.Quarantined, class string) error {
 	s.eventful = true
 	s.log.Warn("row quarantined", "lsn", q.LSN, "ordinal", q.Ordinal, "event_id", q.EventID, "table", q.Table, "reason", q.Reason)
 	return nil
-}
-
-// Commit implements decode.Handler.
-func (s *session) Commit(commitLSN, endLSN cdc.LSN) error {
-	if s.skip > 0 {
-		// The replay has fewer items than the mark it resumed past said were confirmed: the items passed
-		// over may not be the ones confirmed. Nothing of it is acknowledged; the next run publishes it whole.
-		s.markBroken = true
-		return fmt.Errorf("the replay of transaction %s (xid %d) has %d items fewer than the progress recorded for it: "+
-			"publishing it again whole", commitLSN, s.dec.Xid(), s.skip)
-	}
-	if s.resumed > 0 {
-		s.log.Info("resumed transaction complete", "commit_lsn", commitLSN, "skipped", s.resumed)
-		s.resumed = 0
-	}
-	s.tracker.Commit(s.cur, endLSN)
-	s.inTxn, s.lastEnd = false, endLSN
-	if n := len(s.pending); n > 0 && s.pending[n-1].end == 0 {
-		s.pending[n-1].end = endLSN
-	}
-	if s.eventful {
-		s.lastEventEnd = endLSN
-	}
-	return nil
-}
-
-// streamError classifies an error the server sent inside the stream.
-func streamError(err *pgconn.PgError, cfg Config) error {
-	switch err.Code {
-	case "55000":
-		return fatalf("PostgreSQL can no longer stream from slot %s (%s): run `cdc-router reset --slot %s` and "+
-			"`cdc-router run` to re-snapshot", cfg.Slot, err.Message, cfg.Slot)
-	case "42704":
-		if strings.HasPrefix(err.Message, "publication") {
-			return publicationDropped(cfg, "PostgreSQL says "+err.Message)
-		}
-		return fatalf("PostgreSQL says %s: run `cdc-router migrate` or fix --publication / --slot", err.Message)
-	}
-	return fmt.Errorf("replication stream: %w", err)
-}
-
-// acknowledged drops the pending transactions that the acknowledged position w covers and records the
-// commit time of the oldest one left (none: zero lag).
-func (s *session) acknowledged(w cdc.LSN) {
-	n := 0
-	for n < len(s.pending) && s.pending[n].end != 0 && s.pending[n].end <= w {
-		n++
-	}
-	if n == 0 && len(s.pending) > 0 {
-		return
-	}
-	s.pending = append(s.pending[:0], s.pending[n:]...)
-	if len(s.pending) == 0 {
-		s.stats.oldestPending.Store(0)
-		return
-	}
-	s.stats.oldestPending.Store(s.pending[0].committed.UnixNano())
 }
