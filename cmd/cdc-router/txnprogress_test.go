@@ -153,7 +153,7 @@ func TestSIGKILLInsideLargeTransactionResumesPastConfirmed(t *testing.T) {
 
 // TestMixedLargeTransactionResumesPastEveryKindOfItem: one transaction of bigTxnRows/2 items of one
 // aggregate, alternating between two outbox tables, with an emitted message every 50 items and a malformed row
-// (quarantined) every 70, under a broker cut every cutInterval. The progress kept inside the transaction counts
+// (quarantined) every 70, under a broker cut every second. The progress kept inside the transaction counts
 // all of them in stream order: every event arrives, in version order across tables and messages, each malformed
 // row is quarantined, and the duplicates stay at a few per cut.
 func TestMixedLargeTransactionResumesPastEveryKindOfItem(t *testing.T) {
@@ -190,7 +190,8 @@ func TestMixedLargeTransactionResumesPastEveryKindOfItem(t *testing.T) {
 			want++
 		}
 	}
-	cuts, deadline, next := 0, time.Now().Add(90*time.Second), time.Now().Add(cutInterval)
+	const every = time.Second // half as many items as TestLargeTransactionCompletesUnderRepeatedCuts: cut more often
+	cuts, deadline, next := 0, time.Now().Add(90*time.Second), time.Now().Add(every)
 	for {
 		got := c.snapshot()
 		versions := map[int64]bool{}
@@ -208,7 +209,7 @@ func TestMixedLargeTransactionResumesPastEveryKindOfItem(t *testing.T) {
 		if time.Now().After(next) {
 			p.Cut()
 			cuts++
-			next = time.Now().Add(cutInterval)
+			next = time.Now().Add(every)
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
