@@ -22,7 +22,8 @@ var routerTables = []struct {
 }
 
 // checkRouterSchema refuses a router schema that lacks a table or that predates the quarantine columns of
-// 005 (a quarantine write would then fail at the first bad row) or the position marks of 010. It returns the tables' oids by name.
+// 005 (a quarantine write would then fail at the first bad row) or the position marks of 010. It returns
+// the tables' oids by name.
 func checkRouterSchema(ctx context.Context, conn *pgx.Conn, cfg Config) (map[string]uint32, error) {
 	oids := map[string]uint32{}
 	var missing []string
