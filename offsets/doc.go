@@ -9,8 +9,9 @@
 //   - the Mark (progress inside the oldest transaction in flight, named by a TxnKey) counts only the
 //     contiguous prefix of that transaction's items, in stream order, that are confirmed or resumed past,
 //     whatever order the confirms come in; it is never more than that, and a transaction without a key has
-//     none (FuzzTracker's reference model, TestTrackerMark). It costs one entry per item confirmed out of
-//     order while in flight, never one per event of the transaction.
+//     none (FuzzTracker's reference model, TestTrackerMark). It remembers at most DefaultAheadLimit items
+//     confirmed beyond a gap; past that a transaction's Mark stops growing, and the watermark is unchanged
+//     (TestTrackerMarkWithFullAhead): memory never grows with the size of a transaction.
 //
 // Store keeps the acknowledged position in the router's table, stamped with the cluster's system
 // identifier, so a restart resumes from it and a position from another cluster is refused. An advance that

@@ -25,7 +25,8 @@ type item struct {
 }
 
 // ConfirmItem marks item i of transaction x (as Add returned it) as confirmed. A repeated confirm, an item
-// never handed out and an x that is no longer tracked are ignored.
+// never handed out and an x that is no longer tracked are ignored. (Once ahead was full for x, a repeated
+// confirm of an item beyond its prefix can no longer be told apart; the session confirms each item once.)
 func (t *Tracker) ConfirmItem(x Txn, i int) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -37,17 +38,23 @@ func (t *Tracker) ConfirmItem(x Txn, i int) {
 		if _, dup := t.ahead[item{x, i}]; dup {
 			return
 		}
-		t.ahead[item{x, i}] = struct{}{}
+		if s.lossy || len(t.ahead) >= t.aheadLimit {
+			s.lossy = true // counted, not remembered: the prefix cannot pass item i any more
+		} else {
+			t.ahead[item{x, i}] = struct{}{}
+			s.aheadN++
+		}
 		s.outstanding--
 		t.advance()
 		return
 	}
 	s.prefix++
-	for len(t.ahead) > 0 {
+	for s.aheadN > 0 {
 		if _, ok := t.ahead[item{x, s.prefix}]; !ok {
 			break
 		}
 		delete(t.ahead, item{x, s.prefix})
+		s.aheadN--
 		s.prefix++
 	}
 	s.outstanding--

@@ -71,3 +71,52 @@ func BenchmarkTrackerItemOutOfOrder(b *testing.B) {
 		tr.ConfirmItem(x, first)
 	}
 }
+
+// TestTrackerMarkWithFullAhead: once the items remembered beyond a gap reach the limit, later ones are
+// counted (the watermark still waits for every item and then moves) but not remembered, so the mark stops
+// before the first of them, and the memory stays bounded.
+func TestTrackerMarkWithFullAhead(t *testing.T) {
+	tr := NewTracker(100)
+	tr.aheadLimit = 2
+	k := TxnKey{CommitLSN: 500, Xid: 7}
+	x := tr.BeginAt(k, 0)
+	for range 6 {
+		tr.Add(x)
+	}
+	for i := 1; i < 6; i++ { // item 0 waits; 1 and 2 are remembered, 3..5 only counted
+		tr.ConfirmItem(x, i)
+	}
+	if len(tr.ahead) != 2 {
+		t.Fatalf("%d items remembered, want the limit of 2", len(tr.ahead))
+	}
+	tr.Commit(x, 600)
+	if tr.Watermark() != 100 {
+		t.Fatalf("watermark %v with item 0 unconfirmed", tr.Watermark())
+	}
+	y := tr.BeginAt(TxnKey{CommitLSN: 700, Xid: 8}, 0)
+	tr.ConfirmItem(y, tr.Add(y)) // another transaction's confirm beyond the limit: its own is unaffected
+	tr.ConfirmItem(x, 0)
+	if tr.Watermark() != 600 {
+		t.Fatalf("watermark %v once every item is confirmed, want 0/258", tr.Watermark())
+	}
+	if m, ok := tr.Mark(); !ok || m.Key.CommitLSN != 700 || m.Done != 1 {
+		t.Fatalf("mark %+v %v, want the next transaction's 1", m, ok)
+	}
+	if len(tr.ahead) != 0 {
+		t.Fatalf("%d items still remembered after their transaction was acknowledged", len(tr.ahead))
+	}
+
+	tr = NewTracker(100)
+	tr.aheadLimit = 1
+	x = tr.BeginAt(k, 0)
+	for range 4 {
+		tr.Add(x)
+	}
+	tr.ConfirmItem(x, 1) // remembered
+	tr.ConfirmItem(x, 2) // counted only
+	tr.ConfirmItem(x, 0)
+	tr.ConfirmItem(x, 3)
+	if m, _ := tr.Mark(); m.Done != 2 {
+		t.Fatalf("mark %+v, want 2: it cannot pass item 2, confirmed while ahead was full", m)
+	}
+}

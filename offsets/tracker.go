@@ -16,6 +16,8 @@ type txnState struct {
 	key         TxnKey // the transaction's name across replays; zero: none (no Mark)
 	added       int    // items handed out, counting the ones a Mark resumed past
 	prefix      int    // items 0..prefix-1 are all confirmed (ConfirmItem)
+	aheadN      int    // entries of Tracker.ahead for this transaction
+	lossy       bool   // an item was confirmed beyond the prefix while ahead was full: the prefix stops there
 }
 
 // Tracker computes the acknowledgement watermark. Begin, Add, Commit and Keepalive are called by the one
@@ -27,14 +29,21 @@ type Tracker struct {
 	txns     []txnState // transactions in stream order, oldest first
 	open     bool
 	advanced chan struct{}
-	// ahead holds the items confirmed out of stream order beyond their transaction's prefix: at most the
-	// events in flight, never the whole transaction.
-	ahead map[item]struct{}
+	// ahead holds the items confirmed out of stream order beyond their transaction's prefix, at most
+	// aheadLimit: a confirm beyond that is counted without it, and its transaction's Mark stops growing.
+	ahead      map[item]struct{}
+	aheadLimit int
 }
+
+// DefaultAheadLimit bounds the items a Tracker remembers as confirmed beyond a gap in their transaction's
+// prefix (about 1 MiB): while an early event of a large transaction waits for its confirm, later ones of
+// other aggregates go on being confirmed, and remembering all of them would cost memory per event.
+const DefaultAheadLimit = 1 << 14
 
 // NewTracker starts a tracker whose watermark is start (the position the stream starts from).
 func NewTracker(start cdc.LSN) *Tracker {
-	return &Tracker{acked: start, head: 1, advanced: make(chan struct{}, 1), ahead: map[item]struct{}{}}
+	return &Tracker{acked: start, head: 1, advanced: make(chan struct{}, 1), ahead: map[item]struct{}{},
+		aheadLimit: DefaultAheadLimit}
 }
 
 // Begin opens the next transaction in stream order, without a name: no Mark is ever reported for it.
@@ -132,17 +141,18 @@ func (t *Tracker) state(x Txn) *txnState {
 
 // advance pops the complete prefix of the FIFO and moves the watermark to the last popped end.
 func (t *Tracker) advance() {
-	n := 0
+	n, stale := 0, false
 	for n < len(t.txns) && t.txns[n].committed && t.txns[n].outstanding == 0 {
 		if t.txns[n].end > t.acked {
 			t.acked = t.txns[n].end
 		}
+		stale = stale || t.txns[n].aheadN > 0
 		n++
 	}
 	if n == 0 {
 		return
 	}
-	if len(t.ahead) > 0 { // only after a mix of Confirm and ConfirmItem
+	if stale { // a transaction done with entries beyond a gap in its prefix (a Confirm, or a full ahead)
 		for it := range t.ahead {
 			if it.txn < t.head+Txn(n) {
 				delete(t.ahead, it)
