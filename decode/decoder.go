@@ -94,6 +94,10 @@ var pgEpoch = time.Date(2000, 1, 1, 0, 0, 0, 0, time.UTC)
 // open transaction's inside Begin…Commit, for the metrics of the time from commit to confirm.
 func (d *Decoder) CommitTime() time.Time { return d.commitTime }
 
+// Xid is the xid of the transaction of the last Begin: with its commit LSN it names the transaction across
+// replays of the slot on one cluster and timeline.
+func (d *Decoder) Xid() uint32 { return d.xid }
+
 // Decode decodes one pgoutput message: walData is an XLogData's WALData and walStart its WAL start. Decode
 // keeps nothing that aliases walData after it returns and copies no column value whole except into an
 // Event. It returns a *ProtocolError for a message it cannot accept, a *DriftError for an insert it

@@ -233,3 +233,26 @@ func TestCheckNamesMissingGrants(t *testing.T) {
 		}
 	})
 }
+
+// TestCheckRefusesPositionsWithoutMarks: a positions table from before 010 (no mark columns) is refused
+// with the fix; a second `migrate` adds them, keeps the stored row, and Check then passes.
+func TestCheckRefusesPositionsWithoutMarks(t *testing.T) {
+	ctx := context.Background()
+	c := migrated(t)
+	exec(t, c, `INSERT INTO cdc_router.positions (slot, system_id, timeline, lsn) VALUES ('s', '42', 1, '0/10')`)
+	exec(t, c, `ALTER TABLE cdc_router.positions DROP COLUMN mark_commit_lsn, DROP COLUMN mark_xid, DROP COLUMN mark_done,
+		DROP COLUMN mark_config`)
+	problem(t, c, Config{}, "cdc_router.positions predates this version", "migration 010", "run `cdc-router migrate`")
+	for i := 0; i < 2; i++ {
+		if err := Apply(ctx, c, Config{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := Check(ctx, c, Config{}); err != nil {
+		t.Fatalf("Check after migrate: %v", err)
+	}
+	var lsn string
+	if err := c.QueryRow(ctx, "SELECT lsn::text FROM cdc_router.positions WHERE slot = 's' AND mark_done IS NULL").Scan(&lsn); err != nil || lsn != "0/10" {
+		t.Fatalf("stored position %q, %v after migrate; want 0/10 without a mark", lsn, err)
+	}
+}

@@ -4,7 +4,8 @@
 // any number of times. It never drops anything and never touches the outbox table or the publication once
 // they exist; Check reports what is missing or wrong there instead, each as one sentence naming the fix.
 // The router's own tables are altered only to add what a newer version needs (005: quarantine.event_id
-// and value_notes, a nullable row_values), each change made only when it is missing.
+// and value_notes, a nullable row_values; 010: the positions' mark columns, progress inside a transaction),
+// each change made only when it is missing, and Check refuses a schema without them.
 //
 // With Config.Partitioned (`migrate --partitioned`) the outbox is created range-partitioned by occurred_at
 // and published through its root (publish_via_partition_root), and every run adds the partitions of the

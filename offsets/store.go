@@ -17,6 +17,11 @@ type Position struct {
 	SystemID  string // IDENTIFY_SYSTEM systemid of the cluster that produced LSN
 	Timeline  int32
 	UpdatedAt time.Time
+	// Mark, when Mark.Done > 0, is the progress inside the oldest transaction not acknowledged at LSN (see
+	// Tracker.Mark). It holds only for the cluster SystemID on Timeline, decoded with the configuration
+	// whose fingerprint is MarkConfig: the caller ignores it otherwise.
+	Mark       Mark
+	MarkConfig string
 }
 
 // IdleInterval is how often SaveIdle writes at most: an advance that only keepalives made is stored about
@@ -33,6 +38,7 @@ type Store struct {
 	idle     time.Duration // IdleInterval; shorter in tests
 
 	saved     cdc.LSN
+	savedMark Mark
 	lastWrite time.Time
 }
 
@@ -49,8 +55,11 @@ func NewStore(conn *pgx.Conn, schema, slot string, interval time.Duration) *Stor
 // Load returns the stored position of the slot; ok is false when none was ever stored.
 func (s *Store) Load(ctx context.Context) (p Position, ok bool, err error) {
 	var lsn string
-	err = s.conn.QueryRow(ctx, "SELECT lsn::text, system_id, timeline, updated_at FROM "+s.table+" WHERE slot = $1",
-		s.slot).Scan(&lsn, &p.SystemID, &p.Timeline, &p.UpdatedAt)
+	var markLSN, markConfig *string
+	var markXid, markDone *int64
+	err = s.conn.QueryRow(ctx, "SELECT lsn::text, system_id, timeline, updated_at, mark_commit_lsn::text, mark_xid, "+
+		"mark_done, mark_config FROM "+s.table+" WHERE slot = $1",
+		s.slot).Scan(&lsn, &p.SystemID, &p.Timeline, &p.UpdatedAt, &markLSN, &markXid, &markDone, &markConfig)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return Position{}, false, nil
 	}
@@ -60,12 +69,30 @@ func (s *Store) Load(ctx context.Context) (p Position, ok bool, err error) {
 	if p.LSN, err = cdc.ParseLSN(lsn); err != nil {
 		return Position{}, false, err
 	}
-	s.saved, s.lastWrite = p.LSN, time.Now()
+	if markLSN != nil && markXid != nil && markDone != nil && markConfig != nil && *markDone > 0 {
+		commit, err := cdc.ParseLSN(*markLSN)
+		if err != nil {
+			return Position{}, false, err
+		}
+		p.Mark, p.MarkConfig = Mark{Key: TxnKey{CommitLSN: commit, Xid: uint32(*markXid)}, Done: int(*markDone)}, *markConfig
+	}
+	s.saved, s.savedMark, s.lastWrite = p.LSN, p.Mark, time.Now()
 	return p, true, nil
 }
 
 // Saved is the position last stored or loaded by this Store.
 func (s *Store) Saved() cdc.LSN { return s.saved }
+
+// moved reports whether p is news to the store: a later LSN, or another mark. A moved mark is progress
+// inside the oldest transaction not acknowledged, which an advance of keepalives never makes: it is never
+// held back for the idle interval.
+func (s *Store) moved(p Position) (moved, markMoved bool) {
+	if p.LSN == 0 || p.LSN < s.saved {
+		return false, false
+	}
+	markMoved = p.Mark != s.savedMark
+	return p.LSN > s.saved || markMoved, markMoved
+}
 
 // SaveIdle stores p when no transaction ended since the last write, so that its advance is the keepalives'
 // alone: at most once per IdleInterval since the last write or load. On an idle database that advance is
@@ -74,6 +101,9 @@ func (s *Store) Saved() cdc.LSN { return s.saved }
 // still follows every advance through the standby status updates, which write nothing, and a stored
 // position behind it is harmless: START_REPLICATION starts from the later of the two.
 func (s *Store) SaveIdle(ctx context.Context, p Position) error {
+	if _, markMoved := s.moved(p); markMoved {
+		return s.Save(ctx, p, false)
+	}
 	if time.Since(s.lastWrite) < s.idle {
 		return nil
 	}
@@ -83,36 +113,50 @@ func (s *Store) SaveIdle(ctx context.Context, p Position) error {
 // Due reports whether Save (SaveIdle when idle) would write p now, so that a caller can skip preparing the
 // write (a context with a deadline) on the many calls that write nothing.
 func (s *Store) Due(p Position, force, idle bool) bool {
-	if idle && !force {
+	moved, markMoved := s.moved(p)
+	if idle && !force && !markMoved {
 		if time.Since(s.lastWrite) < s.idle {
 			return false
 		}
 		force = true
 	}
-	return p.LSN != 0 && p.LSN > s.saved && (force || time.Since(s.lastWrite) >= s.interval)
+	return moved && (force || time.Since(s.lastWrite) >= s.interval)
 }
 
-// Save stores p when its LSN moved and at least the interval passed since the last write, or at once when
-// force is set (shutdown). The stored LSN never goes back.
+// Save stores p when its LSN or its mark moved and at least the interval passed since the last write, or at
+// once when force is set (shutdown). The stored LSN never goes back. A mark is stored in the same row write
+// as its LSN, cluster and timeline, and only with an LSN at least as far as the stored one (a write that
+// would go back clears it instead: a mark is worth only duplicates saved, never a doubt).
 func (s *Store) Save(ctx context.Context, p Position, force bool) error {
-	if p.LSN == 0 || p.LSN <= s.saved || (!force && time.Since(s.lastWrite) < s.interval) {
+	if moved, _ := s.moved(p); !moved || (!force && time.Since(s.lastWrite) < s.interval) {
 		return nil
 	}
-	_, err := s.conn.Exec(ctx, "INSERT INTO "+s.table+` AS p (slot, system_id, timeline, lsn, updated_at)
-		VALUES ($1, $2, $3, $4::pg_lsn, now())
+	var markLSN, markConfig *string
+	var markXid, markDone *int64
+	if p.Mark.Done > 0 {
+		l, x, d := p.Mark.Key.CommitLSN.String(), int64(p.Mark.Key.Xid), int64(p.Mark.Done)
+		markLSN, markXid, markDone, markConfig = &l, &x, &d, &p.MarkConfig
+	}
+	_, err := s.conn.Exec(ctx, "INSERT INTO "+s.table+` AS p (slot, system_id, timeline, lsn, updated_at,
+			mark_commit_lsn, mark_xid, mark_done, mark_config)
+		VALUES ($1, $2, $3, $4::pg_lsn, now(), $5::pg_lsn, $6, $7, $8)
 		ON CONFLICT (slot) DO UPDATE SET system_id = EXCLUDED.system_id, timeline = EXCLUDED.timeline,
-			lsn = GREATEST(p.lsn, EXCLUDED.lsn), updated_at = now()`,
-		s.slot, p.SystemID, p.Timeline, p.LSN.String())
+			lsn = GREATEST(p.lsn, EXCLUDED.lsn), updated_at = now(),
+			mark_commit_lsn = CASE WHEN EXCLUDED.lsn >= p.lsn THEN EXCLUDED.mark_commit_lsn END,
+			mark_xid = CASE WHEN EXCLUDED.lsn >= p.lsn THEN EXCLUDED.mark_xid END,
+			mark_done = CASE WHEN EXCLUDED.lsn >= p.lsn THEN EXCLUDED.mark_done END,
+			mark_config = CASE WHEN EXCLUDED.lsn >= p.lsn THEN EXCLUDED.mark_config END`,
+		s.slot, p.SystemID, p.Timeline, p.LSN.String(), markLSN, markXid, markDone, markConfig)
 	if err != nil {
 		return fmt.Errorf("store position: %w", err)
 	}
-	s.saved, s.lastWrite = p.LSN, time.Now()
+	s.saved, s.savedMark, s.lastWrite = p.LSN, p.Mark, time.Now()
 	return nil
 }
 
 // Delete removes the stored position of the slot, for an operator who re-snapshots after a lost slot.
 func (s *Store) Delete(ctx context.Context) error {
 	_, err := s.conn.Exec(ctx, "DELETE FROM "+s.table+" WHERE slot = $1", s.slot)
-	s.saved = 0
+	s.saved, s.savedMark = 0, Mark{}
 	return err
 }

@@ -78,3 +78,69 @@ func TestDueAgreesWithSave(t *testing.T) {
 		}
 	}
 }
+
+// TestStoreKeepsTheMarkWithItsPosition: the progress inside a transaction is stored in the same row write
+// as the position, read back by a fresh store, written when only it moved (also by SaveIdle, which
+// otherwise waits for the idle interval), cleared by a position without one, and never kept by a write
+// that would take the position back.
+func TestStoreKeepsTheMarkWithItsPosition(t *testing.T) {
+	ctx := context.Background()
+	c, err := pgx.Connect(ctx, pg.NewDatabase(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close(ctx)
+	if err := migrations.Apply(ctx, c, migrations.Config{}); err != nil {
+		t.Fatal(err)
+	}
+	must := func(err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	load := func() Position {
+		t.Helper()
+		p, ok, err := NewStore(c, "cdc_router", "slot_m", 0).Load(ctx)
+		if err != nil || !ok {
+			t.Fatalf("Load = %v, %v", ok, err)
+		}
+		return p
+	}
+	m := Mark{Key: TxnKey{CommitLSN: 500, Xid: 7}, Done: 3}
+	s := NewStore(c, "cdc_router", "slot_m", time.Millisecond)
+	must(s.Save(ctx, Position{LSN: 100, SystemID: "42", Timeline: 1, Mark: m, MarkConfig: "f"}, true))
+	if p := load(); p.Mark != m || p.MarkConfig != "f" || p.LSN != 100 {
+		t.Fatalf("stored %+v, want 0/64 with mark %+v under f", p, m)
+	}
+	m.Done = 9
+	time.Sleep(5 * time.Millisecond)
+	next := Position{LSN: 100, SystemID: "42", Timeline: 1, Mark: m, MarkConfig: "f"}
+	if !s.Due(next, false, true) {
+		t.Fatal("a moved mark is not due on an idle stream")
+	}
+	must(s.SaveIdle(ctx, next))
+	if p := load(); p.Mark.Done != 9 {
+		t.Fatalf("stored mark %+v after a mark-only move, want 9 done", p.Mark)
+	}
+	m.Done = 10
+	time.Sleep(5 * time.Millisecond)
+	next = Position{LSN: 110, SystemID: "42", Timeline: 1, Mark: m, MarkConfig: "f"} // keepalives moved the LSN too
+	if !s.Due(next, false, true) {
+		t.Fatal("a moved mark with an LSN that keepalives moved is not due on an idle stream")
+	}
+	must(s.SaveIdle(ctx, next))
+	if p := load(); p.Mark.Done != 10 || p.LSN != 110 {
+		t.Fatalf("stored %+v after a mark and keepalive move, want 0/6E with 10 done", p)
+	}
+	must(s.Save(ctx, Position{LSN: 600, SystemID: "42", Timeline: 1}, true))
+	if p := load(); p.Mark != (Mark{}) || p.LSN != 600 {
+		t.Fatalf("stored %+v, want 0/258 without a mark", p)
+	}
+	old := NewStore(c, "cdc_router", "slot_m", 0)
+	must(old.Save(ctx, Position{LSN: 550, SystemID: "42", Timeline: 1, Mark: Mark{Key: TxnKey{CommitLSN: 560, Xid: 8}, Done: 2},
+		MarkConfig: "f"}, true))
+	if p := load(); p.Mark != (Mark{}) || p.LSN != 600 {
+		t.Fatalf("stored %+v after an older writer, want 0/258 without a mark", p)
+	}
+}

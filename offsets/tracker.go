@@ -13,6 +13,11 @@ type txnState struct {
 	end         cdc.LSN // TransactionEndLSN, known at Commit
 	outstanding int     // events handed out and not yet confirmed
 	committed   bool
+	key         TxnKey // the transaction's name across replays; zero: none (no Mark)
+	added       int    // items handed out, counting the ones a Mark resumed past
+	prefix      int    // items 0..prefix-1 are all confirmed (ConfirmItem)
+	aheadN      int    // entries of Tracker.ahead for this transaction
+	lossy       bool   // an item was confirmed beyond the prefix while ahead was full: the prefix stops there
 }
 
 // Tracker computes the acknowledgement watermark. Begin, Add, Commit and Keepalive are called by the one
@@ -24,32 +29,53 @@ type Tracker struct {
 	txns     []txnState // transactions in stream order, oldest first
 	open     bool
 	advanced chan struct{}
+	// ahead holds the items confirmed out of stream order beyond their transaction's prefix, at most
+	// aheadLimit: a confirm beyond that is counted without it, and its transaction's Mark stops growing.
+	ahead      map[item]struct{}
+	aheadLimit int
 }
+
+// DefaultAheadLimit bounds the items a Tracker remembers as confirmed beyond a gap in their transaction's
+// prefix (about 1 MiB): while an early event of a large transaction waits for its confirm, later ones of
+// other aggregates go on being confirmed, and remembering all of them would cost memory per event.
+const DefaultAheadLimit = 1 << 14
 
 // NewTracker starts a tracker whose watermark is start (the position the stream starts from).
 func NewTracker(start cdc.LSN) *Tracker {
-	return &Tracker{acked: start, head: 1, advanced: make(chan struct{}, 1)}
+	return &Tracker{acked: start, head: 1, advanced: make(chan struct{}, 1), ahead: map[item]struct{}{},
+		aheadLimit: DefaultAheadLimit}
 }
 
-// Begin opens the next transaction in stream order.
-func (t *Tracker) Begin() Txn {
+// Begin opens the next transaction in stream order, without a name: no Mark is ever reported for it.
+func (t *Tracker) Begin() Txn { return t.BeginAt(TxnKey{}, 0) }
+
+// BeginAt opens the next transaction in stream order, named key, whose first done items (a Mark of an
+// earlier run for the same key) were confirmed before: they count as confirmed and are not handed out again.
+func (t *Tracker) BeginAt(key TxnKey, done int) Txn {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	t.open = true
-	t.txns = append(t.txns, txnState{})
+	done = max(done, 0)
+	t.txns = append(t.txns, txnState{key: key, added: done, prefix: done})
 	return t.head + Txn(len(t.txns)-1)
 }
 
-// Add counts one more event of transaction x as outstanding. Call it before handing the event out.
-func (t *Tracker) Add(x Txn) {
+// Add counts one more event of transaction x as outstanding and returns its ordinal in x's stream order
+// (for ConfirmItem). Call it before handing the event out.
+func (t *Tracker) Add(x Txn) int {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if s := t.state(x); s != nil {
-		s.outstanding++
+	s := t.state(x)
+	if s == nil {
+		return -1
 	}
+	s.outstanding++
+	s.added++
+	return s.added - 1
 }
 
-// Confirm marks one event of transaction x as confirmed. An x that is no longer tracked is ignored.
+// Confirm marks one event of transaction x as confirmed without saying which: the transaction's Mark then
+// stops where it is. An x that is no longer tracked is ignored.
 func (t *Tracker) Confirm(x Txn) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -115,15 +141,23 @@ func (t *Tracker) state(x Txn) *txnState {
 
 // advance pops the complete prefix of the FIFO and moves the watermark to the last popped end.
 func (t *Tracker) advance() {
-	n := 0
+	n, stale := 0, false
 	for n < len(t.txns) && t.txns[n].committed && t.txns[n].outstanding == 0 {
 		if t.txns[n].end > t.acked {
 			t.acked = t.txns[n].end
 		}
+		stale = stale || t.txns[n].aheadN > 0
 		n++
 	}
 	if n == 0 {
 		return
+	}
+	if stale { // a transaction done with entries beyond a gap in its prefix (a Confirm, or a full ahead)
+		for it := range t.ahead {
+			if it.txn < t.head+Txn(n) {
+				delete(t.ahead, it)
+			}
+		}
 	}
 	t.head += Txn(n)
 	t.txns = t.txns[n:]

@@ -53,14 +53,23 @@ type burst struct {
 	bytes int64
 	last  cdc.LSN
 	began time.Time
-	holds []offsets.Txn
+	holds []hold
+}
+
+// hold is what one message of a burst keeps unresolved in the tracker until the burst's record is written:
+// item i of its transaction x, or (item < 0) the transaction of its own of a non-transactional message.
+type hold struct {
+	x    offsets.Txn
+	item int
 }
 
 // bursts are a session's open bursts, at most one per kind.
 type bursts struct{ open []*burst }
 
-// add puts q, of kind, in its kind's open burst (opening one) and holds the acknowledged position for it.
-func (b *bursts) add(s *session, q cdc.Quarantined, kind, class string) {
+// add puts q, of kind, in its kind's open burst (opening one) and holds the acknowledged position for it:
+// inside a transaction item i of it (as the tracker's Add returned it, so that the progress inside the
+// transaction counts the message once), outside one (i < 0) a transaction of its own.
+func (b *bursts) add(s *session, q cdc.Quarantined, kind, class string, i int) {
 	var cur *burst
 	for _, o := range b.open {
 		if o.kind == kind {
@@ -76,15 +85,13 @@ func (b *bursts) add(s *session, q cdc.Quarantined, kind, class string) {
 	for _, v := range q.Columns {
 		cur.bytes += v.Size
 	}
-	x := s.cur
-	if !s.inTxn {
-		x = s.tracker.Begin()
-		s.tracker.Add(x)
-		s.tracker.Commit(x, q.LSN)
-	} else {
-		s.tracker.Add(x)
+	h := hold{x: s.cur, item: i}
+	if i < 0 {
+		h.x = s.tracker.Begin()
+		s.tracker.Add(h.x)
+		s.tracker.Commit(h.x, q.LSN)
 	}
-	cur.holds = append(cur.holds, x)
+	cur.holds = append(cur.holds, h)
 	s.stats.quarantinedAs(class)
 	s.eventful = true
 }
@@ -112,8 +119,12 @@ func (o *burst) write(s *session) error {
 	if err := s.quar.Write(ctx, q); err != nil {
 		return fmt.Errorf("quarantine messages at %s: %w", q.LSN, err)
 	}
-	for _, x := range o.holds {
-		s.tracker.Confirm(x)
+	for _, h := range o.holds {
+		if h.item < 0 {
+			s.tracker.Confirm(h.x)
+		} else {
+			s.tracker.ConfirmItem(h.x, h.item)
+		}
 	}
 	s.log.Warn("messages quarantined", "lsn", q.LSN, "last_lsn", o.last, "count", o.count, "table", q.Table, "reason", o.kind)
 	return nil

@@ -104,3 +104,18 @@ func withinGrace(wait time.Duration, began time.Time, started bool) time.Duratio
 	}
 	return wait
 }
+
+// streamError classifies an error the server sent inside the stream.
+func streamError(err *pgconn.PgError, cfg Config) error {
+	switch err.Code {
+	case "55000":
+		return fatalf("PostgreSQL can no longer stream from slot %s (%s): run `cdc-router reset --slot %s` and "+
+			"`cdc-router run` to re-snapshot", cfg.Slot, err.Message, cfg.Slot)
+	case "42704":
+		if strings.HasPrefix(err.Message, "publication") {
+			return publicationDropped(cfg, "PostgreSQL says "+err.Message)
+		}
+		return fatalf("PostgreSQL says %s: run `cdc-router migrate` or fix --publication / --slot", err.Message)
+	}
+	return fmt.Errorf("replication stream: %w", err)
+}

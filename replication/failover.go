@@ -135,10 +135,13 @@ func checkTimeline(ctx context.Context, cfg Config, log *slog.Logger, conn *pgco
 }
 
 // recordTimeline stores the server's timeline with the stored position once the router decided to go on
-// from it on this server, before anything moved: the position is on this timeline's history too.
+// from it on this server, before anything moved: the position is on this timeline's history too. The
+// progress inside a transaction stored with it is dropped: that transaction may lie past the switch point,
+// where this timeline has other transactions (possibly with the same commit LSN and xid).
 func recordTimeline(ctx context.Context, cfg Config, sql *pgx.Conn, sys pglogrepl.IdentifySystemResult) error {
 	table := pgx.Identifier{cfg.Schema, "positions"}.Sanitize()
-	if _, err := sql.Exec(ctx, "UPDATE "+table+" SET timeline = $1 WHERE slot = $2 AND system_id = $3",
+	if _, err := sql.Exec(ctx, "UPDATE "+table+" SET timeline = $1, mark_commit_lsn = NULL, mark_xid = NULL, "+
+		"mark_done = NULL, mark_config = NULL WHERE slot = $2 AND system_id = $3",
 		sys.Timeline, cfg.Slot, sys.SystemID); err != nil {
 		return fmt.Errorf("record timeline %d: %w", sys.Timeline, err)
 	}

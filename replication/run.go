@@ -90,13 +90,14 @@ func Run(ctx context.Context, cfg Config, dial Dialer, log *slog.Logger, stats *
 	started, standby := false, false
 	backoff := 100 * time.Millisecond
 	net := newSafetyNet(cfg.RefusalRetry)
+	resume := &resumePoint{build: buildID()}
 	stopped := func() error {
 		stats.setState(StateStopped, nil)
 		log.Info("stopped", "published", stats.Published(), "quarantined", stats.Quarantined())
 		return nil
 	}
 	for {
-		progressed, err := runOnce(ctx, cfg, dial, log, stats, &started, net, stop)
+		progressed, err := runOnce(ctx, cfg, dial, log, stats, &started, net, resume, stop)
 		if err == nil || (ctx.Err() != nil && !IsFatal(err)) {
 			return stopped()
 		}
@@ -165,7 +166,7 @@ func sleep(ctx context.Context, d time.Duration) bool {
 // runOnce is one stream run: checks, slot decision, publisher, START_REPLICATION, stream. It reports
 // whether the acknowledged position moved.
 func runOnce(ctx context.Context, cfg Config, dial Dialer, log *slog.Logger, stats *Stats, started *bool,
-	net *safetyNet, stop *stopClock) (bool, error) {
+	net *safetyNet, resume *resumePoint, stop *stopClock) (bool, error) {
 	host := pgHost(cfg.PGURL)
 	stats.waitFor("PostgreSQL at " + host + " to accept the router's ordinary connection")
 	sql, err := connectSQL(ctx, cfg.PGURL, cfg.PGTimeout)
@@ -278,9 +279,16 @@ func runOnce(ctx context.Context, cfg Config, dial Dialer, log *slog.Logger, sta
 	defer stats.flight.Store(nil)
 	watch.next = time.Now().Add(cfg.PublicationCheckInterval)
 	net.received = 0
+	s.markConfig = markConfig(cfg, resume.build)
+	s.resumeAt = resume.choose(p.stored, p.hasStored, sys, s.markConfig, start)
+	from := s.resumeAt
 	err = stalled(s.stream(), host)
+	m := s.mark()
+	resume.record(m, s.markConfig, sys)
 	stats.carry(s.pending, s.sent)
-	return s.tracker.Watermark() > start, err
+	// Progress inside a transaction counts: a long one cut again and again still moves, so the backoff
+	// stays short.
+	return s.tracker.Watermark() > start || m.Done > 0 && (m.Key != from.Key || m.Done > from.Done), err
 }
 
 // plan is what a run does before streaming, decided before anything is created or published.
@@ -291,6 +299,10 @@ type plan struct {
 	slot     SlotInfo      // the slot as found
 	failover failoverCheck // what --failover-slot needs done
 	timeline bool          // the stored position is of an earlier timeline of this cluster: record this one
+	// stored is the stored position as loaded (hasStored: there is one), for the progress inside a
+	// transaction it records.
+	stored    offsets.Position
+	hasStored bool
 }
 
 // planStart applies the refusal rules and decides whether a snapshot is needed.
@@ -317,7 +329,8 @@ func planStart(ctx context.Context, cfg Config, sql *pgx.Conn, store *offsets.St
 	if err != nil {
 		return plan{}, err
 	}
-	p := plan{decision: d, slot: slot, failover: fc, timeline: hasStored && stored.Timeline != sys.Timeline}
+	p := plan{decision: d, slot: slot, failover: fc, timeline: hasStored && stored.Timeline != sys.Timeline,
+		stored: stored, hasStored: hasStored}
 	if d.create {
 		return p, nil
 	}

@@ -147,6 +147,10 @@ func (r Report) String() string {
 	} else {
 		s += fmt.Sprintf("stored position:  %s (cluster %s, timeline %d, %s ago)\n", r.Stored.LSN, r.Stored.SystemID,
 			r.Stored.Timeline, time.Since(r.Stored.UpdatedAt).Round(time.Second))
+		if m := r.Stored.Mark; m.Done > 0 {
+			s += fmt.Sprintf("                  inside transaction %s (xid %d): its first %d events are confirmed and "+
+				"are not published again\n", m.Key.CommitLSN, m.Key.Xid, m.Done)
+		}
 	}
 	s += fmt.Sprintf("quarantined rows: %d (%d handled, %d not handled)\n", r.Quarantined, r.Handled,
 		r.Quarantined-r.Handled)

@@ -50,6 +50,15 @@ type session struct {
 	stopLogged   bool
 
 	live liveness // finds a server that stopped answering (a status update asks for a reply)
+	// resumeAt is the progress inside a transaction a previous run recorded (resumePoint.choose), until the
+	// replay of that transaction begins; skip is how many items of the open transaction are still to be
+	// passed over, resumed how many were in all; markBroken says the replay had fewer items than its mark
+	// (it stops the session, and no mark is kept).
+	resumeAt   offsets.Mark
+	markConfig string
+	skip       int
+	resumed    int
+	markBroken bool
 
 	// pubCtx bounds a blocked Publish so that status updates go on and a stop is noticed at once; one is
 	// shared by every publish until it ends, instead of one timer per event.
@@ -71,13 +80,6 @@ type session struct {
 	// (readDeadline); zero when none is set. stopRead interrupts a read at the stop request.
 	readBy   time.Time
 	stopRead func() bool
-}
-
-// pendingTxn is a received transaction with events that is not acknowledged yet: the replication lag in
-// time is the age of the oldest one's commit.
-type pendingTxn struct {
-	end       cdc.LSN // its end LSN; zero while it is open
-	committed time.Time
 }
 
 // stream reads until the stop is requested (then reads on to the end of the open transaction), the
@@ -260,7 +262,8 @@ func (s *session) status(force bool) error {
 }
 
 func (s *session) save(force bool) error {
-	p := offsets.Position{LSN: s.tracker.Watermark(), SystemID: s.sys.SystemID, Timeline: s.sys.Timeline}
+	p := offsets.Position{LSN: s.tracker.Watermark(), SystemID: s.sys.SystemID, Timeline: s.sys.Timeline,
+		Mark: s.mark(), MarkConfig: s.markConfig}
 	// No transaction with an event ended since the last write: the advance is the keepalives' (or, before
 	// PostgreSQL 15, empty transactions') alone, and on an idle database that WAL is mostly the router's
 	// own last write.
@@ -319,18 +322,11 @@ func (s *session) drain() error {
 	return nil
 }
 
-// Begin implements decode.Handler.
-func (s *session) Begin(commitLSN cdc.LSN) error {
-	s.cur, s.inTxn, s.eventful = s.tracker.Begin(), true, false
-	return nil
-}
-
 // Event implements decode.Handler: it publishes ev, keeping the status updates going while the window is
 // full. An event the broker can never accept is quarantined instead. While the safety net replays the
 // events around a per-message refusal, ev is published alone and confirmed before the next one.
 func (s *session) Event(ev cdc.Event) error {
 	x := s.cur
-	s.tracker.Add(x)
 	if n := len(s.pending); n == 0 || s.pending[n-1].end != 0 { // the transaction's first event
 		s.pending = append(s.pending, pendingTxn{committed: s.dec.CommitTime()})
 		if len(s.pending) == 1 {
@@ -338,10 +334,14 @@ func (s *session) Event(ev cdc.Event) error {
 		}
 	}
 	s.eventful = true
+	if s.skipped() {
+		return nil // confirmed before the restart
+	}
+	i := s.tracker.Add(x)
 	careful := s.net.careful(ev)
 	if careful {
 		if reason, ok := s.net.condemned(ev.ID); ok {
-			return s.quarantineEvent(x, ev, QuarantineRefused, fmt.Sprintf("RabbitMQ refused this event %d times in a row while it was "+
+			return s.quarantineEvent(x, i, ev, QuarantineRefused, fmt.Sprintf("RabbitMQ refused this event %d times in a row while it was "+
 				"the only message in flight: %s", strikesToQuarantine, reason))
 		}
 		if err := s.settle(); err != nil {
@@ -356,7 +356,7 @@ func (s *session) Event(ev cdc.Event) error {
 			s.pubCtx, s.pubCancel = s.boundedWait()
 		}
 		committed, seq := s.dec.CommitTime(), s.flight.add(time.Now())
-		err := s.pub.Publish(s.pubCtx, ev, func() { s.tracker.Confirm(x); s.stats.confirmed(committed); s.flight.done(seq) })
+		err := s.pub.Publish(s.pubCtx, ev, func() { s.tracker.ConfirmItem(x, i); s.stats.confirmed(committed); s.flight.done(seq) })
 		if err != nil {
 			s.flight.done(seq)
 		}
@@ -367,7 +367,7 @@ func (s *session) Event(ev cdc.Event) error {
 			break
 		}
 		if errors.Is(err, cdc.ErrUnpublishable) {
-			return s.quarantineEvent(x, ev, QuarantineUnpublishable, err.Error())
+			return s.quarantineEvent(x, i, ev, QuarantineUnpublishable, err.Error())
 		}
 		if !waitEnded(err) {
 			return caused(CauseBroker, fmt.Errorf("publish: %w", err))
@@ -436,24 +436,21 @@ func (s *session) waited() error {
 	return s.status(false)
 }
 
-// quarantineEvent stores an event the broker refuses and resolves it, so the stream goes on past it.
-func (s *session) quarantineEvent(x offsets.Txn, ev cdc.Event, class, reason string) error {
+// quarantineEvent stores an event the broker refuses and resolves it (item i of transaction x), so the
+// stream goes on past it.
+func (s *session) quarantineEvent(x offsets.Txn, i int, ev cdc.Event, class, reason string) error {
 	if err := s.quarantine(quarantine.FromEvent(ev, s.cfg.Table, reason), class); err != nil {
 		return err
 	}
-	s.tracker.Confirm(x)
+	s.tracker.ConfirmItem(x, i)
 	return nil
 }
 
-// Quarantine implements decode.Handler: the row is stored with its bounded raw values, counted and logged
-// (without the values), and the stream goes on.
-func (s *session) Quarantine(q cdc.Quarantined) error { return s.quarantine(q, QuarantineRow) }
-
-// quarantine stores q and counts it under its reason class; a message anyone can emit goes into its
-// burst's record (burst.go).
+// quarantine stores q and counts it under its reason class; a message anyone can emit outside a transaction
+// goes into its burst's record (burst.go; inside one, Quarantine puts it there as an item of its transaction).
 func (s *session) quarantine(q cdc.Quarantined, class string) error {
-	if kind := burstKind(q); kind != "" {
-		s.bursts.add(s, q, kind, class)
+	if kind := burstKind(q); kind != "" && !s.inTxn {
+		s.bursts.add(s, q, kind, class, -1)
 		return nil
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -465,35 +462,4 @@ func (s *session) quarantine(q cdc.Quarantined, class string) error {
 	s.eventful = true
 	s.log.Warn("row quarantined", "lsn", q.LSN, "ordinal", q.Ordinal, "event_id", q.EventID, "table", q.Table, "reason", q.Reason)
 	return nil
-}
-
-// Commit implements decode.Handler.
-func (s *session) Commit(commitLSN, endLSN cdc.LSN) error {
-	s.tracker.Commit(s.cur, endLSN)
-	s.inTxn, s.lastEnd = false, endLSN
-	if n := len(s.pending); n > 0 && s.pending[n-1].end == 0 {
-		s.pending[n-1].end = endLSN
-	}
-	if s.eventful {
-		s.lastEventEnd = endLSN
-	}
-	return nil
-}
-
-// acknowledged drops the pending transactions that the acknowledged position w covers and records the
-// commit time of the oldest one left (none: zero lag).
-func (s *session) acknowledged(w cdc.LSN) {
-	n := 0
-	for n < len(s.pending) && s.pending[n].end != 0 && s.pending[n].end <= w {
-		n++
-	}
-	if n == 0 && len(s.pending) > 0 {
-		return
-	}
-	s.pending = append(s.pending[:0], s.pending[n:]...)
-	if len(s.pending) == 0 {
-		s.stats.oldestPending.Store(0)
-		return
-	}
-	s.stats.oldestPending.Store(s.pending[0].committed.UnixNano())
 }

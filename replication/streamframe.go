@@ -3,7 +3,6 @@ package replication
 import (
 	"errors"
 	"fmt"
-	"strings"
 
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgproto3"
@@ -47,19 +46,4 @@ func (s *session) skippedMessage(f frame) error {
 		return nil
 	}
 	return s.dec.Oversized(cdc.LSN(f.xlog.WALStart), f.over.transactional, f.over.size, s)
-}
-
-// streamError classifies an error the server sent inside the stream.
-func streamError(err *pgconn.PgError, cfg Config) error {
-	switch err.Code {
-	case "55000":
-		return fatalf("PostgreSQL can no longer stream from slot %s (%s): run `cdc-router reset --slot %s` and "+
-			"`cdc-router run` to re-snapshot", cfg.Slot, err.Message, cfg.Slot)
-	case "42704":
-		if strings.HasPrefix(err.Message, "publication") {
-			return publicationDropped(cfg, "PostgreSQL says "+err.Message)
-		}
-		return fatalf("PostgreSQL says %s: run `cdc-router migrate` or fix --publication / --slot", err.Message)
-	}
-	return fmt.Errorf("replication stream: %w", err)
 }

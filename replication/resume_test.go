@@ -1,0 +1,126 @@
+package replication
+
+import (
+	"io"
+	"log/slog"
+	"strings"
+	"testing"
+
+	"github.com/jackc/pglogrepl"
+
+	"github.com/cdc-router/cdc-router/decode"
+	"github.com/cdc-router/cdc-router/internal/cdc"
+	"github.com/cdc-router/cdc-router/offsets"
+)
+
+// TestResumeMarkIsAppliedOnlyWhereItHolds: a mark is resumed past only on the cluster and timeline it was
+// counted on, under the same decoding configuration, for a transaction the slot replays; this Run's own
+// last mark supersedes the stored one (also when it is empty).
+func TestResumeMarkIsAppliedOnlyWhereItHolds(t *testing.T) {
+	sys := pglogrepl.IdentifySystemResult{SystemID: "42", Timeline: 2}
+	m := offsets.Mark{Key: offsets.TxnKey{CommitLSN: 500, Xid: 7}, Done: 3}
+	stored := offsets.Position{LSN: 400, SystemID: "42", Timeline: 2, Mark: m, MarkConfig: "f"}
+	with := func(f func(p *offsets.Position)) offsets.Position { p := stored; f(&p); return p }
+	cases := []struct {
+		name      string
+		run       *resumePoint
+		stored    offsets.Position
+		hasStored bool
+		config    string
+		start     cdc.LSN
+		want      offsets.Mark
+	}{
+		{"stored, all matching", &resumePoint{}, stored, true, "f", 400, m},
+		{"transaction starting at the start", &resumePoint{}, stored, true, "f", 500, m},
+		{"nothing stored", &resumePoint{}, stored, false, "f", 400, offsets.Mark{}},
+		{"another configuration", &resumePoint{}, stored, true, "g", 400, offsets.Mark{}},
+		{"no configuration", &resumePoint{}, with(func(p *offsets.Position) { p.MarkConfig = "" }), true, "", 400, offsets.Mark{}},
+		{"another cluster", &resumePoint{}, with(func(p *offsets.Position) { p.SystemID = "43" }), true, "f", 400, offsets.Mark{}},
+		{"another timeline", &resumePoint{}, with(func(p *offsets.Position) { p.Timeline = 1 }), true, "f", 400, offsets.Mark{}},
+		{"transaction before the start", &resumePoint{}, stored, true, "f", 501, offsets.Mark{}},
+		{"this run's empty mark supersedes", &resumePoint{set: true, config: "f", systemID: "42", timeline: 2}, stored, true,
+			"f", 400, offsets.Mark{}},
+		{"this run's mark supersedes", &resumePoint{set: true, mark: offsets.Mark{Key: m.Key, Done: 9}, config: "f",
+			systemID: "42", timeline: 2}, stored, true, "f", 400, offsets.Mark{Key: m.Key, Done: 9}},
+		{"this run's mark of another timeline", &resumePoint{set: true, mark: m, config: "f", systemID: "42", timeline: 1},
+			stored, true, "f", 400, offsets.Mark{}},
+	}
+	for _, tc := range cases {
+		if got := tc.run.choose(tc.stored, tc.hasStored, sys, tc.config, tc.start); got != tc.want {
+			t.Errorf("%s: resumes past %+v, want %+v", tc.name, got, tc.want)
+		}
+	}
+}
+
+// TestMarkConfigTellsConfigurationsApart: the fingerprint changes with every setting that decides which
+// changes become items and with the build, not with the payload limit; an unknown build has none.
+func TestMarkConfigTellsConfigurationsApart(t *testing.T) {
+	base := Config{Table: "public.outbox", Publication: "p"}.WithDefaults()
+	base.Decode.Table = base.Table
+	f := markConfig(base, "b")
+	changed := map[string]func(c *Config){
+		"publication":    func(c *Config) { c.Publication = "q" },
+		"table":          func(c *Config) { c.Table = "public.other" },
+		"more tables":    func(c *Config) { c.Decode.MoreTables = []decode.Outbox{{Table: "public.b"}} },
+		"message prefix": func(c *Config) { c.Decode.MessagePrefix = "outbox" },
+		"drift rule":     func(c *Config) { c.Decode.OnDrift = decode.OnDriftQuarantine },
+		"mapping":        func(c *Config) { c.Decode.Mapping = &decode.Mapping{Tombstone: "drop"} },
+	}
+	for name, change := range changed {
+		c := base
+		change(&c)
+		if markConfig(c, "b") == f {
+			t.Errorf("%s changed, fingerprint did not", name)
+		}
+	}
+	c := base
+	c.Decode.MaxPayloadBytes = 1 << 10
+	if f == "" || markConfig(c, "b") != f {
+		t.Errorf("the payload limit changed the fingerprint (or it is empty)")
+	}
+	if markConfig(base, "b2") == f || markConfig(base, "") != "" {
+		t.Errorf("another build has the same fingerprint, or an unknown build has one")
+	}
+	if buildID() == "" {
+		t.Errorf("the test binary has no build id")
+	}
+}
+
+// TestReplayResumesPastItsMark: the replay of the marked transaction passes over its first Done items and
+// counts them confirmed; a transaction that commits before reaching its mark's count fails the session and
+// leaves no mark to resume past, so the next run publishes it whole; a later transaction drops the mark.
+func TestReplayResumesPastItsMark(t *testing.T) {
+	newSession := func(m offsets.Mark) *session {
+		return &session{tracker: offsets.NewTracker(100), dec: decode.New(decode.Config{}), stats: &Stats{}, resumeAt: m,
+			log: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	}
+	m := offsets.Mark{Key: offsets.TxnKey{CommitLSN: 500}, Done: 2} // a fresh decoder's xid is 0
+	s := newSession(m)
+	s.Begin(500)
+	if !s.skipped() || !s.skipped() || s.skipped() {
+		t.Fatal("the replay did not pass over exactly the mark's two items")
+	}
+	if got := s.mark(); got != m {
+		t.Fatalf("mark %+v during the replay, want %+v", got, m)
+	}
+	if err := s.Commit(500, 600); err != nil || s.tracker.Watermark() != 600 {
+		t.Fatalf("Commit = %v, watermark %v; want nil, 0/258", err, s.tracker.Watermark())
+	}
+
+	s = newSession(m)
+	s.Begin(500)
+	s.skipped()
+	err := s.Commit(500, 600)
+	if err == nil || !strings.Contains(err.Error(), "publishing it again whole") {
+		t.Fatalf("Commit with an item of the mark missing = %v", err)
+	}
+	if s.tracker.Watermark() != 100 || s.mark() != (offsets.Mark{}) {
+		t.Fatalf("watermark %v, mark %+v after a broken replay; want 0/64 and none", s.tracker.Watermark(), s.mark())
+	}
+
+	s = newSession(m)
+	s.Begin(700)
+	if s.skipped() || s.mark() != (offsets.Mark{}) {
+		t.Fatalf("a later transaction resumed past the mark, or kept it (%+v)", s.mark())
+	}
+}
