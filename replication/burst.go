@@ -129,3 +129,16 @@ func (o *burst) write(s *session) error {
 	s.log.Warn("messages quarantined", "lsn", q.LSN, "last_lsn", o.last, "count", o.count, "table", q.Table, "reason", o.kind)
 	return nil
 }
+
+// flushBursts writes the records of the bursts still open when a session ends without its drain (a failed
+// broker, a cut): the messages they stand for are then resolved, so the progress kept inside their
+// transaction can pass them. A record that cannot be written leaves them unresolved: they are read again.
+func (s *session) flushBursts() {
+	if len(s.bursts.open) == 0 {
+		return
+	}
+	if err := s.bursts.due(s, true); err != nil {
+		s.log.Warn("could not write the quarantine record of a burst of messages: they are read again at the next start",
+			"error", err)
+	}
+}

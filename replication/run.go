@@ -283,6 +283,7 @@ func runOnce(ctx context.Context, cfg Config, dial Dialer, log *slog.Logger, sta
 	s.resumeAt = resume.choose(p.stored, p.hasStored, sys, s.markConfig, start)
 	from := s.resumeAt
 	err = stalled(s.stream(), host)
+	s.flushBursts()
 	m := s.mark()
 	resume.record(m, s.markConfig, sys)
 	stats.carry(s.pending, s.sent)
