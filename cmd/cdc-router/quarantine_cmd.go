@@ -14,8 +14,8 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/cdc-router/cdc-router/decode"
-	"github.com/cdc-router/cdc-router/migrations"
 	"github.com/cdc-router/cdc-router/internal/cdc"
+	"github.com/cdc-router/cdc-router/migrations"
 	"github.com/cdc-router/cdc-router/quarantine"
 	"github.com/cdc-router/cdc-router/replication"
 	"github.com/cdc-router/cdc-router/route"
