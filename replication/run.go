@@ -187,7 +187,9 @@ func runOnce(ctx context.Context, cfg Config, dial Dialer, log *slog.Logger, sta
 		return false, withBackfillHint(ctx, sql, cfg, err)
 	}
 	watch := &publicationWatch{cfg: cfg, log: log, stats: stats}
-	watch.record(ctx, sql, "")
+	if err := watch.begin(ctx, sql, *started); err != nil {
+		return false, err
+	}
 	conn, err := connectReplication(ctx, cfg.PGURL)
 	if err != nil {
 		return false, err

@@ -91,6 +91,13 @@ func runBackfill(ctx context.Context, args []string, env func(string) string, st
 		return err
 	}
 	fmt.Fprintf(stdout, "backfill %s done: %d rows published to %s\n", *name, job.RowsDone, *broker.exchange)
+	slots, err := replication.ClearPublicationGaps(ctx, state, *pg.schema, pg.table(), *where)
+	if err != nil {
+		return err
+	}
+	for _, slot := range slots {
+		fmt.Fprintf(stdout, "the publication gap of %s recorded for slot %s is backfilled: its router starts again\n", pg.table(), slot)
+	}
 	return nil
 }
 

@@ -342,7 +342,7 @@ func TestSecondOutboxDroppedFromThePublicationIsNoticed(t *testing.T) {
 	e.exec(`ALTER PUBLICATION cdc_router_outbox DROP TABLE outbox_b`)
 	r.waitLog("no longer streamed", 10*time.Second)
 	for _, want := range []string{`does not contain the outbox table public.outbox_b`,
-		`ADD TABLE \"public\".\"outbox_b\"`, "backfill --table <that table> --where"} {
+		`ADD TABLE \"public\".\"outbox_b\"`, "the router names the `cdc-router backfill`"} {
 		if !strings.Contains(r.Output(), want) {
 			t.Errorf("the router's log lacks %q:\n%s", want, tail(r.Output(), 5))
 		}
