@@ -12,6 +12,12 @@
 // partitioned outbox whose unique key lies within the aggregate key and the partition key, and refuses a
 // publication that would send its rows under the partitions' names.
 //
+// Apply records the version of the router's schema (SchemaVersion, the highest numbered file) in
+// <schema>.schema_version (008) and refuses a schema that a newer binary recorded; CheckSchemaVersion, which
+// Check and every command on the router's schema call, refuses a newer schema naming both versions and an
+// older one naming migrate (TestSchemaVersionRefusesNewerAndOlder). 008 also adds the publication checks'
+// identities and gaps.
+//
 // The function <schema>.emit (007, table-less events as logical decoding messages) is created only with
 // Config.EmitFunction.
 package migrations
