@@ -242,8 +242,9 @@ func (e *env) fillOutbox(table string, n int) []string {
 	return ids
 }
 
-// TestSnapshotOfTwoOutboxesResumesPerTable: the initial snapshot copies both outbox tables, one after
-// the other, with progress kept per table. Killed while copying the second, the router refuses to stream
+// TestSnapshotOfTwoOutboxesResumesPerTable: the initial snapshot copies both outbox tables (merged in key
+// order, which here is one after the other: every aggregate of the first sorts before the second's), with
+// progress kept per table and a table's job done as soon as its rows are. Killed while copying the second, the router refuses to stream
 // past the unfinished table (with --snapshot never, or with a --table list lacking it), then resumes that
 // one from its stored key and does not copy the finished first one again; every row arrives.
 func TestSnapshotOfTwoOutboxesResumesPerTable(t *testing.T) {
