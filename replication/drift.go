@@ -2,6 +2,7 @@ package replication
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -50,11 +51,18 @@ const okRefresh = 10 * time.Minute
 // in-process restart it keeps the router unready instead.
 func (w *publicationWatch) begin(ctx context.Context, sql *pgx.Conn, started bool) error {
 	var failedAt *time.Time
-	var lastProblem string
-	err := sql.QueryRow(ctx, `SELECT ok_at, failed_at, coalesce(problem, ''), identities, gaps FROM `+w.table()+
-		` WHERE slot = $1`, w.cfg.Slot).Scan(&w.soundAt, &failedAt, &lastProblem, &w.seen, &w.gaps)
-	if err != nil && !errors.Is(err, pgx.ErrNoRows) {
+	var lastProblem, seen, gaps string
+	err := sql.QueryRow(ctx, `SELECT ok_at, failed_at, coalesce(problem, ''), coalesce(identities, '{}')::text,
+		coalesce(gaps, '[]')::text FROM `+w.table()+` WHERE slot = $1`, w.cfg.Slot).Scan(&w.soundAt, &failedAt,
+		&lastProblem, &seen, &gaps)
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+	case err != nil:
 		return fmt.Errorf("read the last publication check: %w", err)
+	default:
+		if err := errors.Join(json.Unmarshal([]byte(seen), &w.seen), json.Unmarshal([]byte(gaps), &w.gaps)); err != nil {
+			return fmt.Errorf("read the last publication check: %w", err)
+		}
 	}
 	w.failed, w.lossless = failedAt != nil, failedAt != nil && lossless(lastProblem)
 	if err := w.sound(ctx, sql); err != nil {
