@@ -119,11 +119,10 @@ func (w *publicationWatch) failedCheck(ctx context.Context, sql *pgx.Conn, probl
 // identity changed (each table, after a failed check that changed none) since the last sound check, and
 // records the check when something changed or okRefresh has passed.
 func (w *publicationWatch) sound(ctx context.Context, sql *pgx.Conn) error {
-	ids, err := membershipIdentities(ctx, sql, w.cfg)
+	ids, now, err := membershipIdentities(ctx, sql, w.cfg)
 	if err != nil {
 		return err
 	}
-	now := time.Now()
 	changed := changedTables(w.seen, ids, w.cfg.outboxTables(), w.failed && w.lossless)
 	if w.failed && !w.lossless && len(changed) == 0 {
 		for _, t := range w.cfg.outboxTables() {
@@ -137,15 +136,15 @@ func (w *publicationWatch) sound(ctx context.Context, sql *pgx.Conn) error {
 	if len(fresh) > 0 || w.failed || !maps.Equal(w.seen, ids) || time.Since(w.recordedAt) >= okRefresh {
 		var gaps []gap
 		err := sql.QueryRow(ctx, `INSERT INTO `+w.table()+` AS c (slot, ok_at, identities, gaps)
-			VALUES ($1, now(), $2, nullif($3::jsonb, '[]'))
-			ON CONFLICT (slot) DO UPDATE SET ok_at = now(), failed_at = NULL, problem = NULL, identities = $2,
+			VALUES ($1, $4, $2, nullif($3::jsonb, '[]'))
+			ON CONFLICT (slot) DO UPDATE SET ok_at = $4, failed_at = NULL, problem = NULL, identities = $2,
 				gaps = nullif(coalesce(c.gaps, '[]') || $3::jsonb, '[]')
-			RETURNING gaps`, w.cfg.Slot, ids, fresh).Scan(&gaps)
+			RETURNING gaps`, w.cfg.Slot, ids, fresh, now).Scan(&gaps)
 		if err != nil {
 			w.log.Warn("could not record the publication check", "error", err)
 			w.gaps = append(w.gaps, fresh...)
 		} else {
-			w.recordedAt, w.gaps = now, gaps
+			w.recordedAt, w.gaps = time.Now(), gaps
 		}
 	} else if len(w.gaps) > 0 { // a backfill may have cleared them
 		var gaps []gap

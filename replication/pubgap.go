@@ -38,11 +38,13 @@ func tableKey(table string) string { return decode.QualifiedTable(table) }
 // and the oid of the row that puts it in (pg_publication_rel, the partitioned root's with
 // publish_via_partition_root; pg_publication_namespace for TABLES IN SCHEMA; FOR ALL TABLES has none but
 // the publication's). Each of them changes when the table leaves the publication and comes back. It is
-// read only after a sound check.
-func membershipIdentities(ctx context.Context, sql *pgx.Conn, cfg Config) (map[string]string, error) {
+// read only after a sound check, and returned with the server's time before it was read: the rows' own
+// clock (occurred_at), whatever the router's clock says.
+func membershipIdentities(ctx context.Context, sql *pgx.Conn, cfg Config) (map[string]string, time.Time, error) {
 	var version int
-	if err := sql.QueryRow(ctx, "SELECT current_setting('server_version_num')::int").Scan(&version); err != nil {
-		return nil, fmt.Errorf("read server version: %w", err)
+	var at time.Time
+	if err := sql.QueryRow(ctx, "SELECT current_setting('server_version_num')::int, now()").Scan(&version, &at); err != nil {
+		return nil, at, fmt.Errorf("read server version: %w", err)
 	}
 	namespace := "''"
 	if version >= 150000 { // pg_publication_namespace came with PostgreSQL 15
@@ -59,11 +61,11 @@ func membershipIdentities(ctx context.Context, sql *pgx.Conn, cfg Config) (map[s
 			FROM pg_publication p, pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
 			WHERE p.pubname = $1 AND n.nspname = $2 AND c.relname = $3`, cfg.Publication, ident[0], ident[1]).Scan(&id)
 		if err != nil {
-			return nil, fmt.Errorf("read the publication membership of %s: %w", t, err)
+			return nil, at, fmt.Errorf("read the publication membership of %s: %w", t, err)
 		}
 		out[tableKey(t)] = id
 	}
-	return out, nil
+	return out, at, nil
 }
 
 // changedTables are the tables of cur whose identity differs from the one seen before; a table seen for the
