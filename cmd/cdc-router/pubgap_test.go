@@ -61,8 +61,10 @@ func backfillArgs(t testing.TB, out string) []string {
 // the window's upper bound); it returns that backfill's arguments.
 func (e *env) expectGapRefusal(table string, flags ...string) []string {
 	e.t.Helper()
+	began := time.Now()
 	r := e.start("", flags...)
 	r.expectExit(30*time.Second, "may have been out of publication", table, "`cdc-router backfill ", "occurred_at <")
+	e.t.Logf("refused in %v", time.Since(began).Round(time.Millisecond))
 	return backfillArgs(e.t, r.Output())
 }
 
@@ -85,8 +87,11 @@ func TestPublicationGapBetweenChecksIsNoticed(t *testing.T) {
 	r := e.startStreaming("--http-addr", addr, "--publication-check-interval", gapCheckInterval)
 	r.afterCheck()
 	lost := e.publicationGap("outbox")
+	back := time.Now()
 	after := e.insertOne("outbox", "after-the-gap")
 	r.waitLog("publication gap: the outbox table public.outbox", 30*time.Second)
+	t.Logf("the gap was logged %v after the table was back (check interval %s)", time.Since(back).Round(time.Millisecond),
+		gapCheckInterval)
 	if code, body := get(t, "http://"+addr+"/readyz"); code != 503 || !strings.Contains(body, "backfill") {
 		t.Errorf("/readyz = %d %s, want 503 naming the backfill", code, body)
 	}
