@@ -10,7 +10,7 @@ import (
 
 // TestGapBackfill: the backfill a publication gap names works for the table: the native shape's
 // occurred_at, a mapped table's --config and its timestamp column, --table for any table but the
-// default, and a window widened to whole seconds on both sides.
+// default, --slot for any slot but the default, and a window widened to whole seconds on both sides.
 func TestGapBackfill(t *testing.T) {
 	from := time.Date(2026, 12, 1, 7, 0, 0, 500e6, time.UTC)
 	to := time.Date(2026, 12, 1, 7, 0, 4, 200e6, time.UTC)
@@ -29,6 +29,8 @@ func TestGapBackfill(t *testing.T) {
 			`cdc-router backfill --table app.events --config <its file> --where "created_at >= ` + strings.ReplaceAll(window, "%s", "created_at") + `"`},
 		{"mapped without one", Config{Table: "public.outbox", Decode: decode.Config{Mapping: untimed}}, "public.outbox",
 			`--config <its file> --where "<a column that orders its rows> >= `},
+		{"another slot", Config{Table: "public.outbox", Slot: "orders_2"}, "outbox",
+			`cdc-router backfill --slot orders_2 --where "occurred_at >= `},
 		{"the second of several", Config{Table: "public.outbox", Decode: decode.Config{MoreTables: []decode.Outbox{{Table: "b"}}}}, "b",
 			`cdc-router backfill --table public.b --where "occurred_at >= `},
 	} {

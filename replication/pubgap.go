@@ -120,6 +120,9 @@ const hintTime = "2006-01-02 15:04:05Z07:00"
 // command is the backfill that republishes g's rows.
 func (g gap) command(cfg Config) string {
 	cmd := "cdc-router backfill "
+	if cfg.Slot != "" && cfg.Slot != "cdc_router" { // not the default --slot
+		cmd += "--slot " + cfg.Slot + " "
+	}
 	if g.Table != tableKey(migrations.Config{}.Defaults().Table) {
 		cmd += "--table " + g.Table + " "
 	}
@@ -154,13 +157,14 @@ func gapsProblem(cfg Config, gaps []gap) string {
 		"'" + strings.ReplaceAll(cfg.Slot, "'", "''") + "'; see docs/operations.md#publication-gaps)"
 }
 
-// ClearPublicationGaps forgets the recorded publication gaps of table (of every slot) whose backfill is
-// the one with where: the backfill command calls it once it is done. It returns the slots it cleared.
-func ClearPublicationGaps(ctx context.Context, conn *pgx.Conn, schema, table, where string) ([]string, error) {
+// ClearPublicationGaps forgets the recorded publication gaps of slot's table whose backfill is the one
+// with where: the backfill command (given that --slot, as the gap's command names it) calls it once it is
+// done. Another slot's gap stays: its router may publish elsewhere. It returns the slots it cleared.
+func ClearPublicationGaps(ctx context.Context, conn *pgx.Conn, schema, slot, table, where string) ([]string, error) {
 	checks := pgx.Identifier{schema, "publication_checks"}.Sanitize()
 	key := map[string]string{"table": tableKey(table), "where": where}
 	rows, err := conn.Query(ctx, `UPDATE `+checks+` c SET gaps = (SELECT jsonb_agg(g) FROM jsonb_array_elements(c.gaps) g
-		WHERE NOT g @> $1::jsonb) WHERE c.gaps @> jsonb_build_array($1::jsonb) RETURNING slot`, key)
+		WHERE NOT g @> $1::jsonb) WHERE c.slot = $2 AND c.gaps @> jsonb_build_array($1::jsonb) RETURNING slot`, key, slot)
 	if err != nil {
 		return nil, fmt.Errorf("clear the publication gaps of %s: %w", table, err)
 	}

@@ -91,7 +91,7 @@ func runBackfill(ctx context.Context, args []string, env func(string) string, st
 		return err
 	}
 	fmt.Fprintf(stdout, "backfill %s done: %d rows published to %s\n", *name, job.RowsDone, *broker.exchange)
-	slots, err := replication.ClearPublicationGaps(ctx, state, *pg.schema, pg.table(), *where)
+	slots, err := replication.ClearPublicationGaps(ctx, state, *pg.schema, *pg.slot, pg.table(), *where)
 	if err != nil {
 		return err
 	}
