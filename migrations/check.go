@@ -57,7 +57,10 @@ func Check(ctx context.Context, conn *pgx.Conn, cfg Config) error {
 	if err != nil {
 		return err
 	}
-	return checkGrants(ctx, conn, cfg, role, tables)
+	if err := checkGrants(ctx, conn, cfg, role, tables); err != nil {
+		return err
+	}
+	return CheckSchemaVersion(ctx, conn, cfg.Schema)
 }
 
 // checkSettings refuses a server that can hold no replication slot or serve no replication connection.

@@ -19,11 +19,12 @@ var routerTables = []struct {
 	{"snapshots", []string{"SELECT", "INSERT", "UPDATE", "DELETE"}},
 	{"quarantine", []string{"SELECT", "INSERT"}},
 	{"publication_checks", []string{"SELECT", "INSERT", "UPDATE"}},
+	{"schema_version", []string{"SELECT"}},
 }
 
-// checkRouterSchema refuses a router schema that lacks a table or that predates the quarantine columns of
-// 005 (a quarantine write would then fail at the first bad row) or the position marks of 010. It returns
-// the tables' oids by name.
+// checkRouterSchema refuses a router schema that lacks a table, that predates the quarantine columns of
+// 005 (a quarantine write would then fail at the first bad row) or the position marks of 010, or whose
+// recorded version is not the one this binary knows (CheckSchemaVersion). It returns the tables' oids by name.
 func checkRouterSchema(ctx context.Context, conn *pgx.Conn, cfg Config) (map[string]uint32, error) {
 	oids := map[string]uint32{}
 	var missing []string
@@ -39,6 +40,9 @@ func checkRouterSchema(ctx context.Context, conn *pgx.Conn, cfg Config) (map[str
 	}
 	if oids["positions"] == 0 {
 		return nil, problemf("the router's table %s.positions does not exist: run `cdc-router migrate` first", cfg.Schema)
+	}
+	if err := newerVersion(ctx, conn, cfg.Schema); err != nil {
+		return nil, err
 	}
 	if len(missing) > 0 {
 		return nil, problemf("the router's schema lacks %s, which this version needs: run `cdc-router migrate`",

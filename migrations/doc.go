@@ -17,6 +17,11 @@
 // hash the key under COLLATE "C" whatever the columns' collations; Check evaluates a shard's filter on
 // sample keys with the table's own collations and NULLs, and ApplyShards replaces an earlier release's
 // filter in place only when no non-NULL key changes shard (TestEveryRowMatchesOneShardNullKeysAndCollations).
+// Apply records the version of the router's schema (SchemaVersion, the highest numbered file) in
+// <schema>.schema_version (008) and refuses a schema that a newer binary recorded; CheckSchemaVersion, which
+// Check and every command on the router's schema call, refuses a newer schema naming both versions and an
+// older one naming migrate (TestSchemaVersionRefusesNewerAndOlder). 008 also adds the publication checks'
+// identities and gaps.
 //
 // The function <schema>.emit (007, table-less events as logical decoding messages) is created only with
 // Config.EmitFunction, with the key it signs with in <schema>.emit_keys. It guarantees, on every run

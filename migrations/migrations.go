@@ -217,7 +217,8 @@ func Statements(cfg Config) ([]string, error) {
 }
 
 // Apply runs every migration in one transaction, serialised by an advisory lock so that two routers
-// starting at once do not race.
+// starting at once do not race, and records SchemaVersion. It refuses a schema that a newer cdc-router
+// migrated, before running anything.
 func Apply(ctx context.Context, conn *pgx.Conn, cfg Config) error {
 	stmts, err := Statements(cfg)
 	if err != nil {
@@ -231,6 +232,12 @@ func Apply(ctx context.Context, conn *pgx.Conn, cfg Config) error {
 	if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock(hashtext('cdc_router_migrate'))"); err != nil {
 		return fmt.Errorf("migrate: %w", err)
 	}
+	schema := cfg.Defaults().Schema
+	if stored, err := storedVersion(ctx, tx, schema); err != nil {
+		return err
+	} else if stored > SchemaVersion() {
+		return newerSchema(SchemaVersion(), stored)
+	}
 	for _, s := range stmts {
 		if _, err := tx.Exec(ctx, s); err != nil {
 			var pgErr *pgconn.PgError
@@ -239,6 +246,9 @@ func Apply(ctx context.Context, conn *pgx.Conn, cfg Config) error {
 			}
 			return fmt.Errorf("migrate: %w", err)
 		}
+	}
+	if err := recordVersion(ctx, tx, schema); err != nil {
+		return err
 	}
 	return tx.Commit(ctx)
 }

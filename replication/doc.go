@@ -56,6 +56,11 @@
 //   - With Decode.MessagePrefix the stream starts only with the emit keys loaded (a missing or unreadable key
 //     is refused naming the fix, TestMessagePrefixWithoutEmitKeyIsRefused) and reloads them at least every
 //     EmitKeyInterval while it runs, so a rotated key is held before it signs (TestEmitKeyRotationWhileRunning).
+//   - A window in which an outbox table was out of the publication, however short (between two checks, or
+//     while the router was stopped), is never silent: each publication check compares the tables'
+//     membership identities with the last sound check's (publication_checks.identities), and a change is
+//     a publication gap, logged as an ERROR with the backfill of its window, unready, and refused at the
+//     next start until that backfill has run (pubgap.go; cmd/cdc-router/pubgap_test.go).
 //
 // Stats is what the stream did, for the health endpoints, the progress line and the metrics (Stats.Register):
 // counts by source, reason and cause, the lag in time (the age of the commit of the oldest received

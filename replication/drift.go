@@ -2,9 +2,11 @@ package replication
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -21,20 +23,60 @@ const DefaultPublicationCheckInterval = 30 * time.Second
 // swapped for a new one of the same name) sends nothing at all on the stream, so without this check the
 // router would keep "streaming" while every new row is lost. A failed check makes the router unready,
 // is logged at each check and recorded in the publication_checks table, so the refusal at the next start
-// can name the rows to backfill.
+// can name the rows to backfill. A sound check compares the tables' membership identities with the last
+// sound check's (also the last run's, through publication_checks.identities): a table that left and came
+// back in between, or a check that failed before, is a publication gap (pubgap.go), recorded with its
+// backfill; the router stays unready and refuses its next start until that backfill has run.
 type publicationWatch struct {
-	cfg     Config
-	log     *slog.Logger
-	stats   *Stats
-	next    time.Time
-	problem string    // the last check's problem; empty while the publication is sound
-	okAt    time.Time // when this process last recorded a sound check
+	cfg        Config
+	log        *slog.Logger
+	stats      *Stats
+	next       time.Time
+	problem    string            // the last check's problem; empty while the publication is sound
+	failed     bool              // a check failed since the last sound one (this run's, or the last run's)
+	lossless   bool              // every failed check since the last sound one was lossless (see lossless)
+	seen       map[string]string // membership identities by table, as the last sound check saw them
+	soundAt    *time.Time        // when the last sound check ran (the recorded ok_at until this run's first)
+	recordedAt time.Time         // when this process last recorded a sound check
+	gaps       []gap             // the recorded gaps whose backfill has not run yet
 }
 
 // okRefresh is how often a sound check that changes nothing is recorded: an idle router writes (and makes
 // WAL) only this rarely. The recorded ok_at may be that much older than the last sound check, which makes
 // the suggested backfill start earlier (more duplicates, never a gap).
 const okRefresh = 10 * time.Minute
+
+// begin loads what the last run recorded and runs the first check on a publication that migrations.Check
+// found sound. A recorded gap refuses the process's first start (a *Fatal naming its backfill); after an
+// in-process restart it keeps the router unready instead.
+func (w *publicationWatch) begin(ctx context.Context, sql *pgx.Conn, started bool) error {
+	var failedAt *time.Time
+	var lastProblem, seen, gaps string
+	err := sql.QueryRow(ctx, `SELECT ok_at, failed_at, coalesce(problem, ''), coalesce(identities, '{}')::text,
+		coalesce(gaps, '[]')::text FROM `+w.table()+` WHERE slot = $1`, w.cfg.Slot).Scan(&w.soundAt, &failedAt,
+		&lastProblem, &seen, &gaps)
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+	case err != nil:
+		return fmt.Errorf("read the last publication check: %w", err)
+	default:
+		if err := errors.Join(json.Unmarshal([]byte(seen), &w.seen), json.Unmarshal([]byte(gaps), &w.gaps)); err != nil {
+			return fmt.Errorf("read the last publication check: %w", err)
+		}
+	}
+	w.failed, w.lossless = failedAt != nil, failedAt != nil && lossless(lastProblem)
+	if err := w.sound(ctx, sql); err != nil {
+		return err
+	}
+	if len(w.gaps) > 0 && !started {
+		return &Fatal{Msg: gapsProblem(w.cfg, w.gaps)}
+	}
+	return nil
+}
+
+func (w *publicationWatch) table() string {
+	return pgx.Identifier{w.cfg.Schema, "publication_checks"}.Sanitize()
+}
 
 // due runs the check when its interval has passed.
 func (w *publicationWatch) due(s *session) error {
@@ -48,77 +90,92 @@ func (w *publicationWatch) due(s *session) error {
 	if err != nil {
 		return fmt.Errorf("check publication: %w", err)
 	}
-	w.record(ctx, s.sql, problem)
+	if problem != "" {
+		w.failedCheck(ctx, s.sql, problem)
+		return nil
+	}
+	if err := w.sound(ctx, s.sql); err != nil {
+		return fmt.Errorf("check publication: %w", err)
+	}
 	return nil
 }
 
-// record applies one check's outcome to the stats, the log and the checks table.
-func (w *publicationWatch) record(ctx context.Context, sql *pgx.Conn, problem string) {
-	table := pgx.Identifier{w.cfg.Schema, "publication_checks"}.Sanitize()
-	if problem != "" {
-		w.problem = problem
-		w.stats.setProblem(problem)
-		var okAt *time.Time
-		err := sql.QueryRow(ctx, `INSERT INTO `+table+` (slot, failed_at, problem) VALUES ($1, now(), $2)
-			ON CONFLICT (slot) DO UPDATE SET failed_at = coalesce(`+table+`.failed_at, now()), problem = $2
-			RETURNING ok_at`, w.cfg.Slot, problem).Scan(&okAt)
-		if err != nil {
-			w.log.Warn("could not record the failed publication check", "error", err)
-		}
-		w.log.Error("the outbox's rows are no longer streamed: "+problem+"; "+backfillHint(w.cfg, okAt), "publication", w.cfg.Publication)
-		return
-	}
-	if w.problem == "" && !w.okAt.IsZero() && time.Since(w.okAt) < okRefresh {
-		return
-	}
-	var okAt, failedAt *time.Time
-	err := sql.QueryRow(ctx, `WITH old AS (SELECT ok_at, failed_at FROM `+table+` WHERE slot = $1)
-		INSERT INTO `+table+` (slot, ok_at) VALUES ($1, now())
-		ON CONFLICT (slot) DO UPDATE SET ok_at = now(), failed_at = NULL, problem = NULL
-		RETURNING (SELECT ok_at FROM old), (SELECT failed_at FROM old)`, w.cfg.Slot).Scan(&okAt, &failedAt)
+// failedCheck applies a failed check to the stats, the log and the checks table.
+func (w *publicationWatch) failedCheck(ctx context.Context, sql *pgx.Conn, problem string) {
+	w.lossless = lossless(problem) && (w.lossless || !w.failed)
+	w.problem, w.failed = problem, true
+	w.stats.setProblem(problem)
+	var okAt *time.Time
+	err := sql.QueryRow(ctx, `INSERT INTO `+w.table()+` (slot, failed_at, problem) VALUES ($1, now(), $2)
+		ON CONFLICT (slot) DO UPDATE SET failed_at = coalesce(`+w.table()+`.failed_at, now()), problem = $2
+		RETURNING ok_at`, w.cfg.Slot, problem).Scan(&okAt)
 	if err != nil {
-		w.log.Warn("could not record the publication check", "error", err)
-	} else {
-		w.okAt = time.Now()
+		w.log.Warn("could not record the failed publication check", "error", err)
 	}
-	if w.problem != "" || failedAt != nil {
-		w.log.Error("the outbox table is in the publication again, but rows inserted while it was not were never "+
-			"streamed and never will be; "+backfillHint(w.cfg, okAt), "publication", w.cfg.Publication)
-	}
-	w.problem = ""
-	w.stats.setProblem("")
+	w.log.Error("the outbox's rows are no longer streamed: "+problem+"; "+backfillHint(w.cfg, okAt), "publication", w.cfg.Publication)
 }
 
-// backfillHint names the backfill that republishes the rows a publication gap may have hidden. A mapped
-// table (--config) has no occurred_at: the hint names its timestamp column when the mapping has one.
+// sound applies a sound check: it reads the membership identities, records a gap for each table whose
+// identity changed (each table, after a failed check that changed none) since the last sound check, and
+// records the check when something changed or okRefresh has passed.
+func (w *publicationWatch) sound(ctx context.Context, sql *pgx.Conn) error {
+	ids, now, err := membershipIdentities(ctx, sql, w.cfg)
+	if err != nil {
+		return err
+	}
+	changed := changedTables(w.seen, ids, w.cfg.outboxTables(), w.failed && w.lossless)
+	if w.failed && !w.lossless && len(changed) == 0 {
+		for _, t := range w.cfg.outboxTables() {
+			changed = append(changed, tableKey(t))
+		}
+	}
+	fresh := []gap{}
+	for _, t := range changed {
+		fresh = append(fresh, newGap(w.cfg, t, w.soundAt, now))
+	}
+	if len(fresh) > 0 || w.failed || !maps.Equal(w.seen, ids) || time.Since(w.recordedAt) >= okRefresh {
+		var gaps []gap
+		err := sql.QueryRow(ctx, `INSERT INTO `+w.table()+` AS c (slot, ok_at, identities, gaps)
+			VALUES ($1, $4, $2, nullif($3::jsonb, '[]'))
+			ON CONFLICT (slot) DO UPDATE SET ok_at = $4, failed_at = NULL, problem = NULL, identities = $2,
+				gaps = nullif(coalesce(c.gaps, '[]') || $3::jsonb, '[]')
+			RETURNING gaps`, w.cfg.Slot, ids, fresh, now).Scan(&gaps)
+		if err != nil {
+			w.log.Warn("could not record the publication check", "error", err)
+			w.gaps = append(w.gaps, fresh...)
+		} else {
+			w.recordedAt, w.gaps = time.Now(), gaps
+		}
+	} else if len(w.gaps) > 0 { // a backfill may have cleared them
+		var gaps []gap
+		if err := sql.QueryRow(ctx, `SELECT gaps FROM `+w.table()+` WHERE slot = $1`, w.cfg.Slot).Scan(&gaps); err == nil {
+			w.gaps = gaps
+		}
+	}
+	w.seen, w.soundAt, w.failed, w.lossless, w.problem = ids, &now, false, false, ""
+	if len(w.gaps) > 0 {
+		w.stats.setProblem(gapsProblem(w.cfg, w.gaps))
+	} else {
+		w.stats.setProblem("")
+	}
+	for _, g := range fresh {
+		w.log.Error("publication gap: "+g.describe(w.cfg), "publication", w.cfg.Publication, "table", g.Table,
+			"backfill", g.command(w.cfg))
+	}
+	w.log.Debug("publication checked", "publication", w.cfg.Publication, "gaps", len(w.gaps))
+	return nil
+}
+
+// backfillHint says what a failed check means for the rows: those inserted from okAt on (the last sound
+// check) are never streamed, and once the publication is fixed the router names the backfill of the
+// exact window (a publication gap, pubgap.go) and refuses to start until it has run.
 func backfillHint(cfg Config, okAt *time.Time) string {
-	table := "" // with several outbox tables, the backfill reads the one named in the problem
-	if len(cfg.Decode.MoreTables) > 0 {
-		table = "--table <that table> "
+	since := ""
+	if okAt != nil {
+		since = " (since " + okAt.UTC().Format(hintTime) + ", when the router last saw the outbox in it)"
 	}
-	column, mapped := "occurred_at", cfg.Decode.Mapping
-	for _, t := range cfg.Decode.MoreTables {
-		if mapped == nil {
-			mapped = t.Mapping
-		}
-	}
-	switch {
-	case mapped != nil && len(cfg.Decode.MoreTables) > 0:
-		table += "(and --config <its file> if it is a mapped table) "
-		column = "<occurred_at, or a column that orders a mapped table's rows>"
-	case mapped != nil:
-		table += "--config <its file> "
-		column = "<a column that orders its rows>"
-		if mapped.TimestampColumn != "" {
-			column = mapped.TimestampColumn
-		}
-	}
-	if okAt == nil {
-		return "once the publication is fixed, publish the rows inserted meanwhile with `cdc-router backfill " + table + "--where ...`"
-	}
-	return fmt.Sprintf("once the publication is fixed, publish the rows inserted since the outbox was last seen in it "+
-		"with `cdc-router backfill %s--where \"%s >= '%s'\"` (consumers drop the duplicates)",
-		table, column, okAt.UTC().Format("2006-01-02 15:04:05Z07:00"))
+	return "rows inserted while it is so" + since + " are never streamed: once the publication is fixed, the router " +
+		"names the `cdc-router backfill` that republishes them and refuses to start until it has run"
 }
 
 // publicationProblem says what is wrong with the publication for the first outbox table that has a

@@ -3,6 +3,7 @@ package replication
 import (
 	"context"
 	"fmt"
+	"io"
 	"log/slog"
 	"strings"
 	"time"
@@ -70,8 +71,8 @@ func (c Config) snapshotConfig() snapshot.Config {
 // transaction on a second connection before the replication connection runs anything else, records the
 // job and the position, and copies the rows visible in exactly that snapshot: the rows committed before
 // the consistent point. Streaming from the consistent point then adds every later row, none twice. With
-// several outbox tables, every table's job is recorded at once and the tables are copied one after the
-// other in that one snapshot.
+// several outbox tables, every table's job is recorded at once and the tables are copied in that one
+// snapshot, merged in key order (copyTables).
 func createWithSnapshot(ctx context.Context, cfg Config, log *slog.Logger, stats *Stats, conn *pgconn.PgConn,
 	sql *pgx.Conn, store *offsets.Store, sys pglogrepl.IdentifySystemResult, pub Publisher) (cdc.LSN, error) {
 	stop := watchCreation(ctx, cfg, log, stats)
@@ -118,18 +119,17 @@ func createWithSnapshot(ctx context.Context, cfg Config, log *slog.Logger, stats
 	if err := store.Save(ctx, offsets.Position{LSN: point, SystemID: sys.SystemID, Timeline: sys.Timeline}, true); err != nil {
 		return 0, err
 	}
-	for _, j := range todo { // one table after the other, all in the slot's snapshot
-		if err := copyRows(ctx, cfg.forTable(j.table), log, stats, tx, jobs, j.job, pub); err != nil {
-			return 0, err
-		}
+	if err := copyTables(ctx, cfg, log, stats, tx, jobs, todo, pub); err != nil { // all in the slot's snapshot
+		return 0, err
 	}
 	return point, tx.Commit(ctx)
 }
 
-// resumeSnapshot finishes an initial snapshot that a crash interrupted, or copies everything when the slot
-// exists without any record of one. The slot's own snapshot is gone, so the rest is read in a new one:
-// rows committed after the consistent point may be published twice (once here, once streamed), never lost.
-func resumeSnapshot(ctx context.Context, cfg Config, log *slog.Logger, stats *Stats, sql *pgx.Conn, job snapshot.Job,
+// resumeSnapshot finishes the initial snapshot jobs that a crash interrupted (each table's), or copies
+// everything when the slot exists without any record of one. The slot's own snapshot is gone, so the rest
+// is read in a new one: rows committed after the consistent point may be published twice (once here, once
+// streamed), never lost.
+func resumeSnapshot(ctx context.Context, cfg Config, log *slog.Logger, stats *Stats, sql *pgx.Conn, todo []initialJob,
 	pub Publisher) error {
 	reader, err := connectReader(ctx, cfg.PGURL, cfg.PGTimeout)
 	if err != nil {
@@ -141,45 +141,79 @@ func resumeSnapshot(ctx context.Context, cfg Config, log *slog.Logger, stats *St
 		return fmt.Errorf("begin snapshot transaction: %w", err)
 	}
 	defer tx.Rollback(context.Background())
-	log.Warn("resuming the initial snapshot in a new snapshot: rows committed since the slot was created may be published twice",
-		"table", cfg.Table, "rows_done", job.RowsDone, "lsn", job.ReadLSN)
-	if job.Predicate != cfg.SnapshotWhere {
-		log.Warn("the snapshot resumes with the predicate it started with, not --snapshot-where",
-			"predicate", job.Predicate, "snapshot_where", cfg.SnapshotWhere)
-		cfg.SnapshotWhere = job.Predicate
+	for _, j := range todo {
+		log.Warn("resuming the initial snapshot in a new snapshot: rows committed since the slot was created may be published twice",
+			"table", j.table, "rows_done", j.job.RowsDone, "lsn", j.job.ReadLSN)
+		if j.job.Predicate != cfg.SnapshotWhere {
+			log.Warn("the snapshot resumes with the predicate it started with, not --snapshot-where",
+				"predicate", j.job.Predicate, "snapshot_where", cfg.SnapshotWhere)
+		}
 	}
-	if err := copyRows(ctx, cfg, log, stats, tx, snapshot.NewJobs(sql, cfg.Schema), job, pub); err != nil {
+	if err := copyTables(ctx, cfg, log, stats, tx, snapshot.NewJobs(sql, cfg.Schema), todo, pub); err != nil {
 		return err
 	}
 	return tx.Commit(ctx)
 }
 
-func copyRows(ctx context.Context, cfg Config, log *slog.Logger, stats *Stats, tx pgx.Tx, jobs *snapshot.Jobs,
-	job snapshot.Job, pub Publisher) error {
-	scfg := cfg.snapshotConfig()
-	if r, ok := pub.(*renewable); ok {
-		scfg.Renew = r.renew
+// copyTables copies the jobs of todo in tx. Several native tables whose keys order alike are copied merged
+// (snapshot.CopyMerged): each aggregate's rows arrive in version order across the tables. Otherwise (a
+// mapped table, keyed by its primary key; see snapshot.Mergeable) they are copied one after the other, in
+// key order within each table only, which the log says. Each job reads with the predicate it started with.
+func copyTables(ctx context.Context, cfg Config, log *slog.Logger, stats *Stats, tx pgx.Tx, jobs *snapshot.Jobs,
+	todo []initialJob, pub Publisher) error {
+	cfgs := make([]snapshot.Config, len(todo))
+	for i, j := range todo {
+		c := cfg.forTable(j.table)
+		c.SnapshotWhere = j.job.Predicate
+		cfgs[i] = c.snapshotConfig()
+		if r, ok := pub.(*renewable); ok {
+			cfgs[i].Renew = r.renew
+		}
 	}
-	left, err := snapshot.Count(ctx, scfg, tx, job.LastKey)
-	if err != nil {
-		return &Fatal{Msg: err.Error()}
+	why := "one table"
+	if len(todo) > 1 {
+		var err error
+		if why, err = snapshot.Mergeable(ctx, cfgs, tx); err != nil {
+			return err
+		}
+		if why != "" {
+			log.Info("the initial snapshot copies the tables one after the other, so an aggregate whose rows span "+
+				"tables is in version order within each table only: "+why, "tables", len(todo))
+		}
 	}
-	job.RowsTotal = job.RowsDone + left
-	if err := jobs.Total(ctx, job.Name, job.RowsTotal); err != nil {
-		return err
+	reps := make([]*snapshot.Reporter, len(todo))
+	list := make([]snapshot.Job, len(todo))
+	done, total := make([]int64, len(todo)), make([]int64, len(todo))
+	for i, j := range todo {
+		var err error
+		if list[i], reps[i], err = prepareCopy(ctx, cfgs[i], cfg.Progress, log, stats, tx, jobs, j.job); err != nil {
+			return err
+		}
+		if why == "" { // one progress for all the tables
+			reps[i].Observe = func(d, t int64) {
+				done[i], total[i] = d, t
+				stats.snapshotObserved(sum(done), sum(total))
+			}
+			done[i], total[i] = list[i].RowsDone, list[i].RowsTotal
+		}
 	}
-	log.Info("initial snapshot", "table", cfg.Table, "rows_total", job.RowsTotal, "rows_left", left, "predicate", cfg.SnapshotWhere)
-	stats.setState(StateSnapshot, nil)
-	stats.snapshotProgress(job.RowsDone, job.RowsTotal)
-	rep := snapshot.NewReporter(log, cfg.Progress, job.Name, job.RowsDone)
-	rep.Observe = stats.snapshotObserved
 	depth, watched := pub.(unroutableDepth)
 	var before int
 	if watched {
 		before, watched = depth.UnroutableMessages()
 	}
-	if _, err = snapshot.Copy(ctx, scfg, tx, jobs, job, pub, rep); err != nil {
-		return err
+	if why == "" {
+		stats.snapshotProgress(sum(done), sum(total))
+		if err := snapshot.CopyMerged(ctx, cfgs, tx, jobs, list, pub, reps); err != nil {
+			return err
+		}
+	} else {
+		for i := range todo {
+			stats.snapshotProgress(list[i].RowsDone, list[i].RowsTotal)
+			if _, err := snapshot.Copy(ctx, cfgs[i], tx, jobs, list[i], pub, reps[i]); err != nil {
+				return err
+			}
+		}
 	}
 	if watched {
 		if after, ok := depth.UnroutableMessages(); ok && after > before {
@@ -188,6 +222,32 @@ func copyRows(ctx context.Context, cfg Config, log *slog.Logger, stats *Stats, t
 		}
 	}
 	return nil
+}
+
+// prepareCopy counts the rows job has left, records its total and returns it with its reporter.
+func prepareCopy(ctx context.Context, scfg snapshot.Config, term io.Writer, log *slog.Logger, stats *Stats, tx pgx.Tx, jobs *snapshot.Jobs,
+	job snapshot.Job) (snapshot.Job, *snapshot.Reporter, error) {
+	left, err := snapshot.Count(ctx, scfg, tx, job.LastKey)
+	if err != nil {
+		return job, nil, &Fatal{Msg: err.Error()}
+	}
+	job.RowsTotal = job.RowsDone + left
+	if err := jobs.Total(ctx, job.Name, job.RowsTotal); err != nil {
+		return job, nil, err
+	}
+	log.Info("initial snapshot", "table", scfg.Table, "rows_total", job.RowsTotal, "rows_left", left, "predicate", scfg.Where)
+	stats.setState(StateSnapshot, nil)
+	rep := snapshot.NewReporter(log, term, job.Name, job.RowsDone)
+	rep.Observe = stats.snapshotObserved
+	return job, rep, nil
+}
+
+func sum(xs []int64) int64 {
+	var n int64
+	for _, x := range xs {
+		n += x
+	}
+	return n
 }
 
 // unroutableDepth is satisfied by a publisher that can count the messages in its unroutable queue

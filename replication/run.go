@@ -201,8 +201,7 @@ func runOnce(ctx context.Context, cfg Config, dial Dialer, log *slog.Logger, sta
 				return err
 			}
 		}
-		watch.record(ctx, sql, "")
-		return nil
+		return watch.begin(ctx, sql, *started)
 	})
 	if err != nil {
 		return false, err
@@ -450,10 +449,8 @@ func (p plan) execute(ctx context.Context, cfg Config, log *slog.Logger, stats *
 				return 0, err
 			}
 		}
-		for _, j := range p.jobs {
-			if err := resumeSnapshot(ctx, cfg.forTable(j.table), log, stats, sql, j.job, pub); err != nil {
-				return 0, err
-			}
+		if err := resumeSnapshot(ctx, cfg, log, stats, sql, p.jobs, pub); err != nil {
+			return 0, err
 		}
 	}
 	return p.decision.start, nil

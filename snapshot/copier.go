@@ -22,10 +22,7 @@ type mark struct {
 // A row that cannot become an event, or whose event the publisher refuses as unpublishable, is
 // quarantined under cfg.Slot and counts as done. It returns the finished job.
 func Copy(ctx context.Context, cfg Config, q Querier, jobs *Jobs, job Job, pub Publisher, rep *Reporter) (Job, error) {
-	cfg = cfg.withDefaults()
-	c := &copier{cfg: cfg, q: q, jobs: jobs, job: job, pub: pub, rep: rep, pages: offsets.NewTracker(1),
-		quar: quarantine.NewStore(jobs.conn, cfg.Schema, cfg.Slot), marks: map[cdc.LSN]mark{}, began: time.Now(),
-		net: rowNet{refusals: cdc.NewRefusals(cfg.RefusalRetry)}}
+	c := newCopier(cfg.withDefaults(), q, jobs, job, pub, rep)
 	if err := c.run(ctx); err != nil {
 		return c.job, err
 	}
@@ -35,6 +32,12 @@ func Copy(ctx context.Context, cfg Config, q Querier, jobs *Jobs, job Job, pub P
 	c.job.State = "done"
 	rep.Finish(c.job.RowsDone)
 	return c.job, nil
+}
+
+func newCopier(cfg Config, q Querier, jobs *Jobs, job Job, pub Publisher, rep *Reporter) *copier {
+	return &copier{cfg: cfg, q: q, jobs: jobs, job: job, pub: pub, rep: rep, pages: offsets.NewTracker(1),
+		quar: quarantine.NewStore(jobs.conn, cfg.Schema, cfg.Slot), marks: map[cdc.LSN]mark{}, began: time.Now(),
+		net: rowNet{refusals: cdc.NewRefusals(cfg.RefusalRetry)}}
 }
 
 type copier struct {
@@ -130,6 +133,11 @@ func (c *copier) copyAll(ctx context.Context) error {
 			return err
 		}
 	}
+	return c.drain(ctx)
+}
+
+// drain waits until every row published is confirmed, storing progress as it goes, then stores it.
+func (c *copier) drain(ctx context.Context) error {
 	for c.pages.InFlight() > 0 {
 		select {
 		case <-c.pub.Failed():
@@ -188,6 +196,11 @@ func (c *copier) copyPage(ctx context.Context, sql string, args []any, doneBefor
 	if err := rows.Err(); err != nil {
 		return 0, Key{}, explainQuery(err, c.cfg)
 	}
+	return n, last, c.endPage(ctx, page, n, last, doneBefore, keyed)
+}
+
+// endPage commits a page of n rows, the last of them at last, and stores progress when it is due.
+func (c *copier) endPage(ctx context.Context, page offsets.Txn, n int, last Key, doneBefore int64, keyed bool) error {
 	c.page++
 	c.pages.Commit(page, c.page+1)
 	if n > 0 {
@@ -203,7 +216,7 @@ func (c *copier) copyPage(ctx context.Context, sql string, args []any, doneBefor
 	if c.prev != nil {
 		c.marks[c.page+1] = *c.prev
 	}
-	return n, last, c.progress(ctx, false)
+	return c.progress(ctx, false)
 }
 
 // progress stores the newest fully confirmed page's key (at most once a second unless forced).

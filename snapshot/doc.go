@@ -25,6 +25,10 @@
 //   - A row with a NULL key part is never after anything in keyset order, so where the key columns allow
 //     NULL (the setup check refuses that, the copy does not rely on it) the pages read complete keys only
 //     and one last pass reads the others; those rows are keyed [type, id, version, "ctid (b,i)"].
+//   - CopyMerged copies several native tables whose keys order alike (Mergeable) in one key order across
+//     them, so an aggregate's rows arrive in version order whichever table holds them; each table keeps its
+//     own job and progress, and a crash resumes each after its own key (TestInitialSnapshotMergesAggregates-
+//     AcrossTables, TestMergedSnapshotResumesAfterKill in cmd/cdc-router).
 //
 // An outbox table of another shape (a decode.Mapping, run --config) is paged by its primary key instead (or
 // a unique index on NOT NULL columns; a table with neither is refused by CheckTable before anything is

@@ -40,11 +40,27 @@ func (n *rowNet) careful() bool { return n.at < n.until }
 // was a per-message refusal and a new publisher was dialled. The copy's state is wound back to the later of
 // its last confirmed page and its last row confirmed alone, whose key and row count are stored first.
 func (c *copier) refused(ctx context.Context, err error) (bool, error) {
-	alone := c.net.alone
-	c.net.alone = ""
 	if c.cfg.Renew == nil || !cdc.PerMessage(err) {
+		c.net.alone = ""
 		return false, nil
 	}
+	if err := c.rewind(ctx, err); err != nil {
+		return false, err
+	}
+	pub, err := renewAfter(ctx, c.cfg, c.net.backoff, err)
+	if err != nil {
+		return false, err
+	}
+	c.pub = pub
+	return true, nil
+}
+
+// rewind counts a per-message refusal against the row that was alone in flight (if one was), makes the rows
+// up to the furthest one read go one at a time, and winds the copy's state back to the later of its last
+// confirmed page and its last row confirmed alone, whose key and row count are stored first.
+func (c *copier) rewind(ctx context.Context, err error) error {
+	alone := c.net.alone
+	c.net.alone = ""
 	c.net.refusals.Strike(alone, err)
 	c.net.until = max(c.net.until, c.net.at+1)
 	c.net.backoff = min(max(2*c.net.backoff, 100*time.Millisecond), carefulBackoff)
@@ -55,7 +71,7 @@ func (c *copier) refused(ctx context.Context, err error) (bool, error) {
 		fmt.Sprint(cdc.StrikesToQuarantine)+" times in a row (a return or a nack: for --refusal-retry) is quarantined",
 		"job", c.job.Name, "event_id", alone, "error", err, "backoff", c.net.backoff)
 	if err := c.progress(ctx, true); err != nil {
-		return false, err
+		return err
 	}
 	if m, ok := c.marks[c.pages.Watermark()]; ok {
 		c.job.LastKey, c.job.RowsDone = m.last, m.done
@@ -63,21 +79,25 @@ func (c *copier) refused(ctx context.Context, err error) (bool, error) {
 	if d := c.net.done; d != nil && d.done > c.job.RowsDone {
 		c.job.LastKey, c.job.RowsDone = d.last, d.done
 		if err := c.jobs.progress(ctx, c.job.Name, d.last, d.done, c.job.RowsTotal); err != nil {
-			return false, err
+			return err
 		}
 	}
 	c.pages, c.marks, c.page, c.prev = offsets.NewTracker(1), map[cdc.LSN]mark{}, 0, nil
+	return nil
+}
+
+// renewAfter waits backoff, then dials the copy's new publisher (cfg.Renew); refusal is what made it needed.
+func renewAfter(ctx context.Context, cfg Config, backoff time.Duration, refusal error) (Publisher, error) {
 	select {
-	case <-time.After(c.net.backoff):
+	case <-time.After(backoff):
 	case <-ctx.Done():
-		return false, ctx.Err()
+		return nil, ctx.Err()
 	}
-	pub, rerr := c.cfg.Renew(ctx)
-	if rerr != nil {
-		return false, fmt.Errorf("%w (and no new RabbitMQ connection after it: %w)", err, rerr)
+	pub, err := cfg.Renew(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("%w (and no new RabbitMQ connection after it: %w)", refusal, err)
 	}
-	c.pub = pub
-	return true, nil
+	return pub, nil
 }
 
 // condemned returns the quarantine reason of the row being published when the broker refused it often and

@@ -9,6 +9,7 @@ import (
 	"os"
 
 	"github.com/cdc-router/cdc-router/decode"
+	"github.com/cdc-router/cdc-router/migrations"
 	"github.com/cdc-router/cdc-router/replication"
 	"github.com/cdc-router/cdc-router/route"
 	"github.com/cdc-router/cdc-router/snapshot"
@@ -62,6 +63,9 @@ func runBackfill(ctx context.Context, args []string, env func(string) string, st
 		return err
 	}
 	defer state.Close(context.Background())
+	if err := migrations.CheckSchemaVersion(ctx, state, *pg.schema); err != nil {
+		return err
+	}
 	rcfg := broker.route("cdc-router backfill")
 	count := func(p snapshot.Publisher) snapshot.Publisher { return p }
 	if *httpAddr != "" {
@@ -96,6 +100,13 @@ func runBackfill(ctx context.Context, args []string, env func(string) string, st
 		return err
 	}
 	fmt.Fprintf(stdout, "backfill %s done: %d rows published to %s\n", *name, job.RowsDone, *broker.exchange)
+	slots, err := replication.ClearPublicationGaps(ctx, state, *pg.schema, *pg.slot, pg.table(), *where)
+	if err != nil {
+		return err
+	}
+	for _, slot := range slots {
+		fmt.Fprintf(stdout, "the publication gap of %s recorded for slot %s is backfilled: its router starts again\n", pg.table(), slot)
+	}
 	return nil
 }
 

@@ -123,7 +123,7 @@ func requireURL(p pgFlags) error {
 }
 
 // withConn parses a command's flags (the shared PostgreSQL ones plus those extra adds) and runs fn on an
-// ordinary connection.
+// ordinary connection; except for migrate, only on a router schema of the version this binary knows.
 func withConn(ctx context.Context, name string, args []string, env func(string) string, stderr io.Writer,
 	extra func(*settings), fn func(conn *pgx.Conn, pg pgFlags) error) error {
 	s := newSettings(name, env, stderr)
@@ -145,6 +145,11 @@ func withConn(ctx context.Context, name string, args []string, env func(string) 
 		return err
 	}
 	defer conn.Close(context.Background())
+	if name != "migrate" {
+		if err := migrations.CheckSchemaVersion(ctx, conn, *pg.schema); err != nil {
+			return err
+		}
+	}
 	return fn(conn, pg)
 }
 

@@ -242,8 +242,9 @@ func (e *env) fillOutbox(table string, n int) []string {
 	return ids
 }
 
-// TestSnapshotOfTwoOutboxesResumesPerTable: the initial snapshot copies both outbox tables, one after
-// the other, with progress kept per table. Killed while copying the second, the router refuses to stream
+// TestSnapshotOfTwoOutboxesResumesPerTable: the initial snapshot copies both outbox tables (merged in key
+// order, which here is one after the other: every aggregate of the first sorts before the second's), with
+// progress kept per table and a table's job done as soon as its rows are. Killed while copying the second, the router refuses to stream
 // past the unfinished table (with --snapshot never, or with a --table list lacking it), then resumes that
 // one from its stored key and does not copy the finished first one again; every row arrives.
 func TestSnapshotOfTwoOutboxesResumesPerTable(t *testing.T) {
@@ -342,7 +343,7 @@ func TestSecondOutboxDroppedFromThePublicationIsNoticed(t *testing.T) {
 	e.exec(`ALTER PUBLICATION cdc_router_outbox DROP TABLE outbox_b`)
 	r.waitLog("no longer streamed", 10*time.Second)
 	for _, want := range []string{`does not contain the outbox table public.outbox_b`,
-		`ADD TABLE \"public\".\"outbox_b\"`, "backfill --table <that table> --where"} {
+		`ADD TABLE \"public\".\"outbox_b\"`, "the router names the `cdc-router backfill`"} {
 		if !strings.Contains(r.Output(), want) {
 			t.Errorf("the router's log lacks %q:\n%s", want, tail(r.Output(), 5))
 		}

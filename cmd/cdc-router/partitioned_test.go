@@ -232,6 +232,11 @@ func TestPartitionedLeafNamedRowsAreNeverDropped(t *testing.T) {
 		}
 	}
 	e.exec(`ALTER PUBLICATION cdc_router_outbox SET (publish_via_partition_root = true)`)
+	// The publication's options changed between two checks, which the router cannot tell from publish =
+	// 'insert' turned off and on: it refuses to start until the gap is cleared. No row was lost here (they
+	// came under the partitions' names and were refused), so the operator clears it as the refusal says.
+	e.start("").expectExit(30*time.Second, "may have been out of publication", "SET gaps = NULL")
+	e.exec(`UPDATE cdc_router.publication_checks SET gaps = NULL WHERE slot = $1`, e.slot)
 	e.startStreaming("--on-drift=quarantine")
 	after := e.insertAt(3, `now()`)
 	c.waitFor(t, after, 30*time.Second)
@@ -340,6 +345,9 @@ func TestPartitionedConversionFromAPlainOutbox(t *testing.T) {
 	e.exec(`INSERT INTO public.outbox SELECT * FROM public.outbox_plain`)
 	e.exec(`ALTER PUBLICATION cdc_router_outbox ADD TABLE public.outbox`)
 	e.exec(`ALTER PUBLICATION cdc_router_outbox SET (publish_via_partition_root = true)`)
+	// A new outbox table: a publication gap, which the stopped writers make empty (docs/partitioning.md).
+	e.start("").expectExit(30*time.Second, "may have been out of publication", "SET gaps = NULL")
+	e.exec(`UPDATE cdc_router.publication_checks SET gaps = NULL WHERE slot = $1`, e.slot)
 	r2 := e.startStreaming()
 	w.write(300, 20, 0)
 	expectOnceInOrder(t, c, w.rows, 30*time.Second)

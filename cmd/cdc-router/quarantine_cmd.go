@@ -15,6 +15,7 @@ import (
 
 	"github.com/cdc-router/cdc-router/decode"
 	"github.com/cdc-router/cdc-router/internal/cdc"
+	"github.com/cdc-router/cdc-router/migrations"
 	"github.com/cdc-router/cdc-router/quarantine"
 	"github.com/cdc-router/cdc-router/replication"
 	"github.com/cdc-router/cdc-router/route"
@@ -89,6 +90,9 @@ func runSubcommand(ctx context.Context, name, usageText string, args []string, e
 			return err
 		}
 		defer conn.Close(context.Background())
+		if err := migrations.CheckSchemaVersion(ctx, conn, *pg.schema); err != nil {
+			return err
+		}
 		return run(ctx, conn, pg, positional, stdout, stderr)
 	}
 	return usageError{fmt.Errorf("unknown subcommand %q\n\n%s", args[0], usageText)}
