@@ -65,9 +65,9 @@ const (
 // when -chaos.known-broken names them (or "all"), so that the default seeds pass and each becomes a fixed
 // seed once its fix is merged.
 var knownBroken = map[Kind]string{
-	FaultPubGap:  "a publication gap shorter than the check interval loses the rows written in it",
-	CmdResetIdle: "reset without --force drops the events still in the slot",
-	OpHuge:       "a big one-aggregate transaction under repeated connection cuts never completes",
+	FaultPubGap:           "a publication gap shorter than the check interval loses the rows written in it",
+	CmdResetIdle:          "reset without --force drops the events still in the slot",
+	OpHuge:                "a big one-aggregate transaction under repeated connection cuts never completes",
 	"multitable-snapshot": "the initial snapshot of several tables is not in commit order per aggregate",
 }
 

@@ -30,12 +30,12 @@ type Row struct {
 	Table     string
 	Aggregate string // aggregate_type/aggregate_id
 	Version   int64
-	Poison    bool          // written so that the router must quarantine it
-	Committed time.Time     // when the writer saw its commit (the attempt, when the commit's outcome was unknown)
-	LSNAfter  cdc.LSN       // pg_current_wal_lsn() read after the commit: at or past the commit's end
-	Txn       int           // the writer's transaction number, for the shortened history
-	Op        Kind          // the operation that wrote it
-	Unknown   bool          // the commit's outcome was unknown to the writer (found in the table afterwards)
+	Poison    bool      // written so that the router must quarantine it
+	Committed time.Time // when the writer saw its commit (the attempt, when the commit's outcome was unknown)
+	LSNAfter  cdc.LSN   // pg_current_wal_lsn() read after the commit: at or past the commit's end
+	Txn       int       // the writer's transaction number, for the shortened history
+	Op        Kind      // the operation that wrote it
+	Unknown   bool      // the commit's outcome was unknown to the writer (found in the table afterwards)
 }
 
 // Delivery is one message the consumer received.

@@ -40,8 +40,8 @@ func Coverage(h *History) map[string]int {
 	s := h.Setup
 	c := map[string]int{
 		fmt.Sprintf("feature:tables=%d", len(s.Tables)): 1,
-		"feature:queue=" + s.QueueType:                   1,
-		"feature:unroutable=" + s.UnroutableType:         1,
+		"feature:queue=" + s.QueueType:                  1,
+		"feature:unroutable=" + s.UnroutableType:        1,
 	}
 	if s.Shards > 0 {
 		c[fmt.Sprintf("feature:shards=%d", s.Shards)] = 1
