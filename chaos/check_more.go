@@ -150,7 +150,7 @@ func checkDuplicates(h *History, _ Limits) []Violation {
 	for _, e := range h.Events {
 		before := sort.Search(len(committed), func(i int) bool { return committed[i].After(e.To) })
 		if ok, n := replays(h, e, before); ok {
-			if causes == 0 {
+			if causes == 0 || e.From.Before(first) {
 				first = e.From
 			}
 			causes++

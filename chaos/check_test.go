@@ -118,6 +118,11 @@ func TestDuplicatesNeedACauseAndABound(t *testing.T) {
 	broken(t, h, "duplicates-explained-and-bounded", "no fault or backfill before it")
 	h.Events = []Event{{From: at(3), To: at(3), Kind: FaultTerm}} // a graceful stop replays nothing
 	broken(t, h, "duplicates-explained-and-bounded", "no fault or backfill before it")
+	// Events are recorded when they end: a backfill that began first is listed last.
+	h.Events = []Event{{From: at(5), To: at(6), Kind: FaultAMQPPause}, {From: at(3), To: at(9), Kind: CmdBackfill}}
+	if vs := Check(h, limits); len(vs) != 0 {
+		t.Fatalf("a duplicate during a backfill: %v", vs)
+	}
 	h.Events = []Event{{From: at(3), To: at(3), Kind: FaultAMQPCut}}
 	if vs := Check(h, limits); len(vs) != 0 {
 		t.Fatalf("a duplicate after a cut: %v", vs)

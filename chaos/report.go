@@ -74,7 +74,9 @@ func Coverage(h *History) map[string]int {
 func Shorten(h *History, vs []Violation) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "faults and commands:\n")
-	for _, e := range h.Events {
+	events := append([]Event(nil), h.Events...)
+	sort.SliceStable(events, func(i, j int) bool { return events[i].From.Before(events[j].From) })
+	for _, e := range events {
 		fmt.Fprintf(&b, "  +%6.2fs..+%6.2fs %s router=%d %s\n", e.From.Sub(h.Start).Seconds(), e.To.Sub(h.Start).Seconds(),
 			e.Kind, e.Router, trim(e.Note, 300))
 	}

@@ -47,6 +47,11 @@ func Run(t testing.TB, pg *testenv.Postgres, bin string, plan Plan) *History {
 	}
 	stopSampler := make(chan struct{})
 	go w.sampleReady(stopSampler)
+	if plan.WaitForStreaming {
+		w.waitStreaming()
+		start = time.Now()
+		w.rec.h.Start = start
+	}
 
 	var wg, bg sync.WaitGroup
 	for i, wr := range writers {
@@ -81,6 +86,26 @@ func Run(t testing.TB, pg *testenv.Postgres, bin string, plan Plan) *History {
 		}
 	}
 	return h
+}
+
+// waitStreaming waits until every router has logged that it streams.
+func (w *world) waitStreaming() {
+	deadline := time.Now().Add(2 * time.Minute)
+	for time.Now().Before(deadline) {
+		n := 0
+		for i := range w.plan.Setup.Routers() {
+			w.rec.mu.Lock()
+			if streamedBefore(&w.rec.h, i, time.Now()) {
+				n++
+			}
+			w.rec.mu.Unlock()
+		}
+		if n == w.plan.Setup.Routers() {
+			return
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	w.t.Fatalf("the routers did not stream within 2 minutes")
 }
 
 // finalRows is the tables' content joined with what the writers recorded: a row is committed when the
