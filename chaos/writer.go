@@ -126,23 +126,26 @@ func (wr *writer) rowsFor(op Step) []Row {
 	return rows
 }
 
-// write inserts rows in one transaction: by COPY for OpCopy, by INSERT … SELECT FROM unnest otherwise.
+// write inserts rows in one transaction, in their order (versions ascending per aggregate, so the insert
+// order is the commit order the checker expects): each run of rows of one table by one COPY for OpCopy,
+// by one INSERT … SELECT FROM unnest otherwise.
 func (wr *writer) write(ctx context.Context, op Step, rows []Row) error {
-	byTable := map[string][]Row{}
-	for _, r := range rows {
-		byTable[r.Table] = append(byTable[r.Table], r)
-	}
 	return pgx.BeginFunc(ctx, wr.conn, func(tx pgx.Tx) error {
-		for table, rs := range byTable {
+		for i := 0; i < len(rows); {
+			j := i + 1
+			for j < len(rows) && rows[j].Table == rows[i].Table {
+				j++
+			}
 			var err error
 			if op.Kind == OpCopy {
-				err = wr.copyRows(ctx, tx, table, rs)
+				err = wr.copyRows(ctx, tx, rows[i].Table, rows[i:j])
 			} else {
-				err = wr.insertRows(ctx, tx, table, rs)
+				err = wr.insertRows(ctx, tx, rows[i].Table, rows[i:j])
 			}
 			if err != nil {
 				return err
 			}
+			i = j
 		}
 		return nil
 	})
