@@ -37,6 +37,7 @@ var invariants = []invariant{
 	{"no-silent-stall", checkStall},
 	{"duplicates-explained-and-bounded", checkDuplicates},
 	{"no-restart-loop", checkExits},
+	{"reset-without-force-refused", checkReset},
 	{"logs-carry-no-payload", checkLogs},
 }
 

@@ -183,6 +183,19 @@ func checkExits(h *History, l Limits) []Violation {
 	return vs
 }
 
+// checkReset: a reset without --force run while its router was ready (streaming) must refuse; the runner
+// records the outcome as "exit <code>: <last line>".
+func checkReset(h *History, _ Limits) []Violation {
+	var vs []Violation
+	for _, e := range h.Events {
+		if e.Kind == CmdResetLive && strings.HasPrefix(e.Note, "exit 0") {
+			vs = append(vs, Violation{Detail: fmt.Sprintf("reset without --force at +%.2fs succeeded while router %d was ready: %s",
+				e.From.Sub(h.Start).Seconds(), e.Router, e.Note), At: e.From})
+		}
+	}
+	return vs
+}
+
 func checkLogs(h *History, l Limits) []Violation {
 	var vs []Violation
 	for _, ln := range h.Logs {

@@ -143,6 +143,16 @@ func TestRestartLoopAndPayloadInLogs(t *testing.T) {
 	broken(t, h, "logs-carry-no-payload", "carries a payload")
 }
 
+func TestResetWithoutForceMustRefuse(t *testing.T) {
+	h := clean()
+	h.Events = []Event{{From: at(1), To: at(1), Kind: CmdResetLive, Note: "exit 1: a router of slot s is running"}}
+	if vs := Check(h, limits); len(vs) != 0 {
+		t.Fatalf("a refused reset: %v", vs)
+	}
+	h.Events[0].Note = "exit 0: reset: slot s dropped"
+	broken(t, h, "reset-without-force-refused", "succeeded while router 0 was ready")
+}
+
 func TestGenerateIsAFunctionOfTheSeed(t *testing.T) {
 	a, b := Generate(42, Options{}), Generate(42, Options{})
 	if !reflect.DeepEqual(a, b) {

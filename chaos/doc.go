@@ -24,6 +24,7 @@
 //     the duplicates are bounded by what those events can replay.
 //  5. A router never exits on its own more than a few times (no restart loop), and no log line carries a
 //     payload.
+//  6. A reset without --force, run while its router is ready, refuses.
 //
 // The harness never changes a broker-wide setting of the shared RabbitMQ: it only declares and deletes
 // objects named after its own run.

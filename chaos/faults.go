@@ -67,8 +67,8 @@ func (w *world) apply(f Step) string {
 			w.t.Errorf("PostgreSQL did not start again: %v", err)
 		}
 	case CmdResetLive:
-		if !w.running(f.Router) {
-			return "skipped: the router is not running"
+		if !w.ready(f.Router) {
+			return "skipped: the router is not ready"
 		}
 		out, code := w.cli(time.Minute, "reset", "--slot", w.slot(f.Router))
 		return fmt.Sprintf("exit %d: %s", code, lastLine(out))

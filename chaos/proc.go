@@ -86,17 +86,17 @@ func (w *world) stopRouter(i int, sig syscall.Signal, timeout time.Duration) (in
 	return p.cmd.ProcessState.ExitCode(), p.httpAddr
 }
 
-// running reports whether router i's current process is alive.
-func (w *world) running(i int) bool {
+// ready reports whether router i's /readyz answers 200 now: it holds its slot.
+func (w *world) ready(i int) bool {
 	w.mu.Lock()
-	p := w.routers[i]
+	addr := w.routers[i].httpAddr
 	w.mu.Unlock()
-	select {
-	case <-p.done:
+	resp, err := (&http.Client{Timeout: time.Second}).Get("http://" + addr + "/readyz")
+	if err != nil {
 		return false
-	default:
-		return true
 	}
+	resp.Body.Close()
+	return resp.StatusCode == http.StatusOK
 }
 
 // sampleReady asks every router's /readyz every 500 ms until stop is closed.
