@@ -85,6 +85,8 @@ func checkComplete(h *History, _ Limits) []Violation {
 		case !r.Poison && quarantined && !delivered:
 			vs = append(vs, Violation{Detail: fmt.Sprintf("valid row %s (%s v%d) was quarantined: %s", r.ID, r.Aggregate, r.Version, reason), Aggregate: r.Aggregate})
 		case delivered:
+		case r.Deleted && slotless(h, r.Committed):
+			// Deleted in its own transaction while no slot existed: nothing could ever have read it.
 		default:
 			vs = append(vs, missing(h, r))
 		}
@@ -113,6 +115,22 @@ func missing(h *History, r Row) Violation {
 	}
 	return Violation{Detail: fmt.Sprintf("row %s (%s v%d, %s, committed at +%.2fs, LSN <= %s): %s", r.ID, r.Aggregate,
 		r.Version, r.Op, r.Committed.Sub(h.Start).Seconds(), r.LSNAfter, what), Aggregate: r.Aggregate, At: r.Committed}
+}
+
+// slotless reports whether t falls where some router had no slot: before every router first streamed, or
+// between a reset that succeeded and router 0's next start of streaming.
+func slotless(h *History, t time.Time) bool {
+	for i := range h.Setup.Routers() {
+		if !streamedBefore(h, i, t) {
+			return true
+		}
+	}
+	for _, e := range h.Events {
+		if e.Kind == CmdResetIdle && strings.Contains(e.Note, "exit 0") && !t.Before(e.From) && !streamedBetween(h, 0, e.To, t) {
+			return true
+		}
+	}
+	return false
 }
 
 // compress keeps the first n violations and counts the rest in one more.

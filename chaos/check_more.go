@@ -19,7 +19,7 @@ func checkStall(h *History, l Limits) []Violation {
 	type pend struct{ committed, delivered time.Time }
 	var ps []pend
 	for _, r := range h.Rows {
-		if quar[r.ID] {
+		if quar[r.ID] || r.Deleted && slotless(h, r.Committed) {
 			continue
 		}
 		p := pend{committed: r.Committed, delivered: h.End}
@@ -122,6 +122,16 @@ func replays(h *History, e Event, committedBefore int) (bool, int) {
 func streamedBefore(h *History, router int, t time.Time) bool {
 	for _, l := range h.Logs {
 		if l.Router == router && l.At.Before(t) && strings.Contains(l.Text, "msg=streaming") {
+			return true
+		}
+	}
+	return false
+}
+
+// streamedBetween reports whether router logged that it streams in [from, to).
+func streamedBetween(h *History, router int, from, to time.Time) bool {
+	for _, l := range h.Logs {
+		if l.Router == router && !l.At.Before(from) && l.At.Before(to) && strings.Contains(l.Text, "msg=streaming") {
 			return true
 		}
 	}

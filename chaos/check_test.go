@@ -54,6 +54,25 @@ func TestMissingRowIsLostWhenAcknowledgedPast(t *testing.T) {
 	broken(t, h, "published-or-quarantined", "not acknowledged (stuck)")
 }
 
+func TestDeletedRowMustBePublishedOnceASlotExists(t *testing.T) {
+	h := clean()
+	h.Rows[2].Deleted = true
+	h.Deliv = h.Deliv[:2]
+	h.Logs = []LogLine{{At: at(0.5), Router: 0, Text: "level=INFO msg=streaming slot=s"}}
+	broken(t, h, "published-or-quarantined", "LOST")
+	// Committed before the slot existed, or after a reset dropped it and before the next one: not required.
+	h.Logs[0].At = at(2.5)
+	if vs := Check(h, limits); len(vs) != 0 {
+		t.Fatalf("a row deleted before any slot: %v", vs)
+	}
+	h.Logs = append(h.Logs[:1], LogLine{At: at(3), Router: 0, Text: "level=INFO msg=streaming slot=s"})
+	h.Logs[0].At = at(0.5)
+	h.Events = []Event{{From: at(1.5), To: at(1.8), Kind: CmdResetIdle, Note: "exit 0: reset: slot s dropped"}}
+	if vs := Check(h, limits); len(vs) != 0 {
+		t.Fatalf("a row deleted while reset had dropped the slot: %v", vs)
+	}
+}
+
 func TestQuarantineNeedsAReasonAndAPoisonRow(t *testing.T) {
 	h := clean()
 	h.Rows[2].Poison = true

@@ -36,13 +36,14 @@ type Kind string
 
 // Writer operations: one transaction each.
 const (
-	OpSingle Kind = "single" // one row
-	OpMulti  Kind = "multi"  // N rows of several aggregates
-	OpBurst  Kind = "burst"  // N consecutive versions of one aggregate
-	OpLarge  Kind = "large"  // N rows (hundreds to thousands), several aggregates
-	OpCopy   Kind = "copy"   // N rows by COPY
-	OpPoison Kind = "poison" // a row the router must quarantine (headers not a JSON object) among good ones
-	OpHuge   Kind = "huge"   // one aggregate, tens of thousands of rows, in one transaction (known broken under cuts)
+	OpSingle Kind = "single"        // one row
+	OpMulti  Kind = "multi"         // N rows of several aggregates
+	OpBurst  Kind = "burst"         // N consecutive versions of one aggregate
+	OpLarge  Kind = "large"         // N rows (hundreds to thousands), several aggregates
+	OpCopy   Kind = "copy"          // N rows by COPY
+	OpPoison Kind = "poison"        // a row the router must quarantine (headers not a JSON object) among good ones
+	OpDelete Kind = "insert-delete" // N rows inserted and deleted in the same transaction (the slot is their only copy)
+	OpHuge   Kind = "huge"          // one aggregate, tens of thousands of rows, in one transaction (known broken under cuts)
 )
 
 // Faults and operator commands.
@@ -178,6 +179,8 @@ func genOps(r *rand.Rand, w int, d time.Duration, o Options) []Step {
 			st.Kind, st.N = OpLarge, 200+r.IntN(800)
 		case x < 36:
 			st.Kind, st.N = OpPoison, 1+r.IntN(5)
+		case x < 39:
+			st.Kind, st.N = OpDelete, 1+r.IntN(5)
 		default:
 			st.N = 1
 		}

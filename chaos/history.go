@@ -11,7 +11,7 @@ type History struct {
 	Setup  Setup
 	Start  time.Time // the schedule's time zero
 	End    time.Time // when recording stopped
-	Rows   []Row     // the outbox tables' final content: every row that committed
+	Rows   []Row     // every row that committed: the tables' final content and the rows deleted in a transaction that committed
 	Deliv  []Delivery
 	Quar   []Quarantined
 	Events []Event // faults and operator commands as applied, and routers' own exits
@@ -31,6 +31,7 @@ type Row struct {
 	Aggregate string // aggregate_type/aggregate_id
 	Version   int64
 	Poison    bool      // written so that the router must quarantine it
+	Deleted   bool      // deleted by its own transaction: only the slot ever had it
 	Committed time.Time // when the writer saw its commit (the attempt, when the commit's outcome was unknown)
 	LSNAfter  cdc.LSN   // pg_current_wal_lsn() read after the commit: at or past the commit's end
 	Txn       int       // the writer's transaction number, for the shortened history

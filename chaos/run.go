@@ -141,6 +141,11 @@ func (w *world) finalRows(writers []*writer) []Row {
 		}
 		rs.Close()
 	}
+	for _, r := range byID { // deleted by its own transaction, which the writer saw commit
+		if r.Deleted && !r.Unknown {
+			rows = append(rows, r)
+		}
+	}
 	return rows
 }
 
@@ -170,11 +175,13 @@ func (w *world) settle(rows []Row) {
 			quar[q.EventID] = true
 		}
 		left := 0
+		w.rec.mu.Lock()
 		for _, r := range rows {
-			if !got[r.ID] && !quar[r.ID] {
+			if !got[r.ID] && !quar[r.ID] && !(r.Deleted && slotless(&w.rec.h, r.Committed)) {
 				left++
 			}
 		}
+		w.rec.mu.Unlock()
 		if left == 0 {
 			break
 		}

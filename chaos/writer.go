@@ -121,7 +121,7 @@ func (wr *writer) rowsFor(op Step) []Row {
 		}
 		wr.versions[agg]++
 		rows[i] = Row{ID: uuid(), Table: tables[wr.rng.IntN(len(tables))], Aggregate: "order/" + agg,
-			Version: wr.versions[agg], Txn: wr.txn, Op: op.Kind, Poison: op.Kind == OpPoison && i == 0}
+			Version: wr.versions[agg], Txn: wr.txn, Op: op.Kind, Poison: op.Kind == OpPoison && i == 0, Deleted: op.Kind == OpDelete}
 	}
 	return rows
 }
@@ -146,6 +146,17 @@ func (wr *writer) write(ctx context.Context, op Step, rows []Row) error {
 				return err
 			}
 			i = j
+		}
+		if op.Kind == OpDelete {
+			for _, t := range wr.w.plan.Setup.Tables {
+				ids := make([]string, len(rows))
+				for k, r := range rows {
+					ids[k] = r.ID
+				}
+				if _, err := tx.Exec(ctx, `DELETE FROM `+t+` WHERE id = ANY($1::uuid[])`, ids); err != nil {
+					return err
+				}
+			}
 		}
 		return nil
 	})
