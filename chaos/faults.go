@@ -15,7 +15,17 @@ import (
 // backfill runs beside the next faults; bg is done when every one has finished.
 func (w *world) inject(start time.Time, faults []Step, bg *sync.WaitGroup) {
 	for n, f := range faults {
-		if d := time.Until(start.Add(f.At)); d > 0 {
+		base := start
+		if f.AfterHuge {
+			select {
+			case <-w.hugeCommitted:
+				base = w.hugeAt
+			case <-time.After(time.Until(start.Add(w.plan.Setup.Duration))):
+				w.rec.event(Event{From: time.Now(), To: time.Now(), Kind: f.Kind, Note: "skipped: the huge transaction did not commit"})
+				continue
+			}
+		}
+		if d := time.Until(base.Add(f.At)); d > 0 {
 			time.Sleep(d)
 		}
 		from := time.Now()

@@ -80,6 +80,8 @@ type Step struct {
 	Router int           // for router faults: which router
 	N      int           // rows of an operation
 	Dur    time.Duration // a pause's length, a downtime, a gap
+	// AfterHuge: At counts from the commit of the huge transaction, not from the start.
+	AfterHuge bool
 }
 
 func (s Step) String() string {
@@ -94,6 +96,9 @@ func (s Step) String() string {
 	}
 	if s.Dur > 0 {
 		fmt.Fprintf(&b, " for=%v", s.Dur.Round(time.Millisecond))
+	}
+	if s.AfterHuge {
+		b.WriteString(" (after the huge transaction's commit)")
 	}
 	return b.String()
 }
@@ -150,11 +155,19 @@ func Generate(seed int64, o Options) Plan {
 	}
 	p.Faults = genFaults(r, s, o)
 	for _, op := range p.Ops[0] {
-		if op.Kind == OpHuge { // the finding needs repeated cuts while the transaction is published
-			for i := range 3 {
-				p.Faults = append(p.Faults, Step{At: op.At + time.Duration(2+2*i)*time.Second, Kind: FaultAMQPCut})
+		if op.Kind == OpHuge {
+			// The finding needs the transaction to commit (no PostgreSQL restart aborts it) and repeated
+			// cuts while it is published.
+			var fs []Step
+			for _, f := range p.Faults {
+				if f.Kind != FaultPGFast && f.Kind != FaultPGCrash {
+					fs = append(fs, f)
+				}
 			}
-			sort.SliceStable(p.Faults, func(i, j int) bool { return p.Faults[i].At < p.Faults[j].At })
+			for i := range 3 {
+				fs = append(fs, Step{At: time.Duration(500+1500*i) * time.Millisecond, Kind: FaultAMQPCut, AfterHuge: true})
+			}
+			p.Faults = fs
 		}
 	}
 	return p

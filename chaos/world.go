@@ -35,6 +35,9 @@ type world struct {
 	rec      *recorder
 	token    string // every payload carries it; no log line may
 
+	hugeCommitted chan struct{} // closed when the huge transaction committed, at hugeAt
+	hugeAt        time.Time
+
 	mu      sync.Mutex
 	routers []*proc
 	closing bool
@@ -44,7 +47,7 @@ func newWorld(t testing.TB, pg *testenv.Postgres, bin string, plan Plan) *world 
 	t.Helper()
 	url := pg.NewDatabase(t)
 	w := &world{t: t, plan: plan, bin: bin, pg: pg, amqpURL: testenv.AMQPURL(t), rec: &recorder{},
-		token: fmt.Sprintf("chaos-payload-%d", plan.Setup.Seed)}
+		token: fmt.Sprintf("chaos-payload-%d", plan.Setup.Seed), hugeCommitted: make(chan struct{})}
 	w.db = url[strings.LastIndex(url, "/")+1 : strings.Index(url, "?")]
 	w.exchange, w.queue = "x_"+w.db, "q_"+w.db
 	w.pgProxy = testenv.NewProxy(t, fmt.Sprintf("127.0.0.1:%d", pg.Port))

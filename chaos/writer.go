@@ -73,6 +73,10 @@ func (wr *writer) do(ctx context.Context, op Step) {
 		rows[i].Committed, rows[i].LSNAfter, rows[i].Unknown = now, after, err != nil
 	}
 	wr.rows = append(wr.rows, rows...)
+	if op.Kind == OpHuge && err == nil {
+		wr.w.hugeAt = now
+		close(wr.w.hugeCommitted)
+	}
 	if err != nil {
 		wr.conn.Close(context.Background())
 		wr.conn = nil
