@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"sort"
 	"strings"
+	"time"
 )
 
 // Describe is the plan as a run prints it at its start: the setup, the operations per kind, the faults.
@@ -86,20 +87,28 @@ func Shorten(h *History, vs []Violation) string {
 			continue
 		}
 		done[v.Aggregate] = true
-		fmt.Fprintf(&b, "aggregate %s, rows (version id op txn committed):\n", v.Aggregate)
+		// Around the violation: the rows committed in the 10 s before it, the deliveries from 3 s before
+		// to 1 s after (everything, for a violation without a moment).
+		from, to := h.Start.Add(-time.Hour), h.End
+		if !v.At.IsZero() {
+			from, to = v.At.Add(-3*time.Second), v.At.Add(time.Second)
+		}
+		fmt.Fprintf(&b, "aggregate %s, rows committed from +%.2fs (version id op txn committed):\n", v.Aggregate, from.Add(-7*time.Second).Sub(h.Start).Seconds())
 		n := 0
 		for _, r := range h.Rows {
-			if r.Aggregate == v.Aggregate && n < 40 {
+			if r.Aggregate == v.Aggregate && r.Committed.After(from.Add(-7*time.Second)) && r.Committed.Before(to) && n < 40 {
 				n++
-				fmt.Fprintf(&b, "  v%d %s %s txn=%d +%.2fs unknown=%v\n", r.Version, r.ID, r.Op, r.Txn, r.Committed.Sub(h.Start).Seconds(), r.Unknown)
+				fmt.Fprintf(&b, "  v%d %s %s txn=%d +%.2fs unknown=%v deleted=%v\n", r.Version, r.ID, r.Op, r.Txn,
+					r.Committed.Sub(h.Start).Seconds(), r.Unknown, r.Deleted)
 			}
 		}
-		fmt.Fprintf(&b, "deliveries of %s (version at backfill redelivered):\n", v.Aggregate)
+		fmt.Fprintf(&b, "deliveries of %s from +%.2fs to +%.2fs (version at backfill redelivered):\n", v.Aggregate,
+			from.Sub(h.Start).Seconds(), to.Sub(h.Start).Seconds())
 		n = 0
 		for _, d := range h.Deliv {
-			if d.Aggregate == v.Aggregate && n < 60 {
+			if d.Aggregate == v.Aggregate && !d.At.Before(from) && !d.At.After(to) && n < 60 {
 				n++
-				fmt.Fprintf(&b, "  v%d +%.2fs backfill=%v redelivered=%v\n", d.Version, d.At.Sub(h.Start).Seconds(), d.Backfill, d.Redelivered)
+				fmt.Fprintf(&b, "  v%d +%.3fs backfill=%v redelivered=%v\n", d.Version, d.At.Sub(h.Start).Seconds(), d.Backfill, d.Redelivered)
 			}
 		}
 	}
