@@ -105,8 +105,8 @@ func TestChaos(t *testing.T) {
 			for k, n := range cov {
 				total[k] += n
 			}
-			t.Logf("seed %d: %d rows, %d deliveries, %d quarantined, %v; coverage: %s", seed, len(h.Rows), len(h.Deliv),
-				len(h.Quar), time.Since(t0).Round(time.Second), counts(cov))
+			t.Logf("seed %d: %d rows, %d deliveries, %d quarantined, %v; coverage: %s\n%s", seed, len(h.Rows), len(h.Deliv),
+				len(h.Quar), time.Since(t0).Round(time.Second), counts(cov), Applied(h))
 			if len(vs) > 0 {
 				var b strings.Builder
 				for _, v := range vs {

@@ -70,9 +70,8 @@ func Coverage(h *History) map[string]int {
 	return c
 }
 
-// Shorten is the part of h a reader of a failure needs: the faults and commands with their outcomes, the
-// rows and deliveries of each aggregate a violation names, and the routers' last warnings.
-func Shorten(h *History, vs []Violation) string {
+// Applied lists the faults and commands as applied, in the order they began, with their outcomes.
+func Applied(h *History) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "faults and commands:\n")
 	events := append([]Event(nil), h.Events...)
@@ -81,6 +80,14 @@ func Shorten(h *History, vs []Violation) string {
 		fmt.Fprintf(&b, "  +%6.2fs..+%6.2fs %s router=%d %s\n", e.From.Sub(h.Start).Seconds(), e.To.Sub(h.Start).Seconds(),
 			e.Kind, e.Router, trim(e.Note, 300))
 	}
+	return b.String()
+}
+
+// Shorten is the part of h a reader of a failure needs: the faults and commands with their outcomes, the
+// rows and deliveries of each aggregate a violation names, and the routers' last warnings.
+func Shorten(h *History, vs []Violation) string {
+	var b strings.Builder
+	b.WriteString(Applied(h))
 	done := map[string]bool{}
 	for _, v := range vs {
 		if v.Aggregate == "" || done[v.Aggregate] {
