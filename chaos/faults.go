@@ -38,6 +38,10 @@ func (w *world) inject(start time.Time, faults []Step, bg *sync.WaitGroup) {
 			}()
 			continue
 		}
+		if f.Kind == CmdResetIdle {
+			w.resetIdle(f.Dur)
+			continue
+		}
 		note := w.apply(f)
 		w.rec.event(Event{From: from, To: time.Now(), Kind: f.Kind, Router: f.Router, Note: note})
 	}
@@ -82,15 +86,23 @@ func (w *world) apply(f Step) string {
 		}
 		out, code := w.cli(time.Minute, "reset", "--slot", w.slot(f.Router))
 		return fmt.Sprintf("exit %d: %s", code, lastLine(out))
-	case CmdResetIdle:
-		_, addr := w.stopRouter(0, syscall.SIGTERM, 45*time.Second)
-		out, code := w.cli(time.Minute, "reset", "--slot", w.slot(0))
-		w.startRouter(0, addr, nil)
-		return fmt.Sprintf("exit %d: %s", code, lastLine(out))
 	case FaultPubGap:
 		return w.publicationGap(f.Dur)
 	}
 	return ""
+}
+
+// resetIdle stops router 0 gracefully, lets the writers go on for d (their rows wait in the slot), runs
+// reset without --force, and starts the router again. The stop and the reset are recorded apart.
+func (w *world) resetIdle(d time.Duration) {
+	from := time.Now()
+	code, addr := w.stopRouter(0, syscall.SIGTERM, 45*time.Second)
+	w.rec.event(Event{From: from, To: time.Now(), Kind: FaultTerm, Note: fmt.Sprintf("exit %d (before a reset)", code)})
+	time.Sleep(d)
+	from = time.Now()
+	out, code := w.cli(time.Minute, "reset", "--slot", w.slot(0))
+	w.rec.event(Event{From: from, To: time.Now(), Kind: CmdResetIdle, Note: fmt.Sprintf("exit %d: %s", code, lastLine(out))})
+	w.startRouter(0, addr, nil)
 }
 
 func (w *world) backfill(n int) string {

@@ -58,7 +58,7 @@ const (
 	FaultPGCrash   Kind = "pg-crash"        // PostgreSQL immediate shutdown (crash recovery), start after Dur
 	CmdBackfill    Kind = "backfill"        // cdc-router backfill --where true (duplicates, on purpose)
 	CmdResetLive   Kind = "reset-refused"   // cdc-router reset (no --force) while the routers run: must refuse
-	CmdResetIdle   Kind = "reset-stopped"   // stop router 0, reset without --force, start it again
+	CmdResetIdle   Kind = "reset-stopped"   // stop router 0, write for Dur, reset without --force, start it again
 	FaultPubGap    Kind = "publication-gap" // drop the table from the publication and add it back within Dur
 )
 
@@ -225,6 +225,8 @@ func genFaults(r *rand.Rand, s Setup, o Options) []Step {
 			f.Dur = time.Duration(100+r.IntN(2000)) * time.Millisecond
 		case FaultAMQPPause, FaultPGPause:
 			f.Dur = time.Duration(500+r.IntN(5000)) * time.Millisecond
+		case CmdResetIdle:
+			f.Dur = time.Duration(500+r.IntN(2000)) * time.Millisecond
 		case FaultPubGap:
 			f.Dur = time.Duration(100+r.IntN(900)) * time.Millisecond
 			if s.Shards > 0 {
