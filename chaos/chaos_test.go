@@ -1,6 +1,7 @@
 package chaos
 
 import (
+	"encoding/json"
 	"flag"
 	"fmt"
 	"os"
@@ -112,8 +113,8 @@ func TestChaos(t *testing.T) {
 				for _, v := range vs {
 					fmt.Fprintf(&b, "  %s\n", v)
 				}
-				t.Errorf("seed %d broke %d invariants:\n%s\n%s\n%s\nreplay: make chaos SEED=%d%s", seed, len(vs), b.String(),
-					plan.Describe(), Shorten(h, vs), seed, replayFlags())
+				t.Errorf("seed %d broke %d invariants:\n%s\n%s\n%s\nthe whole history: %s\nreplay: make chaos SEED=%d%s", seed, len(vs),
+					b.String(), plan.Describe(), Shorten(h, vs), dump(h), seed, replayFlags())
 			}
 		})
 		if !ok {
@@ -130,6 +131,19 @@ func TestChaos(t *testing.T) {
 		fmt.Fprintf(&b, "  %-36s %d\n", k, total[k])
 	}
 	t.Logf("%d seeds in %v, failed: %v; coverage over all seeds:\n%s", len(seeds(t)), time.Since(began).Round(time.Second), failed, b.String())
+}
+
+// dump writes the whole history as JSON to a file in the temporary directory and returns its path.
+func dump(h *History) string {
+	f, err := os.CreateTemp("", fmt.Sprintf("chaos-seed-%d-*.json", h.Setup.Seed))
+	if err != nil {
+		return err.Error()
+	}
+	defer f.Close()
+	if err := json.NewEncoder(f).Encode(h); err != nil {
+		return err.Error()
+	}
+	return f.Name()
 }
 
 func replayFlags() string {
