@@ -99,7 +99,8 @@ func readyIn(h *History, from, to time.Time) string {
 
 // replays reports whether an event of kind k may publish again what was published before it, and how many
 // rows at most: the docs name crashes, publish failures (every connection fault), a resumed snapshot and
-// backfill; a graceful stop (SIGTERM) and a refused command replay nothing.
+// backfill; a graceful stop (SIGTERM) and a refused command replay nothing. The harness's consumer losing
+// its channel is a cause too: what it had not acknowledged comes again.
 func replays(h *History, e Event, committedBefore int) (bool, int) {
 	stream := h.WindowRows + 2*h.MaxTxnRows + 200
 	switch e.Kind {
