@@ -45,12 +45,14 @@ func Run(t testing.TB, pg *testenv.Postgres, bin string, plan Plan) *History {
 	for i := range s.Routers() {
 		w.startRouter(i, freeAddr(), nil)
 	}
-	stopSampler := make(chan struct{})
-	go w.sampleReady(stopSampler)
+	stopSampler, sampled := make(chan struct{}), make(chan struct{})
+	go func() { defer close(sampled); w.sampleReady(stopSampler) }()
 	if plan.WaitForStreaming {
 		w.waitStreaming()
 		start = time.Now()
+		w.rec.mu.Lock()
 		w.rec.h.Start = start
+		w.rec.mu.Unlock()
 	}
 
 	var wg, bg sync.WaitGroup
@@ -74,6 +76,7 @@ func Run(t testing.TB, pg *testenv.Postgres, bin string, plan Plan) *History {
 	w.rec.h.Quar = w.quarantine()
 	w.stopAll()
 	close(stopSampler)
+	<-sampled
 	stopConsumer()
 
 	h := &w.rec.h
