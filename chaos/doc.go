@@ -11,7 +11,8 @@
 //     the schedule, and records the History: rows written (the table's final content is the truth of what
 //     committed), deliveries seen by a consumer, the quarantine table, the routers' log lines, /readyz
 //     samples, and each fault and operator command with its time.
-//   - the checker (check.go): the invariants, stated once, judged over the whole History. It knows nothing
+//   - the checker (check.go lists the invariants, stated once; check_*.go hold the longer ones): judged
+//     over the whole History. It knows nothing
 //     of how the History was made, so it is tested on hand-made histories (check_test.go).
 //
 // Invariants, each pinned by a test in check_test.go:
@@ -25,6 +26,9 @@
 //  5. A router never exits on its own more than a few times (no restart loop), and no log line carries a
 //     payload.
 //  6. A reset without --force, run while its router is ready, refuses.
+//
+// The generator's plan is a function of the seed and the options alone (TestGenerateIsAFunctionOfTheSeed);
+// kinds of knownBroken appear only when asked for (TestKnownBrokenKindsOnlyWhenAsked).
 //
 // The harness never changes a broker-wide setting of the shared RabbitMQ: it only declares and deletes
 // objects named after its own run.
