@@ -194,8 +194,11 @@ func TestKnownBrokenKindsOnlyWhenAsked(t *testing.T) {
 				seen[op.Kind] = true
 			}
 		}
-		if len(p.Setup.Tables) > 1 && p.Setup.SnapshotRows > 0 {
+		if len(p.Setup.Tables) > 1 && (p.Setup.SnapshotRows > 0 || !p.WaitForStreaming) {
 			seen["multitable-snapshot"] = true
+		}
+		if p.DeleteDuringSnapshot {
+			seen["snapshot-resume-deleted"] = true
 		}
 	}
 	for k := range knownBroken {

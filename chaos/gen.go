@@ -70,6 +70,9 @@ var knownBroken = map[Kind]string{
 	CmdResetIdle:          "reset without --force drops the events still in the slot",
 	OpHuge:                "a big one-aggregate transaction under repeated connection cuts never completes",
 	"multitable-snapshot": "the initial snapshot of several tables is not in commit order per aggregate",
+	"snapshot-resume-deleted": "an initial snapshot resumed in a new snapshot publishes rows committed after the " +
+		"slot's creation, so an event deleted by its own transaction (only the slot has it) arrives after later " +
+		"versions of its aggregate (seed 2008)",
 }
 
 // Step is one operation or fault at offset At from the start of the schedule.
@@ -111,6 +114,9 @@ type Plan struct {
 	// WaitForStreaming holds the writers until every router streams, so that the initial snapshot finds
 	// the tables empty (several tables, while "multitable-snapshot" is known broken).
 	WaitForStreaming bool
+	// DeleteDuringSnapshot lets insert-delete transactions run before every router streams; otherwise
+	// they write their rows without the delete until then ("snapshot-resume-deleted" is known broken).
+	DeleteDuringSnapshot bool
 }
 
 // Options shape what Generate may choose.
@@ -149,7 +155,8 @@ func Generate(seed int64, o Options) Plan {
 		s.SnapshotRows = 0
 	}
 	s.Writers = 1 + r.IntN(3)
-	p := Plan{Setup: s, Ops: make([][]Step, s.Writers), WaitForStreaming: wait}
+	p := Plan{Setup: s, Ops: make([][]Step, s.Writers), WaitForStreaming: wait,
+		DeleteDuringSnapshot: o.allowed("snapshot-resume-deleted")}
 	for w := range s.Writers {
 		p.Ops[w] = genOps(r, w, s.Duration, o)
 	}

@@ -91,24 +91,27 @@ func Run(t testing.TB, pg *testenv.Postgres, bin string, plan Plan) *History {
 	return h
 }
 
+// allStreamed reports whether every router has logged that it streams (its initial snapshot done).
+func (w *world) allStreamed() bool {
+	w.rec.mu.Lock()
+	defer w.rec.mu.Unlock()
+	for i := range w.plan.Setup.Routers() {
+		if !streamedBefore(&w.rec.h, i, time.Now()) {
+			return false
+		}
+	}
+	return true
+}
+
 // waitStreaming waits until every router has logged that it streams.
 func (w *world) waitStreaming() {
 	deadline := time.Now().Add(2 * time.Minute)
-	for time.Now().Before(deadline) {
-		n := 0
-		for i := range w.plan.Setup.Routers() {
-			w.rec.mu.Lock()
-			if streamedBefore(&w.rec.h, i, time.Now()) {
-				n++
-			}
-			w.rec.mu.Unlock()
-		}
-		if n == w.plan.Setup.Routers() {
-			return
+	for !w.allStreamed() {
+		if time.Now().After(deadline) {
+			w.t.Fatalf("the routers did not stream within 2 minutes")
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-	w.t.Fatalf("the routers did not stream within 2 minutes")
 }
 
 // finalRows is the tables' content joined with what the writers recorded: a row is committed when the

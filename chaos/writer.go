@@ -58,6 +58,9 @@ func (wr *writer) do(ctx context.Context, op Step) {
 			time.Sleep(200 * time.Millisecond)
 		}
 	}
+	if op.Kind == OpDelete && !wr.w.plan.DeleteDuringSnapshot && !wr.w.allStreamed() {
+		op.Kind = OpMulti // see Plan.DeleteDuringSnapshot
+	}
 	wr.txn++
 	rows := wr.rowsFor(op)
 	err := wr.write(ctx, op, rows)
