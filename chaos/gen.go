@@ -94,7 +94,7 @@ func (s Step) String() string {
 		fmt.Fprintf(&b, " rows=%d", s.N)
 	}
 	switch s.Kind {
-	case FaultKill, FaultTerm, FaultAMQPCut, FaultAMQPPause, FaultPGCut, FaultPGPause:
+	case FaultKill, FaultTerm, CmdResetLive: // a cut or a pause hits every router: the proxies are shared
 		fmt.Fprintf(&b, " router=%d", s.Router)
 	}
 	if s.Dur > 0 {

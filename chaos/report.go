@@ -77,8 +77,13 @@ func Applied(h *History) string {
 	events := append([]Event(nil), h.Events...)
 	sort.SliceStable(events, func(i, j int) bool { return events[i].From.Before(events[j].From) })
 	for _, e := range events {
-		fmt.Fprintf(&b, "  +%6.2fs..+%6.2fs %s router=%d %s\n", e.From.Sub(h.Start).Seconds(), e.To.Sub(h.Start).Seconds(),
-			e.Kind, e.Router, trim(e.Note, 300))
+		who := ""
+		switch e.Kind {
+		case FaultKill, FaultTerm, CmdResetLive, KindRouterExit:
+			who = fmt.Sprintf(" router=%d", e.Router)
+		}
+		fmt.Fprintf(&b, "  +%6.2fs..+%6.2fs %s%s %s\n", e.From.Sub(h.Start).Seconds(), e.To.Sub(h.Start).Seconds(),
+			e.Kind, who, trim(e.Note, 300))
 	}
 	return b.String()
 }
