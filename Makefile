@@ -70,14 +70,15 @@ clean:
 test-cluster: services
 	$(GO) test $(TESTFLAGS) -tags cluster -run '^TestCluster' -v ./cmd/cdc-router/
 
-# The randomized invariant harness (chaos/, docs/testing.md): SEEDS seeds from a base taken from the clock
-# (printed), or SEED=s to replay one; KNOWN_BROKEN=kind,... (or all) also generates the fault kinds known
+# The randomized invariant harness (chaos/, docs/testing.md): SEEDS seeds from BASE (default: taken from
+# the clock, printed), or SEED=s to replay one; KNOWN_BROKEN=kind,... (or all) also generates the fault kinds known
 # to find open bugs; DURATION per seed (default 20s). Each seed takes about 30 to 45 s. The normal suite
 # (make test) runs the fixed CI seeds of chaos/chaos_test.go.
 SEEDS        ?= 10
 SEED         ?=
+BASE         ?=
 KNOWN_BROKEN ?=
 DURATION     ?= 20s
 chaos: services
 	$(GO) test -count=1 -v -timeout 0 -run '^TestChaos$$' ./chaos/ -args -chaos.seeds=$(SEEDS) -chaos.duration=$(DURATION) \
-		$(if $(SEED),-chaos.seed=$(SEED)) $(if $(KNOWN_BROKEN),-chaos.known-broken=$(KNOWN_BROKEN))
+		$(if $(SEED),-chaos.seed=$(SEED)) $(if $(BASE),-chaos.base=$(BASE)) $(if $(KNOWN_BROKEN),-chaos.known-broken=$(KNOWN_BROKEN))
