@@ -66,7 +66,7 @@ func (w *world) apply(f Step) string {
 		w.mqProxy.Resume()
 	case FaultPGCut:
 		w.pgProxy.Cut()
-	case FaultPGPause:
+	case FaultPGPause, FaultPGHole:
 		w.pgProxy.Pause()
 		time.Sleep(f.Dur)
 		w.pgProxy.Resume()

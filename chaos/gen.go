@@ -60,6 +60,7 @@ const (
 	CmdResetLive   Kind = "reset-refused"   // cdc-router reset (no --force) while the routers run: must refuse
 	CmdResetIdle   Kind = "reset-stopped"   // stop router 0, write for Dur, reset without --force, start it again
 	FaultPubGap    Kind = "publication-gap" // drop the table from the publication and add it back within Dur
+	FaultPGHole    Kind = "pg-blackhole"    // forward nothing to or from PostgreSQL for Dur (30 s), past wal_sender_timeout
 )
 
 // knownBroken are the kinds that find an open finding of issue 19 on today's main. They are generated only
@@ -218,7 +219,7 @@ func genOps(r *rand.Rand, w int, d time.Duration, o Options) []Step {
 func genFaults(r *rand.Rand, s Setup, o Options) []Step {
 	kinds := []Kind{FaultKill, FaultTerm, FaultAMQPCut, FaultAMQPPause, FaultPGCut, FaultPGPause, FaultPGFast,
 		FaultPGCrash, CmdBackfill, CmdResetLive}
-	for _, k := range []Kind{CmdResetIdle, FaultPubGap} {
+	for _, k := range []Kind{CmdResetIdle, FaultPubGap, FaultPGHole} {
 		if o.allowed(k) {
 			kinds = append(kinds, k)
 		}
@@ -234,6 +235,8 @@ func genFaults(r *rand.Rand, s Setup, o Options) []Step {
 			f.Dur = time.Duration(500+r.IntN(5000)) * time.Millisecond
 		case CmdResetIdle:
 			f.Dur = time.Duration(500+r.IntN(2000)) * time.Millisecond
+		case FaultPGHole:
+			f.Dur = 30 * time.Second
 		case FaultPubGap:
 			f.Dur = time.Duration(100+r.IntN(900)) * time.Millisecond
 			if s.Shards > 0 {
