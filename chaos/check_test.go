@@ -201,6 +201,11 @@ func TestKnownBrokenKindsOnlyWhenAsked(t *testing.T) {
 			seen["snapshot-resume-deleted"] = true
 		}
 	}
+	for _, k := range []Kind{FaultPubGap, CmdResetIdle, OpHuge, FaultPGHole} {
+		if _, ok := knownBroken[k]; !ok {
+			t.Errorf("%s is not in knownBroken", k)
+		}
+	}
 	for k := range knownBroken {
 		if seen[k] {
 			t.Errorf("%s generated without -chaos.known-broken", k)
@@ -216,7 +221,7 @@ func TestKnownBrokenKindsOnlyWhenAsked(t *testing.T) {
 			all[op.Kind] = true
 		}
 	}
-	for _, k := range []Kind{FaultPubGap, CmdResetIdle, OpHuge} {
+	for _, k := range []Kind{FaultPubGap, CmdResetIdle, OpHuge, FaultPGHole} {
 		if !all[k] {
 			t.Errorf("%s never generated with -chaos.known-broken=all", k)
 		}
