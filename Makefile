@@ -6,7 +6,7 @@ PKGS      := ./...
 # package's publishers, and the machine has two cores.
 TESTFLAGS ?= -race -p 1 -count=1 -timeout 25m
 
-.PHONY: build test test-short test-cluster bench-shards lint fuzz bench bench-e2e demo services clean test-matrix test-versions
+.PHONY: chaos build test test-short test-cluster bench-shards lint fuzz bench bench-e2e demo services clean test-matrix test-versions
 
 build:
 	$(GO) build -o bin/cdc-router ./cmd/cdc-router
@@ -69,3 +69,16 @@ clean:
 # Run before each release; not part of `make test` (see docs/scaling.md).
 test-cluster: services
 	$(GO) test $(TESTFLAGS) -tags cluster -run '^TestCluster' -v ./cmd/cdc-router/
+
+# The randomized invariant harness (chaos/, docs/testing.md): SEEDS seeds from BASE (default: taken from
+# the clock, printed), or SEED=s to replay one; KNOWN_BROKEN=kind,... (or all) also generates the fault kinds known
+# to find open bugs; DURATION per seed (default 20s). Each seed takes about 30 to 45 s. The normal suite
+# (make test) runs the fixed CI seeds of chaos/chaos_test.go.
+SEEDS        ?= 10
+SEED         ?=
+BASE         ?=
+KNOWN_BROKEN ?=
+DURATION     ?= 20s
+chaos: services
+	$(GO) test -count=1 -v -timeout 0 -run '^TestChaos$$' ./chaos/ -args -chaos.seeds=$(SEEDS) -chaos.duration=$(DURATION) \
+		$(if $(SEED),-chaos.seed=$(SEED)) $(if $(BASE),-chaos.base=$(BASE)) $(if $(KNOWN_BROKEN),-chaos.known-broken=$(KNOWN_BROKEN))

@@ -1,0 +1,158 @@
+package chaos
+
+import (
+	"encoding/json"
+	"flag"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/cdc-router/cdc-router/internal/testenv"
+)
+
+var (
+	seedFlag   = flag.Int64("chaos.seed", 0, "replay this one seed")
+	seedsFlag  = flag.Int("chaos.seeds", 0, "run this many seeds, from a base printed at the start (0: the CI seeds)")
+	baseFlag   = flag.Int64("chaos.base", 0, "with -chaos.seeds: the first seed (0: from the clock)")
+	brokenFlag = flag.String("chaos.known-broken", "", "comma-separated kinds of knownBroken to generate anyway, or all")
+	durFlag    = flag.Duration("chaos.duration", 20*time.Second, "how long each seed writes and injects faults")
+)
+
+// ciSeeds are the seeds the normal suite runs (make test, CI): a handful that pass on main and together
+// cover shards, two tables, both queue types, the initial snapshot, and every fault kind not known broken.
+var ciSeeds = []int64{2, 5, 6, 17}
+
+var pg *testenv.Postgres
+
+func TestMain(m *testing.M) { testenv.Main(m, &pg) }
+
+var build struct {
+	once sync.Once
+	path string
+	err  error
+}
+
+// routerBinary builds cdc-router once for the whole test binary.
+func routerBinary(t testing.TB) string {
+	build.once.Do(func() {
+		dir, err := os.MkdirTemp("", "cdc-router-chaos-")
+		if err != nil {
+			build.err = err
+			return
+		}
+		build.path = filepath.Join(dir, "cdc-router")
+		out, err := exec.Command("go", "build", "-o", build.path, "../cmd/cdc-router").CombinedOutput()
+		if err != nil {
+			build.err = fmt.Errorf("go build: %v: %s", err, out)
+		}
+	})
+	if build.err != nil {
+		t.Fatal(build.err)
+	}
+	return build.path
+}
+
+func options() Options {
+	o := Options{Duration: *durFlag, KnownBroken: map[Kind]bool{}}
+	for _, k := range strings.Split(*brokenFlag, ",") {
+		if k = strings.TrimSpace(k); k != "" {
+			o.KnownBroken[Kind(k)] = true
+		}
+	}
+	return o
+}
+
+func seeds(t *testing.T) []int64 {
+	switch {
+	case *seedFlag != 0:
+		return []int64{*seedFlag}
+	case *seedsFlag > 0:
+		base := *baseFlag
+		if base == 0 {
+			base = time.Now().UnixNano()%1_000_000 + 1000
+		}
+		t.Logf("seeds %d .. %d", base, base+int64(*seedsFlag)-1)
+		s := make([]int64, *seedsFlag)
+		for i := range s {
+			s[i] = base + int64(i)
+		}
+		return s
+	}
+	return ciSeeds
+}
+
+// TestChaos runs each seed's plan and judges its history by the invariants (check.go). A failing seed
+// prints its setup, its shortened history and the command that replays it.
+func TestChaos(t *testing.T) {
+	bin := routerBinary(t)
+	o := options()
+	total := map[string]int{}
+	began := time.Now()
+	var failed []int64
+	for _, seed := range seeds(t) {
+		plan := Generate(seed, o)
+		ok := t.Run(fmt.Sprintf("seed=%d", seed), func(t *testing.T) {
+			t.Logf("%s", plan.Describe())
+			t0 := time.Now()
+			h := Run(t, pg, bin, plan)
+			vs := Check(h, Limits{Stall: 20 * time.Second, RouterExits: 3, PayloadToken: fmt.Sprintf("chaos-payload-%d", seed)})
+			cov := Coverage(h)
+			for k, n := range cov {
+				total[k] += n
+			}
+			t.Logf("seed %d: %d rows, %d deliveries, %d quarantined, %v; coverage: %s\n%s", seed, len(h.Rows), len(h.Deliv),
+				len(h.Quar), time.Since(t0).Round(time.Second), counts(cov), Applied(h))
+			if len(vs) > 0 {
+				var b strings.Builder
+				for _, v := range vs {
+					fmt.Fprintf(&b, "  %s\n", v)
+				}
+				t.Errorf("seed %d broke %d invariants:\n%s\n%s\n%s\nthe whole history: %s\nreplay: make chaos SEED=%d%s", seed, len(vs),
+					b.String(), plan.Describe(), Shorten(h, vs), dump(h), seed, replayFlags())
+			}
+		})
+		if !ok {
+			failed = append(failed, seed)
+		}
+	}
+	keys := make([]string, 0, len(total))
+	for k := range total {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	var b strings.Builder
+	for _, k := range keys {
+		fmt.Fprintf(&b, "  %-36s %d\n", k, total[k])
+	}
+	t.Logf("%d seeds in %v, failed: %v; coverage over all seeds:\n%s", len(seeds(t)), time.Since(began).Round(time.Second), failed, b.String())
+}
+
+// dump writes the whole history as JSON to a file in the temporary directory and returns its path.
+func dump(h *History) string {
+	f, err := os.CreateTemp("", fmt.Sprintf("chaos-seed-%d-*.json", h.Setup.Seed))
+	if err != nil {
+		return err.Error()
+	}
+	defer f.Close()
+	if err := json.NewEncoder(f).Encode(h); err != nil {
+		return err.Error()
+	}
+	return f.Name()
+}
+
+func replayFlags() string {
+	s := ""
+	if *brokenFlag != "" {
+		s += " KNOWN_BROKEN=" + *brokenFlag
+	}
+	if *durFlag != 20*time.Second {
+		s += " DURATION=" + durFlag.String()
+	}
+	return s
+}

@@ -1,0 +1,177 @@
+package chaos
+
+import (
+	"fmt"
+	"sort"
+	"strings"
+	"time"
+)
+
+// Violation is one invariant that did not hold, with what a reader needs to see why.
+type Violation struct {
+	Invariant string
+	Detail    string
+	Aggregate string    // the aggregate concerned, if one is; the report prints its deliveries
+	At        time.Time // when it happened, if it is a moment
+}
+
+func (v Violation) String() string { return v.Invariant + ": " + v.Detail }
+
+// Limits are the checker's bounds.
+type Limits struct {
+	Stall        time.Duration // longest period without progress while rows are pending
+	RouterExits  int           // exits on their own allowed per router
+	PayloadToken string        // a string every payload carries and no log line may
+}
+
+// invariant is one rule over the whole history.
+type invariant struct {
+	name  string
+	check func(h *History, l Limits) []Violation
+}
+
+// invariants are the rules every run is judged by, stated once.
+var invariants = []invariant{
+	{"published-or-quarantined", checkComplete},
+	{"order-per-aggregate", checkOrder},
+	{"no-silent-stall", checkStall},
+	{"duplicates-explained-and-bounded", checkDuplicates},
+	{"no-restart-loop", checkExits},
+	{"reset-without-force-refused", checkReset},
+	{"logs-carry-no-payload", checkLogs},
+}
+
+// Check judges h by every invariant.
+func Check(h *History, l Limits) []Violation {
+	var vs []Violation
+	for _, inv := range invariants {
+		for _, v := range inv.check(h, l) {
+			v.Invariant = inv.name
+			vs = append(vs, v)
+		}
+	}
+	return vs
+}
+
+// firstDeliveries maps each message id to its first delivery's index in h.Deliv.
+func firstDeliveries(h *History) map[string]int {
+	first := map[string]int{}
+	for i, d := range h.Deliv {
+		if _, ok := first[d.MessageID]; !ok {
+			first[d.MessageID] = i
+		}
+	}
+	return first
+}
+
+func checkComplete(h *History, _ Limits) []Violation {
+	var vs []Violation
+	first := firstDeliveries(h)
+	quar := map[string]string{}
+	for _, q := range h.Quar {
+		quar[q.EventID] = q.Reason
+	}
+	written := map[string]bool{}
+	for _, r := range h.Rows {
+		written[r.ID] = true
+		_, delivered := first[r.ID]
+		reason, quarantined := quar[r.ID]
+		switch {
+		case r.Poison && delivered:
+			vs = append(vs, Violation{Detail: fmt.Sprintf("row %s (%s v%d), which the router must refuse, was published", r.ID, r.Aggregate, r.Version), Aggregate: r.Aggregate})
+		case r.Poison && quarantined && strings.TrimSpace(reason) == "":
+			vs = append(vs, Violation{Detail: fmt.Sprintf("row %s was quarantined without a reason", r.ID)})
+		case r.Poison && quarantined:
+		case !r.Poison && quarantined && !delivered:
+			vs = append(vs, Violation{Detail: fmt.Sprintf("valid row %s (%s v%d) was quarantined: %s", r.ID, r.Aggregate, r.Version, reason), Aggregate: r.Aggregate})
+		case delivered:
+		case r.Deleted && slotless(h, r.Committed):
+			// Deleted in its own transaction while no slot existed: nothing could ever have read it.
+		default:
+			vs = append(vs, missing(h, r))
+		}
+	}
+	for id, i := range first {
+		if !written[id] {
+			vs = append(vs, Violation{Detail: fmt.Sprintf("message %s was delivered but no such row committed", id), At: h.Deliv[i].At})
+		}
+	}
+	sort.Slice(vs, func(i, j int) bool { return vs[i].Detail < vs[j].Detail })
+	return compress(vs, 10)
+}
+
+// missing classifies a committed row nobody received: lost when every slot acknowledged past its commit,
+// stuck (held, or a stall) otherwise.
+func missing(h *History, r Row) Violation {
+	past := len(h.Acked) > 0 && r.LSNAfter > 0
+	for _, lsn := range h.Acked {
+		if lsn <= r.LSNAfter {
+			past = false
+		}
+	}
+	what := "never published nor quarantined, and not acknowledged (stuck)"
+	if past {
+		what = "LOST: never published nor quarantined, yet every slot acknowledged past its commit"
+	}
+	return Violation{Detail: fmt.Sprintf("row %s (%s v%d, %s, committed at +%.2fs, LSN <= %s): %s", r.ID, r.Aggregate,
+		r.Version, r.Op, r.Committed.Sub(h.Start).Seconds(), r.LSNAfter, what), Aggregate: r.Aggregate, At: r.Committed}
+}
+
+// slotless reports whether t falls where some router had no slot: before every router first streamed, or
+// between a reset that succeeded and router 0's next start of streaming.
+func slotless(h *History, t time.Time) bool {
+	for i := range h.Setup.Routers() {
+		if !streamedBefore(h, i, t) {
+			return true
+		}
+	}
+	for _, e := range h.Events {
+		if e.Kind == CmdResetIdle && strings.Contains(e.Note, "exit 0") && !t.Before(e.From) && !streamedBetween(h, 0, e.To, t) {
+			return true
+		}
+	}
+	return false
+}
+
+// compress keeps the first n violations and counts the rest in one more.
+func compress(vs []Violation, n int) []Violation {
+	if len(vs) <= n {
+		return vs
+	}
+	rest := len(vs) - n
+	return append(vs[:n:n], Violation{Detail: fmt.Sprintf("... and %d more like these", rest)})
+}
+
+// backfillFrom is when the first backfill command started (zero: none ran).
+func backfillFrom(h *History) time.Time {
+	for _, e := range h.Events {
+		if e.Kind == CmdBackfill {
+			return e.From
+		}
+	}
+	return time.Time{}
+}
+
+func checkOrder(h *History, _ Limits) []Violation {
+	var vs []Violation
+	bf := backfillFrom(h)
+	seen := map[string]bool{}
+	last := map[string]int64{}
+	bad := map[string]bool{}
+	for _, d := range h.Deliv {
+		if d.Backfill && !bf.IsZero() && !d.At.Before(bf) {
+			continue // a backfill's copies go out beside the stream, in no order to it
+		}
+		if seen[d.MessageID] {
+			continue
+		}
+		seen[d.MessageID] = true
+		if v, ok := last[d.Aggregate]; ok && d.Version < v && !bad[d.Aggregate] {
+			bad[d.Aggregate] = true
+			vs = append(vs, Violation{Detail: fmt.Sprintf("aggregate %s: version %d first delivered at +%.2fs after version %d",
+				d.Aggregate, d.Version, d.At.Sub(h.Start).Seconds(), v), Aggregate: d.Aggregate, At: d.At})
+		}
+		last[d.Aggregate] = max(last[d.Aggregate], d.Version)
+	}
+	return compress(vs, 5)
+}

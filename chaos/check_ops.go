@@ -1,0 +1,54 @@
+package chaos
+
+import (
+	"fmt"
+	"strings"
+)
+
+func checkExits(h *History, l Limits) []Violation {
+	n := map[int]int{}
+	var vs []Violation
+	for _, e := range h.Events {
+		if e.Kind != KindRouterExit {
+			continue
+		}
+		n[e.Router]++
+		if n[e.Router] == l.RouterExits+1 {
+			vs = append(vs, Violation{Detail: fmt.Sprintf("router %d exited on its own %d times (a restart loop); the last: %s", e.Router, n[e.Router], e.Note), At: e.From})
+		}
+	}
+	return vs
+}
+
+// checkReset: a reset without --force run while its router was ready (streaming) must refuse; the runner
+// records the outcome as "exit <code>: <last line>".
+func checkReset(h *History, _ Limits) []Violation {
+	var vs []Violation
+	for _, e := range h.Events {
+		if e.Kind == CmdResetLive && strings.HasPrefix(e.Note, "exit 0") {
+			vs = append(vs, Violation{Detail: fmt.Sprintf("reset without --force at +%.2fs succeeded while router %d was ready: %s",
+				e.From.Sub(h.Start).Seconds(), e.Router, e.Note), At: e.From})
+		}
+	}
+	return vs
+}
+
+func checkLogs(h *History, l Limits) []Violation {
+	var vs []Violation
+	for _, ln := range h.Logs {
+		if l.PayloadToken != "" && strings.Contains(ln.Text, l.PayloadToken) {
+			vs = append(vs, Violation{Detail: "a log line carries a payload: " + trim(ln.Text, 200), At: ln.At})
+		}
+		if strings.Contains(ln.Text, "WARNING: DATA RACE") {
+			vs = append(vs, Violation{Detail: "a router reported a data race", At: ln.At})
+		}
+	}
+	return compress(vs, 3)
+}
+
+func trim(s string, n int) string {
+	if len(s) > n {
+		return s[:n] + "…"
+	}
+	return s
+}

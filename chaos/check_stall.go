@@ -1,0 +1,98 @@
+package chaos
+
+import (
+	"fmt"
+	"sort"
+	"strings"
+	"time"
+)
+
+// checkStall finds each period longer than l.Stall in which a committed row was pending and no row was
+// delivered for the first time. It is excused when every /readyz sample of the period said 503 (or did not
+// answer) and a router logged a WARN or ERROR line in it: the router said it is stuck, and why.
+func checkStall(h *History, l Limits) []Violation {
+	first := firstDeliveries(h)
+	quar := map[string]bool{}
+	for _, q := range h.Quar {
+		quar[q.EventID] = true
+	}
+	type pend struct{ committed, delivered time.Time }
+	var ps []pend
+	for _, r := range h.Rows {
+		if quar[r.ID] || r.Deleted && slotless(h, r.Committed) {
+			continue
+		}
+		p := pend{committed: r.Committed, delivered: h.End}
+		if i, ok := first[r.ID]; ok {
+			p.delivered = h.Deliv[i].At
+		}
+		ps = append(ps, p)
+	}
+	sort.Slice(ps, func(i, j int) bool { return ps[i].delivered.Before(ps[j].delivered) })
+	// minCommit[i]: the earliest commit among the rows delivered at or after ps[i].
+	minCommit := make([]time.Time, len(ps))
+	for i := len(ps) - 1; i >= 0; i-- {
+		minCommit[i] = ps[i].committed
+		if i+1 < len(ps) && minCommit[i+1].Before(minCommit[i]) {
+			minCommit[i] = minCommit[i+1]
+		}
+	}
+	var vs []Violation
+	prev := h.Start
+	for i := 0; i < len(ps); i++ {
+		b := ps[i].delivered
+		from := prev
+		if minCommit[i].After(from) {
+			from = minCommit[i]
+		}
+		if b.Sub(from) > l.Stall && !excused(h, from, b) {
+			vs = append(vs, Violation{Detail: fmt.Sprintf("no progress for %.1fs (+%.2fs .. +%.2fs) with rows pending, while /readyz said %s",
+				b.Sub(from).Seconds(), from.Sub(h.Start).Seconds(), b.Sub(h.Start).Seconds(), readyIn(h, from, b)), At: from})
+		}
+		if b.After(prev) {
+			prev = b
+		}
+	}
+	return compress(vs, 5)
+}
+
+func excused(h *History, from, to time.Time) bool {
+	n := 0
+	for _, s := range h.Ready {
+		if s.At.Before(from) || s.At.After(to) {
+			continue
+		}
+		n++
+		if s.Code == 200 {
+			return false
+		}
+	}
+	if n == 0 {
+		return false
+	}
+	for _, ln := range h.Logs {
+		if ln.Router >= 0 && !ln.At.Before(from) && !ln.At.After(to) && (ln.Level == "WARN" || ln.Level == "ERROR") {
+			return true
+		}
+	}
+	return false
+}
+
+// readyIn summarizes the /readyz answers between from and to, e.g. "200 x12, 503 x3".
+func readyIn(h *History, from, to time.Time) string {
+	n := map[int]int{}
+	for _, s := range h.Ready {
+		if !s.At.Before(from) && !s.At.After(to) {
+			n[s.Code]++
+		}
+	}
+	var parts []string
+	for code, c := range n {
+		parts = append(parts, fmt.Sprintf("%d x%d", code, c))
+	}
+	sort.Strings(parts)
+	if len(parts) == 0 {
+		return "nothing"
+	}
+	return strings.Join(parts, ", ")
+}

@@ -1,0 +1,229 @@
+package chaos
+
+import (
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/cdc-router/cdc-router/internal/cdc"
+)
+
+// The checker is judged on hand-made histories: each invariant holds on a clean one and fails on one
+// broken in its own way.
+
+var t0 = time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
+
+func at(s float64) time.Time { return t0.Add(time.Duration(s * float64(time.Second))) }
+
+// clean is a history of three rows of one aggregate, each delivered once, in order.
+func clean() *History {
+	h := &History{Setup: Setup{Lanes: 1, Window: 8}, Start: t0, End: at(10), WindowRows: 8, MaxTxnRows: 1,
+		Acked: map[string]cdc.LSN{"s": 100}}
+	for i, id := range []string{"a", "b", "c"} {
+		h.Rows = append(h.Rows, Row{ID: id, Aggregate: "order/1", Version: int64(i + 1), Committed: at(float64(i)), LSNAfter: cdc.LSN(10 * (i + 1))})
+		h.Deliv = append(h.Deliv, Delivery{At: at(float64(i) + 0.1), MessageID: id, Aggregate: "order/1", Version: int64(i + 1)})
+	}
+	return h
+}
+
+var limits = Limits{Stall: 5 * time.Second, RouterExits: 3, PayloadToken: "secret-token"}
+
+func broken(t *testing.T, h *History, invariant, detail string) {
+	t.Helper()
+	vs := Check(h, limits)
+	for _, v := range vs {
+		if v.Invariant == invariant && strings.Contains(v.Detail, detail) {
+			return
+		}
+	}
+	t.Errorf("want a violation of %s with %q, got %v", invariant, detail, vs)
+}
+
+func TestCleanHistoryHolds(t *testing.T) {
+	if vs := Check(clean(), limits); len(vs) != 0 {
+		t.Fatalf("violations on a clean history: %v", vs)
+	}
+}
+
+func TestMissingRowIsLostWhenAcknowledgedPast(t *testing.T) {
+	h := clean()
+	h.Deliv = h.Deliv[:2]
+	broken(t, h, "published-or-quarantined", "LOST")
+	h.Acked = map[string]cdc.LSN{"s": 25, "s2": 100} // one slot is behind the row
+	broken(t, h, "published-or-quarantined", "not acknowledged (stuck)")
+}
+
+func TestDeletedRowMustBePublishedOnceASlotExists(t *testing.T) {
+	h := clean()
+	h.Rows[2].Deleted = true
+	h.Deliv = h.Deliv[:2]
+	h.Logs = []LogLine{{At: at(0.5), Router: 0, Text: "level=INFO msg=streaming slot=s"}}
+	broken(t, h, "published-or-quarantined", "LOST")
+	// Committed before the slot existed, or after a reset dropped it and before the next one: not required.
+	h.Logs[0].At = at(2.5)
+	if vs := Check(h, limits); len(vs) != 0 {
+		t.Fatalf("a row deleted before any slot: %v", vs)
+	}
+	h.Logs = append(h.Logs[:1], LogLine{At: at(3), Router: 0, Text: "level=INFO msg=streaming slot=s"})
+	h.Logs[0].At = at(0.5)
+	h.Events = []Event{{From: at(1.5), To: at(1.8), Kind: CmdResetIdle, Note: "exit 0: reset: slot s dropped"}}
+	if vs := Check(h, limits); len(vs) != 0 {
+		t.Fatalf("a row deleted while reset had dropped the slot: %v", vs)
+	}
+}
+
+func TestQuarantineNeedsAReasonAndAPoisonRow(t *testing.T) {
+	h := clean()
+	h.Rows[2].Poison = true
+	h.Deliv = h.Deliv[:2]
+	h.Quar = []Quarantined{{EventID: "c", Reason: "headers is not a JSON object"}}
+	if vs := Check(h, limits); len(vs) != 0 {
+		t.Fatalf("a poison row quarantined with a reason: %v", vs)
+	}
+	h.Quar[0].Reason = ""
+	broken(t, h, "published-or-quarantined", "without a reason")
+	h = clean()
+	h.Deliv = h.Deliv[:2]
+	h.Quar = []Quarantined{{EventID: "c", Reason: "broker said no"}}
+	broken(t, h, "published-or-quarantined", "valid row c")
+	h = clean()
+	h.Rows[0].Poison = true
+	broken(t, h, "published-or-quarantined", "must refuse, was published")
+}
+
+func TestPhantomDeliveryIsReported(t *testing.T) {
+	h := clean()
+	h.Deliv = append(h.Deliv, Delivery{At: at(5), MessageID: "z", Aggregate: "order/9", Version: 1})
+	broken(t, h, "published-or-quarantined", "no such row committed")
+}
+
+func TestFirstDeliveriesOutOfOrder(t *testing.T) {
+	h := clean()
+	h.Deliv[1], h.Deliv[2] = h.Deliv[2], h.Deliv[1]
+	broken(t, h, "order-per-aggregate", "version 2 first delivered")
+	// A redelivery of an old version, and a backfill's copy, break no order.
+	h = clean()
+	h.Events = []Event{{From: at(3), To: at(3), Kind: FaultKill}, {From: at(4), To: at(5), Kind: CmdBackfill}}
+	h.Deliv = append(h.Deliv, Delivery{At: at(3.5), MessageID: "a", Aggregate: "order/1", Version: 1},
+		Delivery{At: at(4.5), MessageID: "b", Aggregate: "order/1", Version: 2, Backfill: true})
+	if vs := Check(h, limits); len(vs) != 0 {
+		t.Fatalf("violations: %v", vs)
+	}
+}
+
+func TestStallWithoutReason(t *testing.T) {
+	h := clean()
+	h.Deliv[2].At = at(9) // row c committed at 2, delivered at 9: 7 s with a row pending
+	h.Ready = []Sample{{At: at(4), Code: 200}, {At: at(6), Code: 200}}
+	broken(t, h, "no-silent-stall", "no progress for 7.0s")
+	// Excused when /readyz said 503 throughout and a router logged why.
+	h.Ready = []Sample{{At: at(4), Code: 503}, {At: at(6), Code: 503}}
+	h.Logs = []LogLine{{At: at(5), Router: 0, Level: "ERROR", Text: "level=ERROR msg=\"publication lost\""}}
+	if vs := Check(h, limits); len(vs) != 0 {
+		t.Fatalf("an explained stall: %v", vs)
+	}
+	// A quiet period with nothing pending is no stall.
+	h = clean()
+	h.End = at(60)
+	if vs := Check(h, limits); len(vs) != 0 {
+		t.Fatalf("idle: %v", vs)
+	}
+}
+
+func TestDuplicatesNeedACauseAndABound(t *testing.T) {
+	h := clean()
+	h.Deliv = append(h.Deliv, Delivery{At: at(4), MessageID: "a", Aggregate: "order/1", Version: 1})
+	broken(t, h, "duplicates-explained-and-bounded", "no fault or backfill before it")
+	h.Events = []Event{{From: at(3), To: at(3), Kind: FaultTerm}} // a graceful stop replays nothing
+	broken(t, h, "duplicates-explained-and-bounded", "no fault or backfill before it")
+	// Events are recorded when they end: a backfill that began first is listed last.
+	h.Events = []Event{{From: at(5), To: at(6), Kind: FaultAMQPPause}, {From: at(3), To: at(9), Kind: CmdBackfill}}
+	if vs := Check(h, limits); len(vs) != 0 {
+		t.Fatalf("a duplicate during a backfill: %v", vs)
+	}
+	h.Events = []Event{{From: at(3), To: at(3), Kind: FaultAMQPCut}}
+	if vs := Check(h, limits); len(vs) != 0 {
+		t.Fatalf("a duplicate after a cut: %v", vs)
+	}
+	for range 300 {
+		h.Deliv = append(h.Deliv, Delivery{At: at(4), MessageID: "b", Aggregate: "order/1", Version: 2})
+	}
+	broken(t, h, "duplicates-explained-and-bounded", "more than the")
+}
+
+func TestRestartLoopAndPayloadInLogs(t *testing.T) {
+	h := clean()
+	for i := range 4 {
+		h.Events = append(h.Events, Event{From: at(float64(i)), Kind: KindRouterExit, Note: "exit 1"})
+	}
+	h.Logs = []LogLine{{At: at(1), Router: 0, Text: `level=DEBUG msg=x payload="secret-token"`}}
+	broken(t, h, "no-restart-loop", "exited on its own 4 times")
+	broken(t, h, "logs-carry-no-payload", "carries a payload")
+}
+
+func TestResetWithoutForceMustRefuse(t *testing.T) {
+	h := clean()
+	h.Events = []Event{{From: at(1), To: at(1), Kind: CmdResetLive, Note: "exit 1: a router of slot s is running"}}
+	if vs := Check(h, limits); len(vs) != 0 {
+		t.Fatalf("a refused reset: %v", vs)
+	}
+	h.Events[0].Note = "exit 0: reset: slot s dropped"
+	broken(t, h, "reset-without-force-refused", "succeeded while router 0 was ready")
+}
+
+func TestGenerateIsAFunctionOfTheSeed(t *testing.T) {
+	a, b := Generate(42, Options{}), Generate(42, Options{})
+	if !reflect.DeepEqual(a, b) {
+		t.Fatal("two plans of seed 42 differ")
+	}
+	if reflect.DeepEqual(a, Generate(43, Options{})) {
+		t.Fatal("seeds 42 and 43 gave the same plan")
+	}
+}
+
+func TestKnownBrokenKindsOnlyWhenAsked(t *testing.T) {
+	seen := map[Kind]bool{}
+	for seed := int64(1); seed <= 300; seed++ {
+		p := Generate(seed, Options{})
+		for _, f := range p.Faults {
+			seen[f.Kind] = true
+		}
+		for _, w := range p.Ops {
+			for _, op := range w {
+				seen[op.Kind] = true
+			}
+		}
+		if len(p.Setup.Tables) > 1 && (p.Setup.SnapshotRows > 0 || !p.WaitForStreaming) {
+			seen["multitable-snapshot"] = true
+		}
+		if p.DeleteDuringSnapshot {
+			seen["snapshot-resume-deleted"] = true
+		}
+	}
+	for _, k := range []Kind{FaultPubGap, CmdResetIdle, OpHuge, FaultPGHole} {
+		if _, ok := knownBroken[k]; !ok {
+			t.Errorf("%s is not in knownBroken", k)
+		}
+	}
+	for k := range knownBroken {
+		if seen[k] {
+			t.Errorf("%s generated without -chaos.known-broken", k)
+		}
+	}
+	all := map[Kind]bool{}
+	for seed := int64(1); seed <= 300; seed++ {
+		p := Generate(seed, Options{KnownBroken: map[Kind]bool{"all": true}})
+		for _, f := range p.Faults {
+			all[f.Kind] = true
+		}
+		for _, op := range p.Ops[0] {
+			all[op.Kind] = true
+		}
+	}
+	for _, k := range []Kind{FaultPubGap, CmdResetIdle, OpHuge, FaultPGHole} {
+		if !all[k] {
+			t.Errorf("%s never generated with -chaos.known-broken=all", k)
+		}
+	}
+}

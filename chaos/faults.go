@@ -1,0 +1,137 @@
+package chaos
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// inject applies the faults at their times, one after another (a fault that is late starts at once). A
+// backfill runs beside the next faults; bg is done when every one has finished.
+func (w *world) inject(start time.Time, faults []Step, bg *sync.WaitGroup) {
+	for n, f := range faults {
+		base := start
+		if f.AfterHuge {
+			select {
+			case <-w.hugeCommitted:
+				base = w.hugeAt
+			case <-time.After(time.Until(start.Add(w.plan.Setup.Duration))):
+				w.rec.event(Event{From: time.Now(), To: time.Now(), Kind: f.Kind, Note: "skipped: the huge transaction did not commit"})
+				continue
+			}
+		}
+		if d := time.Until(base.Add(f.At)); d > 0 {
+			time.Sleep(d)
+		}
+		from := time.Now()
+		if f.Kind == CmdBackfill {
+			bg.Add(1)
+			go func() {
+				defer bg.Done()
+				note := w.backfill(n)
+				w.rec.event(Event{From: from, To: time.Now(), Kind: f.Kind, Note: note})
+			}()
+			continue
+		}
+		if f.Kind == CmdResetIdle {
+			w.resetIdle(f.Dur)
+			continue
+		}
+		note := w.apply(f)
+		w.rec.event(Event{From: from, To: time.Now(), Kind: f.Kind, Router: f.Router, Note: note})
+	}
+}
+
+// apply applies one fault or command and returns a note on its outcome.
+func (w *world) apply(f Step) string {
+	switch f.Kind {
+	case FaultKill:
+		_, addr := w.stopRouter(f.Router, syscall.SIGKILL, 10*time.Second)
+		time.Sleep(f.Dur)
+		w.startRouter(f.Router, addr, nil)
+	case FaultTerm:
+		code, addr := w.stopRouter(f.Router, syscall.SIGTERM, 45*time.Second)
+		w.startRouter(f.Router, addr, nil)
+		return fmt.Sprintf("exit %d", code)
+	case FaultAMQPCut:
+		w.mqProxy.Cut()
+	case FaultAMQPPause:
+		w.mqProxy.Pause()
+		time.Sleep(f.Dur)
+		w.mqProxy.Resume()
+	case FaultPGCut:
+		w.pgProxy.Cut()
+	case FaultPGPause, FaultPGHole:
+		w.pgProxy.Pause()
+		time.Sleep(f.Dur)
+		w.pgProxy.Resume()
+	case FaultPGFast, FaultPGCrash:
+		mode := "fast"
+		if f.Kind == FaultPGCrash {
+			mode = "immediate"
+		}
+		w.pg.Stop(mode)
+		time.Sleep(f.Dur)
+		if err := w.pg.Start(); err != nil {
+			w.t.Errorf("PostgreSQL did not start again: %v", err)
+		}
+	case CmdResetLive:
+		if !w.ready(f.Router) {
+			return "skipped: the router is not ready"
+		}
+		out, code := w.cli(time.Minute, "reset", "--slot", w.slot(f.Router))
+		return fmt.Sprintf("exit %d: %s", code, lastLine(out))
+	case FaultPubGap:
+		return w.publicationGap(f.Dur)
+	}
+	return ""
+}
+
+// resetIdle stops router 0 gracefully, lets the writers go on for d (their rows wait in the slot), runs
+// reset without --force, and starts the router again. The stop and the reset are recorded apart.
+func (w *world) resetIdle(d time.Duration) {
+	from := time.Now()
+	code, addr := w.stopRouter(0, syscall.SIGTERM, 45*time.Second)
+	w.rec.event(Event{From: from, To: time.Now(), Kind: FaultTerm, Note: fmt.Sprintf("exit %d (before a reset)", code)})
+	time.Sleep(d)
+	from = time.Now()
+	out, code := w.cli(time.Minute, "reset", "--slot", w.slot(0))
+	w.rec.event(Event{From: from, To: time.Now(), Kind: CmdResetIdle, Note: fmt.Sprintf("exit %d: %s", code, lastLine(out))})
+	w.startRouter(0, addr, nil)
+}
+
+func (w *world) backfill(n int) string {
+	s := w.plan.Setup
+	table := s.Tables[n%len(s.Tables)]
+	out, code := w.cli(3*time.Minute, "backfill", "--where", "true", "--table", table, "--name", fmt.Sprintf("chaos_%d", n),
+		"--unroutable-queue-type", s.UnroutableType)
+	return fmt.Sprintf("%s exit %d: %s", table, code, lastLine(out))
+}
+
+// publicationGap drops public.outbox from the publication and adds it back after d.
+func (w *world) publicationGap(d time.Duration) string {
+	ctx := context.Background()
+	c, err := pgx.Connect(ctx, w.directURL())
+	if err != nil {
+		return err.Error()
+	}
+	defer c.Close(ctx)
+	if _, err := c.Exec(ctx, `ALTER PUBLICATION cdc_router_outbox DROP TABLE public.outbox`); err != nil {
+		return err.Error()
+	}
+	time.Sleep(d)
+	if _, err := c.Exec(ctx, `ALTER PUBLICATION cdc_router_outbox ADD TABLE public.outbox`); err != nil {
+		return err.Error()
+	}
+	return ""
+}
+
+func lastLine(s string) string {
+	lines := strings.Split(strings.TrimSpace(s), "\n")
+	return trim(lines[len(lines)-1], 300)
+}

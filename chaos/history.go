@@ -1,0 +1,83 @@
+package chaos
+
+import (
+	"time"
+
+	"github.com/cdc-router/cdc-router/internal/cdc"
+)
+
+// History is everything one run recorded, the only input of the checker.
+type History struct {
+	Setup  Setup
+	Start  time.Time // the schedule's time zero
+	End    time.Time // when recording stopped
+	Rows   []Row     // every row that committed: the tables' final content and the rows deleted in a transaction that committed
+	Deliv  []Delivery
+	Quar   []Quarantined
+	Events []Event // faults and operator commands as applied, and routers' own exits
+	Ready  []Sample
+	Logs   []LogLine
+	// Acked is each slot's confirmed_flush_lsn at the end.
+	Acked map[string]cdc.LSN
+	// Bounds of the duplicates one fault may cause: the in-flight window (lanes × window) plus the largest
+	// transaction.
+	WindowRows, MaxTxnRows int
+}
+
+// Row is one committed outbox row.
+type Row struct {
+	ID        string
+	Table     string
+	Aggregate string // aggregate_type/aggregate_id
+	Version   int64
+	Poison    bool      // written so that the router must quarantine it
+	Deleted   bool      // deleted by its own transaction: only the slot ever had it
+	Committed time.Time // when the writer saw its commit (the attempt, when the commit's outcome was unknown)
+	LSNAfter  cdc.LSN   // pg_current_wal_lsn() read after the commit: at or past the commit's end
+	Txn       int       // the writer's transaction number, for the shortened history
+	Op        Kind      // the operation that wrote it
+	Unknown   bool      // the commit's outcome was unknown to the writer (found in the table afterwards)
+}
+
+// Delivery is one message the consumer received.
+type Delivery struct {
+	At          time.Time
+	MessageID   string
+	Aggregate   string
+	Version     int64
+	Backfill    bool // header x-backfill: a snapshot or backfill copy
+	Redelivered bool
+}
+
+// Quarantined is one row of the quarantine table.
+type Quarantined struct {
+	EventID string
+	Reason  string
+}
+
+// Event is a fault or operator command the runner applied (From..To), or something a router did on its
+// own (Kind "router-exit").
+type Event struct {
+	From, To time.Time
+	Kind     Kind
+	Router   int
+	Note     string // the outcome: exit code, the command's output's last line
+}
+
+// KindRouterExit marks a router process that exited without being told to.
+const KindRouterExit Kind = "router-exit"
+
+// Sample is one /readyz answer of one router (Code 0: no answer).
+type Sample struct {
+	At     time.Time
+	Router int
+	Code   int
+}
+
+// LogLine is one line a router process (or a command) wrote, with the time it carried.
+type LogLine struct {
+	At     time.Time
+	Router int // -1 for commands
+	Level  string
+	Text   string
+}

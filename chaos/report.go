@@ -1,0 +1,139 @@
+package chaos
+
+import (
+	"fmt"
+	"sort"
+	"strings"
+	"time"
+)
+
+// Describe is the plan as a run prints it at its start: the setup, the operations per kind, the faults.
+func (p Plan) Describe() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "setup: %s\n", p.Setup)
+	ops := map[Kind]int{}
+	rows := 0
+	for _, w := range p.Ops {
+		for _, op := range w {
+			ops[op.Kind]++
+			rows += max(op.N, 1)
+		}
+	}
+	fmt.Fprintf(&b, "operations: %s (about %d rows)\nfaults:\n", counts(ops), rows)
+	for _, f := range p.Faults {
+		fmt.Fprintf(&b, "  %s\n", f)
+	}
+	return b.String()
+}
+
+func counts[K ~string](m map[K]int) string {
+	var parts []string
+	for k, n := range m {
+		parts = append(parts, fmt.Sprintf("%s=%d", k, n))
+	}
+	sort.Strings(parts)
+	return strings.Join(parts, " ")
+}
+
+// Coverage is what a run exercised: features of its setup, operations that committed, faults and
+// commands applied, and what the routers did on their own.
+func Coverage(h *History) map[string]int {
+	s := h.Setup
+	c := map[string]int{
+		fmt.Sprintf("feature:tables=%d", len(s.Tables)): 1,
+		"feature:queue=" + s.QueueType:                  1,
+		"feature:unroutable=" + s.UnroutableType:        1,
+	}
+	if s.Shards > 0 {
+		c[fmt.Sprintf("feature:shards=%d", s.Shards)] = 1
+	}
+	if s.SnapshotRows > 0 {
+		c["feature:initial-snapshot"] = 1
+	}
+	txns := map[string]bool{}
+	for _, r := range h.Rows {
+		key := fmt.Sprintf("%s/%d/%s", r.Op, r.Txn, r.Aggregate[:strings.IndexByte(r.Aggregate, '-')])
+		if !txns[key] {
+			txns[key] = true
+			c["op:"+string(r.Op)]++
+		}
+	}
+	for _, e := range h.Events {
+		c["fault:"+string(e.Kind)]++
+	}
+	for _, d := range h.Deliv {
+		if d.Backfill {
+			c["seen:backfill-copies"]++
+		}
+	}
+	c["seen:quarantined"] += len(h.Quar)
+	return c
+}
+
+// Applied lists the faults and commands as applied, in the order they began, with their outcomes.
+func Applied(h *History) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "faults and commands:\n")
+	events := append([]Event(nil), h.Events...)
+	sort.SliceStable(events, func(i, j int) bool { return events[i].From.Before(events[j].From) })
+	for _, e := range events {
+		who := ""
+		switch e.Kind {
+		case FaultKill, FaultTerm, CmdResetLive, KindRouterExit:
+			who = fmt.Sprintf(" router=%d", e.Router)
+		}
+		fmt.Fprintf(&b, "  +%6.2fs..+%6.2fs %s%s %s\n", e.From.Sub(h.Start).Seconds(), e.To.Sub(h.Start).Seconds(),
+			e.Kind, who, trim(e.Note, 300))
+	}
+	return b.String()
+}
+
+// Shorten is the part of h a reader of a failure needs: the faults and commands with their outcomes, the
+// rows and deliveries of each aggregate a violation names, and the routers' last warnings.
+func Shorten(h *History, vs []Violation) string {
+	var b strings.Builder
+	b.WriteString(Applied(h))
+	done := map[string]bool{}
+	for _, v := range vs {
+		if v.Aggregate == "" || done[v.Aggregate] {
+			continue
+		}
+		done[v.Aggregate] = true
+		// Around the violation: the rows committed in the 10 s before it, the deliveries from 3 s before
+		// to 1 s after (everything, for a violation without a moment).
+		from, to := h.Start.Add(-time.Hour), h.End
+		if !v.At.IsZero() {
+			from, to = v.At.Add(-3*time.Second), v.At.Add(time.Second)
+		}
+		fmt.Fprintf(&b, "aggregate %s, rows committed from +%.2fs (version id op txn committed):\n", v.Aggregate, from.Add(-7*time.Second).Sub(h.Start).Seconds())
+		n := 0
+		for _, r := range h.Rows {
+			if r.Aggregate == v.Aggregate && r.Committed.After(from.Add(-7*time.Second)) && r.Committed.Before(to) && n < 40 {
+				n++
+				fmt.Fprintf(&b, "  v%d %s %s txn=%d +%.2fs unknown=%v deleted=%v\n", r.Version, r.ID, r.Op, r.Txn,
+					r.Committed.Sub(h.Start).Seconds(), r.Unknown, r.Deleted)
+			}
+		}
+		fmt.Fprintf(&b, "deliveries of %s from +%.2fs to +%.2fs (version at backfill redelivered):\n", v.Aggregate,
+			from.Sub(h.Start).Seconds(), to.Sub(h.Start).Seconds())
+		n = 0
+		for _, d := range h.Deliv {
+			if d.Aggregate == v.Aggregate && !d.At.Before(from) && !d.At.After(to) && n < 60 {
+				n++
+				fmt.Fprintf(&b, "  v%d +%.3fs backfill=%v redelivered=%v\n", d.Version, d.At.Sub(h.Start).Seconds(), d.Backfill, d.Redelivered)
+			}
+		}
+	}
+	var warn []string
+	for _, l := range h.Logs {
+		// A quarantined row is expected (the poison rows); the warnings that matter are the others.
+		if (l.Level == "WARN" || l.Level == "ERROR") && !strings.Contains(l.Text, `msg="row quarantined"`) {
+			warn = append(warn, fmt.Sprintf("  router %d +%.2fs %s", l.Router, l.At.Sub(h.Start).Seconds(), trim(l.Text, 400)))
+		}
+	}
+	if len(warn) > 15 {
+		warn = warn[len(warn)-15:]
+	}
+	fmt.Fprintf(&b, "last warnings and errors of the routers:\n%s\n", strings.Join(warn, "\n"))
+	return b.String()
+}

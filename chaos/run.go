@@ -1,0 +1,234 @@
+package chaos
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/cdc-router/cdc-router/internal/cdc"
+	"github.com/cdc-router/cdc-router/internal/testenv"
+)
+
+// settleTimeout bounds the quiet end of a run: every fault healed and every router running, the
+// harness waits this long at most for every committed row to arrive or be quarantined.
+const settleTimeout = 60 * time.Second
+
+// Run carries out plan against pg (a cluster of the harness's own, which faults stop and start) with the
+// router binary bin, and returns the recorded history.
+func Run(t testing.TB, pg *testenv.Postgres, bin string, plan Plan) *History {
+	t.Helper()
+	w := newWorld(t, pg, bin, plan)
+	if err := w.setUp(); err != nil {
+		t.Fatalf("set up: %v", err)
+	}
+	s := plan.Setup
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	writers := make([]*writer, s.Writers)
+	for i := range writers {
+		writers[i] = newWriter(w, i)
+	}
+	// The initial snapshot's rows, written before any router starts.
+	for left := s.SnapshotRows; left > 0; left -= 100 {
+		writers[0].do(ctx, Step{Kind: OpMulti, N: min(left, 100)})
+	}
+	stopConsumer, err := w.consume()
+	if err != nil {
+		t.Fatalf("consumer: %v", err)
+	}
+	w.routers = make([]*proc, s.Routers())
+	start := time.Now()
+	w.rec.h.Start = start
+	for i := range s.Routers() {
+		w.startRouter(i, freeAddr(), nil)
+	}
+	stopSampler, sampled := make(chan struct{}), make(chan struct{})
+	go func() { defer close(sampled); w.sampleReady(stopSampler) }()
+	if plan.WaitForStreaming {
+		w.waitStreaming()
+		start = time.Now()
+		w.rec.mu.Lock()
+		w.rec.h.Start = start
+		w.rec.mu.Unlock()
+	}
+
+	var wg, bg sync.WaitGroup
+	for i, wr := range writers {
+		wg.Add(1)
+		go func() { defer wg.Done(); wr.run(ctx, start, plan.Ops[i]) }()
+	}
+	w.inject(start, plan.Faults, &bg)
+	if d := time.Until(start.Add(s.Duration)); d > 0 {
+		time.Sleep(d)
+	}
+	cancel()
+	wg.Wait()
+	bg.Wait()
+	w.pgProxy.Resume()
+	w.mqProxy.Resume()
+
+	rows := w.finalRows(writers)
+	w.settle(rows)
+	w.rec.h.Acked = w.acked()
+	w.rec.h.Quar = w.quarantine()
+	w.stopAll()
+	close(stopSampler)
+	<-sampled
+	stopConsumer()
+
+	h := &w.rec.h
+	h.End = time.Now()
+	h.Rows = rows
+	h.WindowRows = s.Lanes * s.Window * s.Routers()
+	for _, ops := range plan.Ops {
+		for _, op := range ops {
+			h.MaxTxnRows = max(h.MaxTxnRows, op.N)
+		}
+	}
+	return h
+}
+
+// allStreamed reports whether every router has logged that it streams (its initial snapshot done).
+func (w *world) allStreamed() bool {
+	w.rec.mu.Lock()
+	defer w.rec.mu.Unlock()
+	for i := range w.plan.Setup.Routers() {
+		if !streamedBefore(&w.rec.h, i, time.Now()) {
+			return false
+		}
+	}
+	return true
+}
+
+// waitStreaming waits until every router has logged that it streams.
+func (w *world) waitStreaming() {
+	deadline := time.Now().Add(2 * time.Minute)
+	for !w.allStreamed() {
+		if time.Now().After(deadline) {
+			w.t.Fatalf("the routers did not stream within 2 minutes")
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// finalRows is the tables' content joined with what the writers recorded: a row is committed when the
+// table has it, whatever its writer saw.
+func (w *world) finalRows(writers []*writer) []Row {
+	byID := map[string]Row{}
+	for _, wr := range writers {
+		for _, r := range wr.rows {
+			byID[r.ID] = r
+		}
+		if wr.conn != nil {
+			wr.conn.Close(context.Background())
+		}
+	}
+	ctx := context.Background()
+	c := w.connect(ctx)
+	defer c.Close(ctx)
+	var rows []Row
+	for _, table := range w.plan.Setup.Tables {
+		rs, err := c.Query(ctx, `SELECT id::text FROM `+table)
+		if err != nil {
+			w.t.Fatalf("read %s: %v", table, err)
+		}
+		for rs.Next() {
+			var id string
+			rs.Scan(&id)
+			r, ok := byID[id]
+			if !ok {
+				w.t.Errorf("%s holds row %s that no writer wrote", table, id)
+				continue
+			}
+			rows = append(rows, r)
+		}
+		rs.Close()
+	}
+	for _, r := range byID { // deleted by its own transaction, which the writer saw commit
+		if r.Deleted && !r.Unknown {
+			rows = append(rows, r)
+		}
+	}
+	return rows
+}
+
+// connect connects to the database directly, retrying while PostgreSQL restarts.
+func (w *world) connect(ctx context.Context) *pgx.Conn {
+	deadline := time.Now().Add(time.Minute)
+	for {
+		c, err := pgx.Connect(ctx, w.directURL())
+		if err == nil {
+			return c
+		}
+		if time.Now().After(deadline) {
+			w.t.Fatalf("connect: %v", err)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+// settle waits until every row is delivered or quarantined, or settleTimeout passes, then a little more
+// so that late duplicates are recorded too.
+func (w *world) settle(rows []Row) {
+	deadline := time.Now().Add(settleTimeout)
+	for time.Now().Before(deadline) {
+		got := w.rec.delivered()
+		quar := map[string]bool{}
+		for _, q := range w.quarantine() {
+			quar[q.EventID] = true
+		}
+		left := 0
+		w.rec.mu.Lock()
+		for _, r := range rows {
+			if !got[r.ID] && !quar[r.ID] && !(r.Deleted && slotless(&w.rec.h, r.Committed)) {
+				left++
+			}
+		}
+		w.rec.mu.Unlock()
+		if left == 0 {
+			break
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+	time.Sleep(2 * time.Second)
+}
+
+func (w *world) quarantine() []Quarantined {
+	ctx := context.Background()
+	c := w.connect(ctx)
+	defer c.Close(ctx)
+	rs, err := c.Query(ctx, `SELECT coalesce(event_id, ''), reason FROM cdc_router.quarantine`)
+	if err != nil {
+		w.t.Fatalf("read the quarantine: %v", err)
+	}
+	defer rs.Close()
+	var qs []Quarantined
+	for rs.Next() {
+		var q Quarantined
+		rs.Scan(&q.EventID, &q.Reason)
+		qs = append(qs, q)
+	}
+	return qs
+}
+
+// acked is each of the world's slots' confirmed_flush_lsn.
+func (w *world) acked() map[string]cdc.LSN {
+	ctx := context.Background()
+	c := w.connect(ctx)
+	defer c.Close(ctx)
+	rs, err := c.Query(ctx, `SELECT slot_name, coalesce(confirmed_flush_lsn::text, '0/0') FROM pg_replication_slots WHERE database = $1`, w.db)
+	if err != nil {
+		w.t.Fatalf("read the slots: %v", err)
+	}
+	defer rs.Close()
+	m := map[string]cdc.LSN{}
+	for rs.Next() {
+		var slot, lsn string
+		rs.Scan(&slot, &lsn)
+		m[slot], _ = cdc.ParseLSN(lsn)
+	}
+	return m
+}

@@ -1,0 +1,157 @@
+package chaos
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/cdc-router/cdc-router/internal/testenv"
+	"github.com/cdc-router/cdc-router/migrations"
+)
+
+// world is one seed's environment: its own database on the harness's cluster, an exchange and a queue on
+// the shared broker named after the database, and a proxy in front of each server for the routers alone
+// (writers and the consumer connect directly, so a fault hits only the router).
+type world struct {
+	t        testing.TB
+	plan     Plan
+	bin      string
+	pg       *testenv.Postgres
+	db       string // database name; also the slot and the base of every broker name
+	amqpURL  string // direct
+	exchange string
+	queue    string
+	pgProxy  *testenv.Proxy
+	mqProxy  *testenv.Proxy
+	rec      *recorder
+	token    string // every payload carries it; no log line may
+
+	hugeCommitted chan struct{} // closed when the huge transaction committed, at hugeAt
+	hugeAt        time.Time
+
+	mu      sync.Mutex
+	routers []*proc
+	closing bool
+}
+
+func newWorld(t testing.TB, pg *testenv.Postgres, bin string, plan Plan) *world {
+	t.Helper()
+	url := pg.NewDatabase(t)
+	w := &world{t: t, plan: plan, bin: bin, pg: pg, amqpURL: testenv.AMQPURL(t), rec: &recorder{},
+		token: fmt.Sprintf("chaos-payload-%d", plan.Setup.Seed), hugeCommitted: make(chan struct{})}
+	w.db = url[strings.LastIndex(url, "/")+1 : strings.Index(url, "?")]
+	w.exchange, w.queue = "x_"+w.db, "q_"+w.db
+	w.pgProxy = testenv.NewProxy(t, fmt.Sprintf("127.0.0.1:%d", pg.Port))
+	w.mqProxy = testenv.NewProxy(t, testenv.AMQPAddr(t))
+	w.rec.h.Setup = plan.Setup
+	t.Cleanup(w.deleteTopology)
+	return w
+}
+
+// directURL is the database's URL without the proxy, for writers and commands.
+func (w *world) directURL() string { return w.pg.URL(w.db) }
+
+func (w *world) proxiedPGURL() string {
+	return fmt.Sprintf("postgres://postgres@%s/%s?sslmode=disable", w.pgProxy.Addr, w.db)
+}
+
+func (w *world) proxiedAMQPURL() string {
+	u, _ := amqp.ParseURI(w.amqpURL)
+	return fmt.Sprintf("amqp://%s:%s@%s/%s", u.Username, u.Password, w.mqProxy.Addr, strings.TrimPrefix(u.Vhost, "/"))
+}
+
+// cli runs a cdc-router command against the servers directly and returns its output and exit code. Its
+// output lines go into the history as router -1.
+func (w *world) cli(timeout time.Duration, args ...string) (string, int) {
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, w.bin, args...)
+	cmd.Env = append(os.Environ(), "CDC_ROUTER_PG_URL="+w.directURL(), "CDC_ROUTER_AMQP_URL="+w.amqpURL,
+		"CDC_ROUTER_EXCHANGE="+w.exchange)
+	out, _ := cmd.CombinedOutput()
+	lw := &logWriter{rec: w.rec, router: -1}
+	lw.Write(append(out, '\n'))
+	return string(out), cmd.ProcessState.ExitCode()
+}
+
+// setUp migrates the database (the outbox, the publications, the exchange), adds the second table, and
+// declares the consumer's queue bound to every routing key.
+func (w *world) setUp() error {
+	s := w.plan.Setup
+	args := []string{"migrate", "--amqp-url", w.amqpURL, "--unroutable-queue-type", s.UnroutableType}
+	if s.Shards > 0 {
+		args = append(args, "--shards", fmt.Sprint(s.Shards))
+	}
+	if out, code := w.cli(2*time.Minute, args...); code != 0 {
+		return fmt.Errorf("migrate exited %d: %s", code, out)
+	}
+	ctx := context.Background()
+	conn, err := pgx.Connect(ctx, w.directURL())
+	if err != nil {
+		return err
+	}
+	defer conn.Close(ctx)
+	for _, table := range s.Tables[1:] {
+		if _, err := conn.Exec(ctx, `CREATE TABLE `+table+` (LIKE public.outbox INCLUDING ALL)`); err != nil {
+			return err
+		}
+		if _, err := conn.Exec(ctx, `ALTER PUBLICATION cdc_router_outbox ADD TABLE `+table); err != nil {
+			return err
+		}
+	}
+	c, err := amqp.Dial(w.amqpURL)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	ch, err := c.Channel()
+	if err != nil {
+		return err
+	}
+	if _, err := ch.QueueDeclare(w.queue, true, false, false, false, amqp.Table{"x-queue-type": s.QueueType}); err != nil {
+		return fmt.Errorf("declare queue: %w", err)
+	}
+	return ch.QueueBind(w.queue, "#", w.exchange, false, nil)
+}
+
+func (w *world) deleteTopology() {
+	c, err := amqp.Dial(w.amqpURL)
+	if err != nil {
+		return
+	}
+	defer c.Close()
+	ch, err := c.Channel()
+	if err != nil {
+		return
+	}
+	ch.QueueDelete(w.queue, false, false, false)
+	ch.QueueDelete(w.exchange+".unroutable", false, false, false)
+	ch.ExchangeDelete(w.exchange, false, false)
+	ch.ExchangeDelete(w.exchange+".unroutable", false, false)
+}
+
+// slot is the slot of router i.
+func (w *world) slot(i int) string {
+	if n := w.plan.Setup.Shards; n > 0 {
+		return migrations.ShardSlot(w.db, i, n)
+	}
+	return w.db
+}
+
+func freeAddr() string {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "127.0.0.1:0"
+	}
+	defer l.Close()
+	return l.Addr().String()
+}

@@ -1,0 +1,199 @@
+package chaos
+
+import (
+	"context"
+	"crypto/rand"
+	"fmt"
+	mrand "math/rand/v2"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/cdc-router/cdc-router/internal/cdc"
+)
+
+// writer runs one writer's operations on its own connection, straight to PostgreSQL. It owns its
+// aggregates (w<writer>-<n>) and gives each the next version, so versions are commit order per aggregate.
+// A failed transaction is not retried: the writer reconnects and goes on with the next versions.
+type writer struct {
+	w        *world
+	n        int
+	rng      *mrand.Rand
+	conn     *pgx.Conn
+	versions map[string]int64
+	txn      int
+	rows     []Row // every row attempted; the tables say which committed
+}
+
+const aggregatesPerWriter = 8
+
+func newWriter(w *world, n int) *writer {
+	return &writer{w: w, n: n, rng: mrand.New(mrand.NewPCG(uint64(w.plan.Setup.Seed), uint64(n)+1)), versions: map[string]int64{}}
+}
+
+func (wr *writer) run(ctx context.Context, start time.Time, ops []Step) {
+	for _, op := range ops {
+		if d := time.Until(start.Add(op.At)); d > 0 {
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(d):
+			}
+		}
+		if ctx.Err() != nil {
+			return
+		}
+		wr.do(ctx, op)
+	}
+}
+
+// do runs op as one transaction, reconnecting first if needed.
+func (wr *writer) do(ctx context.Context, op Step) {
+	for wr.conn == nil {
+		if err := wr.connect(ctx); err != nil {
+			if ctx.Err() != nil {
+				return
+			}
+			time.Sleep(200 * time.Millisecond)
+		}
+	}
+	if op.Kind == OpDelete && !wr.w.plan.DeleteDuringSnapshot && !wr.w.allStreamed() {
+		op.Kind = OpMulti // see Plan.DeleteDuringSnapshot
+	}
+	wr.txn++
+	rows := wr.rowsFor(op)
+	err := wr.write(ctx, op, rows)
+	now := time.Now()
+	var after cdc.LSN
+	if err == nil {
+		var s string
+		if err = wr.conn.QueryRow(ctx, `SELECT pg_current_wal_lsn()::text`).Scan(&s); err == nil {
+			after, _ = cdc.ParseLSN(s)
+		}
+	}
+	for i := range rows {
+		rows[i].Committed, rows[i].LSNAfter, rows[i].Unknown = now, after, err != nil
+	}
+	wr.rows = append(wr.rows, rows...)
+	if op.Kind == OpHuge && err == nil {
+		wr.w.hugeAt = now
+		close(wr.w.hugeCommitted)
+	}
+	if err != nil {
+		wr.conn.Close(context.Background())
+		wr.conn = nil
+	}
+}
+
+// connect connects again. The versions stay where they are: every version the writer ever tried is
+// spent, whether its transaction committed, failed or is unknown (a gap is fine; a reused version would
+// be two events at one version, and a row deleted by its own transaction leaves no trace in the table).
+func (wr *writer) connect(ctx context.Context) error {
+	c, err := pgx.Connect(ctx, wr.w.directURL())
+	if err != nil {
+		return err
+	}
+	wr.conn = c
+	return nil
+}
+
+// rowsFor chooses op's rows: their table, aggregate and next version (from the writer's own generator).
+func (wr *writer) rowsFor(op Step) []Row {
+	tables := wr.w.plan.Setup.Tables
+	n := max(op.N, 1)
+	one := fmt.Sprintf("w%d-%d", wr.n, wr.rng.IntN(aggregatesPerWriter))
+	rows := make([]Row, n)
+	for i := range rows {
+		agg := one
+		if op.Kind != OpBurst && op.Kind != OpHuge {
+			agg = fmt.Sprintf("w%d-%d", wr.n, wr.rng.IntN(aggregatesPerWriter))
+		}
+		wr.versions[agg]++
+		rows[i] = Row{ID: uuid(), Table: tables[wr.rng.IntN(len(tables))], Aggregate: "order/" + agg,
+			Version: wr.versions[agg], Txn: wr.txn, Op: op.Kind, Poison: op.Kind == OpPoison && i == 0, Deleted: op.Kind == OpDelete}
+	}
+	return rows
+}
+
+// write inserts rows in one transaction, in their order (versions ascending per aggregate, so the insert
+// order is the commit order the checker expects): each run of rows of one table by one COPY for OpCopy,
+// by one INSERT … SELECT FROM unnest otherwise.
+func (wr *writer) write(ctx context.Context, op Step, rows []Row) error {
+	return pgx.BeginFunc(ctx, wr.conn, func(tx pgx.Tx) error {
+		for i := 0; i < len(rows); {
+			j := i + 1
+			for j < len(rows) && rows[j].Table == rows[i].Table {
+				j++
+			}
+			var err error
+			if op.Kind == OpCopy {
+				err = wr.copyRows(ctx, tx, rows[i].Table, rows[i:j])
+			} else {
+				err = wr.insertRows(ctx, tx, rows[i].Table, rows[i:j])
+			}
+			if err != nil {
+				return err
+			}
+			i = j
+		}
+		if op.Kind == OpDelete {
+			for _, t := range wr.w.plan.Setup.Tables {
+				ids := make([]string, len(rows))
+				for k, r := range rows {
+					ids[k] = r.ID
+				}
+				if _, err := tx.Exec(ctx, `DELETE FROM `+t+` WHERE id = ANY($1::uuid[])`, ids); err != nil {
+					return err
+				}
+			}
+		}
+		return nil
+	})
+}
+
+func (wr *writer) values(r Row) (id, aggID, event, payload, headers string) {
+	headers = `{"writer": "` + fmt.Sprint(wr.n) + `"}`
+	event = "created"
+	if r.Poison {
+		headers, event = `[1]`, "poison" // not a JSON object: the router must quarantine the row
+	}
+	payload = fmt.Sprintf(`{"token": %q, "v": %d}`, wr.w.token, r.Version)
+	return r.ID, strings.TrimPrefix(r.Aggregate, "order/"), event, payload, headers
+}
+
+func (wr *writer) insertRows(ctx context.Context, tx pgx.Tx, table string, rs []Row) error {
+	cols := make([][]string, 5)
+	var versions []int64
+	for _, r := range rs {
+		id, agg, ev, pl, hd := wr.values(r)
+		for i, v := range []string{id, agg, ev, pl, hd} {
+			cols[i] = append(cols[i], v)
+		}
+		versions = append(versions, r.Version)
+	}
+	_, err := tx.Exec(ctx, `INSERT INTO `+table+` (id, aggregate_type, aggregate_id, aggregate_version, event_type, payload, headers)
+		SELECT i::uuid, 'order', a, v, e, p::jsonb, h::jsonb FROM unnest($1::text[], $2::text[], $3::bigint[], $4::text[], $5::text[], $6::text[])
+		AS u(i, a, v, e, p, h)`, cols[0], cols[1], versions, cols[2], cols[3], cols[4])
+	return err
+}
+
+func (wr *writer) copyRows(ctx context.Context, tx pgx.Tx, table string, rs []Row) error {
+	src := make([][]any, len(rs))
+	for i, r := range rs {
+		id, agg, ev, pl, hd := wr.values(r)
+		src[i] = []any{id, "order", agg, r.Version, ev, pl, hd}
+	}
+	schema, name, _ := strings.Cut(table, ".")
+	_, err := tx.CopyFrom(ctx, pgx.Identifier{schema, name},
+		[]string{"id", "aggregate_type", "aggregate_id", "aggregate_version", "event_type", "payload", "headers"}, pgx.CopyFromRows(src))
+	return err
+}
+
+func uuid() string {
+	var b [16]byte
+	rand.Read(b[:])
+	b[6] = b[6]&0x0f | 0x40
+	b[8] = b[8]&0x3f | 0x80
+	return fmt.Sprintf("%x-%x-%x-%x-%x", b[0:4], b[4:6], b[6:8], b[8:10], b[10:])
+}
