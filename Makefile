@@ -2,9 +2,9 @@
 # `make demo` shows events flowing on a machine that has both installed.
 GO        ?= go
 PKGS      := ./...
-# -p 1: one test binary at a time. A broker-wide memory alarm in one test must not stall another
+# -p 1: one test binary at a time (cmd/cdc-router alone takes about 20 minutes under -race here). A broker-wide memory alarm in one test must not stall another
 # package's publishers, and the machine has two cores.
-TESTFLAGS ?= -race -p 1 -count=1 -timeout 25m
+TESTFLAGS ?= -race -p 1 -count=1 -timeout 45m
 
 .PHONY: chaos build test test-short test-cluster bench-shards lint fuzz bench bench-e2e demo services clean test-matrix test-versions
 

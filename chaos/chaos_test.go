@@ -25,8 +25,11 @@ var (
 )
 
 // ciSeeds are the seeds the normal suite runs (make test, CI): a handful that pass on main and together
-// cover shards, two tables, both queue types, the initial snapshot, and every fault kind not known broken.
-var ciSeeds = []int64{2, 5, 6, 17}
+// cover shards, two tables, both queue types, the initial snapshot (of two tables: seed 4), and every fault
+// kind not known broken, the PostgreSQL blackhole and reset with the router stopped among them (seed 17).
+// The huge one-aggregate transaction (about 80 s a seed) is left to the long runs and to its scenario test
+// (cmd/cdc-router TestLargeTransactionCompletesUnderRepeatedCuts).
+var ciSeeds = []int64{2, 4, 5, 6, 17}
 
 var pg *testenv.Postgres
 

@@ -45,7 +45,7 @@ func checkStall(h *History, l Limits) []Violation {
 		if minCommit[i].After(from) {
 			from = minCommit[i]
 		}
-		if b.Sub(from) > l.Stall && !excused(h, from, b) {
+		if b.Sub(from) > l.Stall && !excused(h, from, b, l.Stall) {
 			vs = append(vs, Violation{Detail: fmt.Sprintf("no progress for %.1fs (+%.2fs .. +%.2fs) with rows pending, while /readyz said %s",
 				b.Sub(from).Seconds(), from.Sub(h.Start).Seconds(), b.Sub(h.Start).Seconds(), readyIn(h, from, b)), At: from})
 		}
@@ -56,14 +56,24 @@ func checkStall(h *History, l Limits) []Violation {
 	return compress(vs, 5)
 }
 
-func excused(h *History, from, to time.Time) bool {
+// excused reports whether a period without progress was visible: /readyz answered, and never said 200 for
+// longer than the stall bound in a row (a router needs some time to see that a server stopped answering:
+// a silent PostgreSQL is detected within --pg-timeout, so it turns unready within the bound), and a router
+// logged a warning or an error in it.
+func excused(h *History, from, to time.Time, bound time.Duration) bool {
 	n := 0
+	var ready time.Time // the first of the current run of 200s; zero outside one
 	for _, s := range h.Ready {
 		if s.At.Before(from) || s.At.After(to) {
 			continue
 		}
 		n++
-		if s.Code == 200 {
+		switch {
+		case s.Code != 200:
+			ready = time.Time{}
+		case ready.IsZero():
+			ready = s.At
+		case s.At.Sub(ready) > bound:
 			return false
 		}
 	}

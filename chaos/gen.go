@@ -63,15 +63,14 @@ const (
 	FaultPGHole    Kind = "pg-blackhole"    // forward nothing to or from PostgreSQL for Dur (30 s), past wal_sender_timeout
 )
 
-// knownBroken are the kinds that find an open finding of issue 19 on today's main. They are generated only
-// when -chaos.known-broken names them (or "all"), so that the default seeds pass and each becomes a fixed
-// seed once its fix is merged.
+// knownBroken are the kinds that find an open finding on today's main, or whose operator flow the harness
+// does not model yet. They are generated only when -chaos.known-broken names them (or "all"), so that the
+// default seeds pass and each becomes part of the default mix once its fix (and its flow) is in. Fixed and in
+// the default mix since: huge (issue 19 finding 8), pg-blackhole (12), reset-stopped (3), multitable-snapshot
+// (11); their original seeds are fixed cases (fixedCases in chaos_test.go).
 var knownBroken = map[Kind]string{
-	FaultPubGap:           "a publication gap shorter than the check interval loses the rows written in it",
-	FaultPGHole:           "a PostgreSQL blackhole has no bound: the router waits on the dead connection",
-	CmdResetIdle:          "reset without --force drops the events still in the slot",
-	OpHuge:                "a big one-aggregate transaction under repeated connection cuts never completes",
-	"multitable-snapshot": "the initial snapshot of several tables is not in commit order per aggregate",
+	FaultPubGap: "a publication gap is now detected and refused naming the exact backfill (issue 19 finding 1), " +
+		"but the harness does not yet run that backfill as the operator would, so the gap's rows count as lost",
 	"snapshot-resume-deleted": "an initial snapshot resumed in a new snapshot publishes rows committed after the " +
 		"slot's creation, so an event deleted by its own transaction (only the slot has it) arrives after later " +
 		"versions of its aggregate (seed 2008)",
@@ -114,7 +113,7 @@ type Plan struct {
 	Ops    [][]Step // per writer
 	Faults []Step
 	// WaitForStreaming holds the writers until every router streams, so that the initial snapshot finds
-	// the tables empty (several tables, while "multitable-snapshot" is known broken).
+	// the tables empty (several tables, while "multitable-snapshot" was known broken; it no longer is).
 	WaitForStreaming bool
 	// DeleteDuringSnapshot lets insert-delete transactions run before every router streams; otherwise
 	// they write their rows without the delete until then ("snapshot-resume-deleted" is known broken).

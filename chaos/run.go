@@ -13,8 +13,13 @@ import (
 )
 
 // settleTimeout bounds the quiet end of a run: every fault healed and every router running, the
-// harness waits this long at most for every committed row to arrive or be quarantined.
-const settleTimeout = 60 * time.Second
+// harness waits for every committed row to arrive or be quarantined for as long as rows keep arriving, and
+// at most this long after the last one did (a slow drain, such as a large one-aggregate transaction at one
+// event per confirm, is not a stall; no progress for this long is). settleCap bounds the whole wait.
+const (
+	settleTimeout = 60 * time.Second
+	settleCap     = 6 * time.Minute
+)
 
 // Run carries out plan against pg (a cluster of the harness's own, which faults stop and start) with the
 // router binary bin, and returns the recorded history.
@@ -173,8 +178,8 @@ func (w *world) connect(ctx context.Context) *pgx.Conn {
 // settle waits until every row is delivered or quarantined, or settleTimeout passes, then a little more
 // so that late duplicates are recorded too.
 func (w *world) settle(rows []Row) {
-	deadline := time.Now().Add(settleTimeout)
-	for time.Now().Before(deadline) {
+	deadline, limit, last := time.Now().Add(settleTimeout), time.Now().Add(settleCap), -1
+	for time.Now().Before(deadline) && time.Now().Before(limit) {
 		got := w.rec.delivered()
 		quar := map[string]bool{}
 		for _, q := range w.quarantine() {
@@ -190,6 +195,9 @@ func (w *world) settle(rows []Row) {
 		w.rec.mu.Unlock()
 		if left == 0 {
 			break
+		}
+		if last < 0 || left < last { // progress: the drain goes on
+			deadline, last = time.Now().Add(settleTimeout), left
 		}
 		time.Sleep(500 * time.Millisecond)
 	}
