@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/cdc-router/cdc-router/internal/testenv"
@@ -138,18 +139,7 @@ func TestSnapshotRowANackRefusesIsQuarantined(t *testing.T) {
 		jsonb_build_object('x', repeat('x', 5000))) RETURNING id::text`).Scan(&big); err != nil {
 		t.Fatal(err)
 	}
-	var want []string
-	rows, err := e.db.Query(context.Background(), `SELECT id::text FROM outbox WHERE id <> $1
-		ORDER BY aggregate_id, aggregate_version`, big)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for rows.Next() {
-		var id string
-		rows.Scan(&id)
-		want = append(want, id)
-	}
-	rows.Close()
+	want := e.ids(`SELECT id::text FROM outbox WHERE id <> $1 ORDER BY aggregate_id, aggregate_version`, big)
 	c := e.consume(e.queue)
 	r := e.startStreaming("--refusal-retry", "1s")
 	first, _ := firstDeliveries(t, c, want, 30*time.Second)
@@ -314,18 +304,8 @@ func TestMergedSnapshotRowANackRefusesIsQuarantined(t *testing.T) {
 		jsonb_build_object('x', repeat('x', 5000))) RETURNING id::text`).Scan(&big); err != nil {
 		t.Fatal(err)
 	}
-	var want []string
-	rows, err := e.db.Query(context.Background(), `SELECT id::text FROM (SELECT * FROM outbox UNION ALL
-		SELECT * FROM outbox_b) o WHERE id <> $1 ORDER BY aggregate_id, aggregate_version`, big)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for rows.Next() {
-		var id string
-		rows.Scan(&id)
-		want = append(want, id)
-	}
-	rows.Close()
+	want := e.ids(`SELECT id::text FROM (SELECT * FROM outbox UNION ALL SELECT * FROM outbox_b) o
+		WHERE id <> $1 ORDER BY aggregate_id, aggregate_version`, big)
 	c := e.consume(e.queue)
 	r := e.startStreaming("--table", "outbox", "--table", "outbox_b", "--refusal-retry", "1s")
 	first, _ := firstDeliveries(t, c, want, 30*time.Second)
@@ -337,4 +317,18 @@ func TestMergedSnapshotRowANackRefusesIsQuarantined(t *testing.T) {
 	if !strings.Contains(r.Output(), "RabbitMQ refused a row") {
 		t.Errorf("the snapshot's safety net did not act:\n%s", tail(r.Output(), 20))
 	}
+}
+
+// ids is the first column of the rows of query, in their order.
+func (e *env) ids(query string, args ...any) []string {
+	e.t.Helper()
+	rows, err := e.db.Query(context.Background(), query, args...)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	ids, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return ids
 }
