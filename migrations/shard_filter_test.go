@@ -58,8 +58,28 @@ func TestEveryRowMatchesOneShardNullKeysAndCollations(t *testing.T) {
 	}
 	problem(t, c, Config{Publication: "cdc_router_outbox_shard_1_of_3"}, "as an earlier cdc-router wrote it",
 		"run `cdc-router migrate --shards 3`, which replaces it in place")
+	// A router of shard 1 recorded the table's membership (replication's publication checks): the replaced
+	// filter is a new pg_publication_rel row, which must not read as a publication gap.
+	membership := func() string {
+		var rel string
+		if err := c.QueryRow(ctx, `SELECT r.oid::text FROM pg_publication_rel r JOIN pg_publication p ON p.oid = r.prpubid
+			WHERE p.pubname = 'cdc_router_outbox_shard_1_of_3'`).Scan(&rel); err != nil {
+			t.Fatal(err)
+		}
+		return "publication 1 row 1 table 1 rel " + rel
+	}
+	exec(t, c, `INSERT INTO cdc_router.publication_checks (slot, ok_at, identities) VALUES ('shard_1',
+		now(), jsonb_build_object('public.outbox', '`+membership()+`'))`)
 	if err := ApplyShards(ctx, c, Config{}, n); err != nil {
 		t.Fatalf("migrate --shards over the earlier filter: %v", err)
+	}
+	var recorded string
+	if err := c.QueryRow(ctx, `SELECT identities->>'public.outbox' FROM cdc_router.publication_checks
+		WHERE slot = 'shard_1'`).Scan(&recorded); err != nil {
+		t.Fatal(err)
+	}
+	if want := membership(); recorded != want {
+		t.Errorf("the recorded membership after the filter was replaced in place is %q, want %q (else a false gap)", recorded, want)
 	}
 	for i := range n {
 		if err := Check(ctx, c, Config{Publication: ShardPublication("cdc_router_outbox", i, n)}); err != nil {

@@ -170,8 +170,50 @@ func replaceEarlierShard(ctx context.Context, tx pgx.Tx, cfg Config, i, n int) e
 	}
 	stmt := fmt.Sprintf("ALTER PUBLICATION %s SET TABLE %s WHERE (%s)", pgx.Identifier{cfg.Publication}.Sanitize(),
 		ident.Sanitize(), ShardFilter(i, n))
+	old, err := publicationRel(ctx, tx, cfg.Publication, ident)
+	if err != nil {
+		return err
+	}
 	if _, err := tx.Exec(ctx, stmt); err != nil {
 		return fmt.Errorf("replace the row filter of publication %s: %w", cfg.Publication, err)
+	}
+	cur, err := publicationRel(ctx, tx, cfg.Publication, ident)
+	if err != nil {
+		return err
+	}
+	return keepMembership(ctx, tx, cfg.Schema, old, cur)
+}
+
+// publicationRel is the oid of the pg_publication_rel row that puts table in publication.
+func publicationRel(ctx context.Context, tx pgx.Tx, publication string, table pgx.Identifier) (uint32, error) {
+	var oid uint32
+	err := tx.QueryRow(ctx, `SELECT r.oid FROM pg_publication_rel r JOIN pg_publication p ON p.oid = r.prpubid
+		WHERE p.pubname = $1 AND r.prrelid = $2::regclass`, publication, table.Sanitize()).Scan(&oid)
+	if err != nil {
+		return 0, fmt.Errorf("read the membership of %s in publication %s: %w", table.Sanitize(), publication, err)
+	}
+	return oid, nil
+}
+
+// keepMembership carries the routers' recorded membership identity of a table over a row filter replaced
+// in place (SET TABLE with another WHERE makes a new pg_publication_rel row, old becomes cur): the table
+// never left the publication (the replacement is one transaction), so the routers must not take the new row
+// for a publication gap (replication's publication checks compare these identities).
+func keepMembership(ctx context.Context, tx pgx.Tx, schema string, old, cur uint32) error {
+	if old == cur {
+		return nil
+	}
+	checks := pgx.Identifier{schema, "publication_checks"}.Sanitize()
+	var exists bool
+	if err := tx.QueryRow(ctx, `SELECT to_regclass($1) IS NOT NULL AND EXISTS (SELECT 1 FROM pg_attribute
+		WHERE attrelid = to_regclass($1) AND attname = 'identities' AND NOT attisdropped)`, checks).Scan(&exists); err != nil || !exists {
+		return err
+	}
+	_, err := tx.Exec(ctx, `UPDATE `+checks+` c SET identities = (SELECT jsonb_object_agg(key,
+			regexp_replace(value, ' rel ' || $1 || '( |$)', ' rel ' || $2 || '\1'))
+		FROM jsonb_each_text(c.identities)) WHERE c.identities::text ~ (' rel ' || $1 || '( |")')`, fmt.Sprint(old), fmt.Sprint(cur))
+	if err != nil {
+		return fmt.Errorf("carry the routers' publication membership over the new row filter: %w", err)
 	}
 	return nil
 }
