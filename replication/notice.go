@@ -29,6 +29,7 @@ func (s *session) notice(m *pgproto3.NoticeResponse) error {
 // decodes without it on every restart, so recreating it is not enough: the fix is a re-snapshot.
 func publicationDropped(cfg Config, what string) error {
 	return fatalf("%s: the publication was dropped while the router streamed, and the router refuses; create it "+
-		"again with `cdc-router migrate`, then run `cdc-router reset --slot %s` and `cdc-router run` (which "+
+		"again with `cdc-router migrate`, then run `cdc-router reset --slot %s` (before PostgreSQL 18 it cannot count "+
+		"what the slot holds without the publication, and asks for --force) and `cdc-router run` (which "+
 		"re-snapshots the outbox table, republishing the rows inserted meanwhile)", what, cfg.Slot)
 }
