@@ -139,8 +139,11 @@ func (e *env) rewindSlot(saved string) {
 		time.Sleep(100 * time.Millisecond)
 	}
 	e.exec(`SELECT pg_copy_logical_replication_slot($1, $2)`, saved, e.slot)
-	e.exec(`UPDATE cdc_router.positions SET lsn = (SELECT confirmed_flush_lsn FROM pg_replication_slots WHERE slot_name = $1)
-		WHERE slot = $1`, e.slot)
+	// A position from before the copy's transaction holds no progress inside it either: the stored mark may
+	// be of that transaction (stored while it was being confirmed), and would make the replay skip its
+	// first events, which is right after a real crash but not the state this rewind stands for.
+	e.exec(`UPDATE cdc_router.positions SET lsn = (SELECT confirmed_flush_lsn FROM pg_replication_slots WHERE slot_name = $1),
+		mark_commit_lsn = NULL, mark_xid = NULL, mark_done = NULL, mark_config = NULL WHERE slot = $1`, e.slot)
 }
 
 // waitDeliveredTwice waits until every row has been delivered at least twice.
