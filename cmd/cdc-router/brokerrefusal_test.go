@@ -34,7 +34,7 @@ func (e *env) insertDbz(pairs ...string) []string {
 
 // firstDeliveries waits until every id of want was delivered at least once and returns the message ids in
 // the order of their first delivery, and how often each was delivered.
-func firstDeliveries(t *testing.T, c *consumer, want []string, timeout time.Duration) ([]string, map[string]int) {
+func firstDeliveries(t testing.TB, c *consumer, want []string, timeout time.Duration) ([]string, map[string]int) {
 	t.Helper()
 	deadline := time.Now().Add(timeout)
 	for {
@@ -64,7 +64,7 @@ func firstDeliveries(t *testing.T, c *consumer, want []string, timeout time.Dura
 // atMostTwice checks, a second after every id of want was delivered, that none was delivered more than
 // twice (once before the broker's first refusal of another event, once after that event's quarantine); it
 // returns the delivery counts.
-func atMostTwice(t *testing.T, c *consumer, want []string) map[string]int {
+func atMostTwice(t testing.TB, c *consumer, want []string) map[string]int {
 	t.Helper()
 	time.Sleep(time.Second) // a late duplicate would arrive now
 	_, n := firstDeliveries(t, c, want, time.Second)
@@ -140,17 +140,7 @@ func TestSnapshotRowANackRefusesIsQuarantined(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := e.ids(`SELECT id::text FROM outbox WHERE id <> $1 ORDER BY aggregate_id, aggregate_version`, big)
-	c := e.consume(e.queue)
-	r := e.startStreaming("--refusal-retry", "1s")
-	first, _ := firstDeliveries(t, c, want, 30*time.Second)
-	if !subsequence(first, want[:3]) || !subsequence(first, want[3:]) {
-		t.Errorf("first deliveries %v, want each aggregate's rows in version order: %v", first, want)
-	}
-	e.quarantinedFor(big, 10*time.Second, "nacked", "x-max-length-bytes", "only message in flight")
-	atMostTwice(t, c, want)
-	if !strings.Contains(r.Output(), "RabbitMQ refused a row") {
-		t.Errorf("the snapshot's safety net did not act:\n%s", tail(r.Output(), 20))
-	}
+	e.snapshotNackIsQuarantined(big, want)
 }
 
 // smallQueue declares a queue of the test bound to every key of its exchange that nacks (x-overflow=
@@ -306,17 +296,7 @@ func TestMergedSnapshotRowANackRefusesIsQuarantined(t *testing.T) {
 	}
 	want := e.ids(`SELECT id::text FROM (SELECT * FROM outbox UNION ALL SELECT * FROM outbox_b) o
 		WHERE id <> $1 ORDER BY aggregate_id, aggregate_version`, big)
-	c := e.consume(e.queue)
-	r := e.startStreaming("--table", "outbox", "--table", "outbox_b", "--refusal-retry", "1s")
-	first, _ := firstDeliveries(t, c, want, 30*time.Second)
-	if !subsequence(first, want[:3]) || !subsequence(first, want[3:]) {
-		t.Errorf("first deliveries %v, want each aggregate's rows in version order across the tables: %v", first, want)
-	}
-	e.quarantinedFor(big, 10*time.Second, "nacked", "x-max-length-bytes", "only message in flight")
-	atMostTwice(t, c, want)
-	if !strings.Contains(r.Output(), "RabbitMQ refused a row") {
-		t.Errorf("the snapshot's safety net did not act:\n%s", tail(r.Output(), 20))
-	}
+	e.snapshotNackIsQuarantined(big, want, "--table", "outbox", "--table", "outbox_b")
 }
 
 // ids is the first column of the rows of query, in their order.
@@ -331,4 +311,24 @@ func (e *env) ids(query string, args ...any) []string {
 		e.t.Fatal(err)
 	}
 	return ids
+}
+
+// snapshotNackIsQuarantined starts the router (with flags) on an initial snapshot whose row big a queue
+// nacks, and checks that big is quarantined, that every row of want (two aggregates of three rows, in
+// version order) arrives at most twice with each aggregate's first deliveries in order, and that the
+// snapshot's safety net acted.
+func (e *env) snapshotNackIsQuarantined(big string, want []string, flags ...string) {
+	t := e.t
+	t.Helper()
+	c := e.consume(e.queue)
+	r := e.startStreaming(append(flags, "--refusal-retry", "1s")...)
+	first, _ := firstDeliveries(t, c, want, 30*time.Second)
+	if !subsequence(first, want[:3]) || !subsequence(first, want[3:]) {
+		t.Errorf("first deliveries %v, want each aggregate's rows in version order: %v", first, want)
+	}
+	e.quarantinedFor(big, 10*time.Second, "nacked", "x-max-length-bytes", "only message in flight")
+	atMostTwice(t, c, want)
+	if !strings.Contains(r.Output(), "RabbitMQ refused a row") {
+		t.Errorf("the snapshot's safety net did not act:\n%s", tail(r.Output(), 20))
+	}
 }

@@ -38,15 +38,7 @@ func deliveredOnce(got []delivery) (distinct int, perVersion map[int64]int) {
 // goes on after the last confirmed event: every event arrives, in order, with at most a few deliveries more
 // than events per cut.
 func TestLargeTransactionCompletesUnderRepeatedCuts(t *testing.T) {
-	e := newStreamEnv(t)
-	c := e.consume(e.queue)
-	p := testenv.NewProxy(t, strings.TrimSuffix(e.amqpURL[strings.Index(e.amqpURL, "@")+1:], "/"))
-	r := e.start("amqp://guest:guest@" + p.Addr + "/")
-	r.waitLog("msg=streaming ", 30*time.Second)
-	w := newWriter(t, e.pgURL, 1)
-	if err := w.txn(bigTxnRows, true); err != nil {
-		t.Fatal(err)
-	}
+	e, c, p, _, w := bigTxnThroughProxy(t)
 	cuts, deadline := 0, time.Now().Add(90*time.Second)
 	next := time.Now().Add(cutInterval)
 	for {
@@ -90,15 +82,7 @@ func (e *env) storedMark() int {
 // After a restart every event arrives in order, the events the stored progress covers are never delivered
 // again, and the duplicates are at most what was confirmed after that progress was stored.
 func TestSIGKILLInsideLargeTransactionResumesPastConfirmed(t *testing.T) {
-	e := newStreamEnv(t)
-	c := e.consume(e.queue)
-	p := testenv.NewProxy(t, strings.TrimSuffix(e.amqpURL[strings.Index(e.amqpURL, "@")+1:], "/"))
-	r := e.start("amqp://guest:guest@" + p.Addr + "/")
-	r.waitLog("msg=streaming ", 30*time.Second)
-	w := newWriter(t, e.pgURL, 1)
-	if err := w.txn(bigTxnRows, true); err != nil {
-		t.Fatal(err)
-	}
+	e, c, p, r, w := bigTxnThroughProxy(t)
 	deadline := time.Now().Add(60 * time.Second)
 	for len(c.snapshot()) < bigTxnRows/10 {
 		if time.Now().After(deadline) {
@@ -163,7 +147,7 @@ func TestMixedLargeTransactionResumesPastEveryKindOfItem(t *testing.T) {
 		t.Fatalf("migrate --emit-function: exit %d:\n%s", code, out)
 	}
 	c := e.consume(e.queue)
-	p := testenv.NewProxy(t, strings.TrimSuffix(e.amqpURL[strings.Index(e.amqpURL, "@")+1:], "/"))
+	p := e.amqpProxy()
 	r := e.start("amqp://guest:guest@"+p.Addr+"/", "--table", "outbox", "--table", "outbox_b", "--message-prefix", prefix,
 		"--snapshot", "never")
 	r.waitLog("msg=streaming ", 30*time.Second)
@@ -233,4 +217,25 @@ func TestMixedLargeTransactionResumesPastEveryKindOfItem(t *testing.T) {
 	if limit := 5 * max(cuts, 1); dups > limit {
 		t.Fatalf("%d duplicates after %d cuts, want at most %d", dups, cuts, limit)
 	}
+}
+
+// bigTxnThroughProxy starts a router whose broker connection goes through a proxy, waits until it streams,
+// and commits one transaction of bigTxnRows events of one aggregate.
+func bigTxnThroughProxy(t *testing.T) (*env, *consumer, *testenv.Proxy, *router, *writer) {
+	t.Helper()
+	e := newStreamEnv(t)
+	c := e.consume(e.queue)
+	p := e.amqpProxy()
+	r := e.start("amqp://guest:guest@" + p.Addr + "/")
+	r.waitLog("msg=streaming ", 30*time.Second)
+	w := newWriter(t, e.pgURL, 1)
+	if err := w.txn(bigTxnRows, true); err != nil {
+		t.Fatal(err)
+	}
+	return e, c, p, r, w
+}
+
+// amqpProxy is a proxy to the test's RabbitMQ, to stall or cut the router's connection alone.
+func (e *env) amqpProxy() *testenv.Proxy {
+	return testenv.NewProxy(e.t, strings.TrimSuffix(e.amqpURL[strings.Index(e.amqpURL, "@")+1:], "/"))
 }
