@@ -164,25 +164,19 @@ func modeName(rate int) string {
 
 // compare runs everything and returns the table.
 func compare(c config) (string, error) {
-	root, err := moduleRoot()
+	_, err := moduleRoot() // testenv.Build builds by import path: inside the module
 	if err != nil {
 		return "", err
 	}
-	tmp, err := os.MkdirTemp("", "cdc-router-bench-")
-	if err != nil {
-		return "", err
-	}
-	defer os.RemoveAll(tmp)
-	c.routerBin = filepath.Join(tmp, "cdc-router")
-	args := []string{"build", "-o", c.routerBin}
+	tags := ""
 	if c.pprofDir != "" {
-		args = append(args, "-tags", "pprof")
+		tags = "pprof"
 	}
-	cmd := exec.Command("go", append(args, "./cmd/cdc-router")...)
-	cmd.Dir = root
-	if out, err := cmd.CombinedOutput(); err != nil {
-		return "", fmt.Errorf("go build ./cmd/cdc-router: %v\n%s", err, out)
+	// Built without -race (the figures are a user's), into testenv's build folder.
+	if c.routerBin, err = (testenv.Build{Pkg: testenv.RouterPackage, Tags: tags}).Path(); err != nil {
+		return "", err
 	}
+	defer testenv.RemoveBuilds()
 	if conn, err := amqp.Dial(c.amqpURL); err != nil {
 		return "", fmt.Errorf("RabbitMQ is not reachable (%v): start it, e.g. with `make services`", err)
 	} else {
@@ -201,11 +195,11 @@ func compare(c config) (string, error) {
 		if _, ok := <-sigs; ok {
 			fmt.Fprintln(c.log, "\ninterrupted: stopping the PostgreSQL cluster")
 			pg.Close()
-			os.RemoveAll(tmp)
+			testenv.RemoveBuilds()
 			os.Exit(130)
 		}
 	}()
-	pm, err := postmasterPID(pg.Port)
+	pm, err := testenv.PostmasterPID(pg.Port)
 	if err != nil {
 		return "", err
 	}
@@ -306,7 +300,7 @@ func runOne(c config, pg *testenv.Postgres, pm int, sys string, rate, run int) (
 			if _, err := load(ctx, dbURL, total, 0, c.writers, c.size); err != nil {
 				return res, err
 			}
-			pg0 = clusterCPU(pm)
+			pg0 = testenv.ClusterCPU(pm)
 			if proc, err = startRouter(c, dbURL, name, exchange, profileDir(c, rate, run)); err != nil {
 				return res, err
 			}
@@ -318,14 +312,14 @@ func runOne(c config, pg *testenv.Postgres, pm int, sys string, rate, run int) (
 				return res, err
 			}
 		}
-		pg0 = clusterCPU(pm)
+		pg0 = testenv.ClusterCPU(pm)
 		if proc, err = startChild(c, "-role", "poll", "-exchange", exchange, "-pg-url", dbURL); err != nil {
 			return res, err
 		}
 	}
 	defer proc.stop()
 	if rate > 0 {
-		cpu0, pg0 = cpuSeconds(proc.pid()), clusterCPU(pm)
+		cpu0, pg0 = testenv.CPUSeconds(proc.pid()), testenv.ClusterCPU(pm)
 		if sys != bare {
 			took, err := load(ctx, dbURL, total, rate, c.writers, c.size)
 			if err != nil {
@@ -337,12 +331,12 @@ func runOne(c config, pg *testenv.Postgres, pm int, sys string, rate, run int) (
 	if err := cons.wait(total, c.timeout, res.mode+", "+sys); err != nil {
 		return res, errors.Join(err, proc.failure())
 	}
-	cpu1 := cpuSeconds(proc.pid())
+	cpu1 := testenv.CPUSeconds(proc.pid())
 	if sys != bare {
-		res.pgPerEvent = (clusterCPU(pm) - pg0) * 1e6 / float64(total)
+		res.pgPerEvent = (testenv.ClusterCPU(pm) - pg0) * 1e6 / float64(total)
 	}
 	res.cpuPerEvent = (cpu1 - cpu0) * 1e6 / float64(total)
-	res.rss = peakRSS(proc.pid())
+	res.rss = testenv.PeakRSS(proc.pid())
 	proc.endProfile()
 	if err := proc.stop(); err != nil {
 		return res, err
@@ -368,12 +362,12 @@ func insertsOnly(c config, pg *testenv.Postgres, pm int, res result, name string
 		return res, err
 	}
 	defer dropDatabase(pg, name)
-	pg0 := clusterCPU(pm)
+	pg0 := testenv.ClusterCPU(pm)
 	took, err := load(ctx, dbURL, res.events, rate, c.writers, c.size)
 	if err != nil {
 		return res, err
 	}
-	res.pgPerEvent = (clusterCPU(pm) - pg0) * 1e6 / float64(res.events)
+	res.pgPerEvent = (testenv.ClusterCPU(pm) - pg0) * 1e6 / float64(res.events)
 	res.offered = float64(res.events) / took.Seconds()
 	return res, nil
 }

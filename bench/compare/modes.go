@@ -150,7 +150,7 @@ func runRouterExtra(c config, pg *testenv.Postgres, pm int, m extraMode, name, p
 		if err := writeRows(ctx, dbURL, m.n, m.perAgg, c.size, 100_000, true); err != nil {
 			return res, err
 		}
-		pg0 = clusterCPU(pm)
+		pg0 = testenv.ClusterCPU(pm)
 		const created = `msg="created replication slot with a snapshot"`
 		if proc, err = startRouterUntil(c, dbURL, name, exchange, profDir, created, "--snapshot", "initial"); err != nil {
 			return res, err
@@ -166,7 +166,7 @@ func runRouterExtra(c config, pg *testenv.Postgres, pm int, m extraMode, name, p
 		if err := writeBacklog(ctx, dbURL, m.n, c.writers, c.size); err != nil {
 			return res, err
 		}
-		pg0 = clusterCPU(pm)
+		pg0 = testenv.ClusterCPU(pm)
 		if proc, err = startRouter(c, dbURL, name, exchange, profDir); err != nil {
 			return res, err
 		}
@@ -178,7 +178,7 @@ func runRouterExtra(c config, pg *testenv.Postgres, pm int, m extraMode, name, p
 	defer proc.stop()
 	proc.profile(profDir)
 	if m.kind == "big txn" {
-		cpu0, pg0 = cpuSeconds(proc.pid()), clusterCPU(pm)
+		cpu0, pg0 = testenv.CPUSeconds(proc.pid()), testenv.ClusterCPU(pm)
 		if err := writeRows(ctx, dbURL, m.n, 1, c.size, m.n, false); err != nil {
 			return res, err
 		}
@@ -187,9 +187,9 @@ func runRouterExtra(c config, pg *testenv.Postgres, pm int, m extraMode, name, p
 	if err := cons.wait(m.n, c.timeout, m.name()+", "+router); err != nil {
 		return res, fmt.Errorf("%w\n%v", err, proc.failure())
 	}
-	res.cpuPerEvent = (cpuSeconds(proc.pid()) - cpu0) * 1e6 / float64(m.n)
-	res.pgPerEvent = (clusterCPU(pm) - pg0) * 1e6 / float64(m.n)
-	res.rss = peakRSS(proc.pid())
+	res.cpuPerEvent = (testenv.CPUSeconds(proc.pid()) - cpu0) * 1e6 / float64(m.n)
+	res.pgPerEvent = (testenv.ClusterCPU(pm) - pg0) * 1e6 / float64(m.n)
+	res.rss = testenv.PeakRSS(proc.pid())
 	proc.endProfile()
 	if m.kind == "snapshot" {
 		// The router really snapshotted: it counted the n rows in the slot's snapshot, and it logs the end

@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/cdc-router/cdc-router/internal/testenv"
 )
 
 // runCLI runs cli in-process with the given environment and returns stdout, stderr and the exit code.
@@ -114,7 +116,7 @@ func TestJSONLogsWriteDurationsAsText(t *testing.T) {
 // 30 s, not up to a whole backoff later.
 func TestStartupRetryGivesUpAfterThirtySeconds(t *testing.T) {
 	t.Parallel()
-	cmd := exec.Command(binary(t, ""), "run", "--pg-url", "postgres://u:secret@127.0.0.1:1/db", "--slot", "grace")
+	cmd := exec.Command(testenv.Router(t, ""), "run", "--pg-url", "postgres://u:secret@127.0.0.1:1/db", "--slot", "grace")
 	began := time.Now()
 	out, _ := cmd.CombinedOutput()
 	took := time.Since(began)

@@ -75,13 +75,13 @@ case "$mode" in
   core)
     for v in ${MATRIX_PG:-14 17 18}; do
       bin="$("$here/fetch-postgres.sh" "$v")"
-      run "PostgreSQL $v + RabbitMQ 4.0" $rmq4 "CDC_ROUTER_TEST_PG_BIN=$bin" -- -run "$(core_regex)" ./cmd/cdc-router/ ./migrations/
+      run "PostgreSQL $v + RabbitMQ 4.0" $rmq4 "CDC_ROUTER_TEST_PG_BIN=$bin" -- -run "$(core_regex)" ./e2e/ ./migrations/
     done
     ;;
   full)
     for v in ${MATRIX_PG:-14 15 16 17 18}; do
       bin="$("$here/fetch-postgres.sh" "$v")"
-      run "PostgreSQL $v" "CDC_ROUTER_TEST_PG_BIN=$bin" -- ./cmd/cdc-router/
+      run "PostgreSQL $v" "CDC_ROUTER_TEST_PG_BIN=$bin" -- ./e2e/
     done
     run "RabbitMQ 4.0" $rmq4 -- ./...
     ;;

@@ -1,6 +1,0 @@
-//go:build !race
-
-package main
-
-// raceEnabled builds the router under test with -race too, when the tests run with -race.
-const raceEnabled = false
