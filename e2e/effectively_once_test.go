@@ -35,7 +35,7 @@ func TestEffectivelyOnce(t *testing.T) {
 	x.t0 = time.Now()
 	x.injectFaults()
 
-	x.at(64, "writers stop")
+	x.at(38, "writers stop")
 	stopWriters()
 	waitWriters()
 	published := number(t, x.e.db, `SELECT count(*) FROM outbox`)
@@ -105,21 +105,21 @@ func (x *accountsWorld) at(sec float64, what string) {
 // injectFaults runs the faults one after the other while the writers write.
 func (x *accountsWorld) injectFaults() {
 	t, e := x.t, x.e
-	x.at(6, "router SIGKILL")
+	x.at(5, "router SIGKILL")
 	x.r.signal(syscall.SIGKILL)
 	x.r.wait(10 * time.Second)
 	time.Sleep(time.Second)
 	x.r = e.startStreaming()
 
-	x.at(14, "projection instance a SIGKILL")
+	x.at(10, "projection instance a SIGKILL")
 	x.a.stop(syscall.SIGKILL, 10*time.Second)
 	time.Sleep(time.Second)
 	x.a = x.instance("a (restarted)", e.amqpURL)
 
-	x.at(22, "instance b's broker connection cut")
+	x.at(14, "instance b's broker connection cut")
 	x.proxy.Cut()
 
-	x.at(28, "backfill of 5 accounts while streaming")
+	x.at(18, "backfill of 5 accounts while streaming")
 	where := "aggregate_type = 'account' AND aggregate_id IN ('acct-000', 'acct-002', 'acct-011', 'acct-023', 'acct-042')"
 	out, code := e.cli("backfill", "--where", where, "--exchange", e.exchange)
 	if code != 0 {
@@ -131,7 +131,7 @@ func (x *accountsWorld) injectFaults() {
 		}
 	}
 
-	x.at(36, "broker stop_app")
+	x.at(22, "broker stop_app")
 	t.Cleanup(func() { testenv.Rabbitmqctl(t, "start_app").Run() })
 	rabbitmqctl(t, "stop_app")
 	time.Sleep(3 * time.Second)
@@ -139,7 +139,7 @@ func (x *accountsWorld) injectFaults() {
 	rabbitmqctl(t, "await_startup")
 	t.Logf("%5.1fs  broker started again", time.Since(x.t0).Seconds())
 
-	x.at(50, "PostgreSQL fast restart")
+	x.at(32, "PostgreSQL fast restart")
 	e.db.Close(context.Background())
 	pg.Stop("fast")
 	time.Sleep(500 * time.Millisecond)

@@ -7,7 +7,7 @@
 #                    refusals, quorum queues, partitioned outbox, emitted events' authentication and the docs'
 #                    setup SQL) on PostgreSQL 14, 17 and 18, each against RabbitMQ 4.0;
 #                    what CI runs after `make test` (`make test-matrix`), about 8 minutes here
-#   matrix.sh full   the whole cmd/cdc-router suite on PostgreSQL 14, 15, 16, 17 and 18 with the machine's
+#   matrix.sh full   the whole e2e suite on PostgreSQL 14, 15, 16, 17 and 18 with the machine's
 #                    RabbitMQ, then the whole suite on RabbitMQ 4.0 (`make test-versions`), over an hour
 #
 # MATRIX_PG="16" (say) picks other PostgreSQL versions. Without -race (GOFLAGS or MATRIX_FLAGS can add it): the race detector runs in `make test`; here the
@@ -19,7 +19,7 @@ mode="${1:?usage: matrix.sh core|full}"
 here=internal/testenv
 flags=(-p 1 -count=1 -timeout 30m ${MATRIX_FLAGS:-})
 
-# The core tests, by group; each group is a -run alternation over cmd/cdc-router's tests.
+# The core tests, by group; each group is a -run alternation over e2e's tests.
 groups=(
   "kill/restart=TestSIGKILLLosesNothing|TestPostgresCrashMidStreamLosesNothing"
   "SIGTERM=TestSIGTERMThenRestartHasNoDuplicates|TestShutdownTimeoutBoundsAStopWhileTheBrokerStalls"
