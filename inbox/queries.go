@@ -10,6 +10,7 @@ type queries struct {
 	countAttempt, attempts, clearAttempts                                       string
 	listFailed, failedByID, resolveFailed, failedAgain                          string
 	listParked, parkedByID                                                      string
+	request, takeRequest, answerRequest, requestState                           string
 	check, unnamed                                                              string
 }
 
@@ -108,21 +109,34 @@ func newQueries(schema string) queries {
 			ORDER BY p.parked_at, p.event_id LIMIT $2`,
 		parkedByID: `SELECT ` + parkedColumns + parkedFrom + ` WHERE p.consumer = $1 AND p.event_id = $2`,
 
+		request: `INSERT INTO {schema}.requests (consumer, action, kind, target, note) VALUES ($1, $2, $3, $4, $5)
+			RETURNING id`,
+		takeRequest: `UPDATE {schema}.requests SET taken_at = now() WHERE id = (
+				SELECT id FROM {schema}.requests WHERE consumer = $1 AND taken_at IS NULL
+				ORDER BY id LIMIT 1 FOR UPDATE SKIP LOCKED)
+			RETURNING id, action, kind, target, note`,
+		answerRequest: `UPDATE {schema}.requests SET done_at = now(), outcome = $3, error = NULLIF($4, '')
+			WHERE consumer = $1 AND id = $2`,
+		requestState: `SELECT taken_at IS NOT NULL, done_at IS NOT NULL, coalesce(outcome, ''), coalesce(error, '')
+			FROM {schema}.requests WHERE consumer = $1 AND id = $2`,
+
 		// check counts the columns this version needs; $1 is the schema name as it is (not quoted).
 		check: `SELECT count(*) FROM information_schema.columns WHERE table_schema = $1
 			AND (table_name, column_name) IN (('inbox', 'consumer'), ('aggregate', 'consumer'),
-				('parked', 'consumer'), ('failed', 'consumer'), ('failed', 'resolved_at'), ('attempts', 'consumer'))`,
+				('parked', 'consumer'), ('failed', 'consumer'), ('failed', 'resolved_at'), ('attempts', 'consumer'),
+				('requests', 'consumer'))`,
 		unnamed: `SELECT EXISTS (SELECT 1 FROM {schema}.aggregate WHERE consumer = '')
 			OR EXISTS (SELECT 1 FROM {schema}.inbox WHERE consumer = '')`,
 	}
 	for _, s := range []*string{&q.insertInbox, &q.inboxEntry, &q.setStatus, &q.markApplied, &q.deleteInbox,
 		&q.insertSkipped, &q.ensureAggregate, &q.lockAggregate, &q.setApplied, &q.state, &q.park, &q.takeParked,
 		&q.dropStaleParked, &q.fail, &q.repair, &q.prune, &q.pruneAttempts, &q.countAttempt, &q.attempts, &q.clearAttempts,
-		&q.listFailed, &q.failedByID, &q.resolveFailed, &q.failedAgain, &q.listParked, &q.parkedByID, &q.unnamed} {
+		&q.listFailed, &q.failedByID, &q.resolveFailed, &q.failedAgain, &q.listParked, &q.parkedByID,
+		&q.request, &q.takeRequest, &q.answerRequest, &q.requestState, &q.unnamed} {
 		*s = inSchema(*s, schema)
 	}
 	return q
 }
 
 // checkColumns is how many rows queries.check finds in an up-to-date schema.
-const checkColumns = 6
+const checkColumns = 7

@@ -75,8 +75,13 @@ func (r *Runner) Run(ctx context.Context) error {
 	for range r.cfg.Workers {
 		workers.Go(d.loop)
 	}
+	requests, stopRequests := context.WithCancel(ctx)
+	if r.cfg.RequestPoll > 0 {
+		workers.Go(func() { r.serveRequests(requests) })
+	}
 	var s *session
 	err := r.consume(ctx, d, &s)
+	stopRequests()
 	r.drain(d, cancelWork)
 	workers.Wait()
 	if s != nil {

@@ -69,6 +69,10 @@ type RunnerConfig struct {
 	// ExchangeWaitLog is how often a runner waiting for Exchange logs that it is still waiting.
 	// Default 30s.
 	ExchangeWaitLog time.Duration
+	// RequestPoll is how often the runner looks for repair requests filed for its consumer
+	// (Admin.Request, `cdc-router inbox retry|resolve`) and carries them out with its Processor.
+	// Default 1s; negative takes none.
+	RequestPoll time.Duration
 	// ConnectionName is the connection_name client property, shown by the management UI and rabbitmqctl.
 	// Default "cdc-router inbox <Config.Consumer>".
 	ConnectionName string
@@ -107,6 +111,9 @@ func (c RunnerConfig) Defaults() RunnerConfig {
 	}
 	if c.ReconnectMax == 0 {
 		c.ReconnectMax = max(30*time.Second, c.ReconnectMin)
+	}
+	if c.RequestPoll == 0 {
+		c.RequestPoll = time.Second
 	}
 	if c.ExchangeWaitLog == 0 {
 		c.ExchangeWaitLog = 30 * time.Second
