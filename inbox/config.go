@@ -1,9 +1,12 @@
 package inbox
 
 import (
+	"context"
 	"fmt"
 	"time"
 	"unicode/utf8"
+
+	"github.com/jackc/pgx/v5"
 )
 
 // GapPolicy says what Process does with an event that arrives ahead of a gap (its version is more than
@@ -56,6 +59,11 @@ type Config struct {
 	// serialization failure, the server shutting down or out of connections, a cancelled context) are
 	// not counted. Default 10; negative counts without a cap.
 	MaxAttempts int
+	// Prepare, if set, runs in one transaction of its own before the schema check, each time the
+	// check runs: in New, or, when PostgreSQL does not answer then, in the Runner once it does. Migrate
+	// there (inbox.MigrateSchema(ctx, tx, schema)) and create the projection's own tables, idempotently,
+	// so that a consumer started before its database waits for it instead of exiting.
+	Prepare func(ctx context.Context, tx pgx.Tx) error
 
 	// Prefetch is the AMQP basic.qos prefetch count of Consume. Default 16. With OnGap
 	// Requeue it must not be 1: the missing event has to be delivered while the early one is held.

@@ -2,11 +2,13 @@
 // consumer that keeps a projection in PostgreSQL, although RabbitMQ delivers cdc-router's events at
 // least once and, after retries or replays, out of order.
 //
-// It owns five tables in a schema of the consumer's choosing (Migrate, MigrateSchema): inbox (every event
+// It owns six tables in a schema of the consumer's choosing (Migrate, MigrateSchema), in the projection's
+// database (the inbox row commits with the handler's writes): inbox (every event
 // id received, with a fingerprint of its content and what became of it), aggregate (per aggregate, the
 // applied version and the baseline version of the last trusted snapshot), parked (events that arrived
-// ahead of a gap), failed (events that did not apply, with the reason) and attempts (failed attempts of
-// events not yet applied). Every record belongs to one consumer, named by Config.Consumer, so several
+// ahead of a gap), failed (events that did not apply, with the reason), attempts (failed attempts of
+// events not yet applied) and requests (repairs an operator filed without the handler, which a running
+// Runner carries out: Admin, cdc-router inbox). Every record belongs to one consumer, named by Config.Consumer, so several
 // projections can share a schema.
 //
 // It guarantees, for each event and consumer, in one read-committed transaction that also holds the
@@ -30,10 +32,15 @@
 //   - an event whose transaction keeps failing is counted durably, per consumer and event id, and on its
 //     Config.MaxAttempts-th counted failure is recorded in failed and acknowledged; a success clears the
 //     count; RetryFailed and ResolveFailed settle a failed event and unblock its aggregate;
+//   - RetryParked applies a parked event only when its gap has closed, and ResolveParked skips the
+//     missing versions before it only when asked, logging the skipped range;
 //   - Consume acknowledges a delivery only after its transaction committed, and requeues it otherwise;
 //   - Repair writes a trusted full snapshot only over the version the repairer observed and only below
 //     the snapshot's version, and records that version as the baseline;
-//   - New refuses a schema whose tables are missing or out of date, naming the fix (Check).
+//   - New refuses a schema whose tables are missing or out of date, naming the fix (Check); a database
+//     that does not answer yet is waited for by Runner.Run (Config.Prepare, then Check), not refused;
+//   - a Runner declares its queue with exactly RunnerConfig's arguments, and a queue that exists with
+//     others is refused naming the argument and the fix.
 //
 // It never acknowledges before commit, never applies an event whose id it has seen with other content,
 // never treats a parked event as applied, never logs a payload, never takes a table lock when migrating

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync/atomic"
 
 	"github.com/jackc/pgx/v5"
 )
@@ -33,14 +34,19 @@ type Processor struct {
 	q        queries
 	timeouts string // the SET LOCAL of every transaction; "" when both timeouts are left to the session
 	log      *slog.Logger
+	ready    atomic.Bool // Prepare and Check passed
 }
 
 // errGap rolls back the transaction of an event ahead of a gap under policy Requeue.
 var errGap = errors.New("event is ahead of a gap")
 
-// New returns a Processor that applies events with handler. It checks, with a query bounded by
-// checkTimeout, that the inbox tables exist in an up-to-date form (Check), and logs a warning when the
-// schema holds records from before consumer names (AdoptRecords). A nil logger discards logs.
+// New returns a Processor that applies events with handler. It runs Config.Prepare and checks, with a
+// query bounded by checkTimeout, that the inbox tables exist in an up-to-date form (Check), and logs a
+// warning when the schema holds records from before consumer names (AdoptRecords). When PostgreSQL
+// does not answer (not started yet, starting up, unreachable) New logs it and returns the Processor
+// anyway: Runner.Run waits for PostgreSQL and runs both then, and Process runs them first and fails
+// until they pass. A schema that is missing or out of date is refused either way. A nil logger
+// discards logs.
 func New(db Beginner, handler Handler, cfg Config, log *slog.Logger) (*Processor, error) {
 	cfg = cfg.Defaults()
 	if err := cfg.Validate(); err != nil {
@@ -56,8 +62,12 @@ func New(db Beginner, handler Handler, cfg Config, log *slog.Logger) (*Processor
 		timeouts: timeoutsSQL(cfg.LockTimeout, cfg.StatementTimeout), log: log}
 	ctx, cancel := context.WithTimeout(context.Background(), checkTimeout)
 	defer cancel()
-	if err := p.Check(ctx); err != nil {
-		return nil, err
+	if err := p.prepare(ctx); err != nil {
+		if !unreachable(err) {
+			return nil, err
+		}
+		log.Warn("inbox: PostgreSQL does not answer; the schema check waits for it", "consumer", cfg.Consumer,
+			"error", err)
 	}
 	return p, nil
 }
@@ -70,6 +80,11 @@ func New(db Beginner, handler Handler, cfg Config, log *slog.Logger) (*Processor
 // the Failed outcome instead. Malformed events and handler errors wrapped with Permanent are recorded
 // in the failed table and returned as the Failed outcome.
 func (p *Processor) Process(ctx context.Context, ev Event) (Result, error) {
+	if !p.ready.Load() {
+		if err := p.prepare(ctx); err != nil {
+			return Result{}, err
+		}
+	}
 	if err := ev.Validate(); err != nil {
 		return p.fail(ctx, ev, reasonMalformed, err)
 	}

@@ -9,6 +9,8 @@ type queries struct {
 	fail, repair, prune, pruneAttempts                                          string
 	countAttempt, attempts, clearAttempts                                       string
 	listFailed, failedByID, resolveFailed, failedAgain                          string
+	listParked, parkedByID                                                      string
+	request, takeRequest, answerRequest, requestState                           string
 	check, unnamed                                                              string
 }
 
@@ -18,6 +20,15 @@ const failedColumns = `id, reason, detail, coalesce(event_id, ''), coalesce(aggr
 	coalesce(schema_version, 0), commit_lsn::text, coalesce(backfill, false), full_state,
 	coalesce(payload, ''::bytea), coalesce(headers, '{}'::jsonb), coalesce(received_fingerprint, ''::bytea),
 	attempts, first_failed_at, last_failed_at`
+
+// parkedColumns are the columns listParked and parkedByID return, in scanParked's order.
+const parkedColumns = `p.event_id, p.aggregate_type, p.aggregate_id, p.aggregate_version, p.event_type,
+	p.schema_version, p.commit_lsn::text, p.backfill, p.payload, p.headers, p.parked_at,
+	coalesce(a.applied_version, 0)`
+
+// parkedFrom joins each parked event to its aggregate's state.
+const parkedFrom = ` FROM {schema}.parked p LEFT JOIN {schema}.aggregate a ON a.consumer = p.consumer
+	AND a.aggregate_type = p.aggregate_type AND a.aggregate_id = p.aggregate_id`
 
 func newQueries(schema string) queries {
 	q := queries{
@@ -94,21 +105,38 @@ func newQueries(schema string) queries {
 		failedAgain: `UPDATE {schema}.failed SET attempts = attempts + 1, last_failed_at = now(), detail = $3
 			WHERE consumer = $1 AND id = $2`,
 
+		listParked: `SELECT ` + parkedColumns + parkedFrom + ` WHERE p.consumer = $1
+			ORDER BY p.parked_at, p.event_id LIMIT $2`,
+		parkedByID: `SELECT ` + parkedColumns + parkedFrom + ` WHERE p.consumer = $1 AND p.event_id = $2`,
+
+		request: `INSERT INTO {schema}.requests (consumer, action, kind, target, note) VALUES ($1, $2, $3, $4, $5)
+			RETURNING id`,
+		takeRequest: `UPDATE {schema}.requests SET taken_at = now() WHERE id = (
+				SELECT id FROM {schema}.requests WHERE consumer = $1 AND taken_at IS NULL
+				ORDER BY id LIMIT 1 FOR UPDATE SKIP LOCKED)
+			RETURNING id, action, kind, target, note`,
+		answerRequest: `UPDATE {schema}.requests SET done_at = now(), outcome = $3, error = NULLIF($4, '')
+			WHERE consumer = $1 AND id = $2`,
+		requestState: `SELECT taken_at IS NOT NULL, done_at IS NOT NULL, coalesce(outcome, ''), coalesce(error, '')
+			FROM {schema}.requests WHERE consumer = $1 AND id = $2`,
+
 		// check counts the columns this version needs; $1 is the schema name as it is (not quoted).
 		check: `SELECT count(*) FROM information_schema.columns WHERE table_schema = $1
 			AND (table_name, column_name) IN (('inbox', 'consumer'), ('aggregate', 'consumer'),
-				('parked', 'consumer'), ('failed', 'consumer'), ('failed', 'resolved_at'), ('attempts', 'consumer'))`,
+				('parked', 'consumer'), ('failed', 'consumer'), ('failed', 'resolved_at'), ('attempts', 'consumer'),
+				('requests', 'consumer'))`,
 		unnamed: `SELECT EXISTS (SELECT 1 FROM {schema}.aggregate WHERE consumer = '')
 			OR EXISTS (SELECT 1 FROM {schema}.inbox WHERE consumer = '')`,
 	}
 	for _, s := range []*string{&q.insertInbox, &q.inboxEntry, &q.setStatus, &q.markApplied, &q.deleteInbox,
 		&q.insertSkipped, &q.ensureAggregate, &q.lockAggregate, &q.setApplied, &q.state, &q.park, &q.takeParked,
 		&q.dropStaleParked, &q.fail, &q.repair, &q.prune, &q.pruneAttempts, &q.countAttempt, &q.attempts, &q.clearAttempts,
-		&q.listFailed, &q.failedByID, &q.resolveFailed, &q.failedAgain, &q.unnamed} {
+		&q.listFailed, &q.failedByID, &q.resolveFailed, &q.failedAgain, &q.listParked, &q.parkedByID,
+		&q.request, &q.takeRequest, &q.answerRequest, &q.requestState, &q.unnamed} {
 		*s = inSchema(*s, schema)
 	}
 	return q
 }
 
 // checkColumns is how many rows queries.check finds in an up-to-date schema.
-const checkColumns = 6
+const checkColumns = 7

@@ -56,11 +56,17 @@ func NewRunner(p *Processor, cfg RunnerConfig, log *slog.Logger) (*Runner, error
 	return &Runner{p: p, cfg: cfg, log: log, m: m}, nil
 }
 
-// Run consumes until ctx is cancelled, then stops gracefully and returns nil. It returns an error only
-// for a setup the broker refuses and retrying cannot cure (access refused, a queue that exists with
-// other arguments), after stopping as gracefully. Connection and channel losses are retried, not
+// Run consumes until ctx is cancelled, then stops gracefully and returns nil. If New could not reach
+// PostgreSQL, Run first waits for it (Config.Prepare and Check, retried with the RetryMin..RetryMax
+// backoff, a warning per attempt) before it connects to the broker. It returns an error only for a
+// setup that retrying cannot cure (a broker's access refusal, a queue that exists with other
+// arguments, an inbox schema that is missing or out of date), after stopping as gracefully. Connection and channel losses are retried, not
 // returned. Call Run once per Runner.
 func (r *Runner) Run(ctx context.Context) error {
+	if err := r.waitPostgres(ctx); err != nil || ctx.Err() != nil {
+		r.log.Info("inbox runner stopped")
+		return err
+	}
 	// Handlers run under work, which a stop does not cancel: only the drain timeout does.
 	work, cancelWork := context.WithCancel(context.WithoutCancel(ctx))
 	defer cancelWork()
@@ -69,8 +75,13 @@ func (r *Runner) Run(ctx context.Context) error {
 	for range r.cfg.Workers {
 		workers.Go(d.loop)
 	}
+	requests, stopRequests := context.WithCancel(ctx)
+	if r.cfg.RequestPoll > 0 {
+		workers.Go(func() { r.serveRequests(requests) })
+	}
 	var s *session
 	err := r.consume(ctx, d, &s)
+	stopRequests()
 	r.drain(d, cancelWork)
 	workers.Wait()
 	if s != nil {

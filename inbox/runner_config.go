@@ -19,11 +19,32 @@ type RunnerConfig struct {
 	// declares it with an alternate-exchange argument and refuses an exchange declared without one.
 	// Default "outbox".
 	Exchange string
-	// Queue is declared durable on every (re)connect. Required.
+	// Queue is declared durable on every (re)connect, with the arguments below. Required. RabbitMQ
+	// refuses a declaration whose arguments differ from those the queue was created with, and queue
+	// arguments cannot be changed in place: Run returns that refusal naming the argument and the fix.
 	Queue string
-	// Quorum declares Queue as a quorum queue (x-queue-type=quorum); a queue that already exists with
-	// the other type is refused by the broker with PRECONDITION_FAILED, which Run returns.
+	// Quorum declares Queue as a quorum queue (x-queue-type=quorum); the same as QueueType "quorum".
 	Quorum bool
+	// QueueType is x-queue-type: "classic" or "quorum". Default "" declares none (a classic queue, or
+	// quorum when Quorum is set); a queue that exists with a type must be declared with it.
+	QueueType string
+	// SingleActiveConsumer declares x-single-active-consumer: of several runners on Queue, the broker
+	// delivers to one at a time and switches to another when it goes away, so the events of an
+	// aggregate are never processed by two instances at once and none parks for that reason
+	// (docs/scaling.md).
+	SingleActiveConsumer bool
+	// DeadLetterExchange and DeadLetterRoutingKey declare x-dead-letter-exchange and
+	// x-dead-letter-routing-key: where the broker moves a message that is rejected without requeue,
+	// expires, or passes DeliveryLimit. The runner itself never rejects without requeue.
+	DeadLetterExchange, DeadLetterRoutingKey string
+	// DeliveryLimit declares x-delivery-limit (quorum queues only): after that many returns to the
+	// queue (a requeue, a lost consumer) the broker drops or dead-letters the message. A dead-lettered
+	// event leaves a gap that parks its aggregate's later versions until it is replayed or the gap is
+	// resolved (ResolveParked). Default 0 declares none (RabbitMQ 4 then applies 20).
+	DeliveryLimit int
+	// QueueArguments are further x-arguments declared as they are (x-max-length, x-message-ttl, …). A
+	// key that one of the fields above sets is refused: use the field.
+	QueueArguments amqp.Table
 	// Bindings are the routing keys Queue is bound with to Exchange on every (re)connect, for example
 	// "order.#" (routing keys are "<aggregate_type>.<event_type>"). At least one is required.
 	Bindings []string
@@ -48,6 +69,10 @@ type RunnerConfig struct {
 	// ExchangeWaitLog is how often a runner waiting for Exchange logs that it is still waiting.
 	// Default 30s.
 	ExchangeWaitLog time.Duration
+	// RequestPoll is how often the runner looks for repair requests filed for its consumer
+	// (Admin.Request, `cdc-router inbox retry|resolve`) and carries them out with its Processor.
+	// Default 1s; negative takes none.
+	RequestPoll time.Duration
 	// ConnectionName is the connection_name client property, shown by the management UI and rabbitmqctl.
 	// Default "cdc-router inbox <Config.Consumer>".
 	ConnectionName string
@@ -87,6 +112,9 @@ func (c RunnerConfig) Defaults() RunnerConfig {
 	if c.ReconnectMax == 0 {
 		c.ReconnectMax = max(30*time.Second, c.ReconnectMin)
 	}
+	if c.RequestPoll == 0 {
+		c.RequestPoll = time.Second
+	}
 	if c.ExchangeWaitLog == 0 {
 		c.ExchangeWaitLog = 30 * time.Second
 	}
@@ -120,6 +148,9 @@ func (c RunnerConfig) Validate() error {
 		return fmt.Errorf("inbox runner config: ReconnectMin %v and ReconnectMax %v must satisfy 0 < ReconnectMin <= ReconnectMax", c.ReconnectMin, c.ReconnectMax)
 	case c.ExchangeWaitLog < 0:
 		return fmt.Errorf("inbox runner config: ExchangeWaitLog %v is negative", c.ExchangeWaitLog)
+	}
+	if err := c.validateQueueArguments(); err != nil {
+		return err
 	}
 	for i, b := range c.Bindings {
 		if b == "" {

@@ -25,7 +25,8 @@ func TestRunnerRefusesAQueueOfAnotherType(t *testing.T) {
 	case <-time.After(30 * time.Second):
 		t.Fatal("Run kept retrying a setup the broker refuses")
 	}
-	for _, s := range []string{"PRECONDITION_FAILED", "406", "make RunnerConfig.Quorum match it"} {
+	for _, s := range []string{"PRECONDITION_FAILED", "406", "set RunnerConfig.QueueType (or Quorum) to the queue's current value",
+		"cannot change a queue's arguments in place"} {
 		if err == nil || !strings.Contains(err.Error(), s) {
 			t.Errorf("Run: %v, want it to say %q", err, s)
 		}

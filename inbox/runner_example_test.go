@@ -45,12 +45,12 @@ func runConsumer(ctx context.Context, getenv func(string) string, log *slog.Logg
 		return err
 	}
 	defer db.Close()
-	if err := inbox.Migrate(ctx, db); err != nil { // idempotent; schema "inbox"
-		return err
-	}
-	p, err := inbox.New(db, applyOrder, inbox.Config{Consumer: "orders-projection"}, log)
+	p, err := inbox.New(db, applyOrder, inbox.Config{Consumer: "orders-projection",
+		// Runs once PostgreSQL answers: New, or the Runner waits for it (a warning per retry).
+		Prepare: func(ctx context.Context, tx pgx.Tx) error { return inbox.Migrate(ctx, tx) }, // idempotent
+	}, log)
 	if err != nil {
-		return err
+		return err // a missing or outdated inbox schema; a database that is down is waited for
 	}
 	reg := prometheus.NewRegistry()
 	if addr := getenv("METRICS_ADDR"); addr != "" { // e.g. ":9464"
@@ -69,7 +69,7 @@ func runConsumer(ctx context.Context, getenv func(string) string, log *slog.Logg
 	if err != nil {
 		return err
 	}
-	return r.Run(ctx) // waits for the router's exchange; reconnects by itself; nil after a graceful stop
+	return r.Run(ctx) // waits for PostgreSQL and the router's exchange; reconnects by itself; nil after a graceful stop
 }
 
 // Example_runner is the program's main.

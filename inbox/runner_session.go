@@ -117,14 +117,14 @@ func (r *Runner) setup(s *session) error {
 	s.ch = ch
 	s.chClosed = ch.NotifyClose(make(chan *amqp.Error, 1))
 	s.canceled = ch.NotifyCancel(make(chan string, 1))
-	var args amqp.Table
-	if r.cfg.Quorum {
-		args = amqp.Table{amqp.QueueTypeArg: amqp.QueueTypeQuorum}
-	}
 	q := r.cfg.Queue
-	if _, err := ch.QueueDeclare(q, true, false, false, false, args); err != nil {
-		return setupError("declare queue "+q, err, fmt.Sprintf("queue %q exists with other arguments "+
-			"(durable, x-queue-type): delete it or make RunnerConfig.Quorum match it", q))
+	if _, err := ch.QueueDeclare(q, true, false, false, false, r.cfg.queueArguments()); err != nil {
+		var ae *amqp.Error
+		fix := ""
+		if errors.As(err, &ae) {
+			fix = queueMismatchFix(q, ae.Reason)
+		}
+		return setupError("declare queue "+q, err, fix)
 	}
 	for _, key := range r.cfg.Bindings {
 		if err := ch.QueueBind(q, key, r.cfg.Exchange, false, nil); err != nil {

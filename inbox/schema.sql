@@ -92,6 +92,23 @@ CREATE TABLE IF NOT EXISTS {schema}.attempts (
     PRIMARY KEY (consumer, event_id)
 );
 
+-- Repair requests an operator makes without the handler (`cdc-router inbox retry|resolve`): a running
+-- Runner of the consumer takes each once (taken_at), carries it out with RetryFailed, ResolveFailed,
+-- RetryParked or ResolveParked, and writes the outcome, or the error, with done_at.
+CREATE TABLE IF NOT EXISTS {schema}.requests (
+    id           bigint      GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    consumer     text        NOT NULL,
+    action       text        NOT NULL CHECK (action IN ('retry', 'resolve')),
+    kind         text        NOT NULL CHECK (kind IN ('failed', 'parked')),
+    target       text        NOT NULL,
+    note         text        NOT NULL DEFAULT '',
+    requested_at timestamptz NOT NULL DEFAULT now(),
+    taken_at     timestamptz,
+    done_at      timestamptz,
+    outcome      text,
+    error        text
+);
+
 -- Upgrades in place and indexes. Each step runs only when the catalog says it is missing, so migrating
 -- an up-to-date schema takes no table lock: it runs at every consumer start, and a lock request queued
 -- behind a stalled consumer's transaction would block every other consumer. Rows that existed before
@@ -168,7 +185,8 @@ BEGIN
         ('inbox_consumer_received_at_idx', 'INDEX', 'inbox (consumer, received_at)'),
         ('parked_consumer_aggregate_idx', 'INDEX', 'parked (consumer, aggregate_type, aggregate_id, aggregate_version)'),
         ('failed_consumer_event_idx', 'UNIQUE INDEX', 'failed (consumer, event_id, reason, received_fingerprint)'),
-        ('failed_open_idx', 'INDEX', 'failed (consumer, id) WHERE resolved_at IS NULL')) AS v(idx, kind, def)
+        ('failed_open_idx', 'INDEX', 'failed (consumer, id) WHERE resolved_at IS NULL'),
+        ('requests_open_idx', 'INDEX', 'requests (consumer, id) WHERE taken_at IS NULL')) AS v(idx, kind, def)
     LOOP
         IF to_regclass(s || '.' || r.idx) IS NULL THEN
             EXECUTE format('CREATE %s %I ON %s.%s', r.kind, r.idx, s, r.def);

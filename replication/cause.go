@@ -3,6 +3,7 @@ package replication
 import (
 	"errors"
 	"net"
+	"strings"
 
 	"github.com/jackc/pgx/v5/pgconn"
 )
@@ -20,8 +21,8 @@ func (e *causedError) Error() string { return e.err.Error() }
 func (e *causedError) Unwrap() error { return e.err }
 
 // causeOf classifies a stream failure: marked ones by their mark, PostgreSQL's errors, failed network
-// connections, timeouts and connections pgx closed after one (only PostgreSQL's are not marked) as
-// postgres, anything else as other.
+// connections, timeouts, connections pgx closed after one and PostgreSQL's refusals of a connection
+// (only PostgreSQL's are not marked) as postgres, anything else as other.
 func causeOf(err error) string {
 	var c *causedError
 	if errors.As(err, &c) {
@@ -32,6 +33,11 @@ func causeOf(err error) string {
 	var netErr net.Error
 	if errors.As(err, &pgErr) || errors.As(err, &connErr) || errors.As(err, &netErr) || pgconn.Timeout(err) ||
 		errors.Is(err, pgconn.ErrConnClosed) {
+		return CausePostgres
+	}
+	// explainConnect words a refusal it has no fix for ("the database system is starting up", "too many
+	// clients already") as one sentence ending in its SQLSTATE, without wrapping the *pgconn.PgError.
+	if strings.Contains(err.Error(), "(SQLSTATE ") {
 		return CausePostgres
 	}
 	return CauseOther

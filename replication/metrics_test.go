@@ -108,6 +108,8 @@ func TestCauseOf(t *testing.T) {
 		{fmt.Errorf("receive: %w", &net.OpError{Op: "read", Err: errors.New("connection reset")}), CausePostgres},
 		{fmt.Errorf("check publication: failed to deallocate cached statement(s): %w", pgconn.ErrConnClosed), CausePostgres},
 		{fmt.Errorf("store position: %w", context.DeadlineExceeded), CausePostgres},
+		{explainConnect(&pgconn.PgError{Code: "57P03", Message: "the database system is starting up"}, "a:5432"), CausePostgres},
+		{explainConnect(&pgconn.PgError{Code: "53300", Message: "sorry, too many clients already"}, "a:5432"), CausePostgres},
 		{errors.New("something else"), CauseOther},
 	} {
 		if got := causeOf(tc.err); got != tc.want {

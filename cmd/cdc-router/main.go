@@ -34,6 +34,7 @@ func commands() []command {
 		{"reset", "forget the stored position and drop the slot, to start over after a refusal", runReset},
 		{"jobs", "list the snapshot and backfill jobs, or remove finished, failed or interrupted backfills", runJobs},
 		{"quarantine", "list, show, replay, discard or purge quarantined rows", runQuarantine},
+		{"inbox", "list a consumer's failed and parked events, or have its running Runner retry or resolve them", runInbox},
 		{"version", "print the version", runVersion},
 	}
 }

@@ -1,7 +1,8 @@
 // Command accountsconsumer is the consumer of cmd/cdc-router's end-to-end test (TestEffectivelyOnce): one
 // instance of an account-balance projection kept with the inbox package and its Runner.
 //
-// It migrates the inbox schema, creates its projection tables, and applies each account event
+// It migrates the inbox schema and creates its projection tables once PostgreSQL answers (an instance
+// started while it is down waits for it), and applies each account event
 // (event_type "deposited" or "withdrawn", payload {"amount": n}) to account_projection, and counts the
 // application in apply_counter (one row per consumer and event id), in the inbox's transaction. It runs
 // until SIGTERM or SIGINT and stops gracefully. Several instances with the same consumer name and queue
@@ -146,13 +147,17 @@ func run(ctx context.Context, c config, log *slog.Logger) error {
 		return err
 	}
 	defer db.Close()
-	if err := inbox.Migrate(ctx, db); err != nil {
-		return err
+	// Prepare runs once PostgreSQL answers: an instance started while it is down waits in Run.
+	prepare := func(ctx context.Context, tx pgx.Tx) error {
+		if err := inbox.Migrate(ctx, tx); err != nil {
+			return err
+		}
+		if _, err := tx.Exec(ctx, projectionSQL); err != nil {
+			return fmt.Errorf("create the projection tables: %w", err)
+		}
+		return nil
 	}
-	if _, err := db.Exec(ctx, projectionSQL); err != nil {
-		return fmt.Errorf("create the projection tables: %w", err)
-	}
-	p, err := inbox.New(db, apply(c.consumer), inbox.Config{Consumer: c.consumer}, log)
+	p, err := inbox.New(db, apply(c.consumer), inbox.Config{Consumer: c.consumer, Prepare: prepare}, log)
 	if err != nil {
 		return err
 	}
