@@ -39,6 +39,12 @@ type Report struct {
 	WALStatus     string
 	Failover      bool              // the slot has FAILOVER: standbys with sync_replication_slots keep a copy
 	Synced        bool              // the slot was synchronized from a former primary (this one was promoted)
+	Invalidation  string            // invalidation_reason (PostgreSQL 17+); empty while the slot is valid
+	// Pending is what waits in the slot past the acknowledged position, counted by CountPending (a peek,
+	// possible only while no router streams the slot); nil when not counted, with PendingNote saying why
+	// when the count was tried and failed.
+	Pending     *Unpublished
+	PendingNote string
 	Stored        *offsets.Position // nil when none is stored
 	Quarantined   int64             // records of this slot and of this database's backfills
 	Handled       int64             // of those, the ones replayed or discarded (`cdc-router quarantine`)
@@ -66,7 +72,7 @@ func Status(ctx context.Context, conn *pgx.Conn, slot, schema string) (Report, e
 		}
 	} else if info.Exists {
 		r.SlotExists, r.Active, r.ConfirmedFlush, r.WALStatus = true, info.Active, info.ConfirmedFlush, info.WALStatus
-		r.Failover, r.Synced = info.Failover, info.Synced
+		r.Failover, r.Synced, r.Invalidation = info.Failover, info.Synced, info.Invalidation
 	}
 	if r.SlotExists && info.ConfirmedFlush != 0 {
 		var lag *float64
@@ -135,6 +141,10 @@ func (r Report) String() string {
 		s += fmt.Sprintf("slot active:      %s\nconfirmed flush:  %s\nlag:              %s, %s (%d bytes)\n"+
 			"wal_status:       %s\nretained WAL:     %s\nsafe_wal_size:    %s\n",
 			active, r.ConfirmedFlush, HumanBytes(r.LagBytes), lagTime, r.LagBytes, r.WALStatus, HumanBytes(r.RetainedBytes), safe)
+		s += r.pendingLine()
+		if r.Invalidation != "" {
+			s += "invalidated:      " + r.Invalidation + " (PostgreSQL will not decode from this slot again; see reset)\n"
+		}
 		s += "failover:         " + map[bool]string{true: "yes (standbys with sync_replication_slots = on keep a copy)",
 			false: "no (a promoted standby will not have this slot; see --failover-slot)"}[r.Failover]
 		if r.Synced {
@@ -147,6 +157,7 @@ func (r Report) String() string {
 	} else {
 		s += fmt.Sprintf("stored position:  %s (cluster %s, timeline %d, %s ago)\n", r.Stored.LSN, r.Stored.SystemID,
 			r.Stored.Timeline, time.Since(r.Stored.UpdatedAt).Round(time.Second))
+		s += r.storedVersusConfirmed()
 		if m := r.Stored.Mark; m.Done > 0 {
 			s += fmt.Sprintf("                  inside transaction %s (xid %d): its first %d events are confirmed and "+
 				"are not published again\n", m.Key.CommitLSN, m.Key.Xid, m.Done)
