@@ -37,18 +37,18 @@ type Report struct {
 	RetainedBytes int64  // pg_current_wal_lsn() - restart_lsn: the WAL kept for the slot
 	SafeWALBytes  *int64 // safe_wal_size: WAL left before invalidation; nil without max_slot_wal_keep_size
 	WALStatus     string
-	Failover      bool              // the slot has FAILOVER: standbys with sync_replication_slots keep a copy
-	Synced        bool              // the slot was synchronized from a former primary (this one was promoted)
-	Invalidation  string            // invalidation_reason (PostgreSQL 17+); empty while the slot is valid
+	Failover      bool   // the slot has FAILOVER: standbys with sync_replication_slots keep a copy
+	Synced        bool   // the slot was synchronized from a former primary (this one was promoted)
+	Invalidation  string // invalidation_reason (PostgreSQL 17+); empty while the slot is valid
 	// Pending is what waits in the slot past the acknowledged position, counted by CountPending (a peek,
 	// possible only while no router streams the slot); nil when not counted, with PendingNote saying why
 	// when the count was tried and failed.
 	Pending     *Unpublished
 	PendingNote string
-	Stored        *offsets.Position // nil when none is stored
-	Quarantined   int64             // records of this slot and of this database's backfills
-	Handled       int64             // of those, the ones replayed or discarded (`cdc-router quarantine`)
-	Jobs          []snapshot.Job    // the slot's initial snapshot and this database's backfills, finished or not
+	Stored      *offsets.Position // nil when none is stored
+	Quarantined int64             // records of this slot and of this database's backfills
+	Handled     int64             // of those, the ones replayed or discarded (`cdc-router quarantine`)
+	Jobs        []snapshot.Job    // the slot's initial snapshot and this database's backfills, finished or not
 }
 
 // Status reads the slot, the stored position, the quarantine counts and the jobs over an ordinary
