@@ -235,14 +235,17 @@ func runMigrate(ctx context.Context, args []string, env func(string) string, std
 
 func runStatus(ctx context.Context, args []string, env func(string) string, stdout, stderr io.Writer) error {
 	var asJSON *bool
+	var messagePrefix *string
 	flags := func(s *settings) {
 		asJSON = s.Bool("json", false, "print the report as one JSON object (the stable schema in docs/operations.md) instead of text")
+		messagePrefix = s.String("message-prefix", "", "the --message-prefix the router runs with, so that the logical decoding messages waiting in a stopped router's slot are counted too")
 	}
 	return withConn(ctx, "status", args, env, stderr, flags, func(conn *pgx.Conn, pg pgFlags) error {
 		r, err := replication.Status(ctx, conn, *pg.slot, *pg.schema)
 		if err != nil {
 			return err
 		}
+		replication.CountPending(ctx, conn, &r, replication.ResetOptions{Publication: *pg.publication, MessagePrefix: *messagePrefix})
 		if *asJSON {
 			enc := json.NewEncoder(stdout)
 			enc.SetIndent("", "  ")
