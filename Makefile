@@ -25,6 +25,7 @@ test: services
 	@test -z "$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go'))" || { echo "gofmt needed:"; gofmt -l .; exit 1; }
 	$(GO) test $(TESTFLAGS) $(PKGS)
 	cd deploy/kubernetes && $(GO) vet ./... && $(GO) test -count=1 ./...
+	cd deploy/compose && $(GO) vet ./... && $(GO) test -count=1 ./...
 
 test-race:
 	$(MAKE) test CDC_ROUTER_RACE=on
