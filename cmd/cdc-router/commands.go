@@ -405,7 +405,13 @@ func runRun(ctx context.Context, args []string, env func(string) string, stdout,
 		return usageError{err}
 	}
 	log.Info("starting", "version", version, "exchange", *broker.exchange, "table", strings.Join(*pg.tables, ", "), "publication", *pg.publication, "slot", *pg.slot)
-	return replication.Run(ctx, cfg, dial, log, stats)
+	err = replication.Run(ctx, cfg, dial, log, stats)
+	if err != nil {
+		// A refusal or a failure the router does not retry needs a human: one ERROR line for log-based
+		// alerts (cli prints the same reason as the exit message).
+		log.Error("exiting: the router does not retry this", "error", err)
+	}
+	return err
 }
 
 // loadMappings reads the --config files of run (or backfill) into the mapping of each table they name (by

@@ -81,3 +81,23 @@ func TestQuarantinedEventLogsNoError(t *testing.T) {
 
 // quarantineMsg matches a log line whose message says something was quarantined.
 var quarantineMsg = regexp.MustCompile(`msg="[^"]*quarantined`)
+
+// TestRefusalLogsOneError: a refusal needs a human, so besides the exit message it is one ERROR line with
+// the reason, which a log-based alert sees (the router exits 1 and does not retry it).
+func TestRefusalLogsOneError(t *testing.T) {
+	e := newStreamEnv(t)
+	r := e.start("", "--publication", "no_such_publication")
+	if code := r.wait(30 * time.Second); code != 1 {
+		t.Fatalf("run with a missing publication: exit %d, want 1\n%s", code, tail(r.Output(), 20))
+	}
+	var errors []string
+	for _, line := range strings.Split(r.Output(), "\n") {
+		if strings.Contains(line, "level=ERROR") {
+			errors = append(errors, line)
+		}
+	}
+	if len(errors) != 1 || !strings.Contains(errors[0], "no_such_publication") {
+		t.Errorf("a refusal logged %d ERROR lines, want one naming the publication:\n%s\nwhole output:\n%s",
+			len(errors), strings.Join(errors, "\n"), tail(r.Output(), 20))
+	}
+}
