@@ -138,10 +138,11 @@ func (r Report) String() string {
 		if r.SafeWALBytes != nil {
 			safe = HumanBytes(*r.SafeWALBytes) + " left before PostgreSQL invalidates the slot"
 		}
-		s += fmt.Sprintf("slot active:      %s\nconfirmed flush:  %s\nlag:              %s, %s (%d bytes)\n"+
-			"wal_status:       %s\nretained WAL:     %s\nsafe_wal_size:    %s\n",
-			active, r.ConfirmedFlush, HumanBytes(r.LagBytes), lagTime, r.LagBytes, r.WALStatus, HumanBytes(r.RetainedBytes), safe)
-		s += r.pendingLine()
+		s += fmt.Sprintf("slot active:      %s\nconfirmed flush:  %s\nlag:              %s, %s (%d bytes)\n",
+			active, r.ConfirmedFlush, HumanBytes(r.LagBytes), lagTime, r.LagBytes)
+		s += r.pendingLine() // what the lag is made of
+		s += fmt.Sprintf("wal_status:       %s\nretained WAL:     %s\nsafe_wal_size:    %s\n",
+			r.WALStatus, HumanBytes(r.RetainedBytes), safe)
 		if r.Invalidation != "" {
 			s += "invalidated:      " + r.Invalidation + " (PostgreSQL will not decode from this slot again; see reset)\n"
 		}
