@@ -1,7 +1,7 @@
 # syntax=docker/dockerfile:1
 # cdc-router and cdc-router-demo as static binaries in a distroless image. The default command is the router;
 # docker-compose.yml runs `migrate`, `run` and the demo from this one image.
-FROM golang:1.26 AS build
+FROM golang:1.26.8 AS build
 WORKDIR /src
 COPY go.mod go.sum ./
 RUN --mount=type=cache,target=/go/pkg/mod go mod download

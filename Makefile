@@ -2,8 +2,8 @@
 # `make demo` shows events flowing on a machine that has both installed.
 GO        ?= go
 PKGS      := ./...
-# -p 1: one test binary at a time: a broker-wide memory alarm in one test must not stall another package's
-# publishers, and the machine has two cores. The test binaries run with -race; the routers the end-to-end
+# -p 1: one test binary at a time: a broker-wide memory alarm in one test (set and restored around itself)
+# must not stall another package's publishers, and the machine has two cores. The test binaries run with -race; the routers the end-to-end
 # tests start are built without it (CDC_ROUTER_RACE=off: they run at the speed a user's do, and the suite
 # fits CI's 30 minutes), except those of the invariant harness (chaos/), which always has it. `make
 # test-race` builds every router under test with -race too.
@@ -25,6 +25,7 @@ test: services
 	@test -z "$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go'))" || { echo "gofmt needed:"; gofmt -l .; exit 1; }
 	$(GO) test $(TESTFLAGS) $(PKGS)
 	cd deploy/kubernetes && $(GO) vet ./... && $(GO) test -count=1 ./...
+	cd deploy/compose && $(GO) vet ./... && $(GO) test -count=1 ./...
 
 test-race:
 	$(MAKE) test CDC_ROUTER_RACE=on
@@ -67,7 +68,8 @@ bench-e2e: services
 bench-compare: services
 	$(GO) run ./bench/compare $(BENCHFLAGS)
 
-demo: services build
+# demo/run.sh builds bin/cdc-router and bin/cdc-router-demo itself (once each), so it also works alone.
+demo: services
 	@./demo/run.sh
 
 clean:

@@ -79,7 +79,7 @@ func rabbitmqctl(t testing.TB, args ...string) {
 // TestBrokerClosesConnectionsWhilePublishersAreBlocked blocks every publisher with a memory alarm, lets a
 // window of events pile up unconfirmed, closes every connection from the server side, then lifts the alarm.
 // The alarm is broker-wide: this test relies on `go test -p 1` (make test) so that no other package
-// publishes meanwhile, and restores the watermark even when it fails. While blocked, /metrics shows the
+// publishes meanwhile, and restores the watermark it found even when it fails. While blocked, /metrics shows the
 // broker's connection.blocked (cdc_router_broker_blocked 1) and a lag that grows.
 func TestBrokerClosesConnectionsWhilePublishersAreBlocked(t *testing.T) {
 	e := newStreamEnv(t)
@@ -90,8 +90,7 @@ func TestBrokerClosesConnectionsWhilePublishersAreBlocked(t *testing.T) {
 	if v := scrapeMetrics(t, addr).value(t, "cdc_router_broker_blocked"); v != 0 {
 		t.Errorf("cdc_router_broker_blocked = %v before the alarm, want 0", v)
 	}
-	t.Cleanup(func() { testenv.Rabbitmqctl(t, "set_vm_memory_high_watermark", "0.4").Run() })
-	rabbitmqctl(t, "set_vm_memory_high_watermark", "0")
+	lift := testenv.SetMemoryHighWatermark(t, "0")
 	w.write(2000, 20, 0)
 	r.waitLog("blocked", 20*time.Second)
 	lag0 := scrapeMetrics(t, addr).value(t, "cdc_router_replication_lag_seconds")
@@ -104,7 +103,7 @@ func TestBrokerClosesConnectionsWhilePublishersAreBlocked(t *testing.T) {
 		t.Errorf("cdc_router_replication_lag_seconds went from %.2f to %.2f over 2 s blocked, want it to grow", lag0, lag)
 	}
 	rabbitmqctl(t, "close_all_connections", "cdc-router test: broker-side cut")
-	rabbitmqctl(t, "set_vm_memory_high_watermark", "0.4")
+	lift()
 	w.write(300, 20, 0)
 	c := e.consume(e.queue)
 	expectEveryEventInOrder(t, c, w, "blocked then closed", 60*time.Second)

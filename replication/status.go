@@ -37,12 +37,18 @@ type Report struct {
 	RetainedBytes int64  // pg_current_wal_lsn() - restart_lsn: the WAL kept for the slot
 	SafeWALBytes  *int64 // safe_wal_size: WAL left before invalidation; nil without max_slot_wal_keep_size
 	WALStatus     string
-	Failover      bool              // the slot has FAILOVER: standbys with sync_replication_slots keep a copy
-	Synced        bool              // the slot was synchronized from a former primary (this one was promoted)
-	Stored        *offsets.Position // nil when none is stored
-	Quarantined   int64             // records of this slot and of this database's backfills
-	Handled       int64             // of those, the ones replayed or discarded (`cdc-router quarantine`)
-	Jobs          []snapshot.Job    // the slot's initial snapshot and this database's backfills, finished or not
+	Failover      bool   // the slot has FAILOVER: standbys with sync_replication_slots keep a copy
+	Synced        bool   // the slot was synchronized from a former primary (this one was promoted)
+	Invalidation  string // invalidation_reason (PostgreSQL 17+); empty while the slot is valid
+	// Pending is what waits in the slot past the acknowledged position, counted by CountPending (a peek,
+	// possible only while no router streams the slot); nil when not counted, with PendingNote saying why
+	// when the count was tried and failed.
+	Pending     *Unpublished
+	PendingNote string
+	Stored      *offsets.Position // nil when none is stored
+	Quarantined int64             // records of this slot and of this database's backfills
+	Handled     int64             // of those, the ones replayed or discarded (`cdc-router quarantine`)
+	Jobs        []snapshot.Job    // the slot's initial snapshot and this database's backfills, finished or not
 }
 
 // Status reads the slot, the stored position, the quarantine counts and the jobs over an ordinary
@@ -66,7 +72,7 @@ func Status(ctx context.Context, conn *pgx.Conn, slot, schema string) (Report, e
 		}
 	} else if info.Exists {
 		r.SlotExists, r.Active, r.ConfirmedFlush, r.WALStatus = true, info.Active, info.ConfirmedFlush, info.WALStatus
-		r.Failover, r.Synced = info.Failover, info.Synced
+		r.Failover, r.Synced, r.Invalidation = info.Failover, info.Synced, info.Invalidation
 	}
 	if r.SlotExists && info.ConfirmedFlush != 0 {
 		var lag *float64
@@ -132,9 +138,14 @@ func (r Report) String() string {
 		if r.SafeWALBytes != nil {
 			safe = HumanBytes(*r.SafeWALBytes) + " left before PostgreSQL invalidates the slot"
 		}
-		s += fmt.Sprintf("slot active:      %s\nconfirmed flush:  %s\nlag:              %s, %s (%d bytes)\n"+
-			"wal_status:       %s\nretained WAL:     %s\nsafe_wal_size:    %s\n",
-			active, r.ConfirmedFlush, HumanBytes(r.LagBytes), lagTime, r.LagBytes, r.WALStatus, HumanBytes(r.RetainedBytes), safe)
+		s += fmt.Sprintf("slot active:      %s\nconfirmed flush:  %s\nlag:              %s, %s (%d bytes)\n",
+			active, r.ConfirmedFlush, HumanBytes(r.LagBytes), lagTime, r.LagBytes)
+		s += r.pendingLine() // what the lag is made of
+		s += fmt.Sprintf("wal_status:       %s\nretained WAL:     %s\nsafe_wal_size:    %s\n",
+			r.WALStatus, HumanBytes(r.RetainedBytes), safe)
+		if r.Invalidation != "" {
+			s += "invalidated:      " + r.Invalidation + " (PostgreSQL will not decode from this slot again; see reset)\n"
+		}
 		s += "failover:         " + map[bool]string{true: "yes (standbys with sync_replication_slots = on keep a copy)",
 			false: "no (a promoted standby will not have this slot; see --failover-slot)"}[r.Failover]
 		if r.Synced {
@@ -147,6 +158,7 @@ func (r Report) String() string {
 	} else {
 		s += fmt.Sprintf("stored position:  %s (cluster %s, timeline %d, %s ago)\n", r.Stored.LSN, r.Stored.SystemID,
 			r.Stored.Timeline, time.Since(r.Stored.UpdatedAt).Round(time.Second))
+		s += r.storedVersusConfirmed()
 		if m := r.Stored.Mark; m.Done > 0 {
 			s += fmt.Sprintf("                  inside transaction %s (xid %d): its first %d events are confirmed and "+
 				"are not published again\n", m.Key.CommitLSN, m.Key.Xid, m.Done)

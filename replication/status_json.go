@@ -25,6 +25,10 @@ type statusJSON struct {
 	WALStatus         *string        `json:"wal_status"`
 	RetainedWALBytes  *int64         `json:"retained_wal_bytes"`
 	SafeWALSizeBytes  *int64         `json:"safe_wal_size_bytes"`
+	Failover          *bool          `json:"failover"`
+	Synced            *bool          `json:"synced"`
+	Invalidation      *string        `json:"invalidation_reason"`
+	PendingEvents     *int64         `json:"pending_events"`
 	StoredPosition    *storedJSON    `json:"stored_position"`
 	Quarantine        quarantineJSON `json:"quarantine"`
 	Jobs              []jobJSON      `json:"jobs"`
@@ -67,7 +71,13 @@ func (r Report) MarshalJSON() ([]byte, error) {
 		j.SlotDatabase = ptr(r.SlotDatabase)
 	}
 	if r.SlotExists {
-		j.Active, j.WALStatus = ptr(r.Active), ptr(r.WALStatus)
+		j.Active, j.WALStatus, j.Failover, j.Synced = ptr(r.Active), ptr(r.WALStatus), ptr(r.Failover), ptr(r.Synced)
+		if r.Invalidation != "" {
+			j.Invalidation = ptr(r.Invalidation)
+		}
+		if r.Pending != nil && !r.Pending.AtLeast {
+			j.PendingEvents = ptr(r.Pending.Events())
+		}
 		if r.ConfirmedFlush != 0 {
 			j.ConfirmedFlushLSN, j.LagBytes, j.RetainedWALBytes = ptr(r.ConfirmedFlush.String()), ptr(r.LagBytes), ptr(r.RetainedBytes)
 			j.SafeWALSizeBytes = r.SafeWALBytes

@@ -21,7 +21,8 @@ func TestStatusJSONOfAMissingOrForeignSlot(t *testing.T) {
 			t.Fatal(err)
 		}
 		for _, key := range []string{"active", "confirmed_flush_lsn", "lag_bytes", "lag_seconds", "wal_status",
-			"retained_wal_bytes", "safe_wal_size_bytes", "stored_position"} {
+			"retained_wal_bytes", "safe_wal_size_bytes", "stored_position", "failover", "synced", "invalidation_reason",
+			"pending_events"} {
 			if v, ok := got[key]; !ok || v != nil {
 				t.Errorf("%s: %s = %#v (present %v), want null", b, key, v, ok)
 			}

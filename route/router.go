@@ -283,7 +283,9 @@ func (r *Router) fail(err error, lane int, eventID string) {
 	if eventID != "" {
 		attrs = append(attrs, slog.String("event_id", eventID))
 	}
-	r.log.Error("router failed", attrs...)
+	// WARN: the stream that owns this Router restarts from the acknowledged position and decides, with what
+	// it knows (a refusal, a lost slot, a stream stuck past its bound), what needs a human and logs that.
+	r.log.Warn("router failed; the stream restarts from the acknowledged position", attrs...)
 }
 
 // deliver calls done unless the Router has failed; fail waits for a running done.

@@ -235,14 +235,17 @@ func runMigrate(ctx context.Context, args []string, env func(string) string, std
 
 func runStatus(ctx context.Context, args []string, env func(string) string, stdout, stderr io.Writer) error {
 	var asJSON *bool
+	var messagePrefix *string
 	flags := func(s *settings) {
 		asJSON = s.Bool("json", false, "print the report as one JSON object (the stable schema in docs/operations.md) instead of text")
+		messagePrefix = s.String("message-prefix", "", "the --message-prefix the router runs with, so that the logical decoding messages waiting in a stopped router's slot are counted too")
 	}
 	return withConn(ctx, "status", args, env, stderr, flags, func(conn *pgx.Conn, pg pgFlags) error {
 		r, err := replication.Status(ctx, conn, *pg.slot, *pg.schema)
 		if err != nil {
 			return err
 		}
+		replication.CountPending(ctx, conn, &r, replication.ResetOptions{Publication: *pg.publication, MessagePrefix: *messagePrefix})
 		if *asJSON {
 			enc := json.NewEncoder(stdout)
 			enc.SetIndent("", "  ")
@@ -306,7 +309,7 @@ func runRun(ctx context.Context, args []string, env func(string) string, stdout,
 	pubCheck := s.Duration("publication-check-interval", replication.DefaultPublicationCheckInterval, "how often to re-check that the publication still carries the outbox table's inserts")
 	failoverSlot := s.Bool("failover-slot", false, "create the slot with FAILOVER (PostgreSQL 17+; enabled on an existing slot too) so that a standby with sync_replication_slots = on keeps it and the router continues on the promoted standby; list every server in --pg-url with target_session_attrs=primary")
 	minSafeWAL := s.Int("min-safe-wal-bytes", 0, "/readyz fails while the slot's safe_wal_size (WAL left before PostgreSQL invalidates it) is below this many bytes; 0: a tenth of max_slot_wal_keep_size; -1: off")
-	shard := s.String("shard", "", "i/N: run as shard i (0 to N-1) of N, with the publication <publication>_shard_i_of_N that `migrate --shards N` created and the slot <slot>_shard_i_of_N (PostgreSQL 15+)")
+	shard := s.String("shard", "", "i/N: run as shard i (0 to N-1) of N, with the publication <publication>_shard_i_of_N that migrate --shards N created and the slot <slot>_shard_i_of_N (PostgreSQL 15+)")
 	messagePrefix := s.String("message-prefix", "", "also publish the events that transactions emit with pg_logical_emit_message(true, <this prefix>, <envelope>), e.g. cdc-router.outbox (PostgreSQL 14+; off when empty; see docs/producers.md)")
 	mappingFiles := s.Repeated("config", "", "read the outbox table in another shape: a Java-properties file with Debezium's outbox router options (table.field.event.id, route.by.field, ...) and amqp.* options; with several --table, one file per mapped table, the flag repeated, each naming its table with table=schema.table; see docs/migrating-from-polling.md (off when empty: the native shape)")
 	onDrift := s.String("on-drift", "refuse", "when the outbox table's shape changes under the stream, or another table's rows arrive: refuse (stop before the first affected row) or quarantine (quarantine those rows and go on)")
@@ -402,7 +405,13 @@ func runRun(ctx context.Context, args []string, env func(string) string, stdout,
 		return usageError{err}
 	}
 	log.Info("starting", "version", version, "exchange", *broker.exchange, "table", strings.Join(*pg.tables, ", "), "publication", *pg.publication, "slot", *pg.slot)
-	return replication.Run(ctx, cfg, dial, log, stats)
+	err = replication.Run(ctx, cfg, dial, log, stats)
+	if err != nil {
+		// A refusal or a failure the router does not retry needs a human: one ERROR line for log-based
+		// alerts (cli prints the same reason as the exit message).
+		log.Error("exiting: the router does not retry this", "error", err)
+	}
+	return err
 }
 
 // loadMappings reads the --config files of run (or backfill) into the mapping of each table they name (by

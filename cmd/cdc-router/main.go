@@ -29,7 +29,7 @@ func commands() []command {
 	return []command{
 		{"migrate", "create the outbox table, the router's schema and the publication (idempotent)", runMigrate},
 		{"run", "stream outbox inserts to RabbitMQ until SIGINT/SIGTERM", runRun},
-		{"status", "show the slot, its lag, the stored position and quarantined rows", runStatus},
+		{"status", "show the slot, its lag, the stored position and quarantined rows; whether a stopped router's slot is caught up", runStatus},
 		{"backfill", "publish retained outbox rows again (x-backfill: true) while run keeps streaming", runBackfill},
 		{"reset", "forget the stored position and drop the slot, to start over after a refusal", runReset},
 		{"jobs", "list the snapshot and backfill jobs, or remove finished, failed or interrupted backfills", runJobs},
