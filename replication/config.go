@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/cdc-router/cdc-router/decode"
+	"github.com/cdc-router/cdc-router/pgserver"
 )
 
 // Config configures the stream. The zero value of every duration means its documented default.
@@ -37,7 +38,7 @@ type Config struct {
 	RefusalRetry time.Duration
 	// PGTimeout bounds every wait on a PostgreSQL that accepts TCP but does not answer: each connection
 	// attempt (a shorter connect_timeout in the URL wins), the setup queries after it, and the stream's silence
-	// (a status update asks for a reply after half of it without a message); default DefaultPGTimeout.
+	// (a status update asks for a reply after half of it without a message); default pgserver.DefaultPGTimeout.
 	PGTimeout time.Duration
 
 	Decode decode.Config // row rules: payload limit and the router's message checks
@@ -100,7 +101,7 @@ func (c Config) WithDefaults() Config {
 	dur(&c.MaxBackoff, 30*time.Second)
 	dur(&c.PublicationCheckInterval, DefaultPublicationCheckInterval)
 	dur(&c.ProgressInterval, DefaultProgressInterval)
-	dur(&c.PGTimeout, DefaultPGTimeout)
+	dur(&c.PGTimeout, pgserver.DefaultPGTimeout)
 	if c.Decode.Table == "" {
 		c.Decode.Table = c.Table
 	}

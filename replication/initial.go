@@ -6,7 +6,6 @@ import (
 	"io"
 	"log/slog"
 	"strings"
-	"time"
 
 	"github.com/jackc/pglogrepl"
 	"github.com/jackc/pgx/v5"
@@ -15,6 +14,7 @@ import (
 	"github.com/cdc-router/cdc-router/decode"
 	"github.com/cdc-router/cdc-router/internal/cdc"
 	"github.com/cdc-router/cdc-router/offsets"
+	"github.com/cdc-router/cdc-router/pgserver"
 	"github.com/cdc-router/cdc-router/snapshot"
 )
 
@@ -75,17 +75,13 @@ func (c Config) snapshotConfig() snapshot.Config {
 // snapshot, merged in key order (copyTables).
 func createWithSnapshot(ctx context.Context, cfg Config, log *slog.Logger, stats *Stats, conn *pgconn.PgConn,
 	sql *pgx.Conn, store *offsets.Store, sys pglogrepl.IdentifySystemResult, pub Publisher) (cdc.LSN, error) {
-	stop := watchCreation(ctx, cfg, log, stats)
-	res, err := pglogrepl.CreateReplicationSlot(ctx, conn, cfg.Slot, "pgoutput", slotOptions(true, cfg.FailoverSlot))
+	stop := pgserver.WatchCreation(ctx, cfg.PGURL, cfg.Slot, cfg.PGTimeout, log, stats.waitFor)
+	point, snapshotName, err := pgserver.CreateSlotWithSnapshot(ctx, conn, cfg.Slot, cfg.FailoverSlot)
 	stop()
-	if err != nil {
-		return 0, createError(cfg.Slot, err)
-	}
-	point, err := cdc.ParseLSN(res.ConsistentPoint)
 	if err != nil {
 		return 0, err
 	}
-	reader, err := connectReader(ctx, cfg.PGURL, cfg.PGTimeout)
+	reader, err := pgserver.ConnectReaderWithin(ctx, cfg.PGURL, cfg.PGTimeout)
 	if err != nil {
 		return 0, err
 	}
@@ -95,10 +91,10 @@ func createWithSnapshot(ctx context.Context, cfg Config, log *slog.Logger, stats
 		return 0, fmt.Errorf("begin snapshot transaction: %w", err)
 	}
 	defer tx.Rollback(context.Background())
-	if _, err := tx.Exec(ctx, "SET TRANSACTION SNAPSHOT '"+strings.ReplaceAll(res.SnapshotName, "'", "''")+"'"); err != nil {
+	if _, err := tx.Exec(ctx, "SET TRANSACTION SNAPSHOT '"+strings.ReplaceAll(snapshotName, "'", "''")+"'"); err != nil {
 		return 0, fmt.Errorf("import the slot's snapshot: %w", err)
 	}
-	log.Info("created replication slot with a snapshot", "lsn", point, "snapshot", res.SnapshotName)
+	log.Info("created replication slot with a snapshot", "lsn", point, "snapshot", snapshotName)
 	jobs := snapshot.NewJobs(sql, cfg.Schema)
 	var todo []initialJob
 	for _, t := range cfg.outboxTables() {
@@ -131,7 +127,7 @@ func createWithSnapshot(ctx context.Context, cfg Config, log *slog.Logger, stats
 // streamed), never lost.
 func resumeSnapshot(ctx context.Context, cfg Config, log *slog.Logger, stats *Stats, sql *pgx.Conn, todo []initialJob,
 	pub Publisher) error {
-	reader, err := connectReader(ctx, cfg.PGURL, cfg.PGTimeout)
+	reader, err := pgserver.ConnectReaderWithin(ctx, cfg.PGURL, cfg.PGTimeout)
 	if err != nil {
 		return err
 	}
@@ -255,34 +251,4 @@ func sum(xs []int64) int64 {
 // consumer bound a queue.
 type unroutableDepth interface {
 	UnroutableMessages() (n int, ok bool)
-}
-
-// ConnectReader opens a snapshot or backfill reader's connection, with the output formats the row mapping
-// expects: those the replication connection pins, so that a row read here has the text it has in the stream.
-// Each attempt ends within DefaultPGTimeout (or the URL's shorter connect_timeout).
-func ConnectReader(ctx context.Context, url string) (*pgx.Conn, error) {
-	return connectReader(ctx, url, DefaultPGTimeout)
-}
-
-// connectReader is ConnectReader with each attempt bounded by d.
-func connectReader(ctx context.Context, url string, d time.Duration) (*pgx.Conn, error) {
-	cfg, err := pgx.ParseConfig(url)
-	if err != nil {
-		return nil, fatalf("the PostgreSQL URL is invalid: use postgres://user:password@host:5432/dbname in --pg-url (CDC_ROUTER_PG_URL)")
-	}
-	if err := requirePrimary(&cfg.Config); err != nil {
-		return nil, err
-	}
-	delete(cfg.RuntimeParams, "replication")
-	for k, v := range map[string]string{"application_name": "cdc-router reader", "TimeZone": "UTC", "DateStyle": "ISO",
-		"client_encoding": "UTF8", "IntervalStyle": "postgres", "bytea_output": "hex", // the text forms pgoutput sends (replicationParams)
-		"extra_float_digits": "3", "idle_in_transaction_session_timeout": "0", "statement_timeout": "0"} {
-		cfg.RuntimeParams[k] = v
-	}
-	bound(&cfg.Config, d)
-	conn, err := pgx.ConnectConfig(ctx, cfg)
-	if err != nil {
-		return nil, explainConnectWithin(err, hostOf(&cfg.Config), cfg.ConnectTimeout)
-	}
-	return conn, nil
 }

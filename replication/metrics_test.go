@@ -14,6 +14,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/cdc-router/cdc-router/offsets"
+	"github.com/cdc-router/cdc-router/pgserver"
 )
 
 // TestLagFollowsTheOldestUnacknowledgedCommit: the lag in time is the age of the commit of the oldest
@@ -180,7 +181,7 @@ cdc_router_state{state="streaming"} 1
 			t.Errorf("%s = %v, want %v (all: %v)", key, counts[key], want, counts)
 		}
 	}
-	s.setSlot(SlotHealth{Checked: time.Now(), Active: true, WALStatus: "extended", SafeWALBytes: 5 << 20, SafeWALKnown: true,
+	s.setSlot(pgserver.SlotHealth{Checked: time.Now(), Active: true, WALStatus: "extended", SafeWALBytes: 5 << 20, SafeWALKnown: true,
 		RetainedBytes: 7 << 20, MaxKeepBytes: 1 << 30})
 	want = `
 # HELP cdc_router_slot_wal_status 1 for the slot's wal_status (reserved, extended, unreserved, lost), 0 for the others, from the last slot health read.

@@ -17,6 +17,7 @@ import (
 	"github.com/cdc-router/cdc-router/internal/cdc"
 	"github.com/cdc-router/cdc-router/migrations"
 	"github.com/cdc-router/cdc-router/offsets"
+	"github.com/cdc-router/cdc-router/pgserver"
 	"github.com/cdc-router/cdc-router/quarantine"
 	"github.com/cdc-router/cdc-router/snapshot"
 )
@@ -134,7 +135,7 @@ func Run(ctx context.Context, cfg Config, dial Dialer, log *slog.Logger, stats *
 				"or a nack only once --refusal-retry has passed since the first)", "lsn", net.until, "refusal_retry", net.strikes.Period)
 		}
 		wait := withinGrace(backoff/2+rand.N(backoff/2+1), began, started)
-		if errors.Is(err, errStandby) {
+		if errors.Is(err, pgserver.ErrStandby) {
 			// A failover in progress: look for the promoted standby every second instead of backing off further.
 			wait = min(wait, standbyRetry)
 		}
@@ -167,9 +168,9 @@ func sleep(ctx context.Context, d time.Duration) bool {
 // whether the acknowledged position moved.
 func runOnce(ctx context.Context, cfg Config, dial Dialer, log *slog.Logger, stats *Stats, started *bool,
 	net *safetyNet, resume *resumePoint, stop *stopClock) (bool, error) {
-	host := pgHost(cfg.PGURL)
+	host := pgserver.Host(cfg.PGURL)
 	stats.waitFor("PostgreSQL at " + host + " to accept the router's ordinary connection")
-	sql, err := connectSQL(ctx, cfg.PGURL, cfg.PGTimeout)
+	sql, err := pgserver.ConnectSQLWithin(ctx, cfg.PGURL, cfg.PGTimeout)
 	if err != nil {
 		return false, err
 	}
@@ -224,7 +225,7 @@ func runOnce(ctx context.Context, cfg Config, dial Dialer, log *slog.Logger, sta
 		if sys, err = pglogrepl.IdentifySystem(ctx, conn); err != nil {
 			return fmt.Errorf("identify system: %w", err)
 		}
-		if err := checkTimeline(ctx, cfg, log, conn, store, sys); err != nil {
+		if err := pgserver.CheckTimeline(ctx, cfg.Slot, log, conn, store, sys); err != nil {
 			return err
 		}
 		p, err = planStart(ctx, cfg, sql, store, sys)
@@ -294,11 +295,11 @@ func runOnce(ctx context.Context, cfg Config, dial Dialer, log *slog.Logger, sta
 // plan is what a run does before streaming, decided before anything is created or published.
 type plan struct {
 	decision startDecision
-	jobs     []initialJob  // the initial snapshots to finish (resumed or never recorded), in --table order
-	fresh    bool          // the slot exists with neither a stored position nor a snapshot record
-	slot     SlotInfo      // the slot as found
-	failover failoverCheck // what --failover-slot needs done
-	timeline bool          // the stored position is of an earlier timeline of this cluster: record this one
+	jobs     []initialJob           // the initial snapshots to finish (resumed or never recorded), in --table order
+	fresh    bool                   // the slot exists with neither a stored position nor a snapshot record
+	slot     pgserver.SlotInfo      // the slot as found
+	failover pgserver.FailoverCheck // what --failover-slot needs done
+	timeline bool                   // the stored position is of an earlier timeline of this cluster: record this one
 	// stored is the stored position as loaded (hasStored: there is one), for the progress inside a
 	// transaction it records.
 	stored    offsets.Position
@@ -312,7 +313,7 @@ func planStart(ctx context.Context, cfg Config, sql *pgx.Conn, store *offsets.St
 	if err != nil {
 		return plan{}, err
 	}
-	slot, err := InspectSlot(ctx, sql, cfg.Slot)
+	slot, err := pgserver.InspectSlot(ctx, sql, cfg.Slot)
 	if err != nil {
 		return plan{}, err
 	}
@@ -321,7 +322,7 @@ func planStart(ctx context.Context, cfg Config, sql *pgx.Conn, store *offsets.St
 		// quiet; one that becomes active after this check meets 55006 at START_REPLICATION.
 		return plan{}, busyError(cfg)
 	}
-	fc, err := checkFailover(ctx, cfg, sql, slot)
+	fc, err := pgserver.CheckFailover(ctx, sql, cfg.FailoverSlot, slot)
 	if err != nil {
 		return plan{}, err
 	}
@@ -395,12 +396,12 @@ func (p plan) execute(ctx context.Context, cfg Config, log *slog.Logger, stats *
 	pos := func(l cdc.LSN) offsets.Position {
 		return offsets.Position{LSN: l, SystemID: sys.SystemID, Timeline: sys.Timeline}
 	}
-	err := setupStep(ctx, cfg.PGTimeout, pgHost(cfg.PGURL), func(ctx context.Context) error {
-		if err := p.failover.apply(ctx, cfg, log, conn, p.slot); err != nil {
+	err := setupStep(ctx, cfg.PGTimeout, pgserver.Host(cfg.PGURL), func(ctx context.Context) error {
+		if err := p.failover.Apply(ctx, log, conn, cfg.Slot, p.slot); err != nil {
 			return err
 		}
 		if p.timeline {
-			if err := recordTimeline(ctx, cfg, sql, sys); err != nil {
+			if err := pgserver.RecordTimeline(ctx, sql, cfg.Schema, cfg.Slot, sys); err != nil {
 				return err
 			}
 		}
@@ -416,8 +417,8 @@ func (p plan) execute(ctx context.Context, cfg Config, log *slog.Logger, stats *
 	case p.decision.create && cfg.Snapshot == "initial":
 		return createWithSnapshot(ctx, cfg, log, stats, conn, sql, store, sys, pub)
 	case p.decision.create:
-		stop := watchCreation(ctx, cfg, log, stats)
-		point, err := createSlot(ctx, conn, cfg.Slot, cfg.FailoverSlot)
+		stop := pgserver.WatchCreation(ctx, cfg.PGURL, cfg.Slot, cfg.PGTimeout, log, stats.waitFor)
+		point, err := pgserver.CreateSlot(ctx, conn, cfg.Slot, cfg.FailoverSlot)
 		stop()
 		if err != nil {
 			return 0, err

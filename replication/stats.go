@@ -9,6 +9,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/cdc-router/cdc-router/internal/cdc"
+	"github.com/cdc-router/cdc-router/pgserver"
 )
 
 // States of the router, as Stats reports them.
@@ -73,7 +74,7 @@ type Stats struct {
 	since   time.Time
 	lastErr string
 	problem string // a condition that makes the router unready while it runs, e.g. the publication lost the outbox
-	slot    SlotHealth
+	slot    pgserver.SlotHealth
 	// waiting is what the router waits for while it is not streaming (a connection, the start-up checks, the
 	// slot's creation, the restart backoff), since waitingSince; empty while streaming, snapshotting or standing by.
 	waiting      string
@@ -158,7 +159,7 @@ func (s *Stats) Lag() time.Duration {
 	if h := s.heard.Load(); h != 0 {
 		bound := time.Duration(s.silentAfter.Load())
 		if bound <= 0 {
-			bound = DefaultPGTimeout
+			bound = pgserver.DefaultPGTimeout
 		}
 		if quiet := time.Since(time.Unix(0, h)); quiet > bound {
 			lag = max(lag, quiet)
@@ -187,13 +188,13 @@ func (s *Stats) State() (state string, since time.Time, lastErr string) {
 }
 
 // Slot is the slot's health as last read from pg_replication_slots (zero Checked before the first read).
-func (s *Stats) Slot() SlotHealth {
+func (s *Stats) Slot() pgserver.SlotHealth {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.slot
 }
 
-func (s *Stats) setSlot(h SlotHealth) {
+func (s *Stats) setSlot(h pgserver.SlotHealth) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.slot = h
@@ -209,8 +210,8 @@ func (s *Stats) setState(state string, err error) {
 		s.lastErr = err.Error()
 	}
 	if state == StateStandby {
-		s.slot = SlotHealth{} // the active router reports the slot; a spare would report it twice
-		s.heard.Store(0)      // and its lag: the silence of a slot this router does not read is not lag
+		s.slot = pgserver.SlotHealth{} // the active router reports the slot; a spare would report it twice
+		s.heard.Store(0)               // and its lag: the silence of a slot this router does not read is not lag
 	}
 	if state != StateStarting && state != StateRestarting {
 		s.waiting = ""

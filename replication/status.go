@@ -13,6 +13,7 @@ import (
 
 	"github.com/cdc-router/cdc-router/internal/cdc"
 	"github.com/cdc-router/cdc-router/offsets"
+	"github.com/cdc-router/cdc-router/pgserver"
 	"github.com/cdc-router/cdc-router/snapshot"
 )
 
@@ -49,7 +50,7 @@ type Report struct {
 // connection. Backfills are not tied to a slot: they are this database's (the router schema's) own.
 func Status(ctx context.Context, conn *pgx.Conn, slot, schema string) (Report, error) {
 	r := Report{Slot: slot}
-	info, err := InspectSlot(ctx, conn, slot)
+	info, err := pgserver.InspectSlot(ctx, conn, slot)
 	if err != nil {
 		return r, err
 	}
@@ -233,7 +234,7 @@ func reset(ctx context.Context, conn *pgx.Conn, slot, schema string, opts ResetO
 			"stop it before resetting; nothing was changed", slot)
 	}
 	defer conn.Exec(context.WithoutCancel(ctx), "SELECT pg_advisory_unlock(hashtextextended($1, 0))", lock)
-	info, err := InspectSlot(ctx, conn, slot)
+	info, err := pgserver.InspectSlot(ctx, conn, slot)
 	if err != nil {
 		return err
 	}
@@ -253,7 +254,7 @@ func reset(ctx context.Context, conn *pgx.Conn, slot, schema string, opts ResetO
 	// just exited (the server ends it a moment later), or another process's.
 	for deadline := time.Now().Add(resetLockWait); info.Active && time.Now().Before(deadline); {
 		time.Sleep(100 * time.Millisecond)
-		if info, err = InspectSlot(ctx, conn, slot); err != nil {
+		if info, err = pgserver.InspectSlot(ctx, conn, slot); err != nil {
 			return err
 		}
 	}

@@ -2,9 +2,12 @@ package replication
 
 import (
 	"bufio"
+	"context"
 	"encoding/binary"
 	"io"
+	"time"
 
+	"github.com/cdc-router/cdc-router/pgserver"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgproto3"
 )
@@ -53,4 +56,15 @@ func (w *wire) Read(p []byte) (int, error) {
 	n, err := w.src.Read(p[:min(len(p), w.left)])
 	w.left -= n
 	return n, err
+}
+
+// connectReplication opens the replication connection (pgserver.ConnectReplication), which reads through
+// the returned wire, each attempt bounded by d.
+func connectReplication(ctx context.Context, url string, d time.Duration) (*pgconn.PgConn, *wire, error) {
+	var wireOf func() *wire
+	conn, err := pgserver.ConnectReplication(ctx, url, d, func(cfg *pgconn.Config) { wireOf = installWire(cfg) })
+	if err != nil {
+		return nil, nil, err
+	}
+	return conn, wireOf(), nil
 }

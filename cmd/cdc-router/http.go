@@ -13,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/cdc-router/cdc-router/pgserver"
 	"github.com/cdc-router/cdc-router/replication"
 )
 
@@ -50,7 +51,7 @@ func healthOf(s *replication.Stats, slotProblem string) health {
 // safe_wal_size (the WAL left before PostgreSQL invalidates it) is below minSafe. minSafe 0 means a tenth
 // of max_slot_wal_keep_size; a negative minSafe turns the size check off. Without a limit
 // (max_slot_wal_keep_size = -1) PostgreSQL never invalidates the slot and there is nothing to check.
-func slotProblem(h replication.SlotHealth, minSafe int64) string {
+func slotProblem(h pgserver.SlotHealth, minSafe int64) string {
 	if h.WALStatus == "lost" {
 		return "the replication slot is invalidated (wal_status lost): events were lost; see docs/operations.md, Slot invalidated"
 	}

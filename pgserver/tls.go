@@ -1,4 +1,4 @@
-package replication
+package pgserver
 
 import (
 	"crypto/tls"
@@ -10,6 +10,8 @@ import (
 	"net/url"
 	"os"
 	"strings"
+
+	"github.com/cdc-router/cdc-router/internal/cdc"
 )
 
 // TLSFiles are the certificate and key files a connection URL names, with the names of the URL parameters
@@ -124,15 +126,15 @@ func explainTLS(err error) error {
 	var op *net.OpError
 	switch cause := verificationError(err); {
 	case cause != nil:
-		return fatalf("PostgreSQL's server certificate did not pass verification (%v): sslrootcert in %s must name "+
+		return cdc.Fatalf("PostgreSQL's server certificate did not pass verification (%v): sslrootcert in %s must name "+
 			"the CA certificate that signed it, and with sslmode=verify-full the host in the URL must be one of the "+
 			"certificate's names", cause, pgWhere)
 	case errors.As(err, &op) && op.Op == "remote error":
-		return fatalf("PostgreSQL refused the TLS handshake (%v): it did not accept the client certificate that sslcert "+
+		return cdc.Fatalf("PostgreSQL refused the TLS handshake (%v): it did not accept the client certificate that sslcert "+
 			"and sslkey in %s name (the CA that signed it must be in the server's ssl_ca_file, and the certificate must "+
 			"be valid now)", op.Err, pgWhere)
 	case strings.Contains(err.Error(), "server refused TLS connection"):
-		return fatalf("PostgreSQL does not accept TLS connections: set ssl = on in postgresql.conf (with ssl_cert_file "+
+		return cdc.Fatalf("PostgreSQL does not accept TLS connections: set ssl = on in postgresql.conf (with ssl_cert_file "+
 			"and ssl_key_file) and reload it, or connect without sslmode=require/verify-ca/verify-full in %s", pgWhere)
 	}
 	return nil

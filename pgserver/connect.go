@@ -1,4 +1,4 @@
-package replication
+package pgserver
 
 import (
 	"context"
@@ -12,6 +12,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/cdc-router/cdc-router/internal/cdc"
 )
 
 // replicationParams pins the walsender session's output formats, as PostgreSQL's own subscriber does, so
@@ -32,18 +34,18 @@ var replicationParams = map[string]string{
 // the file and its parameter instead of as an invalid URL.
 func parseURL(url string) (*pgconn.Config, error) {
 	if err := pgTLSFiles(url).Check(); err != nil {
-		return nil, &Fatal{Msg: err.Error()}
+		return nil, &cdc.Fatal{Msg: err.Error()}
 	}
 	cfg, err := pgconn.ParseConfig(url)
 	var perr *pgconn.ParseConfigError
 	if errors.As(err, &perr) && strings.Contains(perr.Error(), "failed to configure TLS") && errors.Unwrap(perr) != nil {
 		// ParseConfigError's text holds the URL (with the password masked at best); its cause does not.
-		return nil, fatalf("the TLS settings of the PostgreSQL URL cannot be used (%v): check sslmode, sslrootcert, "+
+		return nil, cdc.Fatalf("the TLS settings of the PostgreSQL URL cannot be used (%v): check sslmode, sslrootcert, "+
 			"sslcert, sslkey and sslpassword in --pg-url (CDC_ROUTER_PG_URL) and the PGSSL* environment variables",
 			errors.Unwrap(perr))
 	}
 	if err != nil {
-		return nil, fatalf("the PostgreSQL URL is invalid: use postgres://user:password@host:5432/dbname in --pg-url (CDC_ROUTER_PG_URL)")
+		return nil, cdc.Fatalf("the PostgreSQL URL is invalid: use postgres://user:password@host:5432/dbname in --pg-url (CDC_ROUTER_PG_URL)")
 	}
 	if err := requirePrimary(cfg); err != nil {
 		return nil, err
@@ -51,9 +53,10 @@ func parseURL(url string) (*pgconn.Config, error) {
 	return cfg, nil
 }
 
-// errStandby marks a server that is in recovery (a standby): the router writes its position and streams
-// from a slot that only a primary can advance, so it connects to primaries only.
-var errStandby = errors.New("the server is a standby (in recovery)")
+// ErrStandby marks a server that is in recovery (a standby): the router writes its position and streams
+// from a slot that only a primary can advance, so it connects to primaries only. A connection that found
+// only standbys wraps it (a failover in progress: the stream looks for the primary every second).
+var ErrStandby = errors.New("the server is a standby (in recovery)")
 
 // validatePrimary is the connection check of every router connection: SELECT pg_is_in_recovery(), which
 // a walsender (replication=database) answers too.
@@ -63,7 +66,7 @@ func validatePrimary(ctx context.Context, conn *pgconn.PgConn) error {
 		return err
 	}
 	if len(res) == 1 && len(res[0].Rows) == 1 && string(res[0].Rows[0][0]) == "t" {
-		return errStandby
+		return ErrStandby
 	}
 	return nil
 }
@@ -79,7 +82,7 @@ func requirePrimary(cfg *pgconn.Config) error {
 		same(pgconn.ValidateConnectTargetSessionAttrsReadWrite):
 	case same(pgconn.ValidateConnectTargetSessionAttrsStandby), same(pgconn.ValidateConnectTargetSessionAttrsReadOnly),
 		same(pgconn.ValidateConnectTargetSessionAttrsPreferStandby):
-		return fatalf("target_session_attrs in --pg-url (CDC_ROUTER_PG_URL) or PGTARGETSESSIONATTRS asks for a standby, " +
+		return cdc.Fatalf("target_session_attrs in --pg-url (CDC_ROUTER_PG_URL) or PGTARGETSESSIONATTRS asks for a standby, " +
 			"but the router writes its position and streams from a slot on the primary: use target_session_attrs=primary " +
 			"(or leave it out)")
 	default:
@@ -100,14 +103,24 @@ func hostOf(cfg *pgconn.Config) string {
 	return strings.Join(hosts, ",")
 }
 
+// Host names the server (or servers) of url for messages, or says "the --pg-url server" when the URL
+// cannot be parsed (that error is reported by the connection itself).
+func Host(url string) string {
+	cfg, err := parseURL(url)
+	if err != nil {
+		return "(the --pg-url server)"
+	}
+	return hostOf(cfg)
+}
+
 // standbyError is the retryable error of a connection that found only standbys: during a failover the old
 // primary is gone and the standby not promoted yet, so the router retries; before its first start it gives
 // up after the start-up grace with this sentence.
 func standbyError(host string, err error) error {
-	return &retryable{msg: fmt.Sprintf("no primary PostgreSQL at %s: every server that answered is a standby (in recovery) "+
+	return &Retryable{Msg: fmt.Sprintf("no primary PostgreSQL at %s: every server that answered is a standby (in recovery) "+
 		"and the router streams only from a primary; point --pg-url (CDC_ROUTER_PG_URL) at the primary, or list every "+
 		"server (postgres://user@host1:5432,host2:5432/db?target_session_attrs=primary) so that the router finds the "+
-		"new primary after a failover", host), err: err}
+		"new primary after a failover", host), Err: err}
 }
 
 // DefaultPGTimeout is the default bound of run's --pg-timeout (Config.PGTimeout), and the bound of every
@@ -136,47 +149,50 @@ func explainConnectWithin(err error, host string, d time.Duration) error {
 	}
 	var pgErr *pgconn.PgError
 	if !errors.As(err, &pgErr) && (pgconn.Timeout(err) || errors.Is(err, context.DeadlineExceeded)) {
-		return &retryable{msg: fmt.Sprintf("PostgreSQL at %s did not complete the connection within %v: it accepts TCP "+
+		return &Retryable{Msg: fmt.Sprintf("PostgreSQL at %s did not complete the connection within %v: it accepts TCP "+
 			"but does not answer (a stalled server or a silent network partition); the router tries again (the bound is "+
-			"--pg-timeout, or a shorter connect_timeout in --pg-url)", host, d), err: err}
+			"--pg-timeout, or a shorter connect_timeout in --pg-url)", host, d), Err: err}
 	}
 	return explainConnect(err, host)
 }
 
-// connectReplication opens the replication connection (replication=database), which reads through the
-// returned wire, each attempt bounded by d.
-func connectReplication(ctx context.Context, url string, d time.Duration) (*pgconn.PgConn, *wire, error) {
+// ConnectReplication opens a replication connection (replication=database) with the walsender session's
+// output formats pinned, each attempt bounded by d. prepare, when not nil, sees the connection's
+// configuration last before it connects: the stream installs the reader of its wire there.
+func ConnectReplication(ctx context.Context, url string, d time.Duration, prepare func(*pgconn.Config)) (*pgconn.PgConn, error) {
 	cfg, err := parseURL(url)
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
 	for k, v := range replicationParams {
 		cfg.RuntimeParams[k] = v
 	}
-	wireOf := installWire(cfg)
+	if prepare != nil {
+		prepare(cfg)
+	}
 	bound(cfg, d)
 	conn, err := pgconn.ConnectConfig(ctx, cfg)
 	if err != nil {
-		return nil, nil, explainConnectWithin(err, hostOf(cfg), cfg.ConnectTimeout)
+		return nil, explainConnectWithin(err, hostOf(cfg), cfg.ConnectTimeout)
 	}
-	return conn, wireOf(), nil
+	return conn, nil
 }
 
 // ConnectSQL opens an ordinary (non-replication) connection for checks, the stored position and quarantine
 // writes, with a connection failure turned into one sentence that names the fix. Each attempt ends within
 // DefaultPGTimeout (or the URL's shorter connect_timeout).
 func ConnectSQL(ctx context.Context, url string) (*pgx.Conn, error) {
-	return connectSQL(ctx, url, DefaultPGTimeout)
+	return ConnectSQLWithin(ctx, url, DefaultPGTimeout)
 }
 
-// connectSQL is ConnectSQL with each attempt bounded by d.
-func connectSQL(ctx context.Context, url string, d time.Duration) (*pgx.Conn, error) {
+// ConnectSQLWithin is ConnectSQL with each attempt bounded by d (run's --pg-timeout).
+func ConnectSQLWithin(ctx context.Context, url string, d time.Duration) (*pgx.Conn, error) {
 	if _, err := parseURL(url); err != nil {
 		return nil, err
 	}
 	cfg, err := pgx.ParseConfig(url)
 	if err != nil {
-		return nil, fatalf("the PostgreSQL URL is invalid: use postgres://user:password@host:5432/dbname in --pg-url (CDC_ROUTER_PG_URL)")
+		return nil, cdc.Fatalf("the PostgreSQL URL is invalid: use postgres://user:password@host:5432/dbname in --pg-url (CDC_ROUTER_PG_URL)")
 	}
 	if err := requirePrimary(&cfg.Config); err != nil {
 		return nil, err
@@ -184,6 +200,36 @@ func connectSQL(ctx context.Context, url string, d time.Duration) (*pgx.Conn, er
 	delete(cfg.RuntimeParams, "replication")
 	cfg.RuntimeParams["application_name"] = "cdc-router"
 	cfg.RuntimeParams["client_encoding"] = "UTF8" // quarantine values are UTF-8 whatever the database's encoding
+	bound(&cfg.Config, d)
+	conn, err := pgx.ConnectConfig(ctx, cfg)
+	if err != nil {
+		return nil, explainConnectWithin(err, hostOf(&cfg.Config), cfg.ConnectTimeout)
+	}
+	return conn, nil
+}
+
+// ConnectReader opens a snapshot or backfill reader's connection, with the output formats the row mapping
+// expects: those the replication connection pins, so that a row read here has the text it has in the stream.
+// Each attempt ends within DefaultPGTimeout (or the URL's shorter connect_timeout).
+func ConnectReader(ctx context.Context, url string) (*pgx.Conn, error) {
+	return ConnectReaderWithin(ctx, url, DefaultPGTimeout)
+}
+
+// ConnectReaderWithin is ConnectReader with each attempt bounded by d (run's --pg-timeout).
+func ConnectReaderWithin(ctx context.Context, url string, d time.Duration) (*pgx.Conn, error) {
+	cfg, err := pgx.ParseConfig(url)
+	if err != nil {
+		return nil, cdc.Fatalf("the PostgreSQL URL is invalid: use postgres://user:password@host:5432/dbname in --pg-url (CDC_ROUTER_PG_URL)")
+	}
+	if err := requirePrimary(&cfg.Config); err != nil {
+		return nil, err
+	}
+	delete(cfg.RuntimeParams, "replication")
+	for k, v := range map[string]string{"application_name": "cdc-router reader", "TimeZone": "UTC", "DateStyle": "ISO",
+		"client_encoding": "UTF8", "IntervalStyle": "postgres", "bytea_output": "hex", // the text forms pgoutput sends (replicationParams)
+		"extra_float_digits": "3", "idle_in_transaction_session_timeout": "0", "statement_timeout": "0"} {
+		cfg.RuntimeParams[k] = v
+	}
 	bound(&cfg.Config, d)
 	conn, err := pgx.ConnectConfig(ctx, cfg)
 	if err != nil {

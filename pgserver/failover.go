@@ -1,4 +1,4 @@
-package replication
+package pgserver
 
 import (
 	"context"
@@ -15,33 +15,33 @@ import (
 	"github.com/cdc-router/cdc-router/offsets"
 )
 
-// failoverCheck is what --failover-slot needs done before streaming, found before anything is created.
-type failoverCheck struct {
+// FailoverCheck is what --failover-slot needs done before streaming, found before anything is created.
+type FailoverCheck struct {
 	enable bool     // the slot exists without FAILOVER: ALTER_REPLICATION_SLOT it before streaming
 	warn   []string // primary settings that make the standby's copy unsafe or hold the stream back
 }
 
-// checkFailover refuses --failover-slot before PostgreSQL 17, finds whether the existing slot needs
+// CheckFailover refuses --failover-slot (wanted) before PostgreSQL 17, finds whether the existing slot needs
 // FAILOVER enabled, and checks synchronized_standby_slots, which applies to every failover slot: empty, the
 // router may get ahead of the standbys; naming a slot that is missing here, the stream stops.
-func checkFailover(ctx context.Context, cfg Config, sql *pgx.Conn, slot SlotInfo) (failoverCheck, error) {
-	if !cfg.FailoverSlot && !slot.Failover {
-		return failoverCheck{}, nil
+func CheckFailover(ctx context.Context, sql *pgx.Conn, wanted bool, slot SlotInfo) (FailoverCheck, error) {
+	if !wanted && !slot.Failover {
+		return FailoverCheck{}, nil
 	}
 	var num int
 	var version, standbySlots string
 	err := sql.QueryRow(ctx, `SELECT current_setting('server_version_num')::int, current_setting('server_version'),
 		coalesce(current_setting('synchronized_standby_slots', true), '')`).Scan(&num, &version, &standbySlots)
 	if err != nil {
-		return failoverCheck{}, fmt.Errorf("read the server version: %w", err)
+		return FailoverCheck{}, fmt.Errorf("read the server version: %w", err)
 	}
 	if num < 170000 {
-		return failoverCheck{}, fatalf("--failover-slot (CDC_ROUTER_FAILOVER_SLOT) needs PostgreSQL 17 or later, where a "+
+		return FailoverCheck{}, cdc.Fatalf("--failover-slot (CDC_ROUTER_FAILOVER_SLOT) needs PostgreSQL 17 or later, where a "+
 			"slot can be created with FAILOVER and synchronized to a standby, but this server is PostgreSQL %s: run "+
 			"without it, and after a switch to another server re-snapshot as docs/operations.md (Failover slots) describes",
 			version)
 	}
-	c := failoverCheck{enable: cfg.FailoverSlot && slot.Exists && !slot.Failover}
+	c := FailoverCheck{enable: wanted && slot.Exists && !slot.Failover}
 	if standbySlots == "" {
 		c.warn = append(c.warn, "synchronized_standby_slots is empty on this primary: the router may receive and "+
 			"publish changes that no standby has yet, which a failover then takes back from the database although they "+
@@ -84,17 +84,17 @@ func checkFailover(ctx context.Context, cfg Config, sql *pgx.Conn, slot SlotInfo
 	return c, nil
 }
 
-// apply enables FAILOVER on an existing slot (ALTER_REPLICATION_SLOT, PostgreSQL 17+; the slot is not
-// streamed, which planStart checked) and logs what the slot is.
-func (c failoverCheck) apply(ctx context.Context, cfg Config, log *slog.Logger, conn *pgconn.PgConn, slot SlotInfo) error {
+// Apply enables FAILOVER on the existing slot name over the replication connection conn (ALTER_REPLICATION_SLOT,
+// PostgreSQL 17+; the slot must not be streamed, which the caller checked) and logs what the slot is.
+func (c FailoverCheck) Apply(ctx context.Context, log *slog.Logger, conn *pgconn.PgConn, name string, slot SlotInfo) error {
 	for _, w := range c.warn {
 		log.Warn(w)
 	}
 	if c.enable {
-		if _, err := conn.Exec(ctx, "ALTER_REPLICATION_SLOT "+cfg.Slot+" (FAILOVER true)").ReadAll(); err != nil {
-			return fatalf("PostgreSQL did not enable failover on replication slot %s (%v): run ALTER_REPLICATION_SLOT %s "+
+		if _, err := conn.Exec(ctx, "ALTER_REPLICATION_SLOT "+name+" (FAILOVER true)").ReadAll(); err != nil {
+			return cdc.Fatalf("PostgreSQL did not enable failover on replication slot %s (%v): run ALTER_REPLICATION_SLOT %s "+
 				"(FAILOVER true) on a replication connection as a role with REPLICATION, or drop the slot and re-snapshot "+
-				"(`cdc-router reset --slot %s`)", cfg.Slot, err, cfg.Slot, cfg.Slot)
+				"(`cdc-router reset --slot %s`)", name, err, name, name)
 		}
 		log.Info("enabled failover on the existing replication slot (--failover-slot): standbys with sync_replication_slots = on now keep a copy of it")
 	}
@@ -105,10 +105,11 @@ func (c failoverCheck) apply(ctx context.Context, cfg Config, log *slog.Logger, 
 	return nil
 }
 
-// checkTimeline logs a timeline change since the position was stored (a promoted standby, or a point-in-time
-// recovery, of the same cluster), and refuses a stored position past the point where its timeline ended on
-// this server (events on the new timeline would be skipped).
-func checkTimeline(ctx context.Context, cfg Config, log *slog.Logger, conn *pgconn.PgConn,
+// CheckTimeline logs a timeline change since the position of slot was stored (a promoted standby, or a
+// point-in-time recovery, of the same cluster), and refuses a stored position past the point where its
+// timeline ended on this server (events on the new timeline would be skipped). It reads the timeline's
+// history over the replication connection conn.
+func CheckTimeline(ctx context.Context, slot string, log *slog.Logger, conn *pgconn.PgConn,
 	store *offsets.Store, sys pglogrepl.IdentifySystemResult) error {
 	stored, ok, err := store.Load(ctx)
 	if err != nil || !ok || stored.SystemID != sys.SystemID || stored.Timeline == sys.Timeline {
@@ -126,23 +127,24 @@ func checkTimeline(ctx context.Context, cfg Config, log *slog.Logger, conn *pgco
 		"point-in-time recovery): continuing if the slot is on this server", "stored_timeline", stored.Timeline,
 		"timeline", sys.Timeline, "stored_timeline_end", end, "lsn", stored.LSN)
 	if end != 0 && stored.LSN > end {
-		return fatalf("the stored position %s of slot %s is past the point %s where timeline %d ended on this server "+
+		return cdc.Fatalf("the stored position %s of slot %s is past the point %s where timeline %d ended on this server "+
 			"(now timeline %d): the events written here on the new timeline after that point would be skipped, so the "+
 			"router refuses; to re-snapshot run `cdc-router reset --slot %s` then `cdc-router run`",
-			stored.LSN, cfg.Slot, end, stored.Timeline, sys.Timeline, cfg.Slot)
+			stored.LSN, slot, end, stored.Timeline, sys.Timeline, slot)
 	}
 	return nil
 }
 
-// recordTimeline stores the server's timeline with the stored position once the router decided to go on
-// from it on this server, before anything moved: the position is on this timeline's history too. The
-// progress inside a transaction stored with it is dropped: that transaction may lie past the switch point,
-// where this timeline has other transactions (possibly with the same commit LSN and xid).
-func recordTimeline(ctx context.Context, cfg Config, sql *pgx.Conn, sys pglogrepl.IdentifySystemResult) error {
-	table := pgx.Identifier{cfg.Schema, "positions"}.Sanitize()
+// RecordTimeline stores the server's timeline with the stored position of slot (in the router's schema)
+// once the router decided to go on from it on this server, before anything moved: the position is on this
+// timeline's history too. The progress inside a transaction stored with it is dropped: that transaction may
+// lie past the switch point, where this timeline has other transactions (possibly with the same commit LSN
+// and xid).
+func RecordTimeline(ctx context.Context, sql *pgx.Conn, schema, slot string, sys pglogrepl.IdentifySystemResult) error {
+	table := pgx.Identifier{schema, "positions"}.Sanitize()
 	if _, err := sql.Exec(ctx, "UPDATE "+table+" SET timeline = $1, mark_commit_lsn = NULL, mark_xid = NULL, "+
 		"mark_done = NULL, mark_config = NULL WHERE slot = $2 AND system_id = $3",
-		sys.Timeline, cfg.Slot, sys.SystemID); err != nil {
+		sys.Timeline, slot, sys.SystemID); err != nil {
 		return fmt.Errorf("record timeline %d: %w", sys.Timeline, err)
 	}
 	return nil

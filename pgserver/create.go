@@ -1,4 +1,4 @@
-package replication
+package pgserver
 
 import (
 	"context"
@@ -26,14 +26,15 @@ func creationReportAt(i int) time.Duration {
 	return creationReports[i]
 }
 
-// watchCreation reports, for as long as slot creation waits, the transactions it waits for: building the
-// slot's snapshot waits until every transaction running at that moment ends, so an idle-in-transaction
+// WatchCreation reports, for as long as the creation of slot waits, the transactions it waits for: building
+// the slot's snapshot waits until every transaction running at that moment ends, so an idle-in-transaction
 // session or a forgotten prepared transaction makes it wait indefinitely. It logs a WARN line and one line per
 // transaction (pid, xid, state, age) after each of creationReports and then every creationReportEvery, and
-// sets /readyz's problem (Stats.Waiting) to the wait and its transactions. The returned stop ends the watch.
-func watchCreation(ctx context.Context, cfg Config, log *slog.Logger, stats *Stats) (stop func()) {
-	what := "PostgreSQL to create replication slot " + cfg.Slot + " (it waits until the transactions running when it began end)"
-	stats.waitFor(what)
+// hands waitFor what the router waits for (/readyz's problem: the wait and its transactions), read over its
+// own connection to url (each attempt and query bounded by d). The returned stop ends the watch.
+func WatchCreation(ctx context.Context, url, slot string, d time.Duration, log *slog.Logger, waitFor func(string)) (stop func()) {
+	what := "PostgreSQL to create replication slot " + slot + " (it waits until the transactions running when it began end)"
+	waitFor(what)
 	ctx, cancel := context.WithCancel(ctx)
 	done := make(chan struct{})
 	go func() {
@@ -50,9 +51,9 @@ func watchCreation(ctx context.Context, cfg Config, log *slog.Logger, stats *Sta
 				return
 			}
 			if conn == nil || conn.IsClosed() {
-				conn, _ = connectSQL(ctx, cfg.PGURL, cfg.PGTimeout)
+				conn, _ = ConnectSQLWithin(ctx, url, d)
 			}
-			list, err := creationBlockers(ctx, conn, cfg.PGTimeout)
+			list, err := creationBlockers(ctx, conn, d)
 			if ctx.Err() != nil {
 				return
 			}
@@ -70,11 +71,23 @@ func watchCreation(ctx context.Context, cfg Config, log *slog.Logger, stats *Sta
 				log.Warn("slot creation waits for", "pid", w.pid, "xid", w.xid, "state", w.state, "transaction_age", w.age)
 				names = append(names, fmt.Sprintf("pid %d (xid %s, %s, for %s)", w.pid, w.xid, w.state, w.age))
 			}
-			stats.waitFor(what + ": " + fmt.Sprint(len(list)) + " transaction(s) still run: " + strings.Join(names, ", ") +
+			waitFor(what + ": " + fmt.Sprint(len(list)) + " transaction(s) still run: " + strings.Join(names, ", ") +
 				"; end or commit them (pg_terminate_backend, COMMIT PREPARED / ROLLBACK PREPARED)")
 		}
 	}()
 	return func() { cancel(); <-done }
+}
+
+// sleep waits d and reports false when ctx ended first.
+func sleep(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
 }
 
 // blocker is a transaction a slot creation may wait for: a session with an xid (pid, backend_xid, state)
