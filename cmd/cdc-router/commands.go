@@ -14,6 +14,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/cdc-router/cdc-router/admin"
 	"github.com/cdc-router/cdc-router/decode"
 	"github.com/cdc-router/cdc-router/inbox"
 	"github.com/cdc-router/cdc-router/internal/cdc"
@@ -240,7 +241,7 @@ func runStatus(ctx context.Context, args []string, env func(string) string, stdo
 		asJSON = s.Bool("json", false, "print the report as one JSON object (the stable schema in docs/operations.md) instead of text")
 	}
 	return withConn(ctx, "status", args, env, stderr, flags, func(conn *pgx.Conn, pg pgFlags) error {
-		r, err := replication.Status(ctx, conn, *pg.slot, *pg.schema)
+		r, err := admin.Status(ctx, conn, *pg.slot, *pg.schema)
 		if err != nil {
 			return err
 		}
@@ -263,8 +264,8 @@ func runReset(ctx context.Context, args []string, env func(string) string, stdou
 		force = s.Bool("force", false, "drop the slot even when it still holds unpublished events (reset names how many), or when they cannot be counted")
 		shard = s.String("shard", "", "i/N: reset shard i of N, the slot <slot>_shard_i_of_N read with the publication <publication>_shard_i_of_N, as run --shard i/N")
 		messagePrefix = s.String("message-prefix", "", "the --message-prefix the router runs with, so that the logical decoding messages it would publish are counted too")
-		peekLimit = s.Int("peek-limit", replication.DefaultPeekLimit, "decode at most this many of the slot's pending changes to count the unpublished events (past it: \"at least\")")
-		peekTimeout = s.Duration("peek-timeout", replication.DefaultPeekTimeout, "bound on the time spent counting the slot's unpublished events")
+		peekLimit = s.Int("peek-limit", admin.DefaultPeekLimit, "decode at most this many of the slot's pending changes to count the unpublished events (past it: \"at least\")")
+		peekTimeout = s.Duration("peek-timeout", admin.DefaultPeekTimeout, "bound on the time spent counting the slot's unpublished events")
 	}
 	return withConn(ctx, "reset", args, env, stderr, flags, func(conn *pgx.Conn, pg pgFlags) error {
 		if *shard != "" {
@@ -274,7 +275,7 @@ func runReset(ctx context.Context, args []string, env func(string) string, stdou
 			}
 			*pg.publication, *pg.slot = migrations.ShardPublication(*pg.publication, i, n), migrations.ShardSlot(*pg.slot, i, n)
 		}
-		dropped, err := replication.Reset(ctx, conn, *pg.slot, *pg.schema, replication.ResetOptions{Publication: *pg.publication,
+		dropped, err := admin.Reset(ctx, conn, *pg.slot, *pg.schema, admin.ResetOptions{Publication: *pg.publication,
 			MessagePrefix: *messagePrefix, Force: *force, PeekLimit: *peekLimit, PeekTimeout: *peekTimeout})
 		if err != nil {
 			return err

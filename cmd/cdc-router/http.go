@@ -13,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/cdc-router/cdc-router/admin"
 	"github.com/cdc-router/cdc-router/pgserver"
 	"github.com/cdc-router/cdc-router/replication"
 )
@@ -62,7 +63,7 @@ func slotProblem(h pgserver.SlotHealth, minSafe int64) string {
 		return ""
 	}
 	return fmt.Sprintf("the replication slot is %s from invalidation (safe_wal_size, below --min-safe-wal-bytes %s): "+
-		"the router falls behind; see docs/operations.md, CdcRouterSlotNearInvalidation", replication.HumanBytes(max(h.SafeWALBytes, 0)), replication.HumanBytes(minSafe))
+		"the router falls behind; see docs/operations.md, CdcRouterSlotNearInvalidation", admin.HumanBytes(max(h.SafeWALBytes, 0)), admin.HumanBytes(minSafe))
 }
 
 // handler serves /healthz (the process is alive), /readyz and /metrics (Prometheus exposition of gather).

@@ -1,4 +1,4 @@
-package replication
+package admin
 
 import (
 	"context"
@@ -230,7 +230,7 @@ func reset(ctx context.Context, conn *pgx.Conn, slot, schema string, opts ResetO
 		return fmt.Errorf("lock slot %s: %w", slot, err)
 	}
 	if !mine {
-		return fatalf("a router of slot %s is running (streaming, waiting for the slot, or copying the initial snapshot): "+
+		return cdc.Fatalf("a router of slot %s is running (streaming, waiting for the slot, or copying the initial snapshot): "+
 			"stop it before resetting; nothing was changed", slot)
 	}
 	defer conn.Exec(context.WithoutCancel(ctx), "SELECT pg_advisory_unlock(hashtextextended($1, 0))", lock)
@@ -243,10 +243,10 @@ func reset(ctx context.Context, conn *pgx.Conn, slot, schema string, opts ResetO
 		return fmt.Errorf("read the database name: %w", err)
 	}
 	if info.Exists && info.Database == "" {
-		return fatalf("replication slot %s is a physical slot, not the router's: choose another --slot; nothing was changed", slot)
+		return cdc.Fatalf("replication slot %s is a physical slot, not the router's: choose another --slot; nothing was changed", slot)
 	}
 	if info.Exists && info.Database != db {
-		return fatalf("replication slot %s belongs to database %s, not %s: to reset it run reset with --pg-url %s; "+
+		return cdc.Fatalf("replication slot %s belongs to database %s, not %s: to reset it run reset with --pg-url %s; "+
 			"to keep it, choose another --slot for this database; nothing was changed", slot, info.Database, db,
 			urlOf(conn, info.Database))
 	}
@@ -259,7 +259,7 @@ func reset(ctx context.Context, conn *pgx.Conn, slot, schema string, opts ResetO
 		}
 	}
 	if info.Active {
-		return fatalf("slot %s is active: stop the process that streams from it (pg_stat_replication shows it) before "+
+		return cdc.Fatalf("slot %s is active: stop the process that streams from it (pg_stat_replication shows it) before "+
 			"resetting; nothing was changed", slot)
 	}
 	if info.Exists && info.Invalidation == "" && info.WALStatus != "lost" {

@@ -1,4 +1,4 @@
-package replication
+package admin
 
 import (
 	"context"
@@ -133,7 +133,7 @@ func peekUnpublished(ctx context.Context, conn *pgx.Conn, slot string, stored cd
 
 // unpublishedRefusal is Reset's refusal of a slot that holds u, unpublished.
 func unpublishedRefusal(slot, publication string, stored cdc.LSN, u Unpublished) error {
-	return fatalf("slot %s still holds %s, past the router's acknowledged position %s (read with publication %s): `reset` "+
+	return cdc.Fatalf("slot %s still holds %s, past the router's acknowledged position %s (read with publication %s): `reset` "+
 		"would drop them, and for a table whose rows are deleted after insert (Quarkus' outbox does so by default) "+
 		"the slot is their only copy. Start the router to publish them first (`status` shows the lag), then stop it "+
 		"and reset; or pass --force to drop them (rows still in the table can then be published with `backfill`); "+
@@ -155,5 +155,5 @@ func peekRefusal(slot string, err error) error {
 			"from there on cannot be decoded by anyone: pass --force to drop the slot, then republish the rows still in " +
 			"the table (the next run's snapshot, or `backfill`)"
 	}
-	return fatalf("slot %s may hold unpublished events, and reset could not count them (%s): %s; nothing was changed", slot, msg, fix)
+	return cdc.Fatalf("slot %s may hold unpublished events, and reset could not count them (%s): %s; nothing was changed", slot, msg, fix)
 }
