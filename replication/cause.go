@@ -4,6 +4,7 @@ import (
 	"errors"
 	"net"
 
+	"github.com/cdc-router/cdc-router/metrics"
 	"github.com/jackc/pgx/v5/pgconn"
 )
 
@@ -32,7 +33,7 @@ func causeOf(err error) string {
 	var netErr net.Error
 	if errors.As(err, &pgErr) || errors.As(err, &connErr) || errors.As(err, &netErr) || pgconn.Timeout(err) ||
 		errors.Is(err, pgconn.ErrConnClosed) {
-		return CausePostgres
+		return metrics.CausePostgres
 	}
-	return CauseOther
+	return metrics.CauseOther
 }

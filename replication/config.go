@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/cdc-router/cdc-router/decode"
+	"github.com/cdc-router/cdc-router/metrics"
 	"github.com/cdc-router/cdc-router/pgserver"
 )
 
@@ -30,7 +31,7 @@ type Config struct {
 	// the outbox's inserts; default DefaultPublicationCheckInterval.
 	PublicationCheckInterval time.Duration
 	// ProgressInterval is how often a streaming router logs its progress at info level (only when events
-	// moved); default DefaultProgressInterval.
+	// moved); default metrics.DefaultProgressInterval.
 	ProgressInterval time.Duration
 	// RefusalRetry is how long an event that the broker returns (no binding on an exchange of its own) or
 	// nacks (a queue refused it) is retried, alone in flight, before it is quarantined; default
@@ -100,7 +101,7 @@ func (c Config) WithDefaults() Config {
 	dur(&c.StoreInterval, time.Second)
 	dur(&c.MaxBackoff, 30*time.Second)
 	dur(&c.PublicationCheckInterval, DefaultPublicationCheckInterval)
-	dur(&c.ProgressInterval, DefaultProgressInterval)
+	dur(&c.ProgressInterval, metrics.DefaultProgressInterval)
 	dur(&c.PGTimeout, pgserver.DefaultPGTimeout)
 	if c.Decode.Table == "" {
 		c.Decode.Table = c.Table

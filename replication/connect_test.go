@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cdc-router/cdc-router/metrics"
 	"github.com/cdc-router/cdc-router/pgserver"
 )
 
@@ -83,7 +84,7 @@ func TestConnectionAttemptsEndWithinTheBound(t *testing.T) {
 			strings.Contains(msg, "secret") {
 			t.Errorf("%s: error %q, want one naming %s and the bound %v (and no password)", tc.name, msg, addr, tc.within)
 		}
-		if IsFatal(err) || causeOf(err) != CausePostgres {
+		if IsFatal(err) || causeOf(err) != metrics.CausePostgres {
 			t.Errorf("%s: error %q is fatal %v, cause %s; want retryable, cause postgres", tc.name, err, IsFatal(err), causeOf(err))
 		}
 	}

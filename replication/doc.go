@@ -25,7 +25,7 @@
 //     TestLargeTransactionCompletesUnderRepeatedCuts and TestSIGKILLInsideLargeTransactionResumesPastConfirmed).
 //   - A stop ends within the shutdown timeout of its request, whatever the stream waits for then (a full
 //     publish window, confirms that never come, the publisher's close).
-//   - A router that finds its slot held by another router stands by (StateStandby, retried every second),
+//   - A router that finds its slot held by another router stands by (metrics.StateStandby, retried every second),
 //     which is neither a failure nor a restart.
 //   - Every connection accepts only a primary (pg_is_in_recovery() is false); while only standbys answer
 //     (a failover in progress) the router looks for a primary every second.

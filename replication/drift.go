@@ -11,6 +11,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/cdc-router/cdc-router/metrics"
 	"github.com/cdc-router/cdc-router/migrations"
 )
 
@@ -30,7 +31,7 @@ const DefaultPublicationCheckInterval = 30 * time.Second
 type publicationWatch struct {
 	cfg        Config
 	log        *slog.Logger
-	stats      *Stats
+	stats      *metrics.Stats
 	next       time.Time
 	problem    string            // the last check's problem; empty while the publication is sound
 	failed     bool              // a check failed since the last sound one (this run's, or the last run's)
@@ -104,7 +105,7 @@ func (w *publicationWatch) due(s *session) error {
 func (w *publicationWatch) failedCheck(ctx context.Context, sql *pgx.Conn, problem string) {
 	w.lossless = lossless(problem) && (w.lossless || !w.failed)
 	w.problem, w.failed = problem, true
-	w.stats.setProblem(problem)
+	w.stats.SetProblem(problem)
 	var okAt *time.Time
 	err := sql.QueryRow(ctx, `INSERT INTO `+w.table()+` (slot, failed_at, problem) VALUES ($1, now(), $2)
 		ON CONFLICT (slot) DO UPDATE SET failed_at = coalesce(`+w.table()+`.failed_at, now()), problem = $2
@@ -154,9 +155,9 @@ func (w *publicationWatch) sound(ctx context.Context, sql *pgx.Conn) error {
 	}
 	w.seen, w.soundAt, w.failed, w.lossless, w.problem = ids, &now, false, false, ""
 	if len(w.gaps) > 0 {
-		w.stats.setProblem(gapsProblem(w.cfg, w.gaps))
+		w.stats.SetProblem(gapsProblem(w.cfg, w.gaps))
 	} else {
-		w.stats.setProblem("")
+		w.stats.SetProblem("")
 	}
 	for _, g := range fresh {
 		w.log.Error("publication gap: "+g.describe(w.cfg), "publication", w.cfg.Publication, "table", g.Table,

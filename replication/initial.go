@@ -13,6 +13,7 @@ import (
 
 	"github.com/cdc-router/cdc-router/decode"
 	"github.com/cdc-router/cdc-router/internal/cdc"
+	"github.com/cdc-router/cdc-router/metrics"
 	"github.com/cdc-router/cdc-router/offsets"
 	"github.com/cdc-router/cdc-router/pgserver"
 	"github.com/cdc-router/cdc-router/snapshot"
@@ -73,9 +74,9 @@ func (c Config) snapshotConfig() snapshot.Config {
 // the consistent point. Streaming from the consistent point then adds every later row, none twice. With
 // several outbox tables, every table's job is recorded at once and the tables are copied in that one
 // snapshot, merged in key order (copyTables).
-func createWithSnapshot(ctx context.Context, cfg Config, log *slog.Logger, stats *Stats, conn *pgconn.PgConn,
+func createWithSnapshot(ctx context.Context, cfg Config, log *slog.Logger, stats *metrics.Stats, conn *pgconn.PgConn,
 	sql *pgx.Conn, store *offsets.Store, sys pglogrepl.IdentifySystemResult, pub Publisher) (cdc.LSN, error) {
-	stop := pgserver.WatchCreation(ctx, cfg.PGURL, cfg.Slot, cfg.PGTimeout, log, stats.waitFor)
+	stop := pgserver.WatchCreation(ctx, cfg.PGURL, cfg.Slot, cfg.PGTimeout, log, stats.WaitFor)
 	point, snapshotName, err := pgserver.CreateSlotWithSnapshot(ctx, conn, cfg.Slot, cfg.FailoverSlot)
 	stop()
 	if err != nil {
@@ -125,7 +126,7 @@ func createWithSnapshot(ctx context.Context, cfg Config, log *slog.Logger, stats
 // everything when the slot exists without any record of one. The slot's own snapshot is gone, so the rest
 // is read in a new one: rows committed after the consistent point may be published twice (once here, once
 // streamed), never lost.
-func resumeSnapshot(ctx context.Context, cfg Config, log *slog.Logger, stats *Stats, sql *pgx.Conn, todo []initialJob,
+func resumeSnapshot(ctx context.Context, cfg Config, log *slog.Logger, stats *metrics.Stats, sql *pgx.Conn, todo []initialJob,
 	pub Publisher) error {
 	reader, err := pgserver.ConnectReaderWithin(ctx, cfg.PGURL, cfg.PGTimeout)
 	if err != nil {
@@ -155,7 +156,7 @@ func resumeSnapshot(ctx context.Context, cfg Config, log *slog.Logger, stats *St
 // (snapshot.CopyMerged): each aggregate's rows arrive in version order across the tables. Otherwise (a
 // mapped table, keyed by its primary key; see snapshot.Mergeable) they are copied one after the other, in
 // key order within each table only, which the log says. Each job reads with the predicate it started with.
-func copyTables(ctx context.Context, cfg Config, log *slog.Logger, stats *Stats, tx pgx.Tx, jobs *snapshot.Jobs,
+func copyTables(ctx context.Context, cfg Config, log *slog.Logger, stats *metrics.Stats, tx pgx.Tx, jobs *snapshot.Jobs,
 	todo []initialJob, pub Publisher) error {
 	cfgs := make([]snapshot.Config, len(todo))
 	for i, j := range todo {
@@ -188,7 +189,7 @@ func copyTables(ctx context.Context, cfg Config, log *slog.Logger, stats *Stats,
 		if why == "" { // one progress for all the tables
 			reps[i].Observe = func(d, t int64) {
 				done[i], total[i] = d, t
-				stats.snapshotObserved(sum(done), sum(total))
+				stats.SnapshotObserved(sum(done), sum(total))
 			}
 			done[i], total[i] = list[i].RowsDone, list[i].RowsTotal
 		}
@@ -199,13 +200,13 @@ func copyTables(ctx context.Context, cfg Config, log *slog.Logger, stats *Stats,
 		before, watched = depth.UnroutableMessages()
 	}
 	if why == "" {
-		stats.snapshotProgress(sum(done), sum(total))
+		stats.SnapshotProgress(sum(done), sum(total))
 		if err := snapshot.CopyMerged(ctx, cfgs, tx, jobs, list, pub, reps); err != nil {
 			return err
 		}
 	} else {
 		for i := range todo {
-			stats.snapshotProgress(list[i].RowsDone, list[i].RowsTotal)
+			stats.SnapshotProgress(list[i].RowsDone, list[i].RowsTotal)
 			if _, err := snapshot.Copy(ctx, cfgs[i], tx, jobs, list[i], pub, reps[i]); err != nil {
 				return err
 			}
@@ -221,7 +222,7 @@ func copyTables(ctx context.Context, cfg Config, log *slog.Logger, stats *Stats,
 }
 
 // prepareCopy counts the rows job has left, records its total and returns it with its reporter.
-func prepareCopy(ctx context.Context, scfg snapshot.Config, term io.Writer, log *slog.Logger, stats *Stats, tx pgx.Tx, jobs *snapshot.Jobs,
+func prepareCopy(ctx context.Context, scfg snapshot.Config, term io.Writer, log *slog.Logger, stats *metrics.Stats, tx pgx.Tx, jobs *snapshot.Jobs,
 	job snapshot.Job) (snapshot.Job, *snapshot.Reporter, error) {
 	left, err := snapshot.Count(ctx, scfg, tx, job.LastKey)
 	if err != nil {
@@ -232,9 +233,9 @@ func prepareCopy(ctx context.Context, scfg snapshot.Config, term io.Writer, log 
 		return job, nil, err
 	}
 	log.Info("initial snapshot", "table", scfg.Table, "rows_total", job.RowsTotal, "rows_left", left, "predicate", scfg.Where)
-	stats.setState(StateSnapshot, nil)
+	stats.SetState(metrics.StateSnapshot, nil)
 	rep := snapshot.NewReporter(log, term, job.Name, job.RowsDone)
-	rep.Observe = stats.snapshotObserved
+	rep.Observe = stats.SnapshotObserved
 	return job, rep, nil
 }
 

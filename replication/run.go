@@ -15,6 +15,7 @@ import (
 
 	"github.com/cdc-router/cdc-router/decode"
 	"github.com/cdc-router/cdc-router/internal/cdc"
+	"github.com/cdc-router/cdc-router/metrics"
 	"github.com/cdc-router/cdc-router/migrations"
 	"github.com/cdc-router/cdc-router/offsets"
 	"github.com/cdc-router/cdc-router/pgserver"
@@ -73,19 +74,19 @@ const standbyRetry = time.Second
 
 // Run streams until ctx ends, restarting in-process from the acknowledged position after any failure
 // with bounded exponential backoff and jitter. While another router holds the slot it stands by
-// (StateStandby), which is not a restart. It returns nil after a graceful stop, within
+// (metrics.StateStandby), which is not a restart. It returns nil after a graceful stop, within
 // cfg.ShutdownTimeout of ctx's end, and a *Fatal (or a migrations.Problem) when the router must not go on.
-func Run(ctx context.Context, cfg Config, dial Dialer, log *slog.Logger, stats *Stats) error {
+func Run(ctx context.Context, cfg Config, dial Dialer, log *slog.Logger, stats *metrics.Stats) error {
 	cfg = cfg.WithDefaults()
 	if err := cfg.Validate(); err != nil {
 		return &Fatal{Msg: err.Error()}
 	}
 	if stats == nil {
-		stats = &Stats{}
+		stats = &metrics.Stats{}
 	}
 	log = log.With("slot", cfg.Slot)
-	stats.silentAfter.Store(int64(cfg.PGTimeout))
-	stats.setState(StateStarting, nil)
+	stats.SetSilentAfter(cfg.PGTimeout)
+	stats.SetState(metrics.StateStarting, nil)
 	stop := newStopClock(ctx, cfg.ShutdownTimeout)
 	began := time.Now()
 	started, standby := false, false
@@ -93,7 +94,7 @@ func Run(ctx context.Context, cfg Config, dial Dialer, log *slog.Logger, stats *
 	net := newSafetyNet(cfg.RefusalRetry)
 	resume := &resumePoint{build: buildID()}
 	stopped := func() error {
-		stats.setState(StateStopped, nil)
+		stats.SetState(metrics.StateStopped, nil)
 		log.Info("stopped", "published", stats.Published(), "quarantined", stats.Quarantined())
 		return nil
 	}
@@ -116,7 +117,7 @@ func Run(ctx context.Context, cfg Config, dial Dialer, log *slog.Logger, stats *
 			}
 			standby = true
 			began = time.Now() // the start-up grace counts from the end of the standby
-			stats.setState(StateStandby, nil)
+			stats.SetState(metrics.StateStandby, nil)
 			if !sleep(ctx, standbyRetry) {
 				return stopped()
 			}
@@ -140,9 +141,9 @@ func Run(ctx context.Context, cfg Config, dial Dialer, log *slog.Logger, stats *
 			wait = min(wait, standbyRetry)
 		}
 		cause := causeOf(err)
-		stats.restarted(cause)
-		stats.setState(StateRestarting, err)
-		stats.waitFor(fmt.Sprintf("the restart after a %s failure (backoff %v)", cause, wait.Round(time.Millisecond)))
+		stats.Restarted(cause)
+		stats.SetState(metrics.StateRestarting, err)
+		stats.WaitFor(fmt.Sprintf("the restart after a %s failure (backoff %v)", cause, wait.Round(time.Millisecond)))
 		log.Warn("stream stopped; restarting from the acknowledged position", "cause", cause, "error", err,
 			"backoff", wait.Round(time.Millisecond), "lsn", stats.Acknowledged())
 		if !sleep(ctx, wait) {
@@ -166,10 +167,10 @@ func sleep(ctx context.Context, d time.Duration) bool {
 
 // runOnce is one stream run: checks, slot decision, publisher, START_REPLICATION, stream. It reports
 // whether the acknowledged position moved.
-func runOnce(ctx context.Context, cfg Config, dial Dialer, log *slog.Logger, stats *Stats, started *bool,
+func runOnce(ctx context.Context, cfg Config, dial Dialer, log *slog.Logger, stats *metrics.Stats, started *bool,
 	net *safetyNet, resume *resumePoint, stop *stopClock) (bool, error) {
 	host := pgserver.Host(cfg.PGURL)
-	stats.waitFor("PostgreSQL at " + host + " to accept the router's ordinary connection")
+	stats.WaitFor("PostgreSQL at " + host + " to accept the router's ordinary connection")
 	sql, err := pgserver.ConnectSQLWithin(ctx, cfg.PGURL, cfg.PGTimeout)
 	if err != nil {
 		return false, err
@@ -179,7 +180,7 @@ func runOnce(ctx context.Context, cfg Config, dial Dialer, log *slog.Logger, sta
 		sql.Close(cctx)
 		cancel()
 	}()
-	stats.waitFor("PostgreSQL at " + host + " to answer the start-up checks")
+	stats.WaitFor("PostgreSQL at " + host + " to answer the start-up checks")
 	watch := &publicationWatch{cfg: cfg, log: log, stats: stats}
 	err = setupStep(ctx, cfg.PGTimeout, host, func(ctx context.Context) error {
 		// One router per slot, also while the slot is not streamed yet (during the initial snapshot): the lock
@@ -207,7 +208,7 @@ func runOnce(ctx context.Context, cfg Config, dial Dialer, log *slog.Logger, sta
 	if err != nil {
 		return false, err
 	}
-	stats.waitFor("PostgreSQL at " + host + " to accept the router's replication connection")
+	stats.WaitFor("PostgreSQL at " + host + " to accept the router's replication connection")
 	conn, wire, err := connectReplication(ctx, cfg.PGURL, cfg.PGTimeout)
 	if err != nil {
 		return false, err
@@ -217,7 +218,7 @@ func runOnce(ctx context.Context, cfg Config, dial Dialer, log *slog.Logger, sta
 		conn.Close(cctx)
 		cancel()
 	}()
-	stats.waitFor("PostgreSQL at " + host + " to answer the start-up checks")
+	stats.WaitFor("PostgreSQL at " + host + " to answer the start-up checks")
 	var sys pglogrepl.IdentifySystemResult
 	var p plan
 	store := offsets.NewStore(sql, cfg.Schema, cfg.Slot, cfg.StoreInterval)
@@ -234,10 +235,10 @@ func runOnce(ctx context.Context, cfg Config, dial Dialer, log *slog.Logger, sta
 	if err != nil {
 		return false, err
 	}
-	stats.waitFor("RabbitMQ to accept the router's connection")
+	stats.WaitFor("RabbitMQ to accept the router's connection")
 	first, err := dial(ctx)
 	if err != nil {
-		return false, caused(CauseBroker, err)
+		return false, caused(metrics.CauseBroker, err)
 	}
 	pub := &renewable{Publisher: first, dial: dial} // the snapshot's safety net may replace it
 	defer func() {
@@ -249,7 +250,7 @@ func runOnce(ctx context.Context, cfg Config, dial Dialer, log *slog.Logger, sta
 	if err != nil {
 		return false, err
 	}
-	stats.waitFor("PostgreSQL at " + host + " to start replication")
+	stats.WaitFor("PostgreSQL at " + host + " to start replication")
 	err = setupStep(ctx, cfg.PGTimeout, host, func(ctx context.Context) error {
 		err := pglogrepl.StartReplication(ctx, conn, cfg.Slot, pglogrepl.LSN(start), pglogrepl.StartReplicationOptions{
 			PluginArgs: pluginArgs(cfg),
@@ -264,7 +265,7 @@ func runOnce(ctx context.Context, cfg Config, dial Dialer, log *slog.Logger, sta
 	}
 	*started = true
 	prev, _, _ := stats.State()
-	stats.setState(StateStreaming, nil)
+	stats.SetState(metrics.StateStreaming, nil)
 	// previous says what this start follows: starting (the process's first), restarting (after a failure),
 	// standby (this router took the slot over) or snapshot (the initial snapshot is done).
 	log.Info("streaming", "lsn", start, "previous", prev, "publication", cfg.Publication, "system_id", sys.SystemID,
@@ -273,10 +274,10 @@ func runOnce(ctx context.Context, cfg Config, dial Dialer, log *slog.Logger, sta
 		pub: pub, dec: decode.New(cfg.Decode), sys: sys, stats: stats, live: newLiveness(cfg.PGTimeout, time.Now()),
 		net: net, quar: quarantine.NewStore(sql, cfg.Schema, cfg.Slot), watch: watch,
 		emitKeys: newEmitKeyWatch(cfg, log),
-		progress: newProgressLog(log, stats, cfg.ProgressInterval), flight: newFlight(), pending: stats.takeCarried(start)}
+		progress: metrics.NewProgressLog(log, stats, cfg.ProgressInterval), flight: metrics.NewFlight(), pending: carried(stats.TakeCarried(start))}
 	s.frames = newFrames(wire, s.dec.MessagePrefix(), s.dec.MessageLimit())
-	stats.flight.Store(s.flight)
-	defer stats.flight.Store(nil)
+	stats.SetFlight(s.flight)
+	defer stats.SetFlight(nil)
 	watch.next = time.Now().Add(cfg.PublicationCheckInterval)
 	net.received = 0
 	s.markConfig = markConfig(cfg, resume.build)
@@ -286,7 +287,7 @@ func runOnce(ctx context.Context, cfg Config, dial Dialer, log *slog.Logger, sta
 	s.flushBursts()
 	m := s.mark()
 	resume.record(m, s.markConfig, sys)
-	stats.carry(s.pending, s.sent)
+	stats.Carry(oldestCommit(s.pending), s.sent)
 	// Progress inside a transaction counts: a long one cut again and again still moves, so the backoff
 	// stays short.
 	return s.tracker.Watermark() > start || m.Done > 0 && (m.Key != from.Key || m.Done > from.Done), err
@@ -391,7 +392,7 @@ func initialJobs(ctx context.Context, cfg Config, sql *pgx.Conn, start cdc.LSN, 
 
 // execute creates the slot (with its snapshot) or finishes a snapshot, and returns the position to
 // stream from.
-func (p plan) execute(ctx context.Context, cfg Config, log *slog.Logger, stats *Stats, conn *pgconn.PgConn,
+func (p plan) execute(ctx context.Context, cfg Config, log *slog.Logger, stats *metrics.Stats, conn *pgconn.PgConn,
 	sql *pgx.Conn, store *offsets.Store, sys pglogrepl.IdentifySystemResult, pub Publisher) (cdc.LSN, error) {
 	pos := func(l cdc.LSN) offsets.Position {
 		return offsets.Position{LSN: l, SystemID: sys.SystemID, Timeline: sys.Timeline}
@@ -417,7 +418,7 @@ func (p plan) execute(ctx context.Context, cfg Config, log *slog.Logger, stats *
 	case p.decision.create && cfg.Snapshot == "initial":
 		return createWithSnapshot(ctx, cfg, log, stats, conn, sql, store, sys, pub)
 	case p.decision.create:
-		stop := pgserver.WatchCreation(ctx, cfg.PGURL, cfg.Slot, cfg.PGTimeout, log, stats.waitFor)
+		stop := pgserver.WatchCreation(ctx, cfg.PGURL, cfg.Slot, cfg.PGTimeout, log, stats.WaitFor)
 		point, err := pgserver.CreateSlot(ctx, conn, cfg.Slot, cfg.FailoverSlot)
 		stop()
 		if err != nil {

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/cdc-router/cdc-router/internal/cdc"
+	"github.com/cdc-router/cdc-router/metrics"
 	"github.com/cdc-router/cdc-router/snapshot"
 )
 
@@ -71,7 +72,7 @@ func (p *renewable) renew(ctx context.Context) (snapshot.Publisher, error) {
 	_ = p.Publisher.Close()
 	next, err := p.dial(ctx)
 	if err != nil {
-		return nil, caused(CauseBroker, err)
+		return nil, caused(metrics.CauseBroker, err)
 	}
 	p.Publisher = next
 	return p, nil

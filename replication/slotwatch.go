@@ -45,6 +45,6 @@ func (w *slotWatch) due(s *session) error {
 		s.log.Error("the slot's WAL is no longer reserved: PostgreSQL invalidates it (and events are lost) once max_slot_wal_keep_size is passed",
 			"wal_status", h.WALStatus, "safe_wal_bytes", h.SafeWALBytes, "retained_wal_bytes", h.RetainedBytes)
 	}
-	s.stats.setSlot(h)
+	s.stats.SetSlot(h)
 	return nil
 }

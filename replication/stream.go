@@ -13,6 +13,7 @@ import (
 
 	"github.com/cdc-router/cdc-router/decode"
 	"github.com/cdc-router/cdc-router/internal/cdc"
+	"github.com/cdc-router/cdc-router/metrics"
 	"github.com/cdc-router/cdc-router/offsets"
 	"github.com/cdc-router/cdc-router/quarantine"
 )
@@ -35,7 +36,7 @@ type session struct {
 	pub     Publisher
 	dec     *decode.Decoder
 	sys     pglogrepl.IdentifySystemResult
-	stats   *Stats
+	stats   *metrics.Stats
 
 	sent       cdc.LSN   // last position sent in a status update
 	sentAt     time.Time // when it was sent
@@ -65,16 +66,16 @@ type session struct {
 	pubCtx    context.Context
 	pubCancel context.CancelFunc
 
-	net      *safetyNet        // finds the event the broker keeps refusing; shared by the runs of one Run
-	quar     *quarantine.Store // the quarantine table
-	watch    *publicationWatch // re-checks that the publication still carries the outbox
-	emitKeys *emitKeyWatch     // reloads the keys of emitted messages (--message-prefix)
-	progress *progressLog      // an info line per interval while events flow
-	bursts   bursts            // the quarantine records of emitted messages being aggregated
+	net      *safetyNet           // finds the event the broker keeps refusing; shared by the runs of one Run
+	quar     *quarantine.Store    // the quarantine table
+	watch    *publicationWatch    // re-checks that the publication still carries the outbox
+	emitKeys *emitKeyWatch        // reloads the keys of emitted messages (--message-prefix)
+	progress *metrics.ProgressLog // an info line per interval while events flow
+	bursts   bursts               // the quarantine records of emitted messages being aggregated
 
-	slot    slotWatch    // reads the slot's health for the metrics and the readiness check
-	flight  *flight      // the events handed to the publisher and not yet confirmed
-	pending []pendingTxn // received transactions with events, not yet acknowledged, in commit order
+	slot    slotWatch       // reads the slot's health for the metrics and the readiness check
+	flight  *metrics.Flight // the events handed to the publisher and not yet confirmed
+	pending []pendingTxn    // received transactions with events, not yet acknowledged, in commit order
 
 	// readBy is the read deadline set on the replication connection's socket, shared by consecutive reads
 	// (readDeadline); zero when none is set. stopRead interrupts a read at the stop request.
@@ -122,10 +123,10 @@ func (s *session) stream() error {
 			return err
 		}
 		s.emitKeys.due(s)
-		s.progress.due()
+		s.progress.Due()
 		select {
 		case <-s.pub.Failed():
-			return caused(CauseBroker, fmt.Errorf("publish: %w", s.pub.Err()))
+			return caused(metrics.CauseBroker, fmt.Errorf("publish: %w", s.pub.Err()))
 		default:
 		}
 		if err := s.receive(); err != nil {
@@ -153,7 +154,7 @@ func (s *session) receive() error {
 	f, err := s.frames.next()
 	if err != nil {
 		if !readTimeout(err) {
-			return caused(CausePostgres, fmt.Errorf("receive: %w", err))
+			return caused(metrics.CausePostgres, fmt.Errorf("receive: %w", err))
 		}
 		s.readBy = time.Time{} // the deadline passed, or the stop request moved it: set a new one next time
 		if !stopping && s.ctx.Err() != nil {
@@ -193,7 +194,7 @@ func (s *session) copyData(data []byte) error {
 		if err != nil {
 			return fmt.Errorf("parse keepalive: %w", err)
 		}
-		s.stats.walEnd.Store(uint64(k.ServerWALEnd))
+		s.stats.SetWALEnd(cdc.LSN(k.ServerWALEnd))
 		s.tracker.Keepalive(cdc.LSN(k.ServerWALEnd))
 		return s.status(k.ReplyRequested)
 	case pglogrepl.XLogDataByteID:
@@ -202,7 +203,7 @@ func (s *session) copyData(data []byte) error {
 			return fmt.Errorf("parse XLogData: %w", err)
 		}
 		s.net.received = max(s.net.received, cdc.LSN(x.WALStart))
-		s.stats.walEnd.Store(uint64(x.ServerWALEnd))
+		s.stats.SetWALEnd(cdc.LSN(x.ServerWALEnd))
 		err = s.dec.Decode(cdc.LSN(x.WALStart), x.WALData, s)
 		if err == nil {
 			return nil // drift below would escape to the heap on every message
@@ -250,7 +251,7 @@ func (s *session) status(force bool) error {
 		}
 		if w != s.sent {
 			s.log.Debug("acknowledged", "lsn", w)
-			s.stats.acked.Store(uint64(w))
+			s.stats.SetAcknowledged(w)
 		}
 		s.sent, s.sentAt, s.nextStatus = w, now, now.Add(s.cfg.StatusInterval)
 	}
@@ -330,7 +331,7 @@ func (s *session) Event(ev cdc.Event) error {
 	if n := len(s.pending); n == 0 || s.pending[n-1].end != 0 { // the transaction's first event
 		s.pending = append(s.pending, pendingTxn{committed: s.dec.CommitTime()})
 		if len(s.pending) == 1 {
-			s.stats.oldestPending.Store(s.pending[0].committed.UnixNano())
+			s.stats.SetOldestPending(s.pending[0].committed)
 		}
 	}
 	s.eventful = true
@@ -341,7 +342,7 @@ func (s *session) Event(ev cdc.Event) error {
 	careful := s.net.careful(ev)
 	if careful {
 		if reason, ok := s.net.condemned(ev.ID); ok {
-			return s.quarantineEvent(x, i, ev, QuarantineRefused, fmt.Sprintf("RabbitMQ refused this event %d times in a row while it was "+
+			return s.quarantineEvent(x, i, ev, metrics.QuarantineRefused, fmt.Sprintf("RabbitMQ refused this event %d times in a row while it was "+
 				"the only message in flight: %s", strikesToQuarantine, reason))
 		}
 		if err := s.settle(); err != nil {
@@ -355,10 +356,10 @@ func (s *session) Event(ev cdc.Event) error {
 			}
 			s.pubCtx, s.pubCancel = s.boundedWait()
 		}
-		committed, seq := s.dec.CommitTime(), s.flight.add(time.Now())
-		err := s.pub.Publish(s.pubCtx, ev, func() { s.tracker.ConfirmItem(x, i); s.stats.confirmed(committed); s.flight.done(seq) })
+		committed, seq := s.dec.CommitTime(), s.flight.Add(time.Now())
+		err := s.pub.Publish(s.pubCtx, ev, func() { s.tracker.ConfirmItem(x, i); s.stats.Confirmed(committed); s.flight.Done(seq) })
 		if err != nil {
-			s.flight.done(seq)
+			s.flight.Done(seq)
 		}
 		if err == nil {
 			if s.log.Enabled(context.Background(), slog.LevelDebug) { // the arguments cost allocations per event
@@ -367,10 +368,10 @@ func (s *session) Event(ev cdc.Event) error {
 			break
 		}
 		if errors.Is(err, cdc.ErrUnpublishable) {
-			return s.quarantineEvent(x, i, ev, QuarantineUnpublishable, err.Error())
+			return s.quarantineEvent(x, i, ev, metrics.QuarantineUnpublishable, err.Error())
 		}
 		if !waitEnded(err) {
-			return caused(CauseBroker, fmt.Errorf("publish: %w", err))
+			return caused(metrics.CauseBroker, fmt.Errorf("publish: %w", err))
 		}
 		if err := s.waited(); err != nil {
 			return err
@@ -399,7 +400,7 @@ func (s *session) settle() error {
 			return nil
 		}
 		if !waitEnded(err) {
-			return caused(CauseBroker, fmt.Errorf("publish: %w", err))
+			return caused(metrics.CauseBroker, fmt.Errorf("publish: %w", err))
 		}
 		if err := s.waited(); err != nil {
 			return err
@@ -432,7 +433,7 @@ func (s *session) waited() error {
 		s.drain()
 		return errAbandoned
 	}
-	s.progress.due() // a stalled broker is when the progress line matters
+	s.progress.Due() // a stalled broker is when the progress line matters
 	return s.status(false)
 }
 
@@ -458,7 +459,7 @@ func (s *session) quarantine(q cdc.Quarantined, class string) error {
 	if err := s.quar.Write(ctx, q); err != nil {
 		return fmt.Errorf("quarantine row at %s: %w", q.LSN, err)
 	}
-	s.stats.quarantinedAs(class)
+	s.stats.QuarantinedAs(class)
 	s.eventful = true
 	s.log.Warn("row quarantined", "lsn", q.LSN, "ordinal", q.Ordinal, "event_id", q.EventID, "table", q.Table, "reason", q.Reason)
 	return nil

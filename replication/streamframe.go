@@ -8,6 +8,7 @@ import (
 	"github.com/jackc/pgx/v5/pgproto3"
 
 	"github.com/cdc-router/cdc-router/internal/cdc"
+	"github.com/cdc-router/cdc-router/metrics"
 )
 
 // frame handles one message of the CopyBoth stream.
@@ -31,7 +32,7 @@ func (s *session) frame(f frame) error {
 		}
 		return s.notice(&m)
 	case 'c':
-		return caused(CausePostgres, errors.New("receive: PostgreSQL ended the replication stream (CopyDone), as it does when it shuts down"))
+		return caused(metrics.CausePostgres, errors.New("receive: PostgreSQL ended the replication stream (CopyDone), as it does when it shuts down"))
 	}
 	return fmt.Errorf("unexpected message %q on the replication connection", f.typ)
 }
@@ -41,7 +42,7 @@ func (s *session) frame(f frame) error {
 // quarantined by the decoder from its header.
 func (s *session) skippedMessage(f frame) error {
 	s.net.received = max(s.net.received, cdc.LSN(f.xlog.WALStart))
-	s.stats.walEnd.Store(uint64(f.xlog.ServerWALEnd))
+	s.stats.SetWALEnd(cdc.LSN(f.xlog.ServerWALEnd))
 	if f.over == nil {
 		return nil
 	}

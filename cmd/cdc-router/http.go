@@ -14,8 +14,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/cdc-router/cdc-router/admin"
+	"github.com/cdc-router/cdc-router/metrics"
 	"github.com/cdc-router/cdc-router/pgserver"
-	"github.com/cdc-router/cdc-router/replication"
 )
 
 // health is the JSON body of /healthz and /readyz.
@@ -33,7 +33,7 @@ type health struct {
 	Problem           string  `json:"problem,omitempty"`
 }
 
-func healthOf(s *replication.Stats, slotProblem string) health {
+func healthOf(s *metrics.Stats, slotProblem string) health {
 	state, since, lastErr := s.State()
 	done, total := s.Snapshot()
 	problem := s.Problem()
@@ -75,7 +75,7 @@ func slotProblem(h pgserver.SlotHealth, minSafe int64) string {
 // creation and the transactions it waits for, or the restart backoff), while the publication no longer carries the outbox, so new rows are not streamed, and while
 // the slot is near invalidation (slotProblem with minSafe). /readyz?active=1 answers 503 in standby too,
 // for a probe or a Service that wants only the router that holds the slot.
-func handler(s *replication.Stats, gather prometheus.Gatherer, minSafe int64) http.Handler {
+func handler(s *metrics.Stats, gather prometheus.Gatherer, minSafe int64) http.Handler {
 	mux := http.NewServeMux()
 	write := func(w http.ResponseWriter, code int, h health) {
 		w.Header().Set("Content-Type", "application/json")
@@ -91,9 +91,9 @@ func handler(s *replication.Stats, gather prometheus.Gatherer, minSafe int64) ht
 		switch state := h.State; {
 		case h.Problem != "":
 			write(w, http.StatusServiceUnavailable, h)
-		case state == replication.StateStreaming, state == replication.StateSnapshot:
+		case state == metrics.StateStreaming, state == metrics.StateSnapshot:
 			write(w, http.StatusOK, h)
-		case state == replication.StateStandby && !activeOnly:
+		case state == metrics.StateStandby && !activeOnly:
 			write(w, http.StatusOK, h)
 		default:
 			write(w, http.StatusServiceUnavailable, h)

@@ -1,4 +1,4 @@
-package replication
+package metrics
 
 import (
 	"log/slog"
@@ -9,12 +9,12 @@ import (
 // DefaultProgressInterval is how often a streaming router logs what it did, at info level.
 const DefaultProgressInterval = time.Minute
 
-// progressLog writes one info line per interval while the stream runs, so that a router under steady
+// ProgressLog writes one info line per interval while the stream runs, so that a router under steady
 // traffic shows it is working without a line per event: what was published and quarantined since the
 // last line, the rate, the lag (in time and bytes) and the acknowledged position. It writes nothing while
 // nothing happened and nothing waits; a stalled router (events waiting, none confirmed) still logs, with
 // published=0 and a growing lag.
-type progressLog struct {
+type ProgressLog struct {
 	log         *slog.Logger
 	stats       *Stats
 	interval    time.Duration
@@ -24,14 +24,15 @@ type progressLog struct {
 	quarantined int64
 }
 
-func newProgressLog(log *slog.Logger, stats *Stats, interval time.Duration) *progressLog {
+// NewProgressLog starts the line's first interval now, from what stats counted so far.
+func NewProgressLog(log *slog.Logger, stats *Stats, interval time.Duration) *ProgressLog {
 	now := time.Now()
-	return &progressLog{log: log, stats: stats, interval: interval, next: now.Add(interval), last: now,
+	return &ProgressLog{log: log, stats: stats, interval: interval, next: now.Add(interval), last: now,
 		published: stats.Published(), quarantined: stats.Quarantined()}
 }
 
-// due logs the line when the interval has passed.
-func (p *progressLog) due() {
+// Due logs the line when the interval has passed.
+func (p *ProgressLog) Due() {
 	now := time.Now()
 	if now.Before(p.next) {
 		return

@@ -1,4 +1,4 @@
-package replication
+package metrics
 
 import (
 	"fmt"
@@ -63,8 +63,8 @@ type Stats struct {
 	heard         atomic.Int64           // when (Unix ns) the walsender last sent anything, in any session; 0 if never
 	silentAfter   atomic.Int64           // the --pg-timeout bound (ns): a longer silence of the walsender counts as lag
 	oldestPending atomic.Int64           // commit time (Unix ns) of the oldest received, unacknowledged transaction; 0 if none
-	flight        atomic.Pointer[flight] // the running session's unconfirmed events
-	carried       []pendingTxn           // the oldest unacknowledged transaction of the last session, for the next
+	flight        atomic.Pointer[Flight] // the running session's unconfirmed events
+	carried       time.Time              // the commit of the oldest unacknowledged transaction of the last session
 	carriedFrom   cdc.LSN                // the acknowledged position the last session ended at
 	histOnce      sync.Once
 	commitConfirm prometheus.Histogram
@@ -96,8 +96,8 @@ func (s *Stats) Waiting() string {
 	return fmt.Sprintf("waiting %v for %s", time.Since(s.waitingSince).Round(time.Second), s.waiting)
 }
 
-// waitFor records what the router waits for now; the time counts from the first call with this text.
-func (s *Stats) waitFor(what string) {
+// WaitFor records what the router waits for now; the time counts from the first call with this text.
+func (s *Stats) WaitFor(what string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.waiting != what {
@@ -113,7 +113,8 @@ func (s *Stats) Problem() string {
 	return s.problem
 }
 
-func (s *Stats) setProblem(p string) {
+// SetProblem records what makes the running router unready ("" when nothing does).
+func (s *Stats) SetProblem(p string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.problem = p
@@ -172,7 +173,7 @@ func (s *Stats) Lag() time.Duration {
 // for its confirm; zero when none waits.
 func (s *Stats) OldestUnconfirmed() time.Duration {
 	if f := s.flight.Load(); f != nil {
-		return f.oldest()
+		return f.Oldest()
 	}
 	return 0
 }
@@ -194,13 +195,15 @@ func (s *Stats) Slot() pgserver.SlotHealth {
 	return s.slot
 }
 
-func (s *Stats) setSlot(h pgserver.SlotHealth) {
+// SetSlot records the slot's health as just read.
+func (s *Stats) SetSlot(h pgserver.SlotHealth) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.slot = h
 }
 
-func (s *Stats) setState(state string, err error) {
+// SetState records the router's state, and the error that caused it (a restart's) when err is not nil.
+func (s *Stats) SetState(state string, err error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.state != state {
@@ -218,22 +221,23 @@ func (s *Stats) setState(state string, err error) {
 	}
 }
 
-// snapshotProgress records the snapshot's progress at its start (or resumption).
-func (s *Stats) snapshotProgress(done, total int64) {
+// SnapshotProgress records the snapshot's progress at its start (or resumption).
+func (s *Stats) SnapshotProgress(done, total int64) {
 	s.snapDone.Store(done)
 	s.snapTotal.Store(total)
 }
 
-// snapshotObserved records the snapshot's progress as it goes; the rows confirmed since the last call
+// SnapshotObserved records the snapshot's progress as it goes; the rows confirmed since the last call
 // count as published by this process.
-func (s *Stats) snapshotObserved(done, total int64) {
+func (s *Stats) SnapshotObserved(done, total int64) {
 	if prev := s.snapDone.Swap(done); done > prev {
 		s.snapPublished.Add(done - prev)
 	}
 	s.snapTotal.Store(total)
 }
 
-func (s *Stats) quarantinedAs(class string) {
+// QuarantinedAs counts one quarantined row or event under its reason class (QuarantineRow, ...).
+func (s *Stats) QuarantinedAs(class string) {
 	s.quarantined.Add(1)
 	for i, c := range quarantineClasses {
 		if c == class {
@@ -242,7 +246,8 @@ func (s *Stats) quarantinedAs(class string) {
 	}
 }
 
-func (s *Stats) restarted(cause string) {
+// Restarted counts one stream restart under its cause (CauseBroker, ...).
+func (s *Stats) Restarted(cause string) {
 	s.restarts.Add(1)
 	for i, c := range restartCauses {
 		if c == cause {
@@ -262,30 +267,53 @@ func (s *Stats) histogram() prometheus.Histogram {
 	return s.commitConfirm
 }
 
-// carry keeps, when a session ends at the acknowledged position acked, its oldest unacknowledged
-// transaction for the next session, as an open entry: a session that starts from that same position reads
-// that transaction again as the first one with events, and its commit closes the entry as usual. So the lag
-// goes on growing through a restart instead of reading 0 until the transaction is received again. A
-// session that starts elsewhere (another router advanced the slot meanwhile) gets nothing. Only the
-// stream's goroutine calls carry and takeCarried.
-func (s *Stats) carry(pending []pendingTxn, acked cdc.LSN) {
-	s.carried, s.carriedFrom = nil, acked
-	if len(pending) > 0 {
-		s.carried = []pendingTxn{{committed: pending[0].committed}}
-	}
+// Carry keeps, when a session ends at the acknowledged position acked, the commit time of its oldest
+// unacknowledged transaction (zero: none) for the next session, which holds it as an open entry: a session
+// that starts from that same position reads that transaction again as the first one with events, and its
+// commit closes the entry as usual. So the lag goes on growing through a restart instead of reading 0 until
+// the transaction is received again. A session that starts elsewhere (another router advanced the slot
+// meanwhile) gets nothing. Only the stream's goroutine calls Carry and TakeCarried.
+func (s *Stats) Carry(committed time.Time, acked cdc.LSN) {
+	s.carried, s.carriedFrom = committed, acked
 }
 
-func (s *Stats) takeCarried(start cdc.LSN) []pendingTxn {
+// TakeCarried returns what Carry kept for a session that starts at start (zero: nothing) and forgets it.
+func (s *Stats) TakeCarried(start cdc.LSN) time.Time {
 	c := s.carried
-	s.carried = nil
+	s.carried = time.Time{}
 	if start != s.carriedFrom {
-		return nil
+		return time.Time{}
 	}
 	return c
 }
 
-// confirmed counts one streamed event the broker confirmed.
-func (s *Stats) confirmed(committed time.Time) {
+// SetOldestPending records the commit time of the oldest received transaction not yet acknowledged (zero:
+// none), the lag in time.
+func (s *Stats) SetOldestPending(committed time.Time) {
+	if committed.IsZero() {
+		s.oldestPending.Store(0)
+		return
+	}
+	s.oldestPending.Store(committed.UnixNano())
+}
+
+// SetWALEnd records the server's WAL end from a keepalive or an XLogData.
+func (s *Stats) SetWALEnd(end cdc.LSN) { s.walEnd.Store(uint64(end)) }
+
+// SetAcknowledged records the position last acknowledged to PostgreSQL.
+func (s *Stats) SetAcknowledged(w cdc.LSN) { s.acked.Store(uint64(w)) }
+
+// Heard records that the walsender sent something at now.
+func (s *Stats) Heard(now time.Time) { s.heard.Store(now.UnixNano()) }
+
+// SetSilentAfter records the --pg-timeout bound past which the walsender's silence counts as lag.
+func (s *Stats) SetSilentAfter(bound time.Duration) { s.silentAfter.Store(int64(bound)) }
+
+// SetFlight records the running session's unconfirmed events (nil: no session runs).
+func (s *Stats) SetFlight(f *Flight) { s.flight.Store(f) }
+
+// Confirmed counts one streamed event the broker confirmed.
+func (s *Stats) Confirmed(committed time.Time) {
 	s.published.Add(1)
 	if !committed.IsZero() {
 		s.histogram().Observe(max(time.Since(committed).Seconds(), 0))

@@ -1,4 +1,4 @@
-package replication
+package metrics
 
 import (
 	"strings"
@@ -29,7 +29,7 @@ func TestLagGrowsWhileTheWalsenderIsSilent(t *testing.T) {
 		t.Errorf("lag %v with a 2 min old unacknowledged commit, want about 2m", lag)
 	}
 	s.oldestPending.Store(0)
-	s.setState(StateStandby, nil)
+	s.SetState(StateStandby, nil)
 	if lag := s.Lag(); lag != 0 {
 		t.Errorf("lag %v in standby, want 0", lag)
 	}
@@ -39,16 +39,16 @@ func TestLagGrowsWhileTheWalsenderIsSilent(t *testing.T) {
 // how long it lasts; once the router streams it is empty.
 func TestWaitingSaysWhatTheRouterWaitsFor(t *testing.T) {
 	s := &Stats{}
-	s.setState(StateStarting, nil)
-	s.waitFor("PostgreSQL at db:5432 to accept the router's ordinary connection")
+	s.SetState(StateStarting, nil)
+	s.WaitFor("PostgreSQL at db:5432 to accept the router's ordinary connection")
 	if w := s.Waiting(); !strings.HasPrefix(w, "waiting 0s for PostgreSQL at db:5432") {
 		t.Errorf("waiting %q", w)
 	}
-	s.setState(StateStreaming, nil)
+	s.SetState(StateStreaming, nil)
 	if w := s.Waiting(); w != "" {
 		t.Errorf("waiting %q while streaming, want none", w)
 	}
-	s.setState(StateRestarting, nil)
+	s.SetState(StateRestarting, nil)
 	if w := s.Waiting(); w != "" {
 		t.Errorf("waiting %q after streaming, before the next wait is known, want none", w)
 	}

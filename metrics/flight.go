@@ -1,24 +1,25 @@
-package replication
+package metrics
 
 import (
 	"sync"
 	"time"
 )
 
-// flight is the set of a session's events handed to the publisher and not yet confirmed, in hand-over
+// Flight is the set of a session's events handed to the publisher and not yet confirmed, in hand-over
 // order, for the age of the oldest one. The stream adds in order; confirms (from the publisher's
 // goroutines) remove in any order.
-type flight struct {
+type Flight struct {
 	mu     sync.Mutex
 	handed map[uint64]time.Time // by sequence number: when the event was handed to the publisher
 	low    uint64               // no event below it is unconfirmed
 	next   uint64
 }
 
-func newFlight() *flight { return &flight{handed: map[uint64]time.Time{}} }
+// NewFlight returns an empty flight.
+func NewFlight() *Flight { return &Flight{handed: map[uint64]time.Time{}} }
 
-// add records an event handed over at t and returns its sequence number.
-func (f *flight) add(t time.Time) uint64 {
+// Add records an event handed over at t and returns its sequence number.
+func (f *Flight) Add(t time.Time) uint64 {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	seq := f.next
@@ -27,8 +28,8 @@ func (f *flight) add(t time.Time) uint64 {
 	return seq
 }
 
-// done removes an event (confirmed, or never handed over after all).
-func (f *flight) done(seq uint64) {
+// Done removes an event (confirmed, or never handed over after all).
+func (f *Flight) Done(seq uint64) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	delete(f.handed, seq)
@@ -40,8 +41,8 @@ func (f *flight) done(seq uint64) {
 	}
 }
 
-// oldest is the age of the oldest unconfirmed event, zero when none is.
-func (f *flight) oldest() time.Duration {
+// Oldest is the age of the oldest unconfirmed event, zero when none is.
+func (f *Flight) Oldest() time.Duration {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if t, ok := f.handed[f.low]; ok {
