@@ -13,6 +13,7 @@ import (
 	"github.com/cdc-router/cdc-router/decode"
 	"github.com/cdc-router/cdc-router/metrics"
 	"github.com/cdc-router/cdc-router/pgserver"
+	"github.com/cdc-router/cdc-router/pubcheck"
 )
 
 // Config configures the stream. The zero value of every duration means its documented default.
@@ -28,7 +29,7 @@ type Config struct {
 	StoreInterval   time.Duration // stored-position write period; default 1s
 	MaxBackoff      time.Duration // cap of the restart backoff; default 30s
 	// PublicationCheckInterval is how often a streaming router re-checks that the publication still carries
-	// the outbox's inserts; default DefaultPublicationCheckInterval.
+	// the outbox's inserts; default pubcheck.DefaultPublicationCheckInterval.
 	PublicationCheckInterval time.Duration
 	// ProgressInterval is how often a streaming router logs its progress at info level (only when events
 	// moved); default metrics.DefaultProgressInterval.
@@ -100,7 +101,7 @@ func (c Config) WithDefaults() Config {
 	dur(&c.ShutdownTimeout, 30*time.Second)
 	dur(&c.StoreInterval, time.Second)
 	dur(&c.MaxBackoff, 30*time.Second)
-	dur(&c.PublicationCheckInterval, DefaultPublicationCheckInterval)
+	dur(&c.PublicationCheckInterval, pubcheck.DefaultPublicationCheckInterval)
 	dur(&c.ProgressInterval, metrics.DefaultProgressInterval)
 	dur(&c.PGTimeout, pgserver.DefaultPGTimeout)
 	if c.Decode.Table == "" {
@@ -124,4 +125,10 @@ func (c Config) Validate() error {
 		return fmt.Errorf("--snapshot %q: use initial or never", c.Snapshot)
 	}
 	return c.Decode.Validate()
+}
+
+// pubcheckConfig is what the publication checks need of c.
+func (c Config) pubcheckConfig() pubcheck.Config {
+	return pubcheck.Config{Slot: c.Slot, Schema: c.Schema, Publication: c.Publication, Table: c.Table, Decode: c.Decode,
+		Interval: c.PublicationCheckInterval}
 }

@@ -19,6 +19,7 @@ import (
 	"github.com/cdc-router/cdc-router/migrations"
 	"github.com/cdc-router/cdc-router/offsets"
 	"github.com/cdc-router/cdc-router/pgserver"
+	"github.com/cdc-router/cdc-router/pubcheck"
 	"github.com/cdc-router/cdc-router/quarantine"
 	"github.com/cdc-router/cdc-router/snapshot"
 )
@@ -39,24 +40,6 @@ func permanentSetupError(err error) error {
 			pgErr.Message)
 	}
 	return nil
-}
-
-// withBackfillHint adds to a setup problem with the publication which rows to backfill once it is fixed:
-// rows inserted while the outbox was out of the publication were never decoded, and never will be.
-func withBackfillHint(ctx context.Context, sql *pgx.Conn, cfg Config, err error) error {
-	var p *migrations.Problem
-	if !errors.As(err, &p) {
-		return err
-	}
-	problem, qerr := publicationProblem(ctx, sql, cfg)
-	if qerr != nil || problem == "" {
-		return err
-	}
-	okAt := lastSeen(ctx, sql, cfg)
-	if okAt == nil {
-		return err
-	}
-	return &Fatal{Msg: p.Msg + "; " + backfillHint(cfg, okAt)}
 }
 
 // startupGrace is how long connection failures are retried before the first successful start; after it,
@@ -181,7 +164,7 @@ func runOnce(ctx context.Context, cfg Config, dial Dialer, log *slog.Logger, sta
 		cancel()
 	}()
 	stats.WaitFor("PostgreSQL at " + host + " to answer the start-up checks")
-	watch := &publicationWatch{cfg: cfg, log: log, stats: stats}
+	watch := pubcheck.NewWatch(cfg.pubcheckConfig(), log, stats)
 	err = setupStep(ctx, cfg.PGTimeout, host, func(ctx context.Context) error {
 		// One router per slot, also while the slot is not streamed yet (during the initial snapshot): the lock
 		// belongs to this session and goes with it.
@@ -195,7 +178,7 @@ func runOnce(ctx context.Context, cfg Config, dial Dialer, log *slog.Logger, sta
 		mcfg := migrations.Config{Table: cfg.Table, Publication: cfg.Publication, Schema: cfg.Schema, Mapping: cfg.Decode.Mapping,
 			MoreTables: cfg.Decode.MoreTables}
 		if err := migrations.Check(ctx, sql, mcfg); err != nil {
-			return withBackfillHint(ctx, sql, cfg, err)
+			return pubcheck.WithBackfillHint(ctx, sql, cfg.pubcheckConfig(), err)
 		}
 		if cfg.Decode.MessagePrefix != "" { // read at every start of the stream: a restart picks up a rotated key
 			var err error
@@ -203,7 +186,7 @@ func runOnce(ctx context.Context, cfg Config, dial Dialer, log *slog.Logger, sta
 				return err
 			}
 		}
-		return watch.begin(ctx, sql, *started)
+		return watch.Begin(ctx, sql, *started)
 	})
 	if err != nil {
 		return false, err
@@ -278,7 +261,7 @@ func runOnce(ctx context.Context, cfg Config, dial Dialer, log *slog.Logger, sta
 	s.frames = newFrames(wire, s.dec.MessagePrefix(), s.dec.MessageLimit())
 	stats.SetFlight(s.flight)
 	defer stats.SetFlight(nil)
-	watch.next = time.Now().Add(cfg.PublicationCheckInterval)
+	watch.Schedule(time.Now())
 	net.received = 0
 	s.markConfig = markConfig(cfg, resume.build)
 	s.resumeAt = resume.choose(p.stored, p.hasStored, sys, s.markConfig, start)

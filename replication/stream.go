@@ -15,6 +15,7 @@ import (
 	"github.com/cdc-router/cdc-router/internal/cdc"
 	"github.com/cdc-router/cdc-router/metrics"
 	"github.com/cdc-router/cdc-router/offsets"
+	"github.com/cdc-router/cdc-router/pubcheck"
 	"github.com/cdc-router/cdc-router/quarantine"
 )
 
@@ -68,7 +69,7 @@ type session struct {
 
 	net      *safetyNet           // finds the event the broker keeps refusing; shared by the runs of one Run
 	quar     *quarantine.Store    // the quarantine table
-	watch    *publicationWatch    // re-checks that the publication still carries the outbox
+	watch    *pubcheck.Watch      // re-checks that the publication still carries the outbox
 	emitKeys *emitKeyWatch        // reloads the keys of emitted messages (--message-prefix)
 	progress *metrics.ProgressLog // an info line per interval while events flow
 	bursts   bursts               // the quarantine records of emitted messages being aggregated
@@ -116,7 +117,7 @@ func (s *session) stream() error {
 		if err := s.status(false); err != nil {
 			return err
 		}
-		if err := s.watch.due(s); err != nil {
+		if err := s.watch.Due(s.sql); err != nil {
 			return err
 		}
 		if err := s.bursts.due(s, false); err != nil {

@@ -1,4 +1,4 @@
-package replication
+package pubcheck
 
 import (
 	"context"
@@ -52,7 +52,7 @@ func membershipIdentities(ctx context.Context, sql *pgx.Conn, cfg Config) (map[s
 			WHERE pn.pnpubid = p.oid AND pn.pnnspid = c.relnamespace), '')`
 	}
 	out := map[string]string{}
-	for _, t := range cfg.outboxTables() {
+	for _, t := range cfg.tables() {
 		ident := migrations.TableIdent(t)
 		var id string
 		err := sql.QueryRow(ctx, `SELECT 'publication ' || p.oid || ' row ' || p.xmin || ' table ' || c.oid ||

@@ -1,4 +1,4 @@
-package replication
+package pubcheck
 
 import (
 	"context"
@@ -11,15 +11,36 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/cdc-router/cdc-router/decode"
+	"github.com/cdc-router/cdc-router/internal/cdc"
 	"github.com/cdc-router/cdc-router/metrics"
 	"github.com/cdc-router/cdc-router/migrations"
 )
+
+// Config is what the checks need of the router's configuration.
+type Config struct {
+	Slot        string
+	Schema      string // the router's own schema, which holds publication_checks
+	Publication string
+	Table       string        // the first outbox table
+	Decode      decode.Config // the other outbox tables (MoreTables) and their mappings
+	Interval    time.Duration // how often a streaming router checks; default DefaultPublicationCheckInterval
+}
+
+// tables lists the outbox tables, Table first, then Decode.MoreTables, as --table gave them.
+func (c Config) tables() []string {
+	out := []string{c.Table}
+	for _, t := range c.Decode.MoreTables {
+		out = append(out, t.Table)
+	}
+	return out
+}
 
 // DefaultPublicationCheckInterval is how often a streaming router re-checks that the publication still
 // carries the outbox table's inserts.
 const DefaultPublicationCheckInterval = 30 * time.Second
 
-// publicationWatch re-checks, while the stream runs, what only the catalog can tell: that the publication
+// Watch re-checks, while the stream runs, what only the catalog can tell: that the publication
 // still exists, publishes inserts and contains the outbox table (each of them, with several). A table dropped from the publication (or
 // swapped for a new one of the same name) sends nothing at all on the stream, so without this check the
 // router would keep "streaming" while every new row is lost. A failed check makes the router unready,
@@ -28,7 +49,7 @@ const DefaultPublicationCheckInterval = 30 * time.Second
 // sound check's (also the last run's, through publication_checks.identities): a table that left and came
 // back in between, or a check that failed before, is a publication gap (pubgap.go), recorded with its
 // backfill; the router stays unready and refuses its next start until that backfill has run.
-type publicationWatch struct {
+type Watch struct {
 	cfg        Config
 	log        *slog.Logger
 	stats      *metrics.Stats
@@ -42,15 +63,26 @@ type publicationWatch struct {
 	gaps       []gap             // the recorded gaps whose backfill has not run yet
 }
 
+// NewWatch returns the watch of one stream run; Begin runs its first check.
+func NewWatch(cfg Config, log *slog.Logger, stats *metrics.Stats) *Watch {
+	if cfg.Interval <= 0 {
+		cfg.Interval = DefaultPublicationCheckInterval
+	}
+	return &Watch{cfg: cfg, log: log, stats: stats}
+}
+
+// Schedule makes the next check due one interval after now (the stream starts then).
+func (w *Watch) Schedule(now time.Time) { w.next = now.Add(w.cfg.Interval) }
+
 // okRefresh is how often a sound check that changes nothing is recorded: an idle router writes (and makes
 // WAL) only this rarely. The recorded ok_at may be that much older than the last sound check, which makes
 // the suggested backfill start earlier (more duplicates, never a gap).
 const okRefresh = 10 * time.Minute
 
-// begin loads what the last run recorded and runs the first check on a publication that migrations.Check
+// Begin loads what the last run recorded and runs the first check on a publication that migrations.Check
 // found sound. A recorded gap refuses the process's first start (a *Fatal naming its backfill); after an
 // in-process restart it keeps the router unready instead.
-func (w *publicationWatch) begin(ctx context.Context, sql *pgx.Conn, started bool) error {
+func (w *Watch) Begin(ctx context.Context, sql *pgx.Conn, started bool) error {
 	var failedAt *time.Time
 	var lastProblem, seen, gaps string
 	err := sql.QueryRow(ctx, `SELECT ok_at, failed_at, coalesce(problem, ''), coalesce(identities, '{}')::text,
@@ -70,39 +102,39 @@ func (w *publicationWatch) begin(ctx context.Context, sql *pgx.Conn, started boo
 		return err
 	}
 	if len(w.gaps) > 0 && !started {
-		return &Fatal{Msg: gapsProblem(w.cfg, w.gaps)}
+		return &cdc.Fatal{Msg: gapsProblem(w.cfg, w.gaps)}
 	}
 	return nil
 }
 
-func (w *publicationWatch) table() string {
+func (w *Watch) table() string {
 	return pgx.Identifier{w.cfg.Schema, "publication_checks"}.Sanitize()
 }
 
-// due runs the check when its interval has passed.
-func (w *publicationWatch) due(s *session) error {
+// Due runs the check over the ordinary connection sql when its interval has passed.
+func (w *Watch) Due(sql *pgx.Conn) error {
 	if time.Now().Before(w.next) {
 		return nil
 	}
-	w.next = time.Now().Add(w.cfg.PublicationCheckInterval)
+	w.next = time.Now().Add(w.cfg.Interval)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	problem, err := publicationProblem(ctx, s.sql, w.cfg)
+	problem, err := publicationProblem(ctx, sql, w.cfg)
 	if err != nil {
 		return fmt.Errorf("check publication: %w", err)
 	}
 	if problem != "" {
-		w.failedCheck(ctx, s.sql, problem)
+		w.failedCheck(ctx, sql, problem)
 		return nil
 	}
-	if err := w.sound(ctx, s.sql); err != nil {
+	if err := w.sound(ctx, sql); err != nil {
 		return fmt.Errorf("check publication: %w", err)
 	}
 	return nil
 }
 
 // failedCheck applies a failed check to the stats, the log and the checks table.
-func (w *publicationWatch) failedCheck(ctx context.Context, sql *pgx.Conn, problem string) {
+func (w *Watch) failedCheck(ctx context.Context, sql *pgx.Conn, problem string) {
 	w.lossless = lossless(problem) && (w.lossless || !w.failed)
 	w.problem, w.failed = problem, true
 	w.stats.SetProblem(problem)
@@ -119,14 +151,14 @@ func (w *publicationWatch) failedCheck(ctx context.Context, sql *pgx.Conn, probl
 // sound applies a sound check: it reads the membership identities, records a gap for each table whose
 // identity changed (each table, after a failed check that changed none) since the last sound check, and
 // records the check when something changed or okRefresh has passed.
-func (w *publicationWatch) sound(ctx context.Context, sql *pgx.Conn) error {
+func (w *Watch) sound(ctx context.Context, sql *pgx.Conn) error {
 	ids, now, err := membershipIdentities(ctx, sql, w.cfg)
 	if err != nil {
 		return err
 	}
-	changed := changedTables(w.seen, ids, w.cfg.outboxTables(), w.failed && w.lossless)
+	changed := changedTables(w.seen, ids, w.cfg.tables(), w.failed && w.lossless)
 	if w.failed && !w.lossless && len(changed) == 0 {
-		for _, t := range w.cfg.outboxTables() {
+		for _, t := range w.cfg.tables() {
 			changed = append(changed, tableKey(t))
 		}
 	}
@@ -182,12 +214,18 @@ func backfillHint(cfg Config, okAt *time.Time) string {
 // publicationProblem says what is wrong with the publication for the first outbox table that has a
 // problem, or "" when nothing is.
 func publicationProblem(ctx context.Context, sql *pgx.Conn, cfg Config) (string, error) {
-	for _, t := range cfg.outboxTables() {
+	for _, t := range cfg.tables() {
 		if problem, err := tableProblem(ctx, sql, cfg.forTable(t)); problem != "" || err != nil {
 			return problem, err
 		}
 	}
 	return "", nil
+}
+
+// forTable is c checking only table.
+func (c Config) forTable(table string) Config {
+	c.Table, c.Decode.Table, c.Decode.MoreTables = table, table, nil
+	return c
 }
 
 // tableProblem says what is wrong with the publication for cfg.Table, or "" when nothing is.
@@ -227,4 +265,23 @@ func lastSeen(ctx context.Context, sql *pgx.Conn, cfg Config) *time.Time {
 	_ = sql.QueryRow(ctx, `SELECT ok_at FROM `+pgx.Identifier{cfg.Schema, "publication_checks"}.Sanitize()+
 		` WHERE slot = $1`, cfg.Slot).Scan(&okAt)
 	return okAt
+}
+
+// WithBackfillHint adds to a setup problem with the publication (a migrations.Problem) which rows to
+// backfill once it is fixed: rows inserted while the outbox was out of the publication were never decoded,
+// and never will be. Other errors are returned as they are.
+func WithBackfillHint(ctx context.Context, sql *pgx.Conn, cfg Config, err error) error {
+	var p *migrations.Problem
+	if !errors.As(err, &p) {
+		return err
+	}
+	problem, qerr := publicationProblem(ctx, sql, cfg)
+	if qerr != nil || problem == "" {
+		return err
+	}
+	okAt := lastSeen(ctx, sql, cfg)
+	if okAt == nil {
+		return err
+	}
+	return &cdc.Fatal{Msg: p.Msg + "; " + backfillHint(cfg, okAt)}
 }
