@@ -80,11 +80,12 @@ func TestCauseOf(t *testing.T) {
 func TestLagGoesOnThroughARestart(t *testing.T) {
 	stats := &metrics.Stats{}
 	old := time.Now().Add(-time.Minute)
-	first := &session{stats: stats, pending: []pendingTxn{{end: 200, committed: old}, {committed: time.Now()}}, sent: 100}
+	first := &session{stats: stats, txns: txns{pending: []pendingTxn{{end: 200, committed: old}, {committed: time.Now()}}},
+		acks: acks{sent: 100}}
 	stats.SetOldestPending(old)
 	stats.Carry(oldestCommit(first.pending), first.sent)
 
-	next := &session{stats: stats, pending: carried(stats.TakeCarried(100)), tracker: offsets.NewTracker(100)}
+	next := &session{stats: stats, txns: txns{pending: carried(stats.TakeCarried(100))}, tracker: offsets.NewTracker(100)}
 	next.cur = next.tracker.Begin()
 	next.acknowledged(100) // the new session's first status update, before anything is read again
 	if lag := stats.Lag(); lag < time.Minute {

@@ -253,11 +253,14 @@ func runOnce(ctx context.Context, cfg Config, dial Dialer, log *slog.Logger, sta
 	// standby (this router took the slot over) or snapshot (the initial snapshot is done).
 	log.Info("streaming", "lsn", start, "previous", prev, "publication", cfg.Publication, "system_id", sys.SystemID,
 		"timeline", sys.Timeline)
-	s := &session{ctx: ctx, stop: stop, cfg: cfg, log: log, conn: conn, sql: sql, store: store, tracker: offsets.NewTracker(start),
-		pub: pub, dec: decode.New(cfg.Decode), sys: sys, stats: stats, live: newLiveness(cfg.PGTimeout, time.Now()),
-		net: net, quar: quarantine.NewStore(sql, cfg.Schema, cfg.Slot), watch: watch,
-		emitKeys: newEmitKeyWatch(cfg, log),
-		progress: metrics.NewProgressLog(log, stats, cfg.ProgressInterval), flight: metrics.NewFlight(), pending: carried(stats.TakeCarried(start))}
+	s := &session{ctx: ctx, stop: stop, cfg: cfg, log: log, sql: sql, store: store, tracker: offsets.NewTracker(start),
+		dec: decode.New(cfg.Decode), sys: sys, stats: stats,
+		walReceiver:  walReceiver{conn: conn, live: newLiveness(cfg.PGTimeout, time.Now())},
+		txns:         txns{pending: carried(stats.TakeCarried(start))},
+		publishing:   publishing{pub: pub, net: net, flight: metrics.NewFlight()},
+		quarantining: quarantining{quar: quarantine.NewStore(sql, cfg.Schema, cfg.Slot)},
+		duties: duties{watch: watch, emitKeys: newEmitKeyWatch(cfg, log),
+			progress: metrics.NewProgressLog(log, stats, cfg.ProgressInterval)}}
 	s.frames = newFrames(wire, s.dec.MessagePrefix(), s.dec.MessageLimit())
 	stats.SetFlight(s.flight)
 	defer stats.SetFlight(nil)
