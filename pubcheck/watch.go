@@ -47,7 +47,7 @@ const DefaultPublicationCheckInterval = 30 * time.Second
 // is logged at each check and recorded in the publication_checks table, so the refusal at the next start
 // can name the rows to backfill. A sound check compares the tables' membership identities with the last
 // sound check's (also the last run's, through publication_checks.identities): a table that left and came
-// back in between, or a check that failed before, is a publication gap (pubgap.go), recorded with its
+// back in between, or a check that failed before, is a publication gap (gap.go), recorded with its
 // backfill; the router stays unready and refuses its next start until that backfill has run.
 type Watch struct {
 	cfg        Config
@@ -201,7 +201,7 @@ func (w *Watch) sound(ctx context.Context, sql *pgx.Conn) error {
 
 // backfillHint says what a failed check means for the rows: those inserted from okAt on (the last sound
 // check) are never streamed, and once the publication is fixed the router names the backfill of the
-// exact window (a publication gap, pubgap.go) and refuses to start until it has run.
+// exact window (a publication gap, gap.go) and refuses to start until it has run.
 func backfillHint(cfg Config, okAt *time.Time) string {
 	since := ""
 	if okAt != nil {
