@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/cdc-router/cdc-router/decode"
+	"github.com/cdc-router/cdc-router/initial"
 	"github.com/cdc-router/cdc-router/metrics"
 	"github.com/cdc-router/cdc-router/pgserver"
 	"github.com/cdc-router/cdc-router/pubcheck"
@@ -131,4 +132,16 @@ func (c Config) Validate() error {
 func (c Config) pubcheckConfig() pubcheck.Config {
 	return pubcheck.Config{Slot: c.Slot, Schema: c.Schema, Publication: c.Publication, Table: c.Table, Decode: c.Decode,
 		Interval: c.PublicationCheckInterval}
+}
+
+// initialConfig is what the initial snapshot needs of c; pub, when it is the run's renewable publisher,
+// lends it the safety net's renewal.
+func (c Config) initialConfig(pub Publisher) initial.Config {
+	ic := initial.Config{PGURL: c.PGURL, PGTimeout: c.PGTimeout, Slot: c.Slot, Schema: c.Schema, Table: c.Table,
+		Decode: c.Decode, Snapshot: c.Snapshot, SnapshotWhere: c.SnapshotWhere, SnapshotPageSize: c.SnapshotPageSize,
+		Progress: c.Progress, RefusalRetry: c.RefusalRetry}
+	if r, ok := pub.(*renewable); ok {
+		ic.Renew = r.renew
+	}
+	return ic
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/cdc-router/cdc-router/decode"
+	"github.com/cdc-router/cdc-router/initial"
 	"github.com/cdc-router/cdc-router/internal/cdc"
 	"github.com/cdc-router/cdc-router/metrics"
 	"github.com/cdc-router/cdc-router/migrations"
@@ -21,7 +22,6 @@ import (
 	"github.com/cdc-router/cdc-router/pgserver"
 	"github.com/cdc-router/cdc-router/pubcheck"
 	"github.com/cdc-router/cdc-router/quarantine"
-	"github.com/cdc-router/cdc-router/snapshot"
 )
 
 // permanentSetupError turns an error that no retry can fix (a missing privilege, a router table or schema
@@ -282,7 +282,7 @@ func runOnce(ctx context.Context, cfg Config, dial Dialer, log *slog.Logger, sta
 // plan is what a run does before streaming, decided before anything is created or published.
 type plan struct {
 	decision startDecision
-	jobs     []initialJob           // the initial snapshots to finish (resumed or never recorded), in --table order
+	jobs     []initial.Job          // the initial snapshots to finish (resumed or never recorded), in --table order
 	fresh    bool                   // the slot exists with neither a stored position nor a snapshot record
 	slot     pgserver.SlotInfo      // the slot as found
 	failover pgserver.FailoverCheck // what --failover-slot needs done
@@ -322,58 +322,8 @@ func planStart(ctx context.Context, cfg Config, sql *pgx.Conn, store *offsets.St
 	if d.create {
 		return p, nil
 	}
-	p.jobs, p.fresh, err = initialJobs(ctx, cfg, sql, d.start, hasStored)
+	p.jobs, p.fresh, err = initial.Due(ctx, cfg.initialConfig(nil), sql, d.start, hasStored)
 	return p, err
-}
-
-// initialJobs finds the initial snapshots still to copy: the unfinished ones, or, for a slot with neither a
-// stored position nor any snapshot record and --snapshot=initial, every table's (fresh). An unfinished one
-// without --snapshot=initial, or of a table this run does not read, is refused: streaming on would never
-// publish its rest.
-func initialJobs(ctx context.Context, cfg Config, sql *pgx.Conn, start cdc.LSN, hasStored bool) ([]initialJob, bool, error) {
-	all, err := snapshot.NewJobs(sql, cfg.Schema).All(ctx)
-	if err != nil {
-		return nil, false, err
-	}
-	byName := map[string]snapshot.Job{}
-	for _, j := range all {
-		if snapshot.IsInitialOf(j.Name, cfg.Slot) {
-			byName[j.Name] = j
-		}
-	}
-	recorded := len(byName) > 0
-	var todo []initialJob
-	for _, t := range cfg.outboxTables() {
-		job, ok := byName[cfg.initialName(t)]
-		delete(byName, cfg.initialName(t))
-		switch {
-		case ok && !job.Done() && cfg.Snapshot != "initial":
-			what := "slot " + cfg.Slot
-			if len(cfg.Decode.MoreTables) > 0 {
-				what = t + " (slot " + cfg.Slot + ")"
-			}
-			return nil, false, fatalf("the initial snapshot of %s is unfinished (%d of %d rows): streaming now would never "+
-				"publish the rest; start with --snapshot=initial to finish it, or run `cdc-router reset --slot %s` to start over",
-				what, job.RowsDone, job.RowsTotal, cfg.Slot)
-		case ok && !job.Done():
-			todo = append(todo, initialJob{t, job})
-		}
-	}
-	for name, job := range byName {
-		if !job.Done() {
-			return nil, false, fatalf("the initial snapshot %s of slot %s is unfinished (%d of %d rows) and belongs to an "+
-				"outbox table list other than this run's --table: start with the --table it began with to finish it, or run "+
-				"`cdc-router reset --slot %s` to start over", name, cfg.Slot, job.RowsDone, job.RowsTotal, cfg.Slot)
-		}
-	}
-	if len(todo) > 0 || cfg.Snapshot != "initial" || hasStored || recorded {
-		return todo, false, nil
-	}
-	for _, t := range cfg.outboxTables() {
-		todo = append(todo, initialJob{t, snapshot.Job{Name: cfg.initialName(t), Kind: "initial",
-			Predicate: cfg.SnapshotWhere, ReadLSN: start}})
-	}
-	return todo, true, nil
 }
 
 // execute creates the slot (with its snapshot) or finishes a snapshot, and returns the position to
@@ -393,7 +343,7 @@ func (p plan) execute(ctx context.Context, cfg Config, log *slog.Logger, stats *
 			}
 		}
 		if p.decision.create && cfg.Snapshot == "initial" {
-			return checkSnapshotTables(ctx, cfg, sql)
+			return initial.CheckTables(ctx, cfg.initialConfig(pub), sql)
 		}
 		return nil
 	})
@@ -402,7 +352,7 @@ func (p plan) execute(ctx context.Context, cfg Config, log *slog.Logger, stats *
 	}
 	switch {
 	case p.decision.create && cfg.Snapshot == "initial":
-		return createWithSnapshot(ctx, cfg, log, stats, conn, sql, store, sys, pub)
+		return createWithSnapshot(ctx, cfg, log, stats, conn, sql, store, pos, pub)
 	case p.decision.create:
 		stop := pgserver.WatchCreation(ctx, cfg.PGURL, cfg.Slot, cfg.PGTimeout, log, stats.WaitFor)
 		point, err := pgserver.CreateSlot(ctx, conn, cfg.Slot, cfg.FailoverSlot)
@@ -414,34 +364,29 @@ func (p plan) execute(ctx context.Context, cfg Config, log *slog.Logger, stats *
 		// Store the position at once: from now on a vanished slot is detected instead of silently replaced.
 		return point, store.Save(ctx, pos(point), true)
 	case len(p.jobs) > 0:
-		for _, j := range p.jobs { // before a fresh job is recorded: the refusal's fix then works as it says
-			if err := snapshot.CheckTable(ctx, cfg.forTable(j.table).snapshotConfig(), sql); err != nil {
-				return 0, &Fatal{Msg: err.Error()}
-			}
-		}
-		jobs := snapshot.NewJobs(sql, cfg.Schema)
-		if p.fresh {
-			log.Warn("the slot exists but no position or snapshot was ever recorded for it: copying the whole table once")
-			err := pgx.BeginFunc(ctx, sql, func(t pgx.Tx) error {
-				for _, j := range p.jobs {
-					if err := jobs.Start(ctx, t, j.job); err != nil {
-						return err
-					}
-				}
-				return nil
-			})
-			if err != nil {
-				return 0, err
-			}
-			if err := store.Save(ctx, pos(p.decision.start), true); err != nil {
-				return 0, err
-			}
-		}
-		if err := resumeSnapshot(ctx, cfg, log, stats, sql, p.jobs, pub); err != nil {
+		if err := initial.Finish(ctx, cfg.initialConfig(pub), log, stats, sql, store, pos(p.decision.start), p.jobs, p.fresh,
+			pub); err != nil {
 			return 0, err
 		}
 	}
 	return p.decision.start, nil
+}
+
+// createWithSnapshot creates the slot with an exported snapshot and has the initial snapshot copy the rows
+// visible in it (initial.Copy) before the replication connection runs anything else; it returns the slot's
+// consistent point, where the stream starts.
+func createWithSnapshot(ctx context.Context, cfg Config, log *slog.Logger, stats *metrics.Stats, conn *pgconn.PgConn,
+	sql *pgx.Conn, store *offsets.Store, pos func(cdc.LSN) offsets.Position, pub Publisher) (cdc.LSN, error) {
+	stop := pgserver.WatchCreation(ctx, cfg.PGURL, cfg.Slot, cfg.PGTimeout, log, stats.WaitFor)
+	point, snapshotName, err := pgserver.CreateSlotWithSnapshot(ctx, conn, cfg.Slot, cfg.FailoverSlot)
+	stop()
+	if err != nil {
+		return 0, err
+	}
+	if err := initial.Copy(ctx, cfg.initialConfig(pub), log, stats, sql, store, pos(point), snapshotName, pub); err != nil {
+		return 0, err
+	}
+	return point, nil
 }
 
 // startError classifies a failed START_REPLICATION.

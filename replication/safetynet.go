@@ -78,6 +78,12 @@ func (p *renewable) renew(ctx context.Context) (snapshot.Publisher, error) {
 	return p, nil
 }
 
+// unroutableDepth is satisfied by a publisher that can count the messages in its unroutable queue
+// (route.Router), which the initial snapshot reports on.
+type unroutableDepth interface {
+	UnroutableMessages() (n int, ok bool)
+}
+
 // UnroutableMessages forwards to the current publisher (unroutableDepth).
 func (p *renewable) UnroutableMessages() (int, bool) {
 	if d, ok := p.Publisher.(unroutableDepth); ok {

@@ -1,4 +1,4 @@
-package replication
+package initial
 
 import (
 	"context"
@@ -6,10 +6,9 @@ import (
 	"io"
 	"log/slog"
 	"strings"
+	"time"
 
-	"github.com/jackc/pglogrepl"
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/cdc-router/cdc-router/decode"
 	"github.com/cdc-router/cdc-router/internal/cdc"
@@ -18,6 +17,25 @@ import (
 	"github.com/cdc-router/cdc-router/pgserver"
 	"github.com/cdc-router/cdc-router/snapshot"
 )
+
+// Config is what the initial snapshot needs of the router's configuration (replication.Config's fields of
+// the same names).
+type Config struct {
+	PGURL     string        // the snapshot reader connects here
+	PGTimeout time.Duration // bound of each connection attempt of the reader
+	Slot      string
+	Schema    string        // the router's own schema: the jobs, the stored position, the quarantine
+	Table     string        // the first outbox table
+	Decode    decode.Config // the row rules, the other outbox tables (MoreTables) and their mappings
+
+	Snapshot         string    // "initial": a slot without any record of a position or a snapshot is copied; "never"
+	SnapshotWhere    string    // SQL predicate restricting the initial snapshot
+	SnapshotPageSize int       // rows per keyset page; snapshot's default when 0
+	Progress         io.Writer // a terminal for the progress line, or nil
+	RefusalRetry     time.Duration
+	// Renew replaces a publisher that a per-message refusal failed (snapshot.Config.Renew); nil: none.
+	Renew func(context.Context) (snapshot.Publisher, error)
+}
 
 // outboxTables lists the outbox tables, Table first, then Decode.MoreTables, as --table gave them.
 func (c Config) outboxTables() []string {
@@ -45,19 +63,19 @@ func (c Config) forTable(table string) Config {
 	return c
 }
 
-// checkSnapshotTables refuses, before the slot is created, a table that the initial snapshot could not
-// read (snapshot.CheckTable: a mapped table without a primary key, or that does not fit its mapping).
-func checkSnapshotTables(ctx context.Context, cfg Config, sql *pgx.Conn) error {
+// CheckTables refuses, before the slot is created, a table that the initial snapshot could not read
+// (snapshot.CheckTable: a mapped table without a primary key, or that does not fit its mapping).
+func CheckTables(ctx context.Context, cfg Config, sql *pgx.Conn) error {
 	for _, t := range cfg.outboxTables() {
 		if err := snapshot.CheckTable(ctx, cfg.forTable(t).snapshotConfig(), sql); err != nil {
-			return &Fatal{Msg: err.Error()}
+			return &cdc.Fatal{Msg: err.Error()}
 		}
 	}
 	return nil
 }
 
-// initialJob is the initial snapshot of one outbox table.
-type initialJob struct {
+// Job is the initial snapshot of one outbox table.
+type Job struct {
 	table string
 	job   snapshot.Job
 }
@@ -68,38 +86,34 @@ func (c Config) snapshotConfig() snapshot.Config {
 		PageSize: c.SnapshotPageSize, Decode: c.Decode, RefusalRetry: c.RefusalRetry}
 }
 
-// createWithSnapshot creates the slot with an exported snapshot, imports it into a REPEATABLE READ
-// transaction on a second connection before the replication connection runs anything else, records the
-// job and the position, and copies the rows visible in exactly that snapshot: the rows committed before
-// the consistent point. Streaming from the consistent point then adds every later row, none twice. With
-// several outbox tables, every table's job is recorded at once and the tables are copied in that one
-// snapshot, merged in key order (copyTables).
-func createWithSnapshot(ctx context.Context, cfg Config, log *slog.Logger, stats *metrics.Stats, conn *pgconn.PgConn,
-	sql *pgx.Conn, store *offsets.Store, sys pglogrepl.IdentifySystemResult, pub Publisher) (cdc.LSN, error) {
-	stop := pgserver.WatchCreation(ctx, cfg.PGURL, cfg.Slot, cfg.PGTimeout, log, stats.WaitFor)
-	point, snapshotName, err := pgserver.CreateSlotWithSnapshot(ctx, conn, cfg.Slot, cfg.FailoverSlot)
-	stop()
-	if err != nil {
-		return 0, err
-	}
+// Copy records the initial snapshot of every outbox table and copies the rows visible in the slot's exported
+// snapshot snapshotName: the rows committed before the consistent point pos.LSN. The caller has just created
+// the slot and has not used its replication connection since, so that the snapshot still exists; Copy
+// imports it into a REPEATABLE READ transaction on a connection of its own, records the jobs and the position
+// pos, and copies. Streaming from the consistent point then adds every later row, none twice. With several
+// outbox tables, every table's job is recorded at once and the tables are copied in that one snapshot,
+// merged in key order (copyTables).
+func Copy(ctx context.Context, cfg Config, log *slog.Logger, stats *metrics.Stats, sql *pgx.Conn, store *offsets.Store,
+	pos offsets.Position, snapshotName string, pub snapshot.Publisher) error {
+	point := pos.LSN
 	reader, err := pgserver.ConnectReaderWithin(ctx, cfg.PGURL, cfg.PGTimeout)
 	if err != nil {
-		return 0, err
+		return err
 	}
 	defer reader.Close(context.Background())
 	tx, err := reader.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly})
 	if err != nil {
-		return 0, fmt.Errorf("begin snapshot transaction: %w", err)
+		return fmt.Errorf("begin snapshot transaction: %w", err)
 	}
 	defer tx.Rollback(context.Background())
 	if _, err := tx.Exec(ctx, "SET TRANSACTION SNAPSHOT '"+strings.ReplaceAll(snapshotName, "'", "''")+"'"); err != nil {
-		return 0, fmt.Errorf("import the slot's snapshot: %w", err)
+		return fmt.Errorf("import the slot's snapshot: %w", err)
 	}
 	log.Info("created replication slot with a snapshot", "lsn", point, "snapshot", snapshotName)
 	jobs := snapshot.NewJobs(sql, cfg.Schema)
-	var todo []initialJob
+	var todo []Job
 	for _, t := range cfg.outboxTables() {
-		todo = append(todo, initialJob{t, snapshot.Job{Name: cfg.initialName(t), Kind: "initial", Predicate: cfg.SnapshotWhere,
+		todo = append(todo, Job{t, snapshot.Job{Name: cfg.initialName(t), Kind: "initial", Predicate: cfg.SnapshotWhere,
 			ReadLSN: point}})
 	}
 	err = pgx.BeginFunc(ctx, sql, func(t pgx.Tx) error {
@@ -111,23 +125,23 @@ func createWithSnapshot(ctx context.Context, cfg Config, log *slog.Logger, stats
 		return nil
 	})
 	if err != nil {
-		return 0, err
+		return err
 	}
-	if err := store.Save(ctx, offsets.Position{LSN: point, SystemID: sys.SystemID, Timeline: sys.Timeline}, true); err != nil {
-		return 0, err
+	if err := store.Save(ctx, pos, true); err != nil {
+		return err
 	}
 	if err := copyTables(ctx, cfg, log, stats, tx, jobs, todo, pub); err != nil { // all in the slot's snapshot
-		return 0, err
+		return err
 	}
-	return point, tx.Commit(ctx)
+	return tx.Commit(ctx)
 }
 
 // resumeSnapshot finishes the initial snapshot jobs that a crash interrupted (each table's), or copies
 // everything when the slot exists without any record of one. The slot's own snapshot is gone, so the rest
 // is read in a new one: rows committed after the consistent point may be published twice (once here, once
 // streamed), never lost.
-func resumeSnapshot(ctx context.Context, cfg Config, log *slog.Logger, stats *metrics.Stats, sql *pgx.Conn, todo []initialJob,
-	pub Publisher) error {
+func resumeSnapshot(ctx context.Context, cfg Config, log *slog.Logger, stats *metrics.Stats, sql *pgx.Conn, todo []Job,
+	pub snapshot.Publisher) error {
 	reader, err := pgserver.ConnectReaderWithin(ctx, cfg.PGURL, cfg.PGTimeout)
 	if err != nil {
 		return err
@@ -157,15 +171,13 @@ func resumeSnapshot(ctx context.Context, cfg Config, log *slog.Logger, stats *me
 // mapped table, keyed by its primary key; see snapshot.Mergeable) they are copied one after the other, in
 // key order within each table only, which the log says. Each job reads with the predicate it started with.
 func copyTables(ctx context.Context, cfg Config, log *slog.Logger, stats *metrics.Stats, tx pgx.Tx, jobs *snapshot.Jobs,
-	todo []initialJob, pub Publisher) error {
+	todo []Job, pub snapshot.Publisher) error {
 	cfgs := make([]snapshot.Config, len(todo))
 	for i, j := range todo {
 		c := cfg.forTable(j.table)
 		c.SnapshotWhere = j.job.Predicate
 		cfgs[i] = c.snapshotConfig()
-		if r, ok := pub.(*renewable); ok {
-			cfgs[i].Renew = r.renew
-		}
+		cfgs[i].Renew = cfg.Renew
 	}
 	why := "one table"
 	if len(todo) > 1 {
@@ -226,7 +238,7 @@ func prepareCopy(ctx context.Context, scfg snapshot.Config, term io.Writer, log 
 	job snapshot.Job) (snapshot.Job, *snapshot.Reporter, error) {
 	left, err := snapshot.Count(ctx, scfg, tx, job.LastKey)
 	if err != nil {
-		return job, nil, &Fatal{Msg: err.Error()}
+		return job, nil, &cdc.Fatal{Msg: err.Error()}
 	}
 	job.RowsTotal = job.RowsDone + left
 	if err := jobs.Total(ctx, job.Name, job.RowsTotal); err != nil {
@@ -252,4 +264,85 @@ func sum(xs []int64) int64 {
 // consumer bound a queue.
 type unroutableDepth interface {
 	UnroutableMessages() (n int, ok bool)
+}
+
+// Due finds the initial snapshots still to copy: the unfinished ones, or, for a slot with neither a
+// stored position nor any snapshot record and --snapshot=initial, every table's (fresh). An unfinished one
+// without --snapshot=initial, or of a table this run does not read, is refused: streaming on would never
+// publish its rest.
+func Due(ctx context.Context, cfg Config, sql *pgx.Conn, start cdc.LSN, hasStored bool) ([]Job, bool, error) {
+	all, err := snapshot.NewJobs(sql, cfg.Schema).All(ctx)
+	if err != nil {
+		return nil, false, err
+	}
+	byName := map[string]snapshot.Job{}
+	for _, j := range all {
+		if snapshot.IsInitialOf(j.Name, cfg.Slot) {
+			byName[j.Name] = j
+		}
+	}
+	recorded := len(byName) > 0
+	var todo []Job
+	for _, t := range cfg.outboxTables() {
+		job, ok := byName[cfg.initialName(t)]
+		delete(byName, cfg.initialName(t))
+		switch {
+		case ok && !job.Done() && cfg.Snapshot != "initial":
+			what := "slot " + cfg.Slot
+			if len(cfg.Decode.MoreTables) > 0 {
+				what = t + " (slot " + cfg.Slot + ")"
+			}
+			return nil, false, cdc.Fatalf("the initial snapshot of %s is unfinished (%d of %d rows): streaming now would never "+
+				"publish the rest; start with --snapshot=initial to finish it, or run `cdc-router reset --slot %s` to start over",
+				what, job.RowsDone, job.RowsTotal, cfg.Slot)
+		case ok && !job.Done():
+			todo = append(todo, Job{t, job})
+		}
+	}
+	for name, job := range byName {
+		if !job.Done() {
+			return nil, false, cdc.Fatalf("the initial snapshot %s of slot %s is unfinished (%d of %d rows) and belongs to an "+
+				"outbox table list other than this run's --table: start with the --table it began with to finish it, or run "+
+				"`cdc-router reset --slot %s` to start over", name, cfg.Slot, job.RowsDone, job.RowsTotal, cfg.Slot)
+		}
+	}
+	if len(todo) > 0 || cfg.Snapshot != "initial" || hasStored || recorded {
+		return todo, false, nil
+	}
+	for _, t := range cfg.outboxTables() {
+		todo = append(todo, Job{t, snapshot.Job{Name: cfg.initialName(t), Kind: "initial",
+			Predicate: cfg.SnapshotWhere, ReadLSN: start}})
+	}
+	return todo, true, nil
+}
+
+// Finish finishes the initial snapshot jobs todo that a crash interrupted, or, when fresh (the slot exists
+// with no record of a position or a snapshot), records them and the position pos first and copies every
+// table whole, in a new snapshot (resumeSnapshot).
+func Finish(ctx context.Context, cfg Config, log *slog.Logger, stats *metrics.Stats, sql *pgx.Conn, store *offsets.Store,
+	pos offsets.Position, todo []Job, fresh bool, pub snapshot.Publisher) error {
+	for _, j := range todo { // before a fresh job is recorded: the refusal's fix then works as it says
+		if err := snapshot.CheckTable(ctx, cfg.forTable(j.table).snapshotConfig(), sql); err != nil {
+			return &cdc.Fatal{Msg: err.Error()}
+		}
+	}
+	jobs := snapshot.NewJobs(sql, cfg.Schema)
+	if fresh {
+		log.Warn("the slot exists but no position or snapshot was ever recorded for it: copying the whole table once")
+		err := pgx.BeginFunc(ctx, sql, func(t pgx.Tx) error {
+			for _, j := range todo {
+				if err := jobs.Start(ctx, t, j.job); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+		if err != nil {
+			return err
+		}
+		if err := store.Save(ctx, pos, true); err != nil {
+			return err
+		}
+	}
+	return resumeSnapshot(ctx, cfg, log, stats, sql, todo, pub)
 }
