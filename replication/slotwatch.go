@@ -8,7 +8,7 @@ import (
 	"github.com/cdc-router/cdc-router/pgserver"
 )
 
-// slotWatch reads the slot's health every SlotHealthInterval while the stream runs, also while it waits
+// slotWatch reads the slot's health every pgserver.SlotHealthInterval while the stream runs, also while it waits
 // on a full publish window (the time a slot falls behind). A failed read is logged and retried at the next
 // interval; it never stops the stream.
 type slotWatch struct {
