@@ -32,10 +32,9 @@
 //     which is neither a failure nor a restart.
 //   - While only standbys answer (pgserver.ErrStandby: a failover in progress) the router looks for a primary
 //     every second.
-//   - A logical decoding message is judged from its header before its content is read (frames.go, below
-//     pgproto3 through pgconn.Config.BuildFrontend): one with another prefix, or with the router's prefix
-//     over the decoder's MessageLimit, is discarded while it is read, never held whole
-//     (TestFramesDiscardMessagesFromTheirHeader, TestLargeMessagesAreJudgedFromTheirHeader).
+//   - The stream is read through copyboth.Frames, so a logical decoding message with another prefix, or with
+//     the router's prefix over the decoder's MessageLimit, is discarded while it is read, never held whole;
+//     one of the router's is then quarantined from its header (TestLargeMessagesAreJudgedFromTheirHeader).
 //   - The quarantine records of messages anyone can emit (non-transactional, or failing authentication)
 //     are aggregated per reason and per second (burst.go); each such message holds the acknowledged
 //     position until its burst's record is written (TestBurstKind, TestMessageFloodIsQuarantinedInBursts,
@@ -62,7 +61,7 @@
 // The stream tells a metrics.Stats what it did (counts by source, reason and cause, the lag in time and in
 // bytes, the age of the oldest unconfirmed event) and the slot's health, read from pg_replication_slots every
 // pgserver.SlotHealthInterval on the ordinary connection. The session's state is in parts, each owned by one
-// file (session.go): receiving WAL (stream.go), the transactions received (handler.go, lag.go), the status
+// file (session.go): receiving WAL (stream.go, streamframe.go), the transactions received (handler.go, lag.go), the status
 // updates and the stored position (ack.go), the progress inside a transaction (resume.go), publishing
 // (publish.go), quarantine (burst.go).
 //

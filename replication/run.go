@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
+	"github.com/cdc-router/cdc-router/copyboth"
 	"github.com/cdc-router/cdc-router/decode"
 	"github.com/cdc-router/cdc-router/initial"
 	"github.com/cdc-router/cdc-router/internal/cdc"
@@ -261,7 +262,7 @@ func runOnce(ctx context.Context, cfg Config, dial Dialer, log *slog.Logger, sta
 		quarantining: quarantining{quar: quarantine.NewStore(sql, cfg.Schema, cfg.Slot)},
 		duties: duties{watch: watch, emitKeys: newEmitKeyWatch(cfg, log),
 			progress: metrics.NewProgressLog(log, stats, cfg.ProgressInterval)}}
-	s.frames = newFrames(wire, s.dec.MessagePrefix(), s.dec.MessageLimit())
+	s.frames = copyboth.NewFrames(wire, s.dec.MessagePrefix(), s.dec.MessageLimit())
 	stats.SetFlight(s.flight)
 	defer stats.SetFlight(nil)
 	watch.Schedule(time.Now())

@@ -9,6 +9,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
+	"github.com/cdc-router/cdc-router/copyboth"
 	"github.com/cdc-router/cdc-router/decode"
 	"github.com/cdc-router/cdc-router/internal/cdc"
 	"github.com/cdc-router/cdc-router/metrics"
@@ -58,7 +59,7 @@ type session struct {
 // pgconn (status updates) and read through frames from START_REPLICATION on.
 type walReceiver struct {
 	conn   *pgconn.PgConn
-	frames *frames
+	frames *copyboth.Frames
 	live   liveness // finds a server that stopped answering (a status update asks for a reply)
 	// readBy is the read deadline set on the replication connection's socket, shared by consecutive reads
 	// (readDeadline); zero when none is set. stopRead interrupts a read at the stop request.

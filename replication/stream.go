@@ -7,10 +7,13 @@ import (
 	"time"
 
 	"github.com/jackc/pglogrepl"
+	"github.com/jackc/pgx/v5/pgconn"
 
+	"github.com/cdc-router/cdc-router/copyboth"
 	"github.com/cdc-router/cdc-router/decode"
 	"github.com/cdc-router/cdc-router/internal/cdc"
 	"github.com/cdc-router/cdc-router/metrics"
+	"github.com/cdc-router/cdc-router/pgserver"
 )
 
 // errAbandoned ends a stop that could not reach the commit of the open transaction in time; its events are
@@ -85,23 +88,23 @@ func (s *session) receive() error {
 	if !stopping && s.ctx.Err() != nil {
 		return nil // the stop request came meanwhile (its deadline may predate ours): the loop takes it from here
 	}
-	f, err := s.frames.next()
+	f, err := s.frames.Next()
 	if err != nil {
-		if !readTimeout(err) {
+		if !copyboth.ReadTimeout(err) {
 			return caused(metrics.CausePostgres, fmt.Errorf("receive: %w", err))
 		}
 		s.readBy = time.Time{} // the deadline passed, or the stop request moved it: set a new one next time
 		if !stopping && s.ctx.Err() != nil {
 			return nil // the stop request: the loop takes it from here
 		}
-		if s.frames.moved { // part of a large message arrived: slow, not silent
-			s.frames.moved = false
+		if s.frames.Moved { // part of a large message arrived: slow, not silent
+			s.frames.Moved = false
 			s.heard()
 			return nil
 		}
 		return s.quiet()
 	}
-	s.frames.moved = false
+	s.frames.Moved = false
 	s.heard()
 	return s.frame(f)
 }
@@ -152,4 +155,15 @@ func (s *session) copyData(data []byte) error {
 	default:
 		return nil
 	}
+}
+
+// connectReplication opens the replication connection (pgserver.ConnectReplication), which reads through
+// the returned wire, each attempt bounded by d.
+func connectReplication(ctx context.Context, url string, d time.Duration) (*pgconn.PgConn, *copyboth.Wire, error) {
+	var wireOf func() *copyboth.Wire
+	conn, err := pgserver.ConnectReplication(ctx, url, d, func(cfg *pgconn.Config) { wireOf = copyboth.Install(cfg) })
+	if err != nil {
+		return nil, nil, err
+	}
+	return conn, wireOf(), nil
 }

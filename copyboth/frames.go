@@ -1,4 +1,4 @@
-package replication
+package copyboth
 
 import (
 	"bytes"
@@ -23,14 +23,14 @@ const (
 	messageHeader = 1 + 1 + 8 // 'M', flags, LSN; the prefix follows
 )
 
-// frames reads the CopyBoth stream of one replication session from its wire. A logical decoding message
+// Frames reads the CopyBoth stream of one replication session from its Wire. A logical decoding message
 // ('M' in an XLogData) is judged from its header before its content is read: one with another prefix than
 // the router's, and one with the router's prefix whose content is over limit, is discarded while it is read
 // (at most wireBuffer bytes of it held at once) and never buffered whole. Every other message is read whole
 // and returned as it came. A read that ends at the connection's read deadline keeps what was read: the next
 // call goes on with the same message.
-type frames struct {
-	w      *wire
+type Frames struct {
+	w      *Wire
 	prefix []byte // the router's message prefix and its NUL; nil: every message is discarded (none is wanted)
 	limit  int64  // the largest message content read
 
@@ -39,54 +39,56 @@ type frames struct {
 	typ    byte   // its type byte
 	judged bool   // whether its header was looked at
 	skip   int64  // bytes of it still to discard
-	out    frame  // what next returns for it once discarded
+	out    Frame  // what Next returns for it once discarded
 	buf    []byte // its body read so far, when it is read whole
 
-	// moved says that a call ending at the read deadline consumed part of a message: the server is
+	// Moved says that a call ending at the read deadline consumed part of a message: the server is
 	// speaking, only slowly (a large message over a slow link), which is not silence.
-	moved bool
+	Moved bool
 }
 
-// frame is one message of the CopyBoth stream. data is the body of a message read whole (for CopyData its
-// data), valid until the next call; skipped is set instead for a logical decoding message that was
+// Frame is one message of the CopyBoth stream. Data is the body of a message read whole (for CopyData its
+// data), valid until the next call; Skipped is set instead for a logical decoding message that was
 // discarded, with its XLogData header and, for one with the router's prefix (over the limit), its header.
-type frame struct {
-	typ     byte
-	data    []byte
-	skipped bool
-	xlog    pglogrepl.XLogData // WALStart and ServerWALEnd of a skipped message; no WALData
-	over    *oversized
+type Frame struct {
+	Type    byte
+	Data    []byte
+	Skipped bool
+	XLog    pglogrepl.XLogData // WALStart and ServerWALEnd of a skipped message; no WALData
+	Over    *Oversized
 }
 
-// oversized is the header of a message with the router's prefix whose content was discarded unread.
-type oversized struct {
-	transactional bool
-	lsn           cdc.LSN // the message's own LSN
-	size          int64   // its content length
+// Oversized is the header of a message with the router's prefix whose content was discarded unread.
+type Oversized struct {
+	Transactional bool
+	LSN           cdc.LSN // the message's own LSN
+	Size          int64   // its content length
 }
 
-func newFrames(w *wire, prefix string, limit int) *frames {
-	f := &frames{w: w, limit: int64(limit), body: -1}
+// NewFrames reads the stream from w; prefix is the router's message prefix ("": none is wanted) and limit
+// the largest message content it reads.
+func NewFrames(w *Wire, prefix string, limit int) *Frames {
+	f := &Frames{w: w, limit: int64(limit), body: -1}
 	if prefix != "" {
 		f.prefix = append([]byte(prefix), 0)
 	}
 	return f
 }
 
-// next returns the next message of the stream.
-func (f *frames) next() (frame, error) {
+// Next returns the next message of the stream.
+func (f *Frames) Next() (Frame, error) {
 	src := f.w.src
 	if f.body < 0 {
 		h, err := src.Peek(5)
 		if err != nil {
-			return frame{}, eofUnexpected(err)
+			return Frame{}, eofUnexpected(err)
 		}
 		typ, n := h[0], int(int32(binary.BigEndian.Uint32(h[1:])))
 		if n < 4 {
-			return frame{}, fmt.Errorf("invalid message length %d on the replication connection", n)
+			return Frame{}, fmt.Errorf("invalid message length %d on the replication connection", n)
 		}
 		src.Discard(5)
-		f.typ, f.body, f.judged, f.skip, f.out = typ, n-4, false, 0, frame{}
+		f.typ, f.body, f.judged, f.skip, f.out = typ, n-4, false, 0, Frame{}
 		if cap(f.buf) > keepFrameBuffer {
 			f.buf = nil
 		}
@@ -94,17 +96,17 @@ func (f *frames) next() (frame, error) {
 	}
 	if !f.judged {
 		if err := f.judge(); err != nil {
-			return frame{}, err
+			return Frame{}, err
 		}
 		f.judged = true
 	}
-	if f.out.skipped {
+	if f.out.Skipped {
 		for f.skip > 0 {
 			n, err := src.Discard(int(min(f.skip, 1<<30)))
 			f.skip -= int64(n)
-			f.moved = f.moved || n > 0
+			f.Moved = f.Moved || n > 0
 			if err != nil {
-				return frame{}, eofUnexpected(err)
+				return Frame{}, eofUnexpected(err)
 			}
 		}
 		f.body = -1
@@ -113,29 +115,29 @@ func (f *frames) next() (frame, error) {
 	if f.body <= src.Size() { // in the read buffer: no copy
 		b, err := src.Peek(f.body)
 		if err != nil {
-			return frame{}, eofUnexpected(err)
+			return Frame{}, eofUnexpected(err)
 		}
 		src.Discard(f.body)
 		f.body = -1
-		return frame{typ: f.typ, data: b}, nil
+		return Frame{Type: f.typ, Data: b}, nil
 	}
 	if cap(f.buf) < f.body {
 		f.buf = append(make([]byte, 0, f.body), f.buf...)
 	}
 	n, err := io.ReadFull(src, f.buf[len(f.buf):f.body])
 	f.buf = f.buf[:len(f.buf)+n]
-	f.moved = f.moved || n > 0
+	f.Moved = f.Moved || n > 0
 	if err != nil {
-		return frame{}, eofUnexpected(err)
+		return Frame{}, eofUnexpected(err)
 	}
 	f.body = -1
-	return frame{typ: f.typ, data: f.buf}, nil
+	return Frame{Type: f.typ, Data: f.buf}, nil
 }
 
 // judge looks at the header of a CopyData that holds a logical decoding message and decides whether it is
 // discarded. A message too short to hold the router's prefix and a content length is read whole: the
 // decoder judges it.
-func (f *frames) judge() error {
+func (f *Frames) judge() error {
 	need := xlogHeader + messageHeader + len(f.prefix) + 4
 	if f.typ != 'd' || f.body < xlogHeader+1 || need > f.w.src.Size() {
 		return nil
@@ -147,7 +149,7 @@ func (f *frames) judge() error {
 	if b[0] != pglogrepl.XLogDataByteID || b[xlogHeader] != 'M' {
 		return nil
 	}
-	skipped := frame{typ: f.typ, skipped: true, xlog: pglogrepl.XLogData{
+	skipped := Frame{Type: f.typ, Skipped: true, XLog: pglogrepl.XLogData{
 		WALStart:     pglogrepl.LSN(binary.BigEndian.Uint64(b[1:])),
 		ServerWALEnd: pglogrepl.LSN(binary.BigEndian.Uint64(b[9:]))}}
 	if f.prefix == nil {
@@ -168,9 +170,9 @@ func (f *frames) judge() error {
 	}
 	if int64(need)+size != int64(f.body) {
 		return fmt.Errorf("logical decoding message at %s claims %d bytes of content in a CopyData of %d bytes",
-			skipped.xlog.WALStart, size, f.body)
+			skipped.XLog.WALStart, size, f.body)
 	}
-	skipped.over = &oversized{transactional: m[1]&1 != 0, lsn: cdc.LSN(binary.BigEndian.Uint64(m[2:])), size: size}
+	skipped.Over = &Oversized{Transactional: m[1]&1 != 0, LSN: cdc.LSN(binary.BigEndian.Uint64(m[2:])), Size: size}
 	f.out, f.skip = skipped, int64(f.body)
 	return nil
 }
@@ -184,8 +186,8 @@ func eofUnexpected(err error) error {
 	return err
 }
 
-// readTimeout reports whether err is a read that ended at the connection's read deadline.
-func readTimeout(err error) bool {
+// ReadTimeout reports whether err is a read that ended at the connection's read deadline.
+func ReadTimeout(err error) bool {
 	var ne net.Error
 	return errors.As(err, &ne) && ne.Timeout()
 }

@@ -1,13 +1,10 @@
-package replication
+package copyboth
 
 import (
 	"bufio"
-	"context"
 	"encoding/binary"
 	"io"
-	"time"
 
-	"github.com/cdc-router/cdc-router/pgserver"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgproto3"
 )
@@ -16,32 +13,32 @@ import (
 // the most held of a message that is discarded while it is read.
 const wireBuffer = 64 << 10
 
-// wire is the read side of the replication connection: every byte pgconn reads from the server passes
+// Wire is the read side of the replication connection: every byte pgconn reads from the server passes
 // through it, below pgproto3's message reader and above pgconn's own reader (so TLS included). Until the
 // stream starts it hands pgconn whole messages only, never a byte past the end of the current one, so that
 // pgproto3 has buffered nothing of what follows the CopyBothResponse when START_REPLICATION returns; from
-// then on the session reads the CopyBoth stream from it directly (frames), and pgconn is used only to write
+// then on the stream reads the CopyBoth stream from it directly (Frames), and pgconn is used only to write
 // (status updates) and to close.
-type wire struct {
+type Wire struct {
 	src  *bufio.Reader
 	left int // bytes of the current message that pgconn has not read yet; 0 at a message boundary
 }
 
-// installWire makes every connection cfg opens read through a wire and returns the function that says which
-// wire the connection returned by pgconn.ConnectConfig reads through. pgconn builds the frontend once per
+// Install makes every connection cfg opens read through a Wire and returns the function that says which
+// Wire the connection returned by pgconn.ConnectConfig reads through. pgconn builds the frontend once per
 // connection attempt, one attempt after the other, so the last one built is the returned connection's.
-func installWire(cfg *pgconn.Config) func() *wire {
-	var last *wire
+func Install(cfg *pgconn.Config) func() *Wire {
+	var last *Wire
 	cfg.BuildFrontend = func(r io.Reader, w io.Writer) *pgproto3.Frontend {
-		last = &wire{src: bufio.NewReaderSize(r, wireBuffer)}
+		last = &Wire{src: bufio.NewReaderSize(r, wireBuffer)}
 		return pgproto3.NewFrontend(last, w)
 	}
-	return func() *wire { return last }
+	return func() *Wire { return last }
 }
 
 // Read implements io.Reader for pgproto3: it never returns bytes past the end of the message that starts
 // at the first byte it returns. An error leaves what was read in the buffer (a read deadline is retried).
-func (w *wire) Read(p []byte) (int, error) {
+func (w *Wire) Read(p []byte) (int, error) {
 	if len(p) == 0 {
 		return 0, nil
 	}
@@ -56,15 +53,4 @@ func (w *wire) Read(p []byte) (int, error) {
 	n, err := w.src.Read(p[:min(len(p), w.left)])
 	w.left -= n
 	return n, err
-}
-
-// connectReplication opens the replication connection (pgserver.ConnectReplication), which reads through
-// the returned wire, each attempt bounded by d.
-func connectReplication(ctx context.Context, url string, d time.Duration) (*pgconn.PgConn, *wire, error) {
-	var wireOf func() *wire
-	conn, err := pgserver.ConnectReplication(ctx, url, d, func(cfg *pgconn.Config) { wireOf = installWire(cfg) })
-	if err != nil {
-		return nil, nil, err
-	}
-	return conn, wireOf(), nil
 }

@@ -1,4 +1,4 @@
-package replication
+package copyboth
 
 import (
 	"bufio"
@@ -73,46 +73,46 @@ func TestFramesDiscardMessagesFromTheirHeader(t *testing.T) {
 	stream = append(stream, e...)
 
 	src := &flakyReader{r: bytes.NewReader(stream), chunk: 7000}
-	f := newFrames(&wire{src: bufio.NewReaderSize(src, wireBuffer)}, "cdc", limit)
-	var got []frame
+	f := NewFrames(&Wire{src: bufio.NewReaderSize(src, wireBuffer)}, "cdc", limit)
+	var got []Frame
 	for len(got) < 7 {
-		fr, err := f.next()
+		fr, err := f.Next()
 		if errors.Is(err, os.ErrDeadlineExceeded) {
-			if !readTimeout(err) {
-				t.Fatalf("readTimeout(%v) = false", err)
+			if !ReadTimeout(err) {
+				t.Fatalf("ReadTimeout(%v) = false", err)
 			}
 			continue
 		}
 		if err != nil {
 			t.Fatalf("frame %d: %v", len(got), err)
 		}
-		fr.data = append([]byte(nil), fr.data...)
+		fr.Data = append([]byte(nil), fr.Data...)
 		got = append(got, fr)
 	}
-	if got[0].typ != 'd' || got[0].data[0] != 'k' || got[0].skipped {
+	if got[0].Type != 'd' || got[0].Data[0] != 'k' || got[0].Skipped {
 		t.Errorf("keepalive: %+v", got[0])
 	}
-	if !got[1].skipped || got[1].over != nil || got[1].data != nil || got[1].xlog.WALStart != 1 || got[1].xlog.ServerWALEnd != 101 {
+	if !got[1].Skipped || got[1].Over != nil || got[1].Data != nil || got[1].XLog.WALStart != 1 || got[1].XLog.ServerWALEnd != 101 {
 		t.Errorf("another prefix: %+v, want skipped with its XLogData header", got[1])
 	}
-	if o := got[2].over; !got[2].skipped || o == nil || !o.transactional || o.size != limit+1 || o.lsn != 42 || got[2].xlog.WALStart != 2 {
-		t.Errorf("the router's prefix over the limit: %+v %+v", got[2], got[2].over)
+	if o := got[2].Over; !got[2].Skipped || o == nil || !o.Transactional || o.Size != limit+1 || o.LSN != 42 || got[2].XLog.WALStart != 2 {
+		t.Errorf("the router's prefix over the limit: %+v %+v", got[2], got[2].Over)
 	}
-	if got[3].skipped || !bytes.Equal(got[3].data, xlog(3, message(false, "cdc", small))) {
+	if got[3].Skipped || !bytes.Equal(got[3].Data, xlog(3, message(false, "cdc", small))) {
 		t.Errorf("the router's prefix under the limit: %+v, want it whole", got[3])
 	}
-	if !got[4].skipped || got[4].over != nil {
+	if !got[4].Skipped || got[4].Over != nil {
 		t.Errorf("prefix cd: %+v, want skipped", got[4])
 	}
-	if got[5].skipped || !bytes.Equal(got[5].data, xlog(5, []byte{'B', 9})) {
+	if got[5].Skipped || !bytes.Equal(got[5].Data, xlog(5, []byte{'B', 9})) {
 		t.Errorf("XLogData: %+v", got[5])
 	}
-	if got[6].typ != 'E' {
+	if got[6].Type != 'E' {
 		t.Errorf("ErrorResponse: %+v", got[6])
 	}
-	_, err := f.next()
-	for readTimeout(err) {
-		_, err = f.next()
+	_, err := f.Next()
+	for ReadTimeout(err) {
+		_, err = f.Next()
 	}
 	if !errors.Is(err, io.ErrUnexpectedEOF) {
 		t.Errorf("after the last frame: %v, want io.ErrUnexpectedEOF", err)
@@ -130,16 +130,16 @@ func TestWireNeverReadsPastAMessage(t *testing.T) {
 	stream = append(stream, c...)
 	after := copyData(xlog(7, []byte{'B'}))
 	stream = append(stream, after...)
-	w := &wire{src: bufio.NewReaderSize(bytes.NewReader(stream), wireBuffer)}
+	w := &Wire{src: bufio.NewReaderSize(bytes.NewReader(stream), wireBuffer)}
 	fe := pgproto3.NewFrontend(w, io.Discard)
 	msg, err := fe.Receive()
 	if _, ok := msg.(*pgproto3.CopyBothResponse); !ok || err != nil {
 		t.Fatalf("Receive: %T %v", msg, err)
 	}
-	f := newFrames(w, "", 100)
-	fr, err := f.next()
-	if err != nil || !bytes.Equal(fr.data, after[5:]) {
-		t.Fatalf("the next frame: %q %v, want %q", fr.data, err, after[5:])
+	f := NewFrames(w, "", 100)
+	fr, err := f.Next()
+	if err != nil || !bytes.Equal(fr.Data, after[5:]) {
+		t.Fatalf("the next frame: %q %v, want %q", fr.Data, err, after[5:])
 	}
 }
 
@@ -161,11 +161,11 @@ func BenchmarkFrames(b *testing.B) {
 	one := copyData(xlog(1, append([]byte{'I'}, bytes.Repeat([]byte("r"), 300)...)))
 	stream := bytes.Repeat(one, 1000)
 	b.Run("frames", func(b *testing.B) {
-		f := newFrames(&wire{src: bufio.NewReaderSize(&loopReader{b: stream}, wireBuffer)}, "cdc-router.outbox", 1<<24)
+		f := NewFrames(&Wire{src: bufio.NewReaderSize(&loopReader{b: stream}, wireBuffer)}, "cdc-router.outbox", 1<<24)
 		b.SetBytes(int64(len(one)))
 		b.ReportAllocs()
 		for range b.N {
-			if _, err := f.next(); err != nil {
+			if _, err := f.Next(); err != nil {
 				b.Fatal(err)
 			}
 		}
