@@ -9,8 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cdc-router/cdc-router/admin"
 	"github.com/cdc-router/cdc-router/internal/testenv"
-	"github.com/cdc-router/cdc-router/replication"
 )
 
 // TestStatusJSON: `status --json` of a streaming router's slot is one JSON object in the documented
@@ -33,7 +33,7 @@ func TestStatusJSON(t *testing.T) {
 	if err := json.Unmarshal([]byte(out), &got); err != nil {
 		t.Fatalf("status --json is not one JSON object: %v\n%s", err, out)
 	}
-	for key, want := range map[string]any{"schema_version": float64(replication.StatusSchemaVersion), "slot": e.slot,
+	for key, want := range map[string]any{"schema_version": float64(admin.StatusSchemaVersion), "slot": e.slot,
 		"slot_exists": true, "active": true, "router_running": true, "wal_status": "reserved", "slot_database": nil} {
 		if got[key] != want {
 			t.Errorf("%s = %#v, want %#v\n%s", key, got[key], want, out)

@@ -92,7 +92,7 @@ func (b *bursts) add(s *session, q cdc.Quarantined, kind, class string, i int) {
 		s.tracker.Commit(h.x, q.LSN)
 	}
 	cur.holds = append(cur.holds, h)
-	s.stats.quarantinedAs(class)
+	s.stats.QuarantinedAs(class)
 	s.eventful = true
 }
 

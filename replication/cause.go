@@ -6,6 +6,8 @@ import (
 	"strings"
 
 	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/cdc-router/cdc-router/metrics"
 )
 
 // causedError marks the cause of a stream failure for cdc_router_stream_restarts_total; its text is the
@@ -33,12 +35,12 @@ func causeOf(err error) string {
 	var netErr net.Error
 	if errors.As(err, &pgErr) || errors.As(err, &connErr) || errors.As(err, &netErr) || pgconn.Timeout(err) ||
 		errors.Is(err, pgconn.ErrConnClosed) {
-		return CausePostgres
+		return metrics.CausePostgres
 	}
-	// explainConnect words a refusal it has no fix for ("the database system is starting up", "too many
-	// clients already") as one sentence ending in its SQLSTATE, without wrapping the *pgconn.PgError.
+	// pgserver's explainConnect words a refusal it has no fix for ("the database system is starting up",
+	// "too many clients already") as one sentence ending in its SQLSTATE, without wrapping the *pgconn.PgError.
 	if strings.Contains(err.Error(), "(SQLSTATE ") {
-		return CausePostgres
+		return metrics.CausePostgres
 	}
-	return CauseOther
+	return metrics.CauseOther
 }

@@ -11,6 +11,10 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/cdc-router/cdc-router/decode"
+	"github.com/cdc-router/cdc-router/initial"
+	"github.com/cdc-router/cdc-router/metrics"
+	"github.com/cdc-router/cdc-router/pgserver"
+	"github.com/cdc-router/cdc-router/pubcheck"
 )
 
 // Config configures the stream. The zero value of every duration means its documented default.
@@ -26,10 +30,10 @@ type Config struct {
 	StoreInterval   time.Duration // stored-position write period; default 1s
 	MaxBackoff      time.Duration // cap of the restart backoff; default 30s
 	// PublicationCheckInterval is how often a streaming router re-checks that the publication still carries
-	// the outbox's inserts; default DefaultPublicationCheckInterval.
+	// the outbox's inserts; default pubcheck.DefaultPublicationCheckInterval.
 	PublicationCheckInterval time.Duration
 	// ProgressInterval is how often a streaming router logs its progress at info level (only when events
-	// moved); default DefaultProgressInterval.
+	// moved); default metrics.DefaultProgressInterval.
 	ProgressInterval time.Duration
 	// RefusalRetry is how long an event that the broker returns (no binding on an exchange of its own) or
 	// nacks (a queue refused it) is retried, alone in flight, before it is quarantined; default
@@ -37,7 +41,7 @@ type Config struct {
 	RefusalRetry time.Duration
 	// PGTimeout bounds every wait on a PostgreSQL that accepts TCP but does not answer: each connection
 	// attempt (a shorter connect_timeout in the URL wins), the setup queries after it, and the stream's silence
-	// (a status update asks for a reply after half of it without a message); default DefaultPGTimeout.
+	// (a status update asks for a reply after half of it without a message); default pgserver.DefaultPGTimeout.
 	PGTimeout time.Duration
 
 	Decode decode.Config // row rules: payload limit and the router's message checks
@@ -98,9 +102,9 @@ func (c Config) WithDefaults() Config {
 	dur(&c.ShutdownTimeout, 30*time.Second)
 	dur(&c.StoreInterval, time.Second)
 	dur(&c.MaxBackoff, 30*time.Second)
-	dur(&c.PublicationCheckInterval, DefaultPublicationCheckInterval)
-	dur(&c.ProgressInterval, DefaultProgressInterval)
-	dur(&c.PGTimeout, DefaultPGTimeout)
+	dur(&c.PublicationCheckInterval, pubcheck.DefaultPublicationCheckInterval)
+	dur(&c.ProgressInterval, metrics.DefaultProgressInterval)
+	dur(&c.PGTimeout, pgserver.DefaultPGTimeout)
 	if c.Decode.Table == "" {
 		c.Decode.Table = c.Table
 	}
@@ -122,4 +126,22 @@ func (c Config) Validate() error {
 		return fmt.Errorf("--snapshot %q: use initial or never", c.Snapshot)
 	}
 	return c.Decode.Validate()
+}
+
+// pubcheckConfig is what the publication checks need of c.
+func (c Config) pubcheckConfig() pubcheck.Config {
+	return pubcheck.Config{Slot: c.Slot, Schema: c.Schema, Publication: c.Publication, Table: c.Table, Decode: c.Decode,
+		Interval: c.PublicationCheckInterval}
+}
+
+// initialConfig is what the initial snapshot needs of c; pub, when it is the run's renewable publisher,
+// lends it the safety net's renewal.
+func (c Config) initialConfig(pub Publisher) initial.Config {
+	ic := initial.Config{PGURL: c.PGURL, PGTimeout: c.PGTimeout, Slot: c.Slot, Schema: c.Schema, Table: c.Table,
+		Decode: c.Decode, Snapshot: c.Snapshot, SnapshotWhere: c.SnapshotWhere, SnapshotPageSize: c.SnapshotPageSize,
+		Progress: c.Progress, RefusalRetry: c.RefusalRetry}
+	if r, ok := pub.(*renewable); ok {
+		ic.Renew = r.renew
+	}
+	return ic
 }

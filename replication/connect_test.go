@@ -6,6 +6,9 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/cdc-router/cdc-router/metrics"
+	"github.com/cdc-router/cdc-router/pgserver"
 )
 
 // silentServer accepts TCP connections and never answers, as a stalled PostgreSQL or a silent partition
@@ -51,7 +54,7 @@ func TestConnectionAttemptsEndWithinTheBound(t *testing.T) {
 		within  time.Duration
 	}{
 		{"ordinary", url, 2 * time.Second, func(ctx context.Context, url string, d time.Duration) error {
-			_, err := connectSQL(ctx, url, d)
+			_, err := pgserver.ConnectSQLWithin(ctx, url, d)
 			return err
 		}, 2 * time.Second},
 		{"replication", url, 2 * time.Second, func(ctx context.Context, url string, d time.Duration) error {
@@ -59,12 +62,12 @@ func TestConnectionAttemptsEndWithinTheBound(t *testing.T) {
 			return err
 		}, 2 * time.Second},
 		{"reader", url, 2 * time.Second, func(ctx context.Context, url string, d time.Duration) error {
-			_, err := connectReader(ctx, url, d)
+			_, err := pgserver.ConnectReaderWithin(ctx, url, d)
 			return err
 		}, 2 * time.Second},
 		{"connect_timeout shorter than the bound", url + "&connect_timeout=1", time.Minute,
 			func(ctx context.Context, url string, d time.Duration) error {
-				_, err := connectSQL(ctx, url, d)
+				_, err := pgserver.ConnectSQLWithin(ctx, url, d)
 				return err
 			}, time.Second},
 	} {
@@ -81,7 +84,7 @@ func TestConnectionAttemptsEndWithinTheBound(t *testing.T) {
 			strings.Contains(msg, "secret") {
 			t.Errorf("%s: error %q, want one naming %s and the bound %v (and no password)", tc.name, msg, addr, tc.within)
 		}
-		if IsFatal(err) || causeOf(err) != CausePostgres {
+		if IsFatal(err) || causeOf(err) != metrics.CausePostgres {
 			t.Errorf("%s: error %q is fatal %v, cause %s; want retryable, cause postgres", tc.name, err, IsFatal(err), causeOf(err))
 		}
 	}

@@ -6,7 +6,10 @@
 // per 10 ms: at moderate rates it moves with almost every confirm).
 //
 // Invariants, each pinned by a test:
-//   - Only this package touches the replication connection; one goroutine owns it.
+//   - One goroutine of this package owns the replication connection. pgserver opens it (ConnectReplication)
+//     and runs its slot commands on it (CREATE_ and ALTER_REPLICATION_SLOT, TIMELINE_HISTORY) only when that
+//     goroutine calls them, before START_REPLICATION; from START_REPLICATION on only this package reads it
+//     or writes to it.
 //   - The only LSN ever reported as flushed is the offsets.Tracker watermark: the end of a transaction whose
 //     events, and those of every earlier transaction, were all confirmed. It is never zero and never goes back.
 //   - Backpressure (a full publish window) stops reading WAL, never the status updates.
@@ -25,14 +28,13 @@
 //     TestLargeTransactionCompletesUnderRepeatedCuts and TestSIGKILLInsideLargeTransactionResumesPastConfirmed).
 //   - A stop ends within the shutdown timeout of its request, whatever the stream waits for then (a full
 //     publish window, confirms that never come, the publisher's close).
-//   - A router that finds its slot held by another router stands by (StateStandby, retried every second),
+//   - A router that finds its slot held by another router stands by (metrics.StateStandby, retried every second),
 //     which is neither a failure nor a restart.
-//   - Every connection accepts only a primary (pg_is_in_recovery() is false); while only standbys answer
-//     (a failover in progress) the router looks for a primary every second.
-//   - A logical decoding message is judged from its header before its content is read (frames.go, below
-//     pgproto3 through pgconn.Config.BuildFrontend): one with another prefix, or with the router's prefix
-//     over the decoder's MessageLimit, is discarded while it is read, never held whole
-//     (TestFramesDiscardMessagesFromTheirHeader, TestLargeMessagesAreJudgedFromTheirHeader).
+//   - While only standbys answer (pgserver.ErrStandby: a failover in progress) the router looks for a primary
+//     every second.
+//   - The stream is read through copyboth.Frames, so a logical decoding message with another prefix, or with
+//     the router's prefix over the decoder's MessageLimit, is discarded while it is read, never held whole;
+//     one of the router's is then quarantined from its header (TestLargeMessagesAreJudgedFromTheirHeader).
 //   - The quarantine records of messages anyone can emit (non-transactional, or failing authentication)
 //     are aggregated per reason and per second (burst.go); each such message holds the acknowledged
 //     position until its burst's record is written (TestBurstKind, TestMessageFloodIsQuarantinedInBursts,
@@ -44,28 +46,24 @@
 //     names the server; only slot creation and the snapshot copy wait without a bound.
 //   - A router that cannot read WAL shows it: once the walsender has been silent for longer than the bound, the
 //     lag in time is at least the time since it last spoke (not before the first stream, not in standby).
-//   - While starting or restarting, Stats.Waiting names what the router waits for (/readyz's problem); a slot
-//     creation that waits is reported, with the transactions it waits for, for as long as it waits.
+//   - While starting or restarting, metrics.Stats.Waiting names what the router waits for (/readyz's problem);
+//     a slot creation that waits is reported, with the transactions it waits for, for as long as it waits
+//     (pgserver.WatchCreation).
 //   - A promoted standby (the same system identifier, a later timeline) is streamed from only through the
 //     slot it has (a failover slot's synchronized copy), never a new one; the timeline is recorded with the
 //     position, and a stored position past the end of its timeline on that server is refused.
-//   - Reset never drops a slot that holds unpublished events of its publication (inserts, and messages
-//     with the router's prefix, in transactions past the acknowledged position) unless forced: it peeks
-//     them without consuming, bounded in rows and time, and names how many; what it cannot count it
-//     refuses too (TestResetRefusesToDropUnpublishedEvents).
 //   - With Decode.MessagePrefix the stream starts only with the emit keys loaded (a missing or unreadable key
 //     is refused naming the fix, TestMessagePrefixWithoutEmitKeyIsRefused) and reloads them at least every
 //     EmitKeyInterval while it runs, so a rotated key is held before it signs (TestEmitKeyRotationWhileRunning).
-//   - A window in which an outbox table was out of the publication, however short (between two checks, or
-//     while the router was stopped), is never silent: each publication check compares the tables'
-//     membership identities with the last sound check's (publication_checks.identities), and a change is
-//     a publication gap, logged as an ERROR with the backfill of its window, unready, and refused at the
-//     next start until that backfill has run (pubgap.go; cmd/cdc-router/pubgap_test.go).
+//   - The publication is checked at every start and every PublicationCheckInterval while streaming
+//     (pubcheck.Watch, whose doc states what a failed check and a publication gap do).
 //
-// Stats is what the stream did, for the health endpoints, the progress line and the metrics (Stats.Register):
-// counts by source, reason and cause, the lag in time (the age of the commit of the oldest received
-// transaction not yet acknowledged, 0 when none is) and in bytes, the age of the oldest unconfirmed event,
-// and the slot's health, read from pg_replication_slots every SlotHealthInterval on the ordinary connection.
+// The stream tells a metrics.Stats what it did (counts by source, reason and cause, the lag in time and in
+// bytes, the age of the oldest unconfirmed event) and the slot's health, read from pg_replication_slots every
+// pgserver.SlotHealthInterval on the ordinary connection. The session's state is in parts, each owned by one
+// file (session.go): receiving WAL (stream.go, streamframe.go), the transactions received (handler.go, lag.go), the status
+// updates and the stored position (ack.go), the progress inside a transaction (resume.go), publishing
+// (publish.go), quarantine (burst.go).
 //
 // It never talks to the broker directly: it sees a Publisher.
 package replication

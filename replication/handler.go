@@ -4,6 +4,7 @@ import (
 	"fmt"
 
 	"github.com/cdc-router/cdc-router/internal/cdc"
+	"github.com/cdc-router/cdc-router/metrics"
 )
 
 // The decode.Handler methods of a session other than Event (stream.go): the transaction's bounds, and the
@@ -21,7 +22,7 @@ func (s *session) Begin(commitLSN cdc.LSN) error {
 // stored.
 func (s *session) Quarantine(q cdc.Quarantined) error {
 	if !s.inTxn {
-		return s.quarantine(q, QuarantineRow) // a non-transactional message: no transaction to count it in
+		return s.quarantine(q, metrics.QuarantineRow) // a non-transactional message: no transaction to count it in
 	}
 	s.eventful = true
 	if s.skipped() {
@@ -29,10 +30,10 @@ func (s *session) Quarantine(q cdc.Quarantined) error {
 	}
 	i := s.tracker.Add(s.cur)
 	if kind := burstKind(q); kind != "" { // one item, resolved when its burst's record is written
-		s.bursts.add(s, q, kind, QuarantineRow, i)
+		s.bursts.add(s, q, kind, metrics.QuarantineRow, i)
 		return nil
 	}
-	if err := s.quarantine(q, QuarantineRow); err != nil {
+	if err := s.quarantine(q, metrics.QuarantineRow); err != nil {
 		return err
 	}
 	s.tracker.ConfirmItem(s.cur, i)

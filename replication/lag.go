@@ -25,8 +25,26 @@ func (s *session) acknowledged(w cdc.LSN) {
 	}
 	s.pending = append(s.pending[:0], s.pending[n:]...)
 	if len(s.pending) == 0 {
-		s.stats.oldestPending.Store(0)
+		s.stats.SetOldestPending(time.Time{})
 		return
 	}
-	s.stats.oldestPending.Store(s.pending[0].committed.UnixNano())
+	s.stats.SetOldestPending(s.pending[0].committed)
+}
+
+// oldestCommit is the commit time of the oldest of pending, zero when there is none: what a session hands
+// to the next (metrics.Stats.Carry).
+func oldestCommit(pending []pendingTxn) time.Time {
+	if len(pending) == 0 {
+		return time.Time{}
+	}
+	return pending[0].committed
+}
+
+// carried is the pending list a session starts with: the previous session's oldest unacknowledged
+// transaction as an open entry (committed not zero), which the commit of its replay closes; else none.
+func carried(committed time.Time) []pendingTxn {
+	if committed.IsZero() {
+		return nil
+	}
+	return []pendingTxn{{committed: committed}}
 }

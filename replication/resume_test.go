@@ -10,6 +10,7 @@ import (
 
 	"github.com/cdc-router/cdc-router/decode"
 	"github.com/cdc-router/cdc-router/internal/cdc"
+	"github.com/cdc-router/cdc-router/metrics"
 	"github.com/cdc-router/cdc-router/offsets"
 )
 
@@ -91,7 +92,7 @@ func TestMarkConfigTellsConfigurationsApart(t *testing.T) {
 // leaves no mark to resume past, so the next run publishes it whole; a later transaction drops the mark.
 func TestReplayResumesPastItsMark(t *testing.T) {
 	newSession := func(m offsets.Mark) *session {
-		return &session{tracker: offsets.NewTracker(100), dec: decode.New(decode.Config{}), stats: &Stats{}, resumeAt: m,
+		return &session{tracker: offsets.NewTracker(100), dec: decode.New(decode.Config{}), stats: &metrics.Stats{}, replayMark: replayMark{resumeAt: m},
 			log: slog.New(slog.NewTextHandler(io.Discard, nil))}
 	}
 	m := offsets.Mark{Key: offsets.TxnKey{CommitLSN: 500}, Done: 2} // a fresh decoder's xid is 0

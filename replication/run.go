@@ -13,12 +13,16 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
+	"github.com/cdc-router/cdc-router/copyboth"
 	"github.com/cdc-router/cdc-router/decode"
+	"github.com/cdc-router/cdc-router/initial"
 	"github.com/cdc-router/cdc-router/internal/cdc"
+	"github.com/cdc-router/cdc-router/metrics"
 	"github.com/cdc-router/cdc-router/migrations"
 	"github.com/cdc-router/cdc-router/offsets"
+	"github.com/cdc-router/cdc-router/pgserver"
+	"github.com/cdc-router/cdc-router/pubcheck"
 	"github.com/cdc-router/cdc-router/quarantine"
-	"github.com/cdc-router/cdc-router/snapshot"
 )
 
 // permanentSetupError turns an error that no retry can fix (a missing privilege, a router table or schema
@@ -39,24 +43,6 @@ func permanentSetupError(err error) error {
 	return nil
 }
 
-// withBackfillHint adds to a setup problem with the publication which rows to backfill once it is fixed:
-// rows inserted while the outbox was out of the publication were never decoded, and never will be.
-func withBackfillHint(ctx context.Context, sql *pgx.Conn, cfg Config, err error) error {
-	var p *migrations.Problem
-	if !errors.As(err, &p) {
-		return err
-	}
-	problem, qerr := publicationProblem(ctx, sql, cfg)
-	if qerr != nil || problem == "" {
-		return err
-	}
-	okAt := lastSeen(ctx, sql, cfg)
-	if okAt == nil {
-		return err
-	}
-	return &Fatal{Msg: p.Msg + "; " + backfillHint(cfg, okAt)}
-}
-
 // startupGrace is how long connection failures are retried before the first successful start; after it,
 // the router gives up with the last error instead of retrying a setup that never worked.
 const startupGrace = 30 * time.Second
@@ -72,19 +58,19 @@ const standbyRetry = time.Second
 
 // Run streams until ctx ends, restarting in-process from the acknowledged position after any failure
 // with bounded exponential backoff and jitter. While another router holds the slot it stands by
-// (StateStandby), which is not a restart. It returns nil after a graceful stop, within
+// (metrics.StateStandby), which is not a restart. It returns nil after a graceful stop, within
 // cfg.ShutdownTimeout of ctx's end, and a *Fatal (or a migrations.Problem) when the router must not go on.
-func Run(ctx context.Context, cfg Config, dial Dialer, log *slog.Logger, stats *Stats) error {
+func Run(ctx context.Context, cfg Config, dial Dialer, log *slog.Logger, stats *metrics.Stats) error {
 	cfg = cfg.WithDefaults()
 	if err := cfg.Validate(); err != nil {
 		return &Fatal{Msg: err.Error()}
 	}
 	if stats == nil {
-		stats = &Stats{}
+		stats = &metrics.Stats{}
 	}
 	log = log.With("slot", cfg.Slot)
-	stats.silentAfter.Store(int64(cfg.PGTimeout))
-	stats.setState(StateStarting, nil)
+	stats.SetSilentAfter(cfg.PGTimeout)
+	stats.SetState(metrics.StateStarting, nil)
 	stop := newStopClock(ctx, cfg.ShutdownTimeout)
 	began := time.Now()
 	started, standby := false, false
@@ -92,7 +78,7 @@ func Run(ctx context.Context, cfg Config, dial Dialer, log *slog.Logger, stats *
 	net := newSafetyNet(cfg.RefusalRetry)
 	resume := &resumePoint{build: buildID()}
 	stopped := func() error {
-		stats.setState(StateStopped, nil)
+		stats.SetState(metrics.StateStopped, nil)
 		log.Info("stopped", "published", stats.Published(), "quarantined", stats.Quarantined())
 		return nil
 	}
@@ -115,7 +101,7 @@ func Run(ctx context.Context, cfg Config, dial Dialer, log *slog.Logger, stats *
 			}
 			standby = true
 			began = time.Now() // the start-up grace counts from the end of the standby
-			stats.setState(StateStandby, nil)
+			stats.SetState(metrics.StateStandby, nil)
 			if !sleep(ctx, standbyRetry) {
 				return stopped()
 			}
@@ -134,14 +120,14 @@ func Run(ctx context.Context, cfg Config, dial Dialer, log *slog.Logger, stats *
 				"or a nack only once --refusal-retry has passed since the first)", "lsn", net.until, "refusal_retry", net.strikes.Period)
 		}
 		wait := withinGrace(backoff/2+rand.N(backoff/2+1), began, started)
-		if errors.Is(err, errStandby) {
+		if errors.Is(err, pgserver.ErrStandby) {
 			// A failover in progress: look for the promoted standby every second instead of backing off further.
 			wait = min(wait, standbyRetry)
 		}
 		cause := causeOf(err)
-		stats.restarted(cause)
-		stats.setState(StateRestarting, err)
-		stats.waitFor(fmt.Sprintf("the restart after a %s failure (backoff %v)", cause, wait.Round(time.Millisecond)))
+		stats.Restarted(cause)
+		stats.SetState(metrics.StateRestarting, err)
+		stats.WaitFor(fmt.Sprintf("the restart after a %s failure (backoff %v)", cause, wait.Round(time.Millisecond)))
 		log.Warn("stream stopped; restarting from the acknowledged position", "cause", cause, "error", err,
 			"backoff", wait.Round(time.Millisecond), "lsn", stats.Acknowledged())
 		if !sleep(ctx, wait) {
@@ -165,11 +151,11 @@ func sleep(ctx context.Context, d time.Duration) bool {
 
 // runOnce is one stream run: checks, slot decision, publisher, START_REPLICATION, stream. It reports
 // whether the acknowledged position moved.
-func runOnce(ctx context.Context, cfg Config, dial Dialer, log *slog.Logger, stats *Stats, started *bool,
+func runOnce(ctx context.Context, cfg Config, dial Dialer, log *slog.Logger, stats *metrics.Stats, started *bool,
 	net *safetyNet, resume *resumePoint, stop *stopClock) (bool, error) {
-	host := pgHost(cfg.PGURL)
-	stats.waitFor("PostgreSQL at " + host + " to accept the router's ordinary connection")
-	sql, err := connectSQL(ctx, cfg.PGURL, cfg.PGTimeout)
+	host := pgserver.Host(cfg.PGURL)
+	stats.WaitFor("PostgreSQL at " + host + " to accept the router's ordinary connection")
+	sql, err := pgserver.ConnectSQLWithin(ctx, cfg.PGURL, cfg.PGTimeout)
 	if err != nil {
 		return false, err
 	}
@@ -178,8 +164,8 @@ func runOnce(ctx context.Context, cfg Config, dial Dialer, log *slog.Logger, sta
 		sql.Close(cctx)
 		cancel()
 	}()
-	stats.waitFor("PostgreSQL at " + host + " to answer the start-up checks")
-	watch := &publicationWatch{cfg: cfg, log: log, stats: stats}
+	stats.WaitFor("PostgreSQL at " + host + " to answer the start-up checks")
+	watch := pubcheck.NewWatch(cfg.pubcheckConfig(), log, stats)
 	err = setupStep(ctx, cfg.PGTimeout, host, func(ctx context.Context) error {
 		// One router per slot, also while the slot is not streamed yet (during the initial snapshot): the lock
 		// belongs to this session and goes with it.
@@ -193,7 +179,7 @@ func runOnce(ctx context.Context, cfg Config, dial Dialer, log *slog.Logger, sta
 		mcfg := migrations.Config{Table: cfg.Table, Publication: cfg.Publication, Schema: cfg.Schema, Mapping: cfg.Decode.Mapping,
 			MoreTables: cfg.Decode.MoreTables}
 		if err := migrations.Check(ctx, sql, mcfg); err != nil {
-			return withBackfillHint(ctx, sql, cfg, err)
+			return pubcheck.WithBackfillHint(ctx, sql, cfg.pubcheckConfig(), err)
 		}
 		if cfg.Decode.MessagePrefix != "" { // read at every start of the stream: a restart picks up a rotated key
 			var err error
@@ -201,12 +187,12 @@ func runOnce(ctx context.Context, cfg Config, dial Dialer, log *slog.Logger, sta
 				return err
 			}
 		}
-		return watch.begin(ctx, sql, *started)
+		return watch.Begin(ctx, sql, *started)
 	})
 	if err != nil {
 		return false, err
 	}
-	stats.waitFor("PostgreSQL at " + host + " to accept the router's replication connection")
+	stats.WaitFor("PostgreSQL at " + host + " to accept the router's replication connection")
 	conn, wire, err := connectReplication(ctx, cfg.PGURL, cfg.PGTimeout)
 	if err != nil {
 		return false, err
@@ -216,7 +202,7 @@ func runOnce(ctx context.Context, cfg Config, dial Dialer, log *slog.Logger, sta
 		conn.Close(cctx)
 		cancel()
 	}()
-	stats.waitFor("PostgreSQL at " + host + " to answer the start-up checks")
+	stats.WaitFor("PostgreSQL at " + host + " to answer the start-up checks")
 	var sys pglogrepl.IdentifySystemResult
 	var p plan
 	store := offsets.NewStore(sql, cfg.Schema, cfg.Slot, cfg.StoreInterval)
@@ -224,7 +210,7 @@ func runOnce(ctx context.Context, cfg Config, dial Dialer, log *slog.Logger, sta
 		if sys, err = pglogrepl.IdentifySystem(ctx, conn); err != nil {
 			return fmt.Errorf("identify system: %w", err)
 		}
-		if err := checkTimeline(ctx, cfg, log, conn, store, sys); err != nil {
+		if err := pgserver.CheckTimeline(ctx, cfg.Slot, log, conn, store, sys); err != nil {
 			return err
 		}
 		p, err = planStart(ctx, cfg, sql, store, sys)
@@ -233,10 +219,10 @@ func runOnce(ctx context.Context, cfg Config, dial Dialer, log *slog.Logger, sta
 	if err != nil {
 		return false, err
 	}
-	stats.waitFor("RabbitMQ to accept the router's connection")
+	stats.WaitFor("RabbitMQ to accept the router's connection")
 	first, err := dial(ctx)
 	if err != nil {
-		return false, caused(CauseBroker, err)
+		return false, caused(metrics.CauseBroker, err)
 	}
 	pub := &renewable{Publisher: first, dial: dial} // the snapshot's safety net may replace it
 	defer func() {
@@ -248,7 +234,7 @@ func runOnce(ctx context.Context, cfg Config, dial Dialer, log *slog.Logger, sta
 	if err != nil {
 		return false, err
 	}
-	stats.waitFor("PostgreSQL at " + host + " to start replication")
+	stats.WaitFor("PostgreSQL at " + host + " to start replication")
 	err = setupStep(ctx, cfg.PGTimeout, host, func(ctx context.Context) error {
 		err := pglogrepl.StartReplication(ctx, conn, cfg.Slot, pglogrepl.LSN(start), pglogrepl.StartReplicationOptions{
 			PluginArgs: pluginArgs(cfg),
@@ -263,20 +249,23 @@ func runOnce(ctx context.Context, cfg Config, dial Dialer, log *slog.Logger, sta
 	}
 	*started = true
 	prev, _, _ := stats.State()
-	stats.setState(StateStreaming, nil)
+	stats.SetState(metrics.StateStreaming, nil)
 	// previous says what this start follows: starting (the process's first), restarting (after a failure),
 	// standby (this router took the slot over) or snapshot (the initial snapshot is done).
 	log.Info("streaming", "lsn", start, "previous", prev, "publication", cfg.Publication, "system_id", sys.SystemID,
 		"timeline", sys.Timeline)
-	s := &session{ctx: ctx, stop: stop, cfg: cfg, log: log, conn: conn, sql: sql, store: store, tracker: offsets.NewTracker(start),
-		pub: pub, dec: decode.New(cfg.Decode), sys: sys, stats: stats, live: newLiveness(cfg.PGTimeout, time.Now()),
-		net: net, quar: quarantine.NewStore(sql, cfg.Schema, cfg.Slot), watch: watch,
-		emitKeys: newEmitKeyWatch(cfg, log),
-		progress: newProgressLog(log, stats, cfg.ProgressInterval), flight: newFlight(), pending: stats.takeCarried(start)}
-	s.frames = newFrames(wire, s.dec.MessagePrefix(), s.dec.MessageLimit())
-	stats.flight.Store(s.flight)
-	defer stats.flight.Store(nil)
-	watch.next = time.Now().Add(cfg.PublicationCheckInterval)
+	s := &session{ctx: ctx, stop: stop, cfg: cfg, log: log, sql: sql, store: store, tracker: offsets.NewTracker(start),
+		dec: decode.New(cfg.Decode), sys: sys, stats: stats,
+		walReceiver:  walReceiver{conn: conn, live: newLiveness(cfg.PGTimeout, time.Now())},
+		txns:         txns{pending: carried(stats.TakeCarried(start))},
+		publishing:   publishing{pub: pub, net: net, flight: metrics.NewFlight()},
+		quarantining: quarantining{quar: quarantine.NewStore(sql, cfg.Schema, cfg.Slot)},
+		duties: duties{watch: watch, emitKeys: newEmitKeyWatch(cfg, log),
+			progress: metrics.NewProgressLog(log, stats, cfg.ProgressInterval)}}
+	s.frames = copyboth.NewFrames(wire, s.dec.MessagePrefix(), s.dec.MessageLimit())
+	stats.SetFlight(s.flight)
+	defer stats.SetFlight(nil)
+	watch.Schedule(time.Now())
 	net.received = 0
 	s.markConfig = markConfig(cfg, resume.build)
 	s.resumeAt = resume.choose(p.stored, p.hasStored, sys, s.markConfig, start)
@@ -285,7 +274,7 @@ func runOnce(ctx context.Context, cfg Config, dial Dialer, log *slog.Logger, sta
 	s.flushBursts()
 	m := s.mark()
 	resume.record(m, s.markConfig, sys)
-	stats.carry(s.pending, s.sent)
+	stats.Carry(oldestCommit(s.pending), s.sent)
 	// Progress inside a transaction counts: a long one cut again and again still moves, so the backoff
 	// stays short.
 	return s.tracker.Watermark() > start || m.Done > 0 && (m.Key != from.Key || m.Done > from.Done), err
@@ -294,11 +283,11 @@ func runOnce(ctx context.Context, cfg Config, dial Dialer, log *slog.Logger, sta
 // plan is what a run does before streaming, decided before anything is created or published.
 type plan struct {
 	decision startDecision
-	jobs     []initialJob  // the initial snapshots to finish (resumed or never recorded), in --table order
-	fresh    bool          // the slot exists with neither a stored position nor a snapshot record
-	slot     SlotInfo      // the slot as found
-	failover failoverCheck // what --failover-slot needs done
-	timeline bool          // the stored position is of an earlier timeline of this cluster: record this one
+	jobs     []initial.Job          // the initial snapshots to finish (resumed or never recorded), in --table order
+	fresh    bool                   // the slot exists with neither a stored position nor a snapshot record
+	slot     pgserver.SlotInfo      // the slot as found
+	failover pgserver.FailoverCheck // what --failover-slot needs done
+	timeline bool                   // the stored position is of an earlier timeline of this cluster: record this one
 	// stored is the stored position as loaded (hasStored: there is one), for the progress inside a
 	// transaction it records.
 	stored    offsets.Position
@@ -312,7 +301,7 @@ func planStart(ctx context.Context, cfg Config, sql *pgx.Conn, store *offsets.St
 	if err != nil {
 		return plan{}, err
 	}
-	slot, err := InspectSlot(ctx, sql, cfg.Slot)
+	slot, err := pgserver.InspectSlot(ctx, sql, cfg.Slot)
 	if err != nil {
 		return plan{}, err
 	}
@@ -321,7 +310,7 @@ func planStart(ctx context.Context, cfg Config, sql *pgx.Conn, store *offsets.St
 		// quiet; one that becomes active after this check meets 55006 at START_REPLICATION.
 		return plan{}, busyError(cfg)
 	}
-	fc, err := checkFailover(ctx, cfg, sql, slot)
+	fc, err := pgserver.CheckFailover(ctx, sql, cfg.FailoverSlot, slot)
 	if err != nil {
 		return plan{}, err
 	}
@@ -334,78 +323,28 @@ func planStart(ctx context.Context, cfg Config, sql *pgx.Conn, store *offsets.St
 	if d.create {
 		return p, nil
 	}
-	p.jobs, p.fresh, err = initialJobs(ctx, cfg, sql, d.start, hasStored)
+	p.jobs, p.fresh, err = initial.Due(ctx, cfg.initialConfig(nil), sql, d.start, hasStored)
 	return p, err
-}
-
-// initialJobs finds the initial snapshots still to copy: the unfinished ones, or, for a slot with neither a
-// stored position nor any snapshot record and --snapshot=initial, every table's (fresh). An unfinished one
-// without --snapshot=initial, or of a table this run does not read, is refused: streaming on would never
-// publish its rest.
-func initialJobs(ctx context.Context, cfg Config, sql *pgx.Conn, start cdc.LSN, hasStored bool) ([]initialJob, bool, error) {
-	all, err := snapshot.NewJobs(sql, cfg.Schema).All(ctx)
-	if err != nil {
-		return nil, false, err
-	}
-	byName := map[string]snapshot.Job{}
-	for _, j := range all {
-		if snapshot.IsInitialOf(j.Name, cfg.Slot) {
-			byName[j.Name] = j
-		}
-	}
-	recorded := len(byName) > 0
-	var todo []initialJob
-	for _, t := range cfg.outboxTables() {
-		job, ok := byName[cfg.initialName(t)]
-		delete(byName, cfg.initialName(t))
-		switch {
-		case ok && !job.Done() && cfg.Snapshot != "initial":
-			what := "slot " + cfg.Slot
-			if len(cfg.Decode.MoreTables) > 0 {
-				what = t + " (slot " + cfg.Slot + ")"
-			}
-			return nil, false, fatalf("the initial snapshot of %s is unfinished (%d of %d rows): streaming now would never "+
-				"publish the rest; start with --snapshot=initial to finish it, or run `cdc-router reset --slot %s` to start over",
-				what, job.RowsDone, job.RowsTotal, cfg.Slot)
-		case ok && !job.Done():
-			todo = append(todo, initialJob{t, job})
-		}
-	}
-	for name, job := range byName {
-		if !job.Done() {
-			return nil, false, fatalf("the initial snapshot %s of slot %s is unfinished (%d of %d rows) and belongs to an "+
-				"outbox table list other than this run's --table: start with the --table it began with to finish it, or run "+
-				"`cdc-router reset --slot %s` to start over", name, cfg.Slot, job.RowsDone, job.RowsTotal, cfg.Slot)
-		}
-	}
-	if len(todo) > 0 || cfg.Snapshot != "initial" || hasStored || recorded {
-		return todo, false, nil
-	}
-	for _, t := range cfg.outboxTables() {
-		todo = append(todo, initialJob{t, snapshot.Job{Name: cfg.initialName(t), Kind: "initial",
-			Predicate: cfg.SnapshotWhere, ReadLSN: start}})
-	}
-	return todo, true, nil
 }
 
 // execute creates the slot (with its snapshot) or finishes a snapshot, and returns the position to
 // stream from.
-func (p plan) execute(ctx context.Context, cfg Config, log *slog.Logger, stats *Stats, conn *pgconn.PgConn,
+func (p plan) execute(ctx context.Context, cfg Config, log *slog.Logger, stats *metrics.Stats, conn *pgconn.PgConn,
 	sql *pgx.Conn, store *offsets.Store, sys pglogrepl.IdentifySystemResult, pub Publisher) (cdc.LSN, error) {
 	pos := func(l cdc.LSN) offsets.Position {
 		return offsets.Position{LSN: l, SystemID: sys.SystemID, Timeline: sys.Timeline}
 	}
-	err := setupStep(ctx, cfg.PGTimeout, pgHost(cfg.PGURL), func(ctx context.Context) error {
-		if err := p.failover.apply(ctx, cfg, log, conn, p.slot); err != nil {
+	err := setupStep(ctx, cfg.PGTimeout, pgserver.Host(cfg.PGURL), func(ctx context.Context) error {
+		if err := p.failover.Apply(ctx, log, conn, cfg.Slot, p.slot); err != nil {
 			return err
 		}
 		if p.timeline {
-			if err := recordTimeline(ctx, cfg, sql, sys); err != nil {
+			if err := pgserver.RecordTimeline(ctx, sql, cfg.Schema, cfg.Slot, sys); err != nil {
 				return err
 			}
 		}
 		if p.decision.create && cfg.Snapshot == "initial" {
-			return checkSnapshotTables(ctx, cfg, sql)
+			return initial.CheckTables(ctx, cfg.initialConfig(pub), sql)
 		}
 		return nil
 	})
@@ -414,10 +353,10 @@ func (p plan) execute(ctx context.Context, cfg Config, log *slog.Logger, stats *
 	}
 	switch {
 	case p.decision.create && cfg.Snapshot == "initial":
-		return createWithSnapshot(ctx, cfg, log, stats, conn, sql, store, sys, pub)
+		return createWithSnapshot(ctx, cfg, log, stats, conn, sql, store, pos, pub)
 	case p.decision.create:
-		stop := watchCreation(ctx, cfg, log, stats)
-		point, err := createSlot(ctx, conn, cfg.Slot, cfg.FailoverSlot)
+		stop := pgserver.WatchCreation(ctx, cfg.PGURL, cfg.Slot, cfg.PGTimeout, log, stats.WaitFor)
+		point, err := pgserver.CreateSlot(ctx, conn, cfg.Slot, cfg.FailoverSlot)
 		stop()
 		if err != nil {
 			return 0, err
@@ -426,34 +365,29 @@ func (p plan) execute(ctx context.Context, cfg Config, log *slog.Logger, stats *
 		// Store the position at once: from now on a vanished slot is detected instead of silently replaced.
 		return point, store.Save(ctx, pos(point), true)
 	case len(p.jobs) > 0:
-		for _, j := range p.jobs { // before a fresh job is recorded: the refusal's fix then works as it says
-			if err := snapshot.CheckTable(ctx, cfg.forTable(j.table).snapshotConfig(), sql); err != nil {
-				return 0, &Fatal{Msg: err.Error()}
-			}
-		}
-		jobs := snapshot.NewJobs(sql, cfg.Schema)
-		if p.fresh {
-			log.Warn("the slot exists but no position or snapshot was ever recorded for it: copying the whole table once")
-			err := pgx.BeginFunc(ctx, sql, func(t pgx.Tx) error {
-				for _, j := range p.jobs {
-					if err := jobs.Start(ctx, t, j.job); err != nil {
-						return err
-					}
-				}
-				return nil
-			})
-			if err != nil {
-				return 0, err
-			}
-			if err := store.Save(ctx, pos(p.decision.start), true); err != nil {
-				return 0, err
-			}
-		}
-		if err := resumeSnapshot(ctx, cfg, log, stats, sql, p.jobs, pub); err != nil {
+		if err := initial.Finish(ctx, cfg.initialConfig(pub), log, stats, sql, store, pos(p.decision.start), p.jobs, p.fresh,
+			pub); err != nil {
 			return 0, err
 		}
 	}
 	return p.decision.start, nil
+}
+
+// createWithSnapshot creates the slot with an exported snapshot and has the initial snapshot copy the rows
+// visible in it (initial.Copy) before the replication connection runs anything else; it returns the slot's
+// consistent point, where the stream starts.
+func createWithSnapshot(ctx context.Context, cfg Config, log *slog.Logger, stats *metrics.Stats, conn *pgconn.PgConn,
+	sql *pgx.Conn, store *offsets.Store, pos func(cdc.LSN) offsets.Position, pub Publisher) (cdc.LSN, error) {
+	stop := pgserver.WatchCreation(ctx, cfg.PGURL, cfg.Slot, cfg.PGTimeout, log, stats.WaitFor)
+	point, snapshotName, err := pgserver.CreateSlotWithSnapshot(ctx, conn, cfg.Slot, cfg.FailoverSlot)
+	stop()
+	if err != nil {
+		return 0, err
+	}
+	if err := initial.Copy(ctx, cfg.initialConfig(pub), log, stats, sql, store, pos(point), snapshotName, pub); err != nil {
+		return 0, err
+	}
+	return point, nil
 }
 
 // startError classifies a failed START_REPLICATION.

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/cdc-router/cdc-router/internal/cdc"
+	"github.com/cdc-router/cdc-router/metrics"
 	"github.com/cdc-router/cdc-router/snapshot"
 )
 
@@ -71,10 +72,16 @@ func (p *renewable) renew(ctx context.Context) (snapshot.Publisher, error) {
 	_ = p.Publisher.Close()
 	next, err := p.dial(ctx)
 	if err != nil {
-		return nil, caused(CauseBroker, err)
+		return nil, caused(metrics.CauseBroker, err)
 	}
 	p.Publisher = next
 	return p, nil
+}
+
+// unroutableDepth is satisfied by a publisher that can count the messages in its unroutable queue
+// (route.Router), which the initial snapshot reports on.
+type unroutableDepth interface {
+	UnroutableMessages() (n int, ok bool)
 }
 
 // UnroutableMessages forwards to the current publisher (unroutableDepth).

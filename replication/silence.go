@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/cdc-router/cdc-router/metrics"
+	"github.com/cdc-router/cdc-router/pgserver"
 	"github.com/jackc/pglogrepl"
 	"github.com/jackc/pgx/v5/pgconn"
 )
@@ -31,7 +33,7 @@ func newLiveness(bound time.Duration, now time.Time) liveness {
 func (s *session) heard() {
 	now := time.Now()
 	s.live.last, s.live.pinged = now, time.Time{}
-	s.stats.heard.Store(now.UnixNano())
+	s.stats.Heard(now)
 }
 
 // quiet runs after a read that found no message: it sends the ping that is due, and ends the stream when
@@ -45,9 +47,9 @@ func (s *session) quiet() error {
 		if now.Sub(l.pinged) < l.bound/2 {
 			return nil
 		}
-		return caused(CausePostgres, fmt.Errorf("PostgreSQL at %s sent nothing on the replication connection for %v, and did "+
+		return caused(metrics.CausePostgres, fmt.Errorf("PostgreSQL at %s sent nothing on the replication connection for %v, and did "+
 			"not answer a status update that asked for a reply within %v (a stalled server or a silent network partition): "+
-			"taking the connection as dead (the bound is --pg-timeout)", pgHost(s.cfg.PGURL),
+			"taking the connection as dead (the bound is --pg-timeout)", pgserver.Host(s.cfg.PGURL),
 			now.Sub(l.last).Round(time.Second), now.Sub(l.pinged).Round(time.Second)))
 	}
 	if now.Sub(l.last) < l.bound/2 {
@@ -61,7 +63,7 @@ func (s *session) quiet() error {
 	err := pglogrepl.SendStandbyStatusUpdate(context.Background(), s.conn,
 		pglogrepl.StandbyStatusUpdate{WALWritePosition: pglogrepl.LSN(pos), ReplyRequested: true})
 	if err != nil {
-		return caused(CausePostgres, fmt.Errorf("send standby status update: %w", err))
+		return caused(metrics.CausePostgres, fmt.Errorf("send standby status update: %w", err))
 	}
 	return nil
 }
@@ -85,36 +87,26 @@ func setupStep(ctx context.Context, d time.Duration, host string, step func(cont
 	if err == nil || ctx.Err() != nil || !errors.Is(sctx.Err(), context.DeadlineExceeded) || IsFatal(err) {
 		return err
 	}
-	return caused(CausePostgres, &retryable{msg: fmt.Sprintf("PostgreSQL at %s did not answer the router's start-up "+
+	return caused(metrics.CausePostgres, &pgserver.Retryable{Msg: fmt.Sprintf("PostgreSQL at %s did not answer the router's start-up "+
 		"checks within %v (a stalled server or a silent network partition); the router tries again (the bound is "+
-		"--pg-timeout)", host, d), err: err})
+		"--pg-timeout)", host, d), Err: err})
 }
 
 // stalled names the server in a stream failure that is a timeout on one of its connections (the stored
 // position, a quarantine write, a slot health read that held up the loop): to the operator it is a
 // PostgreSQL that stopped answering, whichever wait saw it first. Other errors are returned as they are.
 func stalled(err error, host string) error {
-	var r *retryable
-	if err == nil || errors.As(err, &r) || IsFatal(err) || causeOf(err) != CausePostgres {
+	var r *pgserver.Retryable
+	if err == nil || errors.As(err, &r) || IsFatal(err) || causeOf(err) != metrics.CausePostgres {
 		return err
 	}
 	switch {
 	case pgconn.Timeout(err) || errors.Is(err, context.DeadlineExceeded):
-		return caused(CausePostgres, &retryable{msg: fmt.Sprintf("PostgreSQL at %s stopped answering (%v): a stalled server "+
-			"or a silent network partition; the router restarts the stream (the bound of each wait is --pg-timeout)", host, err), err: err})
+		return caused(metrics.CausePostgres, &pgserver.Retryable{Msg: fmt.Sprintf("PostgreSQL at %s stopped answering (%v): a stalled server "+
+			"or a silent network partition; the router restarts the stream (the bound of each wait is --pg-timeout)", host, err), Err: err})
 	case errors.Is(err, pgconn.ErrConnClosed):
-		return caused(CausePostgres, &retryable{msg: fmt.Sprintf("the connection to PostgreSQL at %s was closed after a wait "+
-			"on it failed (%v): the router restarts the stream", host, err), err: err})
+		return caused(metrics.CausePostgres, &pgserver.Retryable{Msg: fmt.Sprintf("the connection to PostgreSQL at %s was closed after a wait "+
+			"on it failed (%v): the router restarts the stream", host, err), Err: err})
 	}
 	return err
-}
-
-// pgHost names the server (or servers) of url for messages, or says "the --pg-url server" when the URL
-// cannot be parsed (that error is reported by the connection itself).
-func pgHost(url string) string {
-	cfg, err := parseURL(url)
-	if err != nil {
-		return "(the --pg-url server)"
-	}
-	return hostOf(cfg)
 }

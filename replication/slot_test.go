@@ -7,40 +7,41 @@ import (
 	"github.com/jackc/pglogrepl"
 
 	"github.com/cdc-router/cdc-router/offsets"
+	"github.com/cdc-router/cdc-router/pgserver"
 )
 
 func TestDecideStart(t *testing.T) {
 	cfg := Config{Slot: "s1"}.WithDefaults()
 	sys := pglogrepl.IdentifySystemResult{SystemID: "42", Timeline: 1, DBName: "app"}
-	live := SlotInfo{Exists: true, Plugin: "pgoutput", Database: "app", ConfirmedFlush: 100, WALStatus: "reserved"}
+	live := pgserver.SlotInfo{Exists: true, Plugin: "pgoutput", Database: "app", ConfirmedFlush: 100, WALStatus: "reserved"}
 	cases := []struct {
 		name      string
-		slot      SlotInfo
+		slot      pgserver.SlotInfo
 		stored    *offsets.Position
 		wantErr   string
 		create    bool
 		wantStart uint64
 	}{
-		{name: "fresh: create", slot: SlotInfo{}, create: true},
+		{name: "fresh: create", slot: pgserver.SlotInfo{}, create: true},
 		{name: "slot, nothing stored: its confirmed_flush", slot: live, wantStart: 100},
 		{name: "stored behind the slot: the slot's position", slot: live, stored: &offsets.Position{LSN: 90, SystemID: "42"}, wantStart: 100},
 		{name: "stored ahead of the slot (PostgreSQL crashed): the stored one", slot: live,
 			stored: &offsets.Position{LSN: 150, SystemID: "42"}, wantStart: 150},
-		{name: "slot missing, position stored: refuse", slot: SlotInfo{}, stored: &offsets.Position{LSN: 90, SystemID: "42"},
+		{name: "slot missing, position stored: refuse", slot: pgserver.SlotInfo{}, stored: &offsets.Position{LSN: 90, SystemID: "42"},
 			wantErr: "does not exist but a position"},
-		{name: "slot lost: refuse", slot: SlotInfo{Exists: true, Plugin: "pgoutput", WALStatus: "lost"},
+		{name: "slot lost: refuse", slot: pgserver.SlotInfo{Exists: true, Plugin: "pgoutput", WALStatus: "lost"},
 			wantErr: "wal_status lost"},
-		{name: "slot lost, nothing stored: refuse too", slot: SlotInfo{Exists: true, Plugin: "pgoutput", Database: "app", WALStatus: "lost"},
+		{name: "slot lost, nothing stored: refuse too", slot: pgserver.SlotInfo{Exists: true, Plugin: "pgoutput", Database: "app", WALStatus: "lost"},
 			wantErr: "cdc-router reset --slot s1"},
-		{name: "slot idle too long (PostgreSQL 18): refuse naming the setting", slot: SlotInfo{Exists: true, Plugin: "pgoutput",
+		{name: "slot idle too long (PostgreSQL 18): refuse naming the setting", slot: pgserver.SlotInfo{Exists: true, Plugin: "pgoutput",
 			Database: "app", WALStatus: "lost", Invalidation: "idle_timeout"}, stored: &offsets.Position{LSN: 90, SystemID: "42"},
 			wantErr: "idle_replication_slot_timeout"},
-		{name: "invalidated, wal_status not yet lost: refuse", slot: SlotInfo{Exists: true, Plugin: "pgoutput",
+		{name: "invalidated, wal_status not yet lost: refuse", slot: pgserver.SlotInfo{Exists: true, Plugin: "pgoutput",
 			Database: "app", WALStatus: "reserved", Invalidation: "rows_removed"}, wantErr: "hot_standby_feedback"},
 		{name: "position of another cluster: refuse", slot: live, stored: &offsets.Position{LSN: 90, SystemID: "7"},
 			wantErr: "written by PostgreSQL cluster 7"},
-		{name: "other plugin: refuse", slot: SlotInfo{Exists: true, Plugin: "wal2json", Database: "app"}, wantErr: "not pgoutput"},
-		{name: "slot of another database: refuse", slot: SlotInfo{Exists: true, Plugin: "pgoutput", Database: "other"},
+		{name: "other plugin: refuse", slot: pgserver.SlotInfo{Exists: true, Plugin: "wal2json", Database: "app"}, wantErr: "not pgoutput"},
+		{name: "slot of another database: refuse", slot: pgserver.SlotInfo{Exists: true, Plugin: "pgoutput", Database: "other"},
 			wantErr: "belongs to database other"},
 	}
 	for _, tc := range cases {
@@ -82,5 +83,39 @@ func TestConfigValidate(t *testing.T) {
 	}
 	if err := (Config{PGURL: "postgres://x"}).WithDefaults().Validate(); err != nil {
 		t.Errorf("defaults: %v", err)
+	}
+}
+
+// TestDecideStartAfterPromotion: a promoted standby has the same system id and a later timeline. With the
+// slot there (synchronized), the router goes on from the later of the slot's and the stored position; without
+// it, the slot-lost refusal, with a hint that names --failover-slot (or, with it, the standby settings).
+func TestDecideStartAfterPromotion(t *testing.T) {
+	sys := pglogrepl.IdentifySystemResult{SystemID: "42", Timeline: 2, DBName: "app"}
+	stored := offsets.Position{LSN: 90, SystemID: "42", Timeline: 1}
+	synced := pgserver.SlotInfo{Exists: true, Plugin: "pgoutput", Database: "app", ConfirmedFlush: 80, WALStatus: "reserved",
+		Failover: true, Synced: true}
+	d, err := decideStart(Config{Slot: "s1"}, sys, synced, stored, true)
+	if err != nil || d.create || d.start != 90 {
+		t.Fatalf("synced slot after a promotion: %+v, %v; want start at the stored 90", d, err)
+	}
+	for _, tc := range []struct {
+		failover bool
+		want     string
+	}{
+		{false, "run the router with --failover-slot"},
+		{true, "check sync_replication_slots = on"},
+	} {
+		_, err := decideStart(Config{Slot: "s1", FailoverSlot: tc.failover}, sys, pgserver.SlotInfo{}, stored, true)
+		if err == nil || !IsFatal(err) || !strings.Contains(err.Error(), "does not exist but a position") ||
+			!strings.Contains(err.Error(), "cdc-router reset --slot s1") || !strings.Contains(err.Error(), tc.want) ||
+			!strings.Contains(err.Error(), "timeline 2, the position is of timeline 1") {
+			t.Errorf("slot missing after a promotion (failover %v): %v; want the slot-lost refusal with %q", tc.failover, err, tc.want)
+		}
+	}
+	same := stored
+	same.Timeline = 2
+	if _, err := decideStart(Config{Slot: "s1"}, sys, pgserver.SlotInfo{}, same, true); err == nil ||
+		strings.Contains(err.Error(), "promoted") {
+		t.Errorf("slot missing on the same timeline: %v; want the refusal without the promotion hint", err)
 	}
 }

@@ -129,7 +129,7 @@ func lockJob(ctx context.Context, conn *pgx.Conn, name string) (unlock func(), e
 
 // ReadRow reads the outbox row whose id is id, as column text by name in the forms decode.MapRow expects
 // (nil for NULL); ok is false when there is none. q must be a reader's connection (TimeZone UTC, DateStyle
-// ISO, as replication.ConnectReader opens it).
+// ISO, as pgserver.ConnectReader opens it).
 func ReadRow(ctx context.Context, q Querier, table, id string) (values map[string]*string, ok bool, err error) {
 	raw := make([]*string, len(columnNames))
 	dest := make([]any, len(raw))

@@ -254,7 +254,7 @@ func CheckTable(ctx context.Context, cfg Config, q Querier) error {
 // ReadMappedRow reads the row of a mapped table (cfg.Decode's mapping of cfg.Table) whose event id column
 // (table.field.event.id) is id, as column text in the order of the returned mapper's Columns (nil for
 // NULL), for a quarantine replay; ok is false when there is none (or id is empty). q must be a reader's
-// connection (replication.ConnectReader). A table that does not fit its mapping is a *decode.MappingError.
+// connection (pgserver.ConnectReader). A table that does not fit its mapping is a *decode.MappingError.
 func ReadMappedRow(ctx context.Context, q Querier, cfg Config, id string) (mapper *decode.RowMapper, values []*string, ok bool, err error) {
 	cfg = cfg.withDefaults()
 	mt, err := readMappedColumns(ctx, cfg, q)

@@ -14,7 +14,7 @@ import (
 )
 
 // setupMapped makes a database with the router's tables and the table that ddl creates, and returns a
-// reader connection set as replication.ConnectReader sets it and a state connection.
+// reader connection set as pgserver.ConnectReader sets it and a state connection.
 func setupMapped(t *testing.T, ddl string) (read, state *pgx.Conn) {
 	t.Helper()
 	read, state = setup(t, 0, 0)

@@ -10,7 +10,8 @@ import (
 
 	"github.com/cdc-router/cdc-router/decode"
 	"github.com/cdc-router/cdc-router/migrations"
-	"github.com/cdc-router/cdc-router/replication"
+	"github.com/cdc-router/cdc-router/pgserver"
+	"github.com/cdc-router/cdc-router/pubcheck"
 	"github.com/cdc-router/cdc-router/route"
 	"github.com/cdc-router/cdc-router/snapshot"
 )
@@ -53,12 +54,12 @@ func runBackfill(ctx context.Context, args []string, env func(string) string, st
 		return err
 	}
 	broker.limitMemory(env)
-	read, err := replication.ConnectReader(ctx, *pg.url)
+	read, err := pgserver.ConnectReader(ctx, *pg.url)
 	if err != nil {
 		return err
 	}
 	defer read.Close(context.Background())
-	state, err := replication.ConnectSQL(ctx, *pg.url)
+	state, err := pgserver.ConnectSQL(ctx, *pg.url)
 	if err != nil {
 		return err
 	}
@@ -100,7 +101,7 @@ func runBackfill(ctx context.Context, args []string, env func(string) string, st
 		return err
 	}
 	fmt.Fprintf(stdout, "backfill %s done: %d rows published to %s\n", *name, job.RowsDone, *broker.exchange)
-	slots, err := replication.ClearPublicationGaps(ctx, state, *pg.schema, *pg.slot, pg.table(), *where)
+	slots, err := pubcheck.ClearPublicationGaps(ctx, state, *pg.schema, *pg.slot, pg.table(), *where)
 	if err != nil {
 		return err
 	}

@@ -9,6 +9,7 @@ import (
 	"net/url"
 	"strings"
 
+	"github.com/cdc-router/cdc-router/pgserver"
 	"github.com/cdc-router/cdc-router/replication"
 	"github.com/cdc-router/cdc-router/route"
 )
@@ -78,7 +79,7 @@ func amqpTLSFile(amqpURL string) error {
 		return nil // an invalid URL is reported by route.Dial, without the password
 	}
 	q := u.Query() // the parameters as amqp091's ParseURI reads them
-	f := replication.TLSFiles{Where: "--amqp-url (CDC_ROUTER_AMQP_URL)", CAParam: "cacertfile", CA: q.Get("cacertfile"),
+	f := pgserver.TLSFiles{Where: "--amqp-url (CDC_ROUTER_AMQP_URL)", CAParam: "cacertfile", CA: q.Get("cacertfile"),
 		CertParam: "certfile", Cert: q.Get("certfile"), KeyParam: "keyfile", Key: q.Get("keyfile")}
 	if err := f.Check(); err != nil {
 		return &replication.Fatal{Msg: err.Error()}

@@ -14,10 +14,14 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/cdc-router/cdc-router/admin"
 	"github.com/cdc-router/cdc-router/decode"
 	"github.com/cdc-router/cdc-router/inbox"
 	"github.com/cdc-router/cdc-router/internal/cdc"
+	"github.com/cdc-router/cdc-router/metrics"
 	"github.com/cdc-router/cdc-router/migrations"
+	"github.com/cdc-router/cdc-router/pgserver"
+	"github.com/cdc-router/cdc-router/pubcheck"
 	"github.com/cdc-router/cdc-router/replication"
 	"github.com/cdc-router/cdc-router/route"
 )
@@ -140,7 +144,7 @@ func withConn(ctx context.Context, name string, args []string, env func(string) 
 	if err := pg.oneTable(name); err != nil {
 		return err
 	}
-	conn, err := replication.ConnectSQL(ctx, *pg.url)
+	conn, err := pgserver.ConnectSQL(ctx, *pg.url)
 	if err != nil {
 		return err
 	}
@@ -241,11 +245,11 @@ func runStatus(ctx context.Context, args []string, env func(string) string, stdo
 		messagePrefix = s.String("message-prefix", "", "the --message-prefix the router runs with, so that the logical decoding messages waiting in a stopped router's slot are counted too")
 	}
 	return withConn(ctx, "status", args, env, stderr, flags, func(conn *pgx.Conn, pg pgFlags) error {
-		r, err := replication.Status(ctx, conn, *pg.slot, *pg.schema)
+		r, err := admin.Status(ctx, conn, *pg.slot, *pg.schema)
 		if err != nil {
 			return err
 		}
-		replication.CountPending(ctx, conn, &r, replication.ResetOptions{Publication: *pg.publication, MessagePrefix: *messagePrefix})
+		admin.CountPending(ctx, conn, &r, admin.ResetOptions{Publication: *pg.publication, MessagePrefix: *messagePrefix})
 		if *asJSON {
 			enc := json.NewEncoder(stdout)
 			enc.SetIndent("", "  ")
@@ -265,8 +269,8 @@ func runReset(ctx context.Context, args []string, env func(string) string, stdou
 		force = s.Bool("force", false, "drop the slot even when it still holds unpublished events (reset names how many), or when they cannot be counted")
 		shard = s.String("shard", "", "i/N: reset shard i of N, the slot <slot>_shard_i_of_N read with the publication <publication>_shard_i_of_N, as run --shard i/N")
 		messagePrefix = s.String("message-prefix", "", "the --message-prefix the router runs with, so that the logical decoding messages it would publish are counted too")
-		peekLimit = s.Int("peek-limit", replication.DefaultPeekLimit, "decode at most this many of the slot's pending changes to count the unpublished events (past it: \"at least\")")
-		peekTimeout = s.Duration("peek-timeout", replication.DefaultPeekTimeout, "bound on the time spent counting the slot's unpublished events")
+		peekLimit = s.Int("peek-limit", admin.DefaultPeekLimit, "decode at most this many of the slot's pending changes to count the unpublished events (past it: \"at least\")")
+		peekTimeout = s.Duration("peek-timeout", admin.DefaultPeekTimeout, "bound on the time spent counting the slot's unpublished events")
 	}
 	return withConn(ctx, "reset", args, env, stderr, flags, func(conn *pgx.Conn, pg pgFlags) error {
 		if *shard != "" {
@@ -276,7 +280,7 @@ func runReset(ctx context.Context, args []string, env func(string) string, stdou
 			}
 			*pg.publication, *pg.slot = migrations.ShardPublication(*pg.publication, i, n), migrations.ShardSlot(*pg.slot, i, n)
 		}
-		dropped, err := replication.Reset(ctx, conn, *pg.slot, *pg.schema, replication.ResetOptions{Publication: *pg.publication,
+		dropped, err := admin.Reset(ctx, conn, *pg.slot, *pg.schema, admin.ResetOptions{Publication: *pg.publication,
 			MessagePrefix: *messagePrefix, Force: *force, PeekLimit: *peekLimit, PeekTimeout: *peekTimeout})
 		if err != nil {
 			return err
@@ -303,10 +307,10 @@ func runRun(ctx context.Context, args []string, env func(string) string, stdout,
 	snap := s.String("snapshot", "initial", "initial: a new slot first publishes the rows already in the table, read in the slot's own snapshot; never: stream only")
 	snapWhere := s.String("snapshot-where", "", "SQL predicate restricting the initial snapshot, e.g. \"published_at IS NULL\" when taking over from a polling publisher")
 	shutdown := s.Duration("shutdown-timeout", 30*time.Second, "bound on finishing the open transaction and waiting for confirms at stop")
-	pgTimeout := s.Duration("pg-timeout", replication.DefaultPGTimeout, "bound on waiting for a PostgreSQL that accepts TCP but does not answer: each connection attempt (a shorter connect_timeout in --pg-url wins), the start-up checks, and the stream's silence (after half of it a status update asks for a reply); then the router restarts (cause postgres)")
+	pgTimeout := s.Duration("pg-timeout", pgserver.DefaultPGTimeout, "bound on waiting for a PostgreSQL that accepts TCP but does not answer: each connection attempt (a shorter connect_timeout in --pg-url wins), the start-up checks, and the stream's silence (after half of it a status update asks for a reply); then the router restarts (cause postgres)")
 	httpAddr := s.String("http-addr", "", "serve /healthz, /readyz and /metrics on this address, e.g. :8080 (off when empty)")
-	progress := s.Duration("progress-interval", replication.DefaultProgressInterval, "how often to log, at info level, how many events were published and quarantined since the last such line (nothing when nothing moved)")
-	pubCheck := s.Duration("publication-check-interval", replication.DefaultPublicationCheckInterval, "how often to re-check that the publication still carries the outbox table's inserts")
+	progress := s.Duration("progress-interval", metrics.DefaultProgressInterval, "how often to log, at info level, how many events were published and quarantined since the last such line (nothing when nothing moved)")
+	pubCheck := s.Duration("publication-check-interval", pubcheck.DefaultPublicationCheckInterval, "how often to re-check that the publication still carries the outbox table's inserts")
 	failoverSlot := s.Bool("failover-slot", false, "create the slot with FAILOVER (PostgreSQL 17+; enabled on an existing slot too) so that a standby with sync_replication_slots = on keeps it and the router continues on the promoted standby; list every server in --pg-url with target_session_attrs=primary")
 	minSafeWAL := s.Int("min-safe-wal-bytes", 0, "/readyz fails while the slot's safe_wal_size (WAL left before PostgreSQL invalidates it) is below this many bytes; 0: a tenth of max_slot_wal_keep_size; -1: off")
 	shard := s.String("shard", "", "i/N: run as shard i (0 to N-1) of N, with the publication <publication>_shard_i_of_N that migrate --shards N created and the slot <slot>_shard_i_of_N (PostgreSQL 15+)")
@@ -351,7 +355,7 @@ func runRun(ctx context.Context, args []string, env func(string) string, stdout,
 		return err
 	}
 	broker.limitMemory(env)
-	stats := &replication.Stats{}
+	stats := &metrics.Stats{}
 	reg, routeMetrics, err := newRegistry(stats)
 	if err != nil {
 		return err

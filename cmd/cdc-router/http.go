@@ -13,7 +13,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
-	"github.com/cdc-router/cdc-router/replication"
+	"github.com/cdc-router/cdc-router/admin"
+	"github.com/cdc-router/cdc-router/metrics"
+	"github.com/cdc-router/cdc-router/pgserver"
 )
 
 // health is the JSON body of /healthz and /readyz.
@@ -31,7 +33,7 @@ type health struct {
 	Problem           string  `json:"problem,omitempty"`
 }
 
-func healthOf(s *replication.Stats, slotProblem string) health {
+func healthOf(s *metrics.Stats, slotProblem string) health {
 	state, since, lastErr := s.State()
 	done, total := s.Snapshot()
 	problem := s.Problem()
@@ -50,7 +52,7 @@ func healthOf(s *replication.Stats, slotProblem string) health {
 // safe_wal_size (the WAL left before PostgreSQL invalidates it) is below minSafe. minSafe 0 means a tenth
 // of max_slot_wal_keep_size; a negative minSafe turns the size check off. Without a limit
 // (max_slot_wal_keep_size = -1) PostgreSQL never invalidates the slot and there is nothing to check.
-func slotProblem(h replication.SlotHealth, minSafe int64) string {
+func slotProblem(h pgserver.SlotHealth, minSafe int64) string {
 	if h.WALStatus == "lost" {
 		return "the replication slot is invalidated (wal_status lost): events were lost; see docs/operations.md, Slot invalidated"
 	}
@@ -61,7 +63,7 @@ func slotProblem(h replication.SlotHealth, minSafe int64) string {
 		return ""
 	}
 	return fmt.Sprintf("the replication slot is %s from invalidation (safe_wal_size, below --min-safe-wal-bytes %s): "+
-		"the router falls behind; see docs/operations.md, CdcRouterSlotNearInvalidation", replication.HumanBytes(max(h.SafeWALBytes, 0)), replication.HumanBytes(minSafe))
+		"the router falls behind; see docs/operations.md, CdcRouterSlotNearInvalidation", admin.HumanBytes(max(h.SafeWALBytes, 0)), admin.HumanBytes(minSafe))
 }
 
 // handler serves /healthz (the process is alive), /readyz and /metrics (Prometheus exposition of gather).
@@ -73,7 +75,7 @@ func slotProblem(h replication.SlotHealth, minSafe int64) string {
 // creation and the transactions it waits for, or the restart backoff), while the publication no longer carries the outbox, so new rows are not streamed, and while
 // the slot is near invalidation (slotProblem with minSafe). /readyz?active=1 answers 503 in standby too,
 // for a probe or a Service that wants only the router that holds the slot.
-func handler(s *replication.Stats, gather prometheus.Gatherer, minSafe int64) http.Handler {
+func handler(s *metrics.Stats, gather prometheus.Gatherer, minSafe int64) http.Handler {
 	mux := http.NewServeMux()
 	write := func(w http.ResponseWriter, code int, h health) {
 		w.Header().Set("Content-Type", "application/json")
@@ -89,9 +91,9 @@ func handler(s *replication.Stats, gather prometheus.Gatherer, minSafe int64) ht
 		switch state := h.State; {
 		case h.Problem != "":
 			write(w, http.StatusServiceUnavailable, h)
-		case state == replication.StateStreaming, state == replication.StateSnapshot:
+		case state == metrics.StateStreaming, state == metrics.StateSnapshot:
 			write(w, http.StatusOK, h)
-		case state == replication.StateStandby && !activeOnly:
+		case state == metrics.StateStandby && !activeOnly:
 			write(w, http.StatusOK, h)
 		default:
 			write(w, http.StatusServiceUnavailable, h)

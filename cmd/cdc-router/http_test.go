@@ -5,28 +5,28 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cdc-router/cdc-router/replication"
+	"github.com/cdc-router/cdc-router/pgserver"
 )
 
 func TestSlotProblem(t *testing.T) {
 	checked := time.Now()
 	for _, tc := range []struct {
 		name    string
-		h       replication.SlotHealth
+		h       pgserver.SlotHealth
 		minSafe int64
 		want    string
 	}{
-		{"never read", replication.SlotHealth{}, 0, ""},
-		{"no limit", replication.SlotHealth{Checked: checked, WALStatus: "reserved", MaxKeepBytes: -1}, 0, ""},
-		{"plenty left, default threshold", replication.SlotHealth{Checked: checked, WALStatus: "reserved",
+		{"never read", pgserver.SlotHealth{}, 0, ""},
+		{"no limit", pgserver.SlotHealth{Checked: checked, WALStatus: "reserved", MaxKeepBytes: -1}, 0, ""},
+		{"plenty left, default threshold", pgserver.SlotHealth{Checked: checked, WALStatus: "reserved",
 			SafeWALBytes: 900 << 20, SafeWALKnown: true, MaxKeepBytes: 1 << 30}, 0, ""},
-		{"under a tenth of the limit", replication.SlotHealth{Checked: checked, WALStatus: "extended",
+		{"under a tenth of the limit", pgserver.SlotHealth{Checked: checked, WALStatus: "extended",
 			SafeWALBytes: 50 << 20, SafeWALKnown: true, MaxKeepBytes: 1 << 30}, 0, "50.0 MiB from invalidation"},
-		{"under the flag", replication.SlotHealth{Checked: checked, WALStatus: "reserved",
+		{"under the flag", pgserver.SlotHealth{Checked: checked, WALStatus: "reserved",
 			SafeWALBytes: 900 << 20, SafeWALKnown: true, MaxKeepBytes: 1 << 30}, 1 << 30, "below --min-safe-wal-bytes 1.0 GiB"},
-		{"check off", replication.SlotHealth{Checked: checked, WALStatus: "unreserved",
+		{"check off", pgserver.SlotHealth{Checked: checked, WALStatus: "unreserved",
 			SafeWALBytes: -5, SafeWALKnown: true, MaxKeepBytes: 1 << 30}, -1, ""},
-		{"lost", replication.SlotHealth{Checked: checked, WALStatus: "lost"}, -1, "invalidated (wal_status lost)"},
+		{"lost", pgserver.SlotHealth{Checked: checked, WALStatus: "lost"}, -1, "invalidated (wal_status lost)"},
 	} {
 		got := slotProblem(tc.h, tc.minSafe)
 		if (tc.want == "") != (got == "") || !strings.Contains(got, tc.want) {

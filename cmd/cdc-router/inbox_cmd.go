@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/cdc-router/cdc-router/inbox"
-	"github.com/cdc-router/cdc-router/replication"
+	"github.com/cdc-router/cdc-router/pgserver"
 )
 
 const inboxUsage = `Usage: cdc-router inbox <subcommand> --consumer NAME [flags] [ID...]
@@ -80,7 +80,7 @@ func runInbox(ctx context.Context, args []string, env func(string) string, stdou
 	case *f.consumer == "":
 		return usageError{errors.New("no consumer: set --consumer to the name the consumer passes as inbox.Config.Consumer")}
 	}
-	conn, err := replication.ConnectSQL(ctx, *f.url)
+	conn, err := pgserver.ConnectSQL(ctx, *f.url)
 	if err != nil {
 		return err
 	}

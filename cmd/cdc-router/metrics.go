@@ -10,7 +10,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/cdc-router/cdc-router/internal/cdc"
-	"github.com/cdc-router/cdc-router/replication"
+	"github.com/cdc-router/cdc-router/metrics"
 	"github.com/cdc-router/cdc-router/route"
 	"github.com/cdc-router/cdc-router/snapshot"
 )
@@ -18,7 +18,7 @@ import (
 // newRegistry is the registry /metrics serves for run: the process and Go runtime collectors,
 // cdc_router_build_info, the stream's metrics (read from stats) and the broker's (route.Metrics, to pass to
 // every Router the stream dials). It is the process's own registry, not Prometheus's global one.
-func newRegistry(stats *replication.Stats) (*prometheus.Registry, *route.Metrics, error) {
+func newRegistry(stats *metrics.Stats) (*prometheus.Registry, *route.Metrics, error) {
 	reg, rm, err := baseRegistry()
 	if err != nil {
 		return nil, nil, err

@@ -16,8 +16,8 @@ import (
 	"github.com/cdc-router/cdc-router/decode"
 	"github.com/cdc-router/cdc-router/internal/cdc"
 	"github.com/cdc-router/cdc-router/migrations"
+	"github.com/cdc-router/cdc-router/pgserver"
 	"github.com/cdc-router/cdc-router/quarantine"
-	"github.com/cdc-router/cdc-router/replication"
 	"github.com/cdc-router/cdc-router/route"
 	"github.com/cdc-router/cdc-router/snapshot"
 )
@@ -85,7 +85,7 @@ func runSubcommand(ctx context.Context, name, usageText string, args []string, e
 		if *pg.url == "" {
 			return usageError{errors.New("no PostgreSQL URL: set --pg-url or CDC_ROUTER_PG_URL (postgres://user:password@host:5432/db)")}
 		}
-		conn, err := replication.ConnectSQL(ctx, *pg.url)
+		conn, err := pgserver.ConnectSQL(ctx, *pg.url)
 		if err != nil {
 			return err
 		}
@@ -261,7 +261,7 @@ func quarantineReplay(s *settings) func(context.Context, *pgx.Conn, opsFlags, []
 		if err != nil {
 			return err
 		}
-		read, err := replication.ConnectReader(ctx, *pg.url)
+		read, err := pgserver.ConnectReader(ctx, *pg.url)
 		if err != nil {
 			return err
 		}

@@ -1,0 +1,20 @@
+// Package admin is the operator's view of one router's state in one database: `cdc-router status` (Report,
+// as text and as the versioned JSON of status --json), `cdc-router reset` (Reset, and the peek of the slot
+// that guards it), and the units they write for people.
+//
+// Invariants, each pinned by a test:
+//   - A slot of the same name in another database is reported as foreign, and none of its facts are shown as
+//     this database's (TestStatusJSONOfAMissingOrForeignSlot).
+//   - status --json only ever adds fields within StatusSchemaVersion; a removal or a change of meaning makes
+//     a new version (cmd/cdc-router's TestStatusJSON).
+//   - Reset never drops a slot that holds unpublished events of its publication (inserts, and messages with
+//     the router's prefix, in transactions past the acknowledged position) unless forced: it peeks them
+//     without consuming, bounded in rows and time, and names how many; what it cannot count it refuses too
+//     (cmd/cdc-router's TestResetRefusesToDropUnpublishedEvents).
+//   - Reset holds the slot's advisory lock throughout, so it refuses while a router of the slot runs in this
+//     database and no router starts meanwhile; it touches nothing of other slots, backfills or quarantine
+//     records.
+//
+// It reads and writes over an ordinary connection only, never the replication connection, and never runs
+// the stream.
+package admin

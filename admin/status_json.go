@@ -1,0 +1,102 @@
+package admin
+
+import (
+	"encoding/json"
+	"time"
+)
+
+// StatusSchemaVersion is the version of `cdc-router status --json`'s schema (docs/operations.md). Fields
+// are only ever added within a version; a removal or a change of meaning makes a new version.
+const StatusSchemaVersion = 1
+
+// statusJSON is the stable JSON form of a Report. Sizes are bytes and durations seconds, as numbers;
+// times are RFC 3339 in UTC; LSNs are PostgreSQL's text form (0/16B3748). A fact that is unknown is null.
+type statusJSON struct {
+	SchemaVersion     int            `json:"schema_version"`
+	Slot              string         `json:"slot"`
+	Database          string         `json:"database"`
+	SlotExists        bool           `json:"slot_exists"`
+	SlotDatabase      *string        `json:"slot_database"`
+	RouterRunning     bool           `json:"router_running"`
+	Active            *bool          `json:"active"`
+	ConfirmedFlushLSN *string        `json:"confirmed_flush_lsn"`
+	LagBytes          *int64         `json:"lag_bytes"`
+	LagSeconds        *float64       `json:"lag_seconds"`
+	WALStatus         *string        `json:"wal_status"`
+	RetainedWALBytes  *int64         `json:"retained_wal_bytes"`
+	SafeWALSizeBytes  *int64         `json:"safe_wal_size_bytes"`
+	Failover          *bool          `json:"failover"`
+	Synced            *bool          `json:"synced"`
+	Invalidation      *string        `json:"invalidation_reason"`
+	PendingEvents     *int64         `json:"pending_events"`
+	StoredPosition    *storedJSON    `json:"stored_position"`
+	Quarantine        quarantineJSON `json:"quarantine"`
+	Jobs              []jobJSON      `json:"jobs"`
+}
+
+type storedJSON struct {
+	LSN       string `json:"lsn"`
+	SystemID  string `json:"system_id"`
+	Timeline  int32  `json:"timeline"`
+	UpdatedAt string `json:"updated_at"`
+}
+
+type quarantineJSON struct {
+	Total     int64 `json:"total"`
+	Handled   int64 `json:"handled"`
+	Unhandled int64 `json:"unhandled"`
+}
+
+type jobJSON struct {
+	Name      string  `json:"name"`
+	Kind      string  `json:"kind"`
+	State     string  `json:"state"`
+	RowsDone  int64   `json:"rows_done"`
+	RowsTotal int64   `json:"rows_total"`
+	StartedAt string  `json:"started_at"`
+	UpdatedAt string  `json:"updated_at"`
+	Error     *string `json:"error"`
+}
+
+func ptr[T any](v T) *T { return &v }
+
+func rfc3339(t time.Time) string { return t.UTC().Format(time.RFC3339) }
+
+// MarshalJSON writes the report in the documented schema (StatusSchemaVersion).
+func (r Report) MarshalJSON() ([]byte, error) {
+	j := statusJSON{SchemaVersion: StatusSchemaVersion, Slot: r.Slot, Database: r.Database, SlotExists: r.SlotExists,
+		RouterRunning: r.Locked, Jobs: []jobJSON{},
+		Quarantine: quarantineJSON{Total: r.Quarantined, Handled: r.Handled, Unhandled: r.Quarantined - r.Handled}}
+	if r.SlotDatabase != "" {
+		j.SlotDatabase = ptr(r.SlotDatabase)
+	}
+	if r.SlotExists {
+		j.Active, j.WALStatus, j.Failover, j.Synced = ptr(r.Active), ptr(r.WALStatus), ptr(r.Failover), ptr(r.Synced)
+		if r.Invalidation != "" {
+			j.Invalidation = ptr(r.Invalidation)
+		}
+		if r.Pending != nil && !r.Pending.AtLeast {
+			j.PendingEvents = ptr(r.Pending.Events())
+		}
+		if r.ConfirmedFlush != 0 {
+			j.ConfirmedFlushLSN, j.LagBytes, j.RetainedWALBytes = ptr(r.ConfirmedFlush.String()), ptr(r.LagBytes), ptr(r.RetainedBytes)
+			j.SafeWALSizeBytes = r.SafeWALBytes
+		}
+		if r.LagTimeKnown {
+			j.LagSeconds = ptr(r.LagTime.Seconds())
+		}
+	}
+	if r.Stored != nil {
+		j.StoredPosition = &storedJSON{LSN: r.Stored.LSN.String(), SystemID: r.Stored.SystemID, Timeline: r.Stored.Timeline,
+			UpdatedAt: rfc3339(r.Stored.UpdatedAt)}
+	}
+	for _, job := range r.Jobs {
+		jj := jobJSON{Name: job.Name, Kind: job.Kind, State: jobState(job), RowsDone: job.RowsDone, RowsTotal: job.RowsTotal,
+			StartedAt: rfc3339(job.StartedAt), UpdatedAt: rfc3339(job.UpdatedAt)}
+		if job.Error != "" {
+			jj.Error = ptr(job.Error)
+		}
+		j.Jobs = append(j.Jobs, jj)
+	}
+	return json.Marshal(j)
+}

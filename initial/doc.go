@@ -1,0 +1,17 @@
+// Package initial is a router's initial snapshot: which outbox tables still have rows to copy at start
+// (Due), the check that every table can be copied before the slot is created (CheckTables), the copy of a
+// new slot's rows in exactly the slot's exported snapshot (Copy), and the end of a copy a crash interrupted,
+// in a new snapshot (Finish). Package snapshot reads and publishes the rows; this package decides which
+// jobs run, records them with the position, and copies several tables merged where their keys allow.
+//
+// Invariants, each pinned by a test:
+//   - A new slot's rows are read in the slot's own exported snapshot, so that the stream from the consistent
+//     point adds every later row, none twice (cmd/cdc-router's snapshot tests).
+//   - A copy resumed in a new snapshot may publish rows twice, never lose one; it resumes with the predicate
+//     it started with (TestSIGTERMDuringTheSnapshot, TestMergedSnapshotResumesAfterKill).
+//   - An unfinished initial snapshot is never skipped: without --snapshot=initial, or for a table this run
+//     does not read, the start is refused naming the fix (TestSnapshotOfTwoOutboxesResumesPerTable).
+//
+// It never touches the replication connection: the stream creates the slot and hands over the name of its
+// exported snapshot before it uses that connection again.
+package initial

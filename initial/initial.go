@@ -1,0 +1,348 @@
+package initial
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/cdc-router/cdc-router/decode"
+	"github.com/cdc-router/cdc-router/internal/cdc"
+	"github.com/cdc-router/cdc-router/metrics"
+	"github.com/cdc-router/cdc-router/offsets"
+	"github.com/cdc-router/cdc-router/pgserver"
+	"github.com/cdc-router/cdc-router/snapshot"
+)
+
+// Config is what the initial snapshot needs of the router's configuration (replication.Config's fields of
+// the same names).
+type Config struct {
+	PGURL     string        // the snapshot reader connects here
+	PGTimeout time.Duration // bound of each connection attempt of the reader
+	Slot      string
+	Schema    string        // the router's own schema: the jobs, the stored position, the quarantine
+	Table     string        // the first outbox table
+	Decode    decode.Config // the row rules, the other outbox tables (MoreTables) and their mappings
+
+	Snapshot         string    // "initial": a slot without any record of a position or a snapshot is copied; "never"
+	SnapshotWhere    string    // SQL predicate restricting the initial snapshot
+	SnapshotPageSize int       // rows per keyset page; snapshot's default when 0
+	Progress         io.Writer // a terminal for the progress line, or nil
+	RefusalRetry     time.Duration
+	// Renew replaces a publisher that a per-message refusal failed (snapshot.Config.Renew); nil: none.
+	Renew func(context.Context) (snapshot.Publisher, error)
+}
+
+// outboxTables lists the outbox tables, Table first, then Decode.MoreTables, as --table gave them.
+func (c Config) outboxTables() []string {
+	out := []string{c.Table}
+	for _, t := range c.Decode.MoreTables {
+		out = append(out, t.Table)
+	}
+	return out
+}
+
+// initialName is the job name of table's initial snapshot: InitialName for a router of one table (as
+// before a router could read several), InitialTableName for each of several.
+func (c Config) initialName(table string) string {
+	if len(c.Decode.MoreTables) == 0 {
+		return snapshot.InitialName(c.Slot)
+	}
+	return snapshot.InitialTableName(c.Slot, decode.QualifiedTable(table))
+}
+
+// forTable is c reading only table, for its snapshot: the table's own mapping (nil for the native shape)
+// becomes the mapping.
+func (c Config) forTable(table string) Config {
+	c.Decode.Mapping = decode.MappingFor(c.Decode, table)
+	c.Table, c.Decode.Table, c.Decode.MoreTables = table, table, nil
+	return c
+}
+
+// CheckTables refuses, before the slot is created, a table that the initial snapshot could not read
+// (snapshot.CheckTable: a mapped table without a primary key, or that does not fit its mapping).
+func CheckTables(ctx context.Context, cfg Config, sql *pgx.Conn) error {
+	for _, t := range cfg.outboxTables() {
+		if err := snapshot.CheckTable(ctx, cfg.forTable(t).snapshotConfig(), sql); err != nil {
+			return &cdc.Fatal{Msg: err.Error()}
+		}
+	}
+	return nil
+}
+
+// Job is the initial snapshot of one outbox table.
+type Job struct {
+	table string
+	job   snapshot.Job
+}
+
+// snapshotConfig is the copy configuration of the initial snapshot.
+func (c Config) snapshotConfig() snapshot.Config {
+	return snapshot.Config{Table: c.Table, Schema: c.Schema, Slot: c.Slot, Where: c.SnapshotWhere,
+		PageSize: c.SnapshotPageSize, Decode: c.Decode, RefusalRetry: c.RefusalRetry}
+}
+
+// Copy records the initial snapshot of every outbox table and copies the rows visible in the slot's exported
+// snapshot snapshotName: the rows committed before the consistent point pos.LSN. The caller has just created
+// the slot and has not used its replication connection since, so that the snapshot still exists; Copy
+// imports it into a REPEATABLE READ transaction on a connection of its own, records the jobs and the position
+// pos, and copies. Streaming from the consistent point then adds every later row, none twice. With several
+// outbox tables, every table's job is recorded at once and the tables are copied in that one snapshot,
+// merged in key order (copyTables).
+func Copy(ctx context.Context, cfg Config, log *slog.Logger, stats *metrics.Stats, sql *pgx.Conn, store *offsets.Store,
+	pos offsets.Position, snapshotName string, pub snapshot.Publisher) error {
+	point := pos.LSN
+	reader, err := pgserver.ConnectReaderWithin(ctx, cfg.PGURL, cfg.PGTimeout)
+	if err != nil {
+		return err
+	}
+	defer reader.Close(context.Background())
+	tx, err := reader.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly})
+	if err != nil {
+		return fmt.Errorf("begin snapshot transaction: %w", err)
+	}
+	defer tx.Rollback(context.Background())
+	if _, err := tx.Exec(ctx, "SET TRANSACTION SNAPSHOT '"+strings.ReplaceAll(snapshotName, "'", "''")+"'"); err != nil {
+		return fmt.Errorf("import the slot's snapshot: %w", err)
+	}
+	log.Info("created replication slot with a snapshot", "lsn", point, "snapshot", snapshotName)
+	jobs := snapshot.NewJobs(sql, cfg.Schema)
+	var todo []Job
+	for _, t := range cfg.outboxTables() {
+		todo = append(todo, Job{t, snapshot.Job{Name: cfg.initialName(t), Kind: "initial", Predicate: cfg.SnapshotWhere,
+			ReadLSN: point}})
+	}
+	err = pgx.BeginFunc(ctx, sql, func(t pgx.Tx) error {
+		for _, j := range todo {
+			if err := jobs.Start(ctx, t, j.job); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	if err := store.Save(ctx, pos, true); err != nil {
+		return err
+	}
+	if err := copyTables(ctx, cfg, log, stats, tx, jobs, todo, pub); err != nil { // all in the slot's snapshot
+		return err
+	}
+	return tx.Commit(ctx)
+}
+
+// resumeSnapshot finishes the initial snapshot jobs that a crash interrupted (each table's), or copies
+// everything when the slot exists without any record of one. The slot's own snapshot is gone, so the rest
+// is read in a new one: rows committed after the consistent point may be published twice (once here, once
+// streamed), never lost.
+func resumeSnapshot(ctx context.Context, cfg Config, log *slog.Logger, stats *metrics.Stats, sql *pgx.Conn, todo []Job,
+	pub snapshot.Publisher) error {
+	reader, err := pgserver.ConnectReaderWithin(ctx, cfg.PGURL, cfg.PGTimeout)
+	if err != nil {
+		return err
+	}
+	defer reader.Close(context.Background())
+	tx, err := reader.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly})
+	if err != nil {
+		return fmt.Errorf("begin snapshot transaction: %w", err)
+	}
+	defer tx.Rollback(context.Background())
+	for _, j := range todo {
+		log.Warn("resuming the initial snapshot in a new snapshot: rows committed since the slot was created may be published twice",
+			"table", j.table, "rows_done", j.job.RowsDone, "lsn", j.job.ReadLSN)
+		if j.job.Predicate != cfg.SnapshotWhere {
+			log.Warn("the snapshot resumes with the predicate it started with, not --snapshot-where",
+				"predicate", j.job.Predicate, "snapshot_where", cfg.SnapshotWhere)
+		}
+	}
+	if err := copyTables(ctx, cfg, log, stats, tx, snapshot.NewJobs(sql, cfg.Schema), todo, pub); err != nil {
+		return err
+	}
+	return tx.Commit(ctx)
+}
+
+// copyTables copies the jobs of todo in tx. Several native tables whose keys order alike are copied merged
+// (snapshot.CopyMerged): each aggregate's rows arrive in version order across the tables. Otherwise (a
+// mapped table, keyed by its primary key; see snapshot.Mergeable) they are copied one after the other, in
+// key order within each table only, which the log says. Each job reads with the predicate it started with.
+func copyTables(ctx context.Context, cfg Config, log *slog.Logger, stats *metrics.Stats, tx pgx.Tx, jobs *snapshot.Jobs,
+	todo []Job, pub snapshot.Publisher) error {
+	cfgs := make([]snapshot.Config, len(todo))
+	for i, j := range todo {
+		c := cfg.forTable(j.table)
+		c.SnapshotWhere = j.job.Predicate
+		cfgs[i] = c.snapshotConfig()
+		cfgs[i].Renew = cfg.Renew
+	}
+	why := "one table"
+	if len(todo) > 1 {
+		var err error
+		if why, err = snapshot.Mergeable(ctx, cfgs, tx); err != nil {
+			return err
+		}
+		if why != "" {
+			log.Info("the initial snapshot copies the tables one after the other, so an aggregate whose rows span "+
+				"tables is in version order within each table only: "+why, "tables", len(todo))
+		}
+	}
+	reps := make([]*snapshot.Reporter, len(todo))
+	list := make([]snapshot.Job, len(todo))
+	done, total := make([]int64, len(todo)), make([]int64, len(todo))
+	for i, j := range todo {
+		var err error
+		if list[i], reps[i], err = prepareCopy(ctx, cfgs[i], cfg.Progress, log, stats, tx, jobs, j.job); err != nil {
+			return err
+		}
+		if why == "" { // one progress for all the tables
+			reps[i].Observe = func(d, t int64) {
+				done[i], total[i] = d, t
+				stats.SnapshotObserved(sum(done), sum(total))
+			}
+			done[i], total[i] = list[i].RowsDone, list[i].RowsTotal
+		}
+	}
+	depth, watched := pub.(unroutableDepth)
+	var before int
+	if watched {
+		before, watched = depth.UnroutableMessages()
+	}
+	if why == "" {
+		stats.SnapshotProgress(sum(done), sum(total))
+		if err := snapshot.CopyMerged(ctx, cfgs, tx, jobs, list, pub, reps); err != nil {
+			return err
+		}
+	} else {
+		for i := range todo {
+			stats.SnapshotProgress(list[i].RowsDone, list[i].RowsTotal)
+			if _, err := snapshot.Copy(ctx, cfgs[i], tx, jobs, list[i], pub, reps[i]); err != nil {
+				return err
+			}
+		}
+	}
+	if watched {
+		if after, ok := depth.UnroutableMessages(); ok && after > before {
+			log.Warn("the initial snapshot sent events that no queue was bound for to the unroutable queue: bind the "+
+				"consumers' queues, then move them back (docs/operations.md, Unroutable events)", "unroutable_gained", after-before)
+		}
+	}
+	return nil
+}
+
+// prepareCopy counts the rows job has left, records its total and returns it with its reporter.
+func prepareCopy(ctx context.Context, scfg snapshot.Config, term io.Writer, log *slog.Logger, stats *metrics.Stats, tx pgx.Tx, jobs *snapshot.Jobs,
+	job snapshot.Job) (snapshot.Job, *snapshot.Reporter, error) {
+	left, err := snapshot.Count(ctx, scfg, tx, job.LastKey)
+	if err != nil {
+		return job, nil, &cdc.Fatal{Msg: err.Error()}
+	}
+	job.RowsTotal = job.RowsDone + left
+	if err := jobs.Total(ctx, job.Name, job.RowsTotal); err != nil {
+		return job, nil, err
+	}
+	log.Info("initial snapshot", "table", scfg.Table, "rows_total", job.RowsTotal, "rows_left", left, "predicate", scfg.Where)
+	stats.SetState(metrics.StateSnapshot, nil)
+	rep := snapshot.NewReporter(log, term, job.Name, job.RowsDone)
+	rep.Observe = stats.SnapshotObserved
+	return job, rep, nil
+}
+
+func sum(xs []int64) int64 {
+	var n int64
+	for _, x := range xs {
+		n += x
+	}
+	return n
+}
+
+// unroutableDepth is satisfied by a publisher that can count the messages in its unroutable queue
+// (route.Router); the snapshot's end reports what it parked there, which happens when it runs before any
+// consumer bound a queue.
+type unroutableDepth interface {
+	UnroutableMessages() (n int, ok bool)
+}
+
+// Due finds the initial snapshots still to copy: the unfinished ones, or, for a slot with neither a
+// stored position nor any snapshot record and --snapshot=initial, every table's (fresh). An unfinished one
+// without --snapshot=initial, or of a table this run does not read, is refused: streaming on would never
+// publish its rest.
+func Due(ctx context.Context, cfg Config, sql *pgx.Conn, start cdc.LSN, hasStored bool) ([]Job, bool, error) {
+	all, err := snapshot.NewJobs(sql, cfg.Schema).All(ctx)
+	if err != nil {
+		return nil, false, err
+	}
+	byName := map[string]snapshot.Job{}
+	for _, j := range all {
+		if snapshot.IsInitialOf(j.Name, cfg.Slot) {
+			byName[j.Name] = j
+		}
+	}
+	recorded := len(byName) > 0
+	var todo []Job
+	for _, t := range cfg.outboxTables() {
+		job, ok := byName[cfg.initialName(t)]
+		delete(byName, cfg.initialName(t))
+		switch {
+		case ok && !job.Done() && cfg.Snapshot != "initial":
+			what := "slot " + cfg.Slot
+			if len(cfg.Decode.MoreTables) > 0 {
+				what = t + " (slot " + cfg.Slot + ")"
+			}
+			return nil, false, cdc.Fatalf("the initial snapshot of %s is unfinished (%d of %d rows): streaming now would never "+
+				"publish the rest; start with --snapshot=initial to finish it, or run `cdc-router reset --slot %s` to start over",
+				what, job.RowsDone, job.RowsTotal, cfg.Slot)
+		case ok && !job.Done():
+			todo = append(todo, Job{t, job})
+		}
+	}
+	for name, job := range byName {
+		if !job.Done() {
+			return nil, false, cdc.Fatalf("the initial snapshot %s of slot %s is unfinished (%d of %d rows) and belongs to an "+
+				"outbox table list other than this run's --table: start with the --table it began with to finish it, or run "+
+				"`cdc-router reset --slot %s` to start over", name, cfg.Slot, job.RowsDone, job.RowsTotal, cfg.Slot)
+		}
+	}
+	if len(todo) > 0 || cfg.Snapshot != "initial" || hasStored || recorded {
+		return todo, false, nil
+	}
+	for _, t := range cfg.outboxTables() {
+		todo = append(todo, Job{t, snapshot.Job{Name: cfg.initialName(t), Kind: "initial",
+			Predicate: cfg.SnapshotWhere, ReadLSN: start}})
+	}
+	return todo, true, nil
+}
+
+// Finish finishes the initial snapshot jobs todo that a crash interrupted, or, when fresh (the slot exists
+// with no record of a position or a snapshot), records them and the position pos first and copies every
+// table whole, in a new snapshot (resumeSnapshot).
+func Finish(ctx context.Context, cfg Config, log *slog.Logger, stats *metrics.Stats, sql *pgx.Conn, store *offsets.Store,
+	pos offsets.Position, todo []Job, fresh bool, pub snapshot.Publisher) error {
+	for _, j := range todo { // before a fresh job is recorded: the refusal's fix then works as it says
+		if err := snapshot.CheckTable(ctx, cfg.forTable(j.table).snapshotConfig(), sql); err != nil {
+			return &cdc.Fatal{Msg: err.Error()}
+		}
+	}
+	jobs := snapshot.NewJobs(sql, cfg.Schema)
+	if fresh {
+		log.Warn("the slot exists but no position or snapshot was ever recorded for it: copying the whole table once")
+		err := pgx.BeginFunc(ctx, sql, func(t pgx.Tx) error {
+			for _, j := range todo {
+				if err := jobs.Start(ctx, t, j.job); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+		if err != nil {
+			return err
+		}
+		if err := store.Save(ctx, pos, true); err != nil {
+			return err
+		}
+	}
+	return resumeSnapshot(ctx, cfg, log, stats, sql, todo, pub)
+}

@@ -1,0 +1,152 @@
+package metrics
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/cdc-router/cdc-router/pgserver"
+)
+
+func TestLagBytes(t *testing.T) {
+	s := &Stats{}
+	if _, ok := s.LagBytes(); ok {
+		t.Error("lag bytes known before the stream said anything")
+	}
+	s.acked.Store(1000)
+	s.walEnd.Store(1500)
+	if lag, ok := s.LagBytes(); !ok || lag != 500 {
+		t.Errorf("lag bytes %d %v, want 500", lag, ok)
+	}
+	s.acked.Store(2000) // acknowledged past the last WAL end heard of: no negative lag
+	if lag, _ := s.LagBytes(); lag != 0 {
+		t.Errorf("lag bytes %d, want 0", lag)
+	}
+}
+
+// TestFlightOldest: the age of the oldest unconfirmed event follows confirms in any order.
+func TestFlightOldest(t *testing.T) {
+	f := NewFlight()
+	now := time.Now()
+	a, b, c := f.Add(now.Add(-30*time.Second)), f.Add(now.Add(-20*time.Second)), f.Add(now.Add(-10*time.Second))
+	age := func(want time.Duration) {
+		t.Helper()
+		if got := f.Oldest(); got < want || got > want+time.Second {
+			t.Errorf("oldest %v, want about %v", got, want)
+		}
+	}
+	age(30 * time.Second)
+	f.Done(b)
+	age(30 * time.Second)
+	f.Done(a)
+	age(10 * time.Second)
+	f.Done(c)
+	if got := f.Oldest(); got != 0 {
+		t.Errorf("oldest %v with nothing in flight, want 0", got)
+	}
+	d := f.Add(now)
+	f.Done(d)
+	if got := f.Oldest(); got != 0 || f.low != f.next {
+		t.Errorf("oldest %v, low %d next %d after the last confirm", got, f.low, f.next)
+	}
+}
+
+// TestStatsMetrics: the collector passes Prometheus's lint, writes the state as an enum, counts by label,
+// and exports the slot's health only once it was read.
+func TestStatsMetrics(t *testing.T) {
+	s := &Stats{}
+	reg := prometheus.NewRegistry()
+	if err := s.Register(reg); err != nil {
+		t.Fatal(err)
+	}
+	s.SetState(StateStreaming, nil)
+	s.Confirmed(time.Now().Add(-time.Second))
+	s.QuarantinedAs(QuarantineRefused)
+	s.Restarted(CauseBroker)
+	s.SnapshotProgress(10, 100)
+	s.SnapshotObserved(40, 100)
+	problems, err := testutil.GatherAndLint(reg)
+	if err != nil || len(problems) > 0 {
+		t.Fatalf("lint: %v %v", err, problems)
+	}
+	want := `
+# HELP cdc_router_events_published_total Events the broker confirmed, by source: stream (the slot), snapshot (the initial snapshot run by this process).
+# TYPE cdc_router_events_published_total counter
+cdc_router_events_published_total{source="snapshot"} 30
+cdc_router_events_published_total{source="stream"} 1
+# HELP cdc_router_state 1 for the router's current state (starting, snapshot, streaming, standby, restarting, stopped), 0 for the others.
+# TYPE cdc_router_state gauge
+cdc_router_state{state="restarting"} 0
+cdc_router_state{state="snapshot"} 0
+cdc_router_state{state="standby"} 0
+cdc_router_state{state="starting"} 0
+cdc_router_state{state="stopped"} 0
+cdc_router_state{state="streaming"} 1
+`
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), "cdc_router_state", "cdc_router_events_published_total"); err != nil {
+		t.Error(err)
+	}
+	if n := testutil.CollectAndCount(reg, "cdc_router_slot_active"); n != 0 {
+		t.Errorf("slot metrics before the first slot health read: %d series, want none", n)
+	}
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	counts := map[string]float64{}
+	for _, mf := range mfs {
+		for _, m := range mf.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if m.GetCounter() != nil && m.GetCounter().GetValue() > 0 {
+					counts[mf.GetName()+"/"+l.GetValue()] = m.GetCounter().GetValue()
+				}
+			}
+			if h := m.GetHistogram(); h != nil {
+				counts[mf.GetName()] = float64(h.GetSampleCount())
+			}
+		}
+	}
+	for key, want := range map[string]float64{"cdc_router_events_quarantined_total/refused": 1,
+		"cdc_router_stream_restarts_total/broker": 1, "cdc_router_commit_to_confirm_seconds": 1} {
+		if counts[key] != want {
+			t.Errorf("%s = %v, want %v (all: %v)", key, counts[key], want, counts)
+		}
+	}
+	s.SetSlot(pgserver.SlotHealth{Checked: time.Now(), Active: true, WALStatus: "extended", SafeWALBytes: 5 << 20, SafeWALKnown: true,
+		RetainedBytes: 7 << 20, MaxKeepBytes: 1 << 30})
+	want = `
+# HELP cdc_router_slot_wal_status 1 for the slot's wal_status (reserved, extended, unreserved, lost), 0 for the others, from the last slot health read.
+# TYPE cdc_router_slot_wal_status gauge
+cdc_router_slot_wal_status{wal_status="extended"} 1
+cdc_router_slot_wal_status{wal_status="lost"} 0
+cdc_router_slot_wal_status{wal_status="reserved"} 0
+cdc_router_slot_wal_status{wal_status="unreserved"} 0
+# HELP cdc_router_slot_safe_wal_size_bytes WAL that can still be written before PostgreSQL invalidates the slot (safe_wal_size); absent when max_slot_wal_keep_size is -1 (no limit).
+# TYPE cdc_router_slot_safe_wal_size_bytes gauge
+cdc_router_slot_safe_wal_size_bytes 5.24288e+06
+`
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), "cdc_router_slot_wal_status", "cdc_router_slot_safe_wal_size_bytes"); err != nil {
+		t.Error(err)
+	}
+	s.SetState(StateStandby, nil) // a standby does not report the slot
+	if n := testutil.CollectAndCount(reg, "cdc_router_slot_wal_status"); n != 0 {
+		t.Errorf("a standby exports %d wal_status series, want none", n)
+	}
+}
+
+// BenchmarkConfirmBookkeeping is what the metrics add to each streamed event: the in-flight record at
+// hand-over, and at the confirm the counter, the commit-to-confirm observation and the in-flight removal.
+func BenchmarkConfirmBookkeeping(b *testing.B) {
+	s := &Stats{}
+	f := NewFlight()
+	committed := time.Now()
+	b.ReportAllocs()
+	for b.Loop() {
+		seq := f.Add(time.Now())
+		s.Confirmed(committed)
+		f.Done(seq)
+	}
+}

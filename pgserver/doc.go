@@ -1,0 +1,27 @@
+// Package pgserver is what the router knows of PostgreSQL as a server: how to connect to it (ordinary,
+// replication and snapshot reader connections, TLS files, primaries only, every attempt bounded), how to
+// explain its refusals in one sentence that names the fix, and its replication slots (inspect, create,
+// health), timelines and failover settings.
+//
+// Invariants, each pinned by a test:
+//   - Every connection accepts only a primary (pg_is_in_recovery() is false); a target_session_attrs that
+//     asks for a standby is refused, and a connection that found only standbys wraps ErrStandby so that the
+//     stream retries it as a failover in progress (TestRequirePrimary).
+//   - No connection attempt to a PostgreSQL that accepts TCP but does not answer lasts longer than its bound
+//     (run's --pg-timeout, DefaultPGTimeout for the other commands; a shorter connect_timeout in the URL wins),
+//     and its error names the server and the bound, never the password
+//     (replication's TestConnectionAttemptsEndWithinTheBound).
+//   - A certificate or key file that the URL names is read before any connection is tried; a problem with it
+//     is one sentence naming the file and its parameter (TestTLSFilesCheckNamesTheFileAndTheParameter).
+//   - Errors a user can fix (a password, pg_hba.conf, wal_level, REPLICATION, TLS, max_replication_slots) are a
+//     *cdc.Fatal naming the fix; transient ones a *Retryable that names the server.
+//   - A slot creation that waits for running transactions is reported, with those transactions, for as long
+//     as it waits (TestSlotCreationIsReportedForAsLongAsItWaits).
+//   - A stored position past the end of its timeline on this server is refused (TestTimelineEnd; end to end
+//     cmd/cdc-router's failover tests).
+//
+// It never reads the replication stream or sends a standby status update: package replication owns the
+// replication connection. ConnectReplication opens it for replication, and the slot commands here
+// (CREATE_REPLICATION_SLOT, ALTER_REPLICATION_SLOT, TIMELINE_HISTORY) run on it only when the stream's
+// goroutine calls them, before START_REPLICATION.
+package pgserver

@@ -1,0 +1,176 @@
+package pubcheck
+
+import (
+	"context"
+	"fmt"
+	"regexp"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/cdc-router/cdc-router/decode"
+	"github.com/cdc-router/cdc-router/migrations"
+)
+
+// A publication gap is a window in which an outbox table may have been out of the publication (or its
+// inserts unpublished) although every check around it found the publication sound: a table dropped from
+// the publication and added back between two checks, the publication dropped and recreated, publish =
+// 'insert' turned off and on, the table swapped for a new one. Polling the catalog's current state cannot
+// see it; the membership's identity can: every one of those changes gives the table a new identity (see
+// membershipIdentities), which the checks record (publication_checks.identities) and compare, across
+// restarts too. A gap is recorded (publication_checks.gaps) with the backfill that republishes its rows,
+// makes the router unready and refuses its next start, until that backfill has run (ClearPublicationGaps).
+
+// gap is one recorded window of one outbox table; Where is the --where of the backfill that covers it.
+type gap struct {
+	Table string     `json:"table"`
+	From  *time.Time `json:"from,omitempty"` // the last check that saw the old identity; nil: none did
+	To    time.Time  `json:"to"`             // the check that saw the new one
+	Where string     `json:"where"`
+}
+
+// tableKey is table as schema.name, the form gaps and identities are recorded under.
+func tableKey(table string) string { return decode.QualifiedTable(table) }
+
+// membershipIdentities reads, for each outbox table, what identifies its membership in the publication: the
+// publication's oid and row version (xmin: recreated, or its options edited), the table's oid (swapped),
+// and the oid of the row that puts it in (pg_publication_rel, the partitioned root's with
+// publish_via_partition_root; pg_publication_namespace for TABLES IN SCHEMA; FOR ALL TABLES has none but
+// the publication's). Each of them changes when the table leaves the publication and comes back. It is
+// read only after a sound check, and returned with the server's time before it was read: the rows' own
+// clock (occurred_at), whatever the router's clock says.
+func membershipIdentities(ctx context.Context, sql *pgx.Conn, cfg Config) (map[string]string, time.Time, error) {
+	var version int
+	var at time.Time
+	if err := sql.QueryRow(ctx, "SELECT current_setting('server_version_num')::int, now()").Scan(&version, &at); err != nil {
+		return nil, at, fmt.Errorf("read server version: %w", err)
+	}
+	namespace := "''"
+	if version >= 150000 { // pg_publication_namespace came with PostgreSQL 15
+		namespace = `coalesce((SELECT ' schema ' || pn.oid FROM pg_publication_namespace pn
+			WHERE pn.pnpubid = p.oid AND pn.pnnspid = c.relnamespace), '')`
+	}
+	out := map[string]string{}
+	for _, t := range cfg.tables() {
+		ident := migrations.TableIdent(t)
+		var id string
+		err := sql.QueryRow(ctx, `SELECT 'publication ' || p.oid || ' row ' || p.xmin || ' table ' || c.oid ||
+			coalesce((SELECT ' rel ' || r.oid FROM pg_publication_rel r WHERE r.prpubid = p.oid AND r.prrelid = c.oid), '') ||
+			`+namespace+` || CASE WHEN p.puballtables THEN ' all tables' ELSE '' END
+			FROM pg_publication p, pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+			WHERE p.pubname = $1 AND n.nspname = $2 AND c.relname = $3`, cfg.Publication, ident[0], ident[1]).Scan(&id)
+		if err != nil {
+			return nil, at, fmt.Errorf("read the publication membership of %s: %w", t, err)
+		}
+		out[tableKey(t)] = id
+	}
+	return out, at, nil
+}
+
+// changedTables are the tables of cur whose identity differs from the one seen before; a table seen for the
+// first time (a new router, a schema before 008, a table added to the router) has not changed. With
+// optionsOnly, a changed publication row (xmin) alone is no change: the caller knows which option changed.
+func changedTables(seen, cur map[string]string, tables []string, optionsOnly bool) []string {
+	var out []string
+	for _, t := range tables {
+		old, ok := seen[tableKey(t)]
+		now := cur[tableKey(t)]
+		if optionsOnly {
+			old, now = publicationRow.ReplaceAllString(old, ""), publicationRow.ReplaceAllString(now, "")
+		}
+		if ok && old != now {
+			out = append(out, tableKey(t))
+		}
+	}
+	return out
+}
+
+// publicationRow is the part of an identity that changes with the publication's options.
+var publicationRow = regexp.MustCompile(` row [0-9]+`)
+
+// lossless says whether a failed check's problem loses no row: a partitioned outbox published under its
+// partitions' names (publish_via_partition_root off) sends each row, which the stream refuses or
+// quarantines (--on-drift), so a window of only that is no publication gap.
+func lossless(problem string) bool {
+	return strings.Contains(problem, "publish_via_partition_root = true")
+}
+
+// newGap is the window of table from the last sound check that saw its old identity (from) to now.
+func newGap(cfg Config, table string, from *time.Time, now time.Time) gap {
+	column := "occurred_at"
+	if m := decode.MappingFor(cfg.Decode, table); m != nil {
+		column = "<a column that orders its rows>"
+		if m.TimestampColumn != "" {
+			column = m.TimestampColumn
+		}
+	}
+	// Whole seconds, widened outwards: a few more duplicates, never a row short.
+	to := now.UTC().Truncate(time.Second).Add(time.Second)
+	where := fmt.Sprintf("%s < '%s'", column, to.Format(hintTime))
+	if from != nil {
+		where = fmt.Sprintf("%s >= '%s' AND %s", column, from.UTC().Truncate(time.Second).Format(hintTime), where)
+	}
+	return gap{Table: tableKey(table), From: from, To: now, Where: where}
+}
+
+// hintTime is how a backfill hint writes a time.
+const hintTime = "2006-01-02 15:04:05Z07:00"
+
+// command is the backfill that republishes g's rows.
+func (g gap) command(cfg Config) string {
+	cmd := "cdc-router backfill "
+	if cfg.Slot != "" && cfg.Slot != "cdc_router" { // not the default --slot
+		cmd += "--slot " + cfg.Slot + " "
+	}
+	if g.Table != tableKey(migrations.Config{}.Defaults().Table) {
+		cmd += "--table " + g.Table + " "
+	}
+	if decode.MappingFor(cfg.Decode, g.Table) != nil {
+		cmd += "--config <its file> "
+	}
+	return cmd + `--where "` + g.Where + `"`
+}
+
+// describe is g as one sentence naming its backfill.
+func (g gap) describe(cfg Config) string {
+	from := "before the router first checked it"
+	if g.From != nil {
+		from = "between " + g.From.UTC().Format(hintTime) + " and"
+	} else {
+		from += ", until"
+	}
+	return fmt.Sprintf("the outbox table %s may have been out of publication %q (dropped from it and added back, the "+
+		"publication recreated or its options changed, or the table replaced) %s %s, so rows inserted then were never "+
+		"streamed and never will be: publish them with `%s` (consumers drop the duplicates)",
+		g.Table, cfg.Publication, from, g.To.UTC().Format(hintTime), g.command(cfg))
+}
+
+// gapsProblem is the recorded gaps as the router's problem and refusal.
+func gapsProblem(cfg Config, gaps []gap) string {
+	parts := make([]string, len(gaps))
+	for i, g := range gaps {
+		parts[i] = g.describe(cfg)
+	}
+	return strings.Join(parts, "; ") + "; that backfill, once done, clears this (when no row can have been lost, " +
+		"clear it with UPDATE " + pgx.Identifier{cfg.Schema, "publication_checks"}.Sanitize() + " SET gaps = NULL WHERE slot = " +
+		"'" + strings.ReplaceAll(cfg.Slot, "'", "''") + "'; see docs/operations.md#publication-gaps)"
+}
+
+// ClearPublicationGaps forgets the recorded publication gaps of slot's table whose backfill is the one
+// with where: the backfill command (given that --slot, as the gap's command names it) calls it once it is
+// done. Another slot's gap stays: its router may publish elsewhere. It returns the slots it cleared.
+func ClearPublicationGaps(ctx context.Context, conn *pgx.Conn, schema, slot, table, where string) ([]string, error) {
+	checks := pgx.Identifier{schema, "publication_checks"}.Sanitize()
+	key := map[string]string{"table": tableKey(table), "where": where}
+	rows, err := conn.Query(ctx, `UPDATE `+checks+` c SET gaps = (SELECT jsonb_agg(g) FROM jsonb_array_elements(c.gaps) g
+		WHERE NOT g @> $1::jsonb) WHERE c.slot = $2 AND c.gaps @> jsonb_build_array($1::jsonb) RETURNING slot`, key, slot)
+	if err != nil {
+		return nil, fmt.Errorf("clear the publication gaps of %s: %w", table, err)
+	}
+	slots, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return nil, fmt.Errorf("clear the publication gaps of %s: %w", table, err)
+	}
+	return slots, nil
+}

@@ -1,0 +1,72 @@
+package replication
+
+import (
+	"fmt"
+
+	"github.com/jackc/pglogrepl"
+
+	"github.com/cdc-router/cdc-router/internal/cdc"
+	"github.com/cdc-router/cdc-router/offsets"
+	"github.com/cdc-router/cdc-router/pgserver"
+)
+
+// startDecision is what the router does with the slot at start.
+type startDecision struct {
+	create bool    // the slot is missing and no position was ever stored: create it
+	start  cdc.LSN // START_REPLICATION position when not creating
+}
+
+// decideStart applies the refusal rules: a stored position is only trusted on the cluster that stored it,
+// and a slot that vanished or lost WAL behind a stored position means events may be gone.
+func decideStart(cfg Config, sys pglogrepl.IdentifySystemResult, slot pgserver.SlotInfo, stored offsets.Position, hasStored bool) (startDecision, error) {
+	reset := fmt.Sprintf("`cdc-router reset --slot %s` then `cdc-router run` (which re-snapshots the outbox table)", cfg.Slot)
+	if hasStored && stored.SystemID != sys.SystemID {
+		return startDecision{}, fatalf("the stored position %s of slot %s was written by PostgreSQL cluster %s, but this "+
+			"is cluster %s (a restore or a switch to another server): starting from it could skip events, so the router "+
+			"refuses; to start over on this cluster run %s", stored.LSN, cfg.Slot, stored.SystemID, sys.SystemID, reset)
+	}
+	if !slot.Exists {
+		if hasStored {
+			return startDecision{}, fatalf("replication slot %s does not exist but a position (%s) is stored for it: the "+
+				"slot was dropped and the events written since then may be gone from WAL, so the router refuses to create "+
+				"a new slot and skip them; to re-snapshot run %s%s", cfg.Slot, stored.LSN, reset, promotedHint(cfg, sys, stored))
+		}
+		return startDecision{create: true}, nil
+	}
+	if slot.Database != "" && sys.DBName != "" && slot.Database != sys.DBName {
+		return startDecision{}, fatalf("replication slot %s belongs to database %s, not %s: point --pg-url at %s or "+
+			"choose another --slot", cfg.Slot, slot.Database, sys.DBName, slot.Database)
+	}
+	if slot.WALStatus == "lost" || slot.Invalidation != "" {
+		return startDecision{}, fatalf("replication slot %s is invalidated (%s): PostgreSQL will not decode from it "+
+			"again, so events were lost from it; to re-snapshot run %s", cfg.Slot, slot.InvalidationCause(), reset)
+	}
+	if slot.Plugin != "pgoutput" {
+		return startDecision{}, fatalf("replication slot %s uses plugin %q, not pgoutput: drop it "+
+			"(SELECT pg_drop_replication_slot('%s')) or choose another --slot", cfg.Slot, slot.Plugin, cfg.Slot)
+	}
+	start := slot.ConfirmedFlush
+	if hasStored && stored.LSN > start {
+		// The slot's position is persisted only at checkpoints; after a PostgreSQL crash it can be behind the
+		// position the broker confirmed. Starting from the stored one avoids republishing confirmed events.
+		start = stored.LSN
+	}
+	return startDecision{start: start}, nil
+}
+
+// promotedHint adds to the slot-lost refusal, when the position was stored on an earlier timeline of this
+// cluster (a promoted standby), how to keep the slot through the next failover.
+func promotedHint(cfg Config, sys pglogrepl.IdentifySystemResult, stored offsets.Position) string {
+	if stored.Timeline == 0 || stored.Timeline == sys.Timeline {
+		return ""
+	}
+	if cfg.FailoverSlot {
+		return fmt.Sprintf(". This server was promoted (timeline %d, the position is of timeline %d) without a "+
+			"synchronized copy of the slot: check sync_replication_slots = on, hot_standby_feedback = on and a "+
+			"primary_conninfo with dbname on the standbys, and synchronized_standby_slots on the primary "+
+			"(docs/operations.md, Failover slots)", sys.Timeline, stored.Timeline)
+	}
+	return fmt.Sprintf(". This server was promoted (timeline %d, the position is of timeline %d) and the slot was "+
+		"not kept: on PostgreSQL 17+ run the router with --failover-slot and standbys with sync_replication_slots = on "+
+		"so that the next promotion keeps it (docs/operations.md, Failover slots)", sys.Timeline, stored.Timeline)
+}
