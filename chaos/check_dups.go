@@ -22,7 +22,7 @@ func replays(h *History, e Event, committedBefore int) (bool, int) {
 		return false, 0
 	case CmdResetLive:
 		return false, 0
-	case CmdBackfill, FaultPGCrash, FaultPGFast:
+	case CmdBackfill, CmdGapBackfill, FaultPGCrash, FaultPGFast:
 		// A backfill copies every row; after a crash the slot goes back to its last checkpoint.
 		return true, committedBefore + stream
 	}

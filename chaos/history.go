@@ -45,7 +45,8 @@ type Delivery struct {
 	MessageID   string
 	Aggregate   string
 	Version     int64
-	Backfill    bool // header x-backfill: a snapshot or backfill copy
+	Backfill    bool   // header x-backfill: a snapshot or backfill copy
+	CommitLSN   string // header commit_lsn: for a copy, the position its snapshot or backfill read at (one per run)
 	Redelivered bool
 }
 
