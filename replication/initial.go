@@ -99,6 +99,10 @@ func createWithSnapshot(ctx context.Context, cfg Config, log *slog.Logger, stats
 		return 0, fmt.Errorf("import the slot's snapshot: %w", err)
 	}
 	log.Info("created replication slot with a snapshot", "lsn", point, "snapshot", res.SnapshotName)
+	var seen string // recorded with the jobs: a resumed copy leaves out what this snapshot did not see
+	if err := tx.QueryRow(ctx, "SELECT pg_current_snapshot()::text").Scan(&seen); err != nil {
+		return 0, fmt.Errorf("read the slot's snapshot: %w", err)
+	}
 	jobs := snapshot.NewJobs(sql, cfg.Schema)
 	var todo []initialJob
 	for _, t := range cfg.outboxTables() {
@@ -107,6 +111,7 @@ func createWithSnapshot(ctx context.Context, cfg Config, log *slog.Logger, stats
 	}
 	err = pgx.BeginFunc(ctx, sql, func(t pgx.Tx) error {
 		for _, j := range todo {
+			j.job.ReadSnapshot = seen
 			if err := jobs.Start(ctx, t, j.job); err != nil {
 				return err
 			}
@@ -142,8 +147,11 @@ func resumeSnapshot(ctx context.Context, cfg Config, log *slog.Logger, stats *St
 	}
 	defer tx.Rollback(context.Background())
 	for _, j := range todo {
-		log.Warn("resuming the initial snapshot in a new snapshot: rows committed since the slot was created may be published twice",
-			"table", j.table, "rows_done", j.job.RowsDone, "lsn", j.job.ReadLSN)
+		msg := "resuming the initial snapshot in a new snapshot: rows committed since the slot was created may be published twice"
+		if j.job.ReadSnapshot != "" {
+			msg = "resuming the initial snapshot in a new snapshot: rows committed since the slot was created are left to the stream"
+		}
+		log.Warn(msg, "table", j.table, "rows_done", j.job.RowsDone, "lsn", j.job.ReadLSN)
 		if j.job.Predicate != cfg.SnapshotWhere {
 			log.Warn("the snapshot resumes with the predicate it started with, not --snapshot-where",
 				"predicate", j.job.Predicate, "snapshot_where", cfg.SnapshotWhere)
@@ -166,6 +174,7 @@ func copyTables(ctx context.Context, cfg Config, log *slog.Logger, stats *Stats,
 		c := cfg.forTable(j.table)
 		c.SnapshotWhere = j.job.Predicate
 		cfgs[i] = c.snapshotConfig()
+		cfgs[i].SeenBy, cfgs[i].SeenSince = j.job.ReadSnapshot, j.job.StartedAt // set when resumed (resumeSnapshot)
 		if r, ok := pub.(*renewable); ok {
 			cfgs[i].Renew = r.renew
 		}
