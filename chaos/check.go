@@ -77,6 +77,14 @@ func checkComplete(h *History, _ Limits) []Violation {
 		_, delivered := first[r.ID]
 		reason, quarantined := quar[r.ID]
 		switch {
+		case r.Refused && quarantined && strings.TrimSpace(reason) == "":
+			vs = append(vs, Violation{Detail: fmt.Sprintf("row %s was quarantined without a reason", r.ID)})
+		case r.Refused && quarantined:
+			// The broker refused it (the full queue nacks it): recorded with the broker's reason, whether or
+			// not the queues that accepted it got copies on the tries; a quarantined event is never lost.
+		case r.Refused:
+			vs = append(vs, Violation{Detail: fmt.Sprintf("row %s (%s v%d), which the full queue refuses, was not quarantined "+
+				"(delivered to the consumer: %v)", r.ID, r.Aggregate, r.Version, delivered), Aggregate: r.Aggregate})
 		case r.Poison && delivered:
 			vs = append(vs, Violation{Detail: fmt.Sprintf("row %s (%s v%d), which the router must refuse, was published", r.ID, r.Aggregate, r.Version), Aggregate: r.Aggregate})
 		case r.Poison && quarantined && strings.TrimSpace(reason) == "":

@@ -78,6 +78,18 @@ func checkDuplicates(h *History, _ Limits) []Violation {
 			bound += n
 		}
 	}
+	for _, r := range h.Rows {
+		// A nack is retried: the refused event reaches the accepting queues once per try, and the events
+		// read before it (in its transaction, and up to the furthest one read) again (docs/operations.md,
+		// events the broker refuses); with --refusal-retry 2s about 5 tries.
+		if r.Refused {
+			if causes == 0 || r.Committed.Before(first) {
+				first = r.Committed
+			}
+			causes++
+			bound += 6 * (h.WindowRows + 2*h.MaxTxnRows + 200)
+		}
+	}
 	var vs []Violation
 	if causes == 0 || dups[0].At.Before(first) {
 		vs = append(vs, Violation{Detail: fmt.Sprintf("message %s (%s v%d) delivered again at +%.2fs with no fault or backfill before it",

@@ -306,3 +306,22 @@ func TestDeletedRowInAPublicationGap(t *testing.T) {
 	h.Rows[2].Deleted = false // a row still in the table is the backfill's to publish
 	broken(t, h, "published-or-quarantined", "LOST")
 }
+
+// A row the full queue refuses must be quarantined with a reason; copies the accepting queue got on the
+// tries are no violation, and its retries explain duplicates.
+func TestRefusedRowMustBeQuarantined(t *testing.T) {
+	h := clean()
+	h.Rows[1].Refused = true
+	broken(t, h, "published-or-quarantined", "which the full queue refuses, was not quarantined")
+	h.Quar = []Quarantined{{EventID: "b", Reason: "the broker nacked it: retried 5 times over 2s"}}
+	h.Deliv = append(h.Deliv, h.Deliv[1], h.Deliv[1])
+	h.Deliv[3].At, h.Deliv[4].At = at(1.5), at(1.9)
+	if vs := Check(h, limits); len(vs) != 0 {
+		t.Fatalf("violations: %v", vs)
+	}
+	h.Deliv = h.Deliv[:3]
+	h.Deliv = append(h.Deliv[:1], h.Deliv[2]) // never delivered, quarantined: recorded, not lost
+	if vs := Check(h, limits); len(vs) != 0 {
+		t.Fatalf("violations: %v", vs)
+	}
+}

@@ -20,15 +20,23 @@ type Setup struct {
 	SnapshotRows   int // rows written before the first start: the initial snapshot copies them
 	Writers        int
 	Duration       time.Duration // how long the schedule writes and injects faults
+	// FullQueue adds a queue of the run's own, bound to order.refused, with x-max-length 1 and x-overflow
+	// reject-publish and one message in it: the broker nacks every event routed there (OpRefused), and
+	// the routers (--refusal-retry 2s) must quarantine it with the broker's reason.
+	FullQueue bool
 }
 
 // Routers is how many router processes the setup runs.
 func (s Setup) Routers() int { return max(s.Shards, 1) }
 
 func (s Setup) String() string {
-	return fmt.Sprintf("seed=%d tables=%s shards=%d queue=%s unroutable=%s lanes=%d window=%d snapshot_rows=%d writers=%d duration=%v",
+	full := ""
+	if s.FullQueue {
+		full = " full_queue=true"
+	}
+	return fmt.Sprintf("seed=%d tables=%s shards=%d queue=%s unroutable=%s lanes=%d window=%d snapshot_rows=%d writers=%d duration=%v%s",
 		s.Seed, strings.Join(s.Tables, ","), s.Shards, s.QueueType, s.UnroutableType, s.Lanes, s.Window,
-		s.SnapshotRows, s.Writers, s.Duration)
+		s.SnapshotRows, s.Writers, s.Duration, full)
 }
 
 // Kind names an operation or a fault.
@@ -36,14 +44,15 @@ type Kind string
 
 // Writer operations: one transaction each.
 const (
-	OpSingle Kind = "single"        // one row
-	OpMulti  Kind = "multi"         // N rows of several aggregates
-	OpBurst  Kind = "burst"         // N consecutive versions of one aggregate
-	OpLarge  Kind = "large"         // N rows (hundreds to thousands), several aggregates
-	OpCopy   Kind = "copy"          // N rows by COPY
-	OpPoison Kind = "poison"        // a row the router must quarantine (headers not a JSON object) among good ones
-	OpDelete Kind = "insert-delete" // N rows inserted and deleted in the same transaction (the slot is their only copy)
-	OpHuge   Kind = "huge"          // one aggregate, tens of thousands of rows, in one transaction (known broken under cuts)
+	OpSingle  Kind = "single"        // one row
+	OpMulti   Kind = "multi"         // N rows of several aggregates
+	OpBurst   Kind = "burst"         // N consecutive versions of one aggregate
+	OpLarge   Kind = "large"         // N rows (hundreds to thousands), several aggregates
+	OpCopy    Kind = "copy"          // N rows by COPY
+	OpPoison  Kind = "poison"        // a row the router must quarantine (headers not a JSON object) among good ones
+	OpDelete  Kind = "insert-delete" // N rows inserted and deleted in the same transaction (the slot is their only copy)
+	OpHuge    Kind = "huge"          // one aggregate, tens of thousands of rows, in one transaction (known broken under cuts)
+	OpRefused Kind = "refused"       // a row routed to the full queue (Setup.FullQueue) among good ones: the broker nacks it
 )
 
 // Faults and operator commands.
@@ -162,6 +171,7 @@ func Generate(seed int64, o Options) Plan {
 		p.Ops[w] = genOps(r, w, s.Duration, o)
 	}
 	p.Faults = genFaults(r, s, o)
+	addRefusals(&p, seed)
 	for _, f := range p.Faults {
 		if f.Kind == FaultPubGap {
 			p.PublicationCheck = 2 * time.Second
@@ -184,6 +194,26 @@ func Generate(seed int64, o Options) Plan {
 		}
 	}
 	return p
+}
+
+// addRefusals gives a third of the seeds the full queue, and turns one to three of their single-row
+// transactions into OpRefused. It draws from a generator of its own, so that the rest of every plan stays what it was before
+// the feature came.
+func addRefusals(p *Plan, seed int64) {
+	r := rand.New(rand.NewPCG(uint64(seed), 0xf011))
+	if r.IntN(3) != 0 {
+		return
+	}
+	p.Setup.FullQueue = true
+	left := 1 + r.IntN(3) // each holds its stream for --refusal-retry
+	for w := range p.Ops {
+		for i := range p.Ops[w] {
+			if op := &p.Ops[w][i]; left > 0 && op.Kind == OpSingle && r.IntN(100) < 2 {
+				op.Kind, op.N = OpRefused, 1+r.IntN(4)
+				left--
+			}
+		}
+	}
 }
 
 func pick[T any](r *rand.Rand, xs ...T) T { return xs[r.IntN(len(xs))] }

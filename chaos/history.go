@@ -31,6 +31,7 @@ type Row struct {
 	Aggregate string // aggregate_type/aggregate_id
 	Version   int64
 	Poison    bool      // written so that the router must quarantine it
+	Refused   bool      // routed to the full queue: the broker nacks it, the router must quarantine it
 	Deleted   bool      // deleted by its own transaction: only the slot ever had it
 	Committed time.Time // when the writer saw its commit (the attempt, when the commit's outcome was unknown)
 	LSNAfter  cdc.LSN   // pg_current_wal_lsn() read after the commit: at or past the commit's end

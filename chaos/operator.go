@@ -72,8 +72,7 @@ func (w *world) operate(stop <-chan struct{}) {
 				w.rec.event(Event{From: from, To: from, Kind: CmdGapBackfill, Note: "not run, a form the harness cannot run: " + cmd})
 				continue
 			}
-			args = append(args, "--unroutable-queue-type", w.plan.Setup.UnroutableType)
-			out, code := w.cli(3*time.Minute, args...)
+			out, code := w.cli(3*time.Minute, w.backfillFlags(args...)...)
 			done[cmd]++
 			if code == 0 {
 				done[cmd] = -1
@@ -81,6 +80,19 @@ func (w *world) operate(stop <-chan struct{}) {
 			w.rec.event(Event{From: from, To: time.Now(), Kind: CmdGapBackfill, Note: fmt.Sprintf("exit %d: %s", code, outcome(out))})
 		}
 	}
+}
+
+// refusalRetry is the routers' and backfills' --refusal-retry with the full queue: short, so that an event
+// the full queue nacks is quarantined within the run.
+const refusalRetry = "2s"
+
+// backfillFlags is a backfill command's arguments with the world's broker flags added.
+func (w *world) backfillFlags(args ...string) []string {
+	args = append(args, "--unroutable-queue-type", w.plan.Setup.UnroutableType)
+	if w.plan.Setup.FullQueue {
+		args = append(args, "--refusal-retry", refusalRetry)
+	}
+	return args
 }
 
 // outcome is what a command printed on stdout (its lines that are not log lines), or its last line.

@@ -192,7 +192,7 @@ func (w *world) settle(rows []Row) {
 		left := 0
 		w.rec.mu.Lock()
 		for _, r := range rows {
-			if !got[r.ID] && !quar[r.ID] && !unpublishable(&w.rec.h, r) {
+			if r.Refused && !quar[r.ID] || !got[r.ID] && !quar[r.ID] && !unpublishable(&w.rec.h, r) {
 				left++
 			}
 		}
