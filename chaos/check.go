@@ -77,6 +77,14 @@ func checkComplete(h *History, _ Limits) []Violation {
 		_, delivered := first[r.ID]
 		reason, quarantined := quar[r.ID]
 		switch {
+		case r.Refused && quarantined && strings.TrimSpace(reason) == "":
+			vs = append(vs, Violation{Detail: fmt.Sprintf("row %s was quarantined without a reason", r.ID)})
+		case r.Refused && quarantined:
+			// The broker refused it (the full queue nacks it): recorded with the broker's reason, whether or
+			// not the queues that accepted it got copies on the tries; a quarantined event is never lost.
+		case r.Refused:
+			vs = append(vs, Violation{Detail: fmt.Sprintf("row %s (%s v%d), which the full queue refuses, was not quarantined "+
+				"(delivered to the consumer: %v)", r.ID, r.Aggregate, r.Version, delivered), Aggregate: r.Aggregate})
 		case r.Poison && delivered:
 			vs = append(vs, Violation{Detail: fmt.Sprintf("row %s (%s v%d), which the router must refuse, was published", r.ID, r.Aggregate, r.Version), Aggregate: r.Aggregate})
 		case r.Poison && quarantined && strings.TrimSpace(reason) == "":
@@ -87,6 +95,9 @@ func checkComplete(h *History, _ Limits) []Violation {
 		case delivered:
 		case r.Deleted && slotless(h, r.Committed):
 			// Deleted in its own transaction while no slot existed: nothing could ever have read it.
+		case r.Deleted && inAnnouncedGap(h, r.Committed):
+			// Deleted in its own transaction while its table was out of the publication: never decoded, and
+			// not in the table for the gap's backfill; the router named the gap (docs/operations.md).
 		default:
 			vs = append(vs, missing(h, r))
 		}
@@ -133,6 +144,30 @@ func slotless(h *History, t time.Time) bool {
 	return false
 }
 
+// inAnnouncedGap reports whether t falls in a publication gap (the table out of the publication, from the
+// drop to a moment after the add) that a router then logged as one: the rows of its window are the
+// backfill's to publish, and a row deleted by its own transaction there is gone from every source, with
+// the router's ERROR naming the window.
+func inAnnouncedGap(h *History, t time.Time) bool {
+	for _, e := range h.Events {
+		if e.Kind != FaultPubGap || t.Before(e.From) || t.After(e.To.Add(200*time.Millisecond)) {
+			continue
+		}
+		for _, l := range h.Logs {
+			if l.Router >= 0 && !l.At.Before(e.From) && strings.Contains(l.Text, "publication gap") {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// unpublishable reports whether r is a row no router can ever publish: deleted by its own transaction while
+// no slot existed, or inside an announced publication gap.
+func unpublishable(h *History, r Row) bool {
+	return r.Deleted && (slotless(h, r.Committed) || inAnnouncedGap(h, r.Committed))
+}
+
 // compress keeps the first n violations and counts the rest in one more.
 func compress(vs []Violation, n int) []Violation {
 	if len(vs) <= n {
@@ -142,16 +177,24 @@ func compress(vs []Violation, n int) []Violation {
 	return append(vs[:n:n], Violation{Detail: fmt.Sprintf("... and %d more like these", rest)})
 }
 
-// backfillFrom is when the first backfill command started (zero: none ran).
+// backfillFrom is when the first backfill command (by hand, or the one a publication gap names) started
+// (zero: none ran).
 func backfillFrom(h *History) time.Time {
+	var t time.Time
 	for _, e := range h.Events {
-		if e.Kind == CmdBackfill {
-			return e.From
+		if (e.Kind == CmdBackfill || e.Kind == CmdGapBackfill) && (t.IsZero() || e.From.Before(t)) {
+			t = e.From
 		}
 	}
-	return time.Time{}
+	return t
 }
 
+// checkOrder holds the streamed events and the initial snapshot to commit order per aggregate, and each
+// backfill to the order docs/snapshots.md promises for it: within an aggregate, its rows go out in version
+// order, but not in any order relative to the stream (a backfilled v3 may come after a streamed v7, and a
+// publication gap's rows, which only its backfill publishes, come after the later rows streamed meanwhile).
+// A backfill's run is told by its commit_lsn, the position it started reading at; its copies of a message
+// it sent already (a resume) are duplicates, not reorders.
 func checkOrder(h *History, _ Limits) []Violation {
 	var vs []Violation
 	bf := backfillFrom(h)
@@ -173,5 +216,38 @@ func checkOrder(h *History, _ Limits) []Violation {
 		}
 		last[d.Aggregate] = max(last[d.Aggregate], d.Version)
 	}
+	if !bf.IsZero() {
+		vs = append(vs, backfillOrder(h, bf)...)
+	}
 	return compress(vs, 5)
+}
+
+// backfillOrder checks that each backfill run (the copies from bf on, by commit_lsn) sends each aggregate's
+// rows in version order.
+func backfillOrder(h *History, bf time.Time) []Violation {
+	type run struct{ lsn, aggregate string }
+	var vs []Violation
+	seen := map[run]map[string]bool{}
+	last := map[run]int64{}
+	bad := map[string]bool{}
+	for _, d := range h.Deliv {
+		if !d.Backfill || d.At.Before(bf) {
+			continue
+		}
+		k := run{d.CommitLSN, d.Aggregate}
+		if seen[k] == nil {
+			seen[k] = map[string]bool{}
+		}
+		if seen[k][d.MessageID] {
+			continue
+		}
+		seen[k][d.MessageID] = true
+		if v, ok := last[k]; ok && d.Version < v && !bad[d.Aggregate] {
+			bad[d.Aggregate] = true
+			vs = append(vs, Violation{Detail: fmt.Sprintf("aggregate %s: the backfill read at %s sent version %d at +%.2fs after its version %d",
+				d.Aggregate, d.CommitLSN, d.Version, d.At.Sub(h.Start).Seconds(), v), Aggregate: d.Aggregate, At: d.At})
+		}
+		last[k] = max(last[k], d.Version)
+	}
+	return vs
 }

@@ -22,7 +22,7 @@ func replays(h *History, e Event, committedBefore int) (bool, int) {
 		return false, 0
 	case CmdResetLive:
 		return false, 0
-	case CmdBackfill, FaultPGCrash, FaultPGFast:
+	case CmdBackfill, CmdGapBackfill, FaultPGCrash, FaultPGFast:
 		// A backfill copies every row; after a crash the slot goes back to its last checkpoint.
 		return true, committedBefore + stream
 	}
@@ -76,6 +76,18 @@ func checkDuplicates(h *History, _ Limits) []Violation {
 			}
 			causes++
 			bound += n
+		}
+	}
+	for _, r := range h.Rows {
+		// A nack is retried: the refused event reaches the accepting queues once per try, and the events
+		// read before it (in its transaction, and up to the furthest one read) again (docs/operations.md,
+		// events the broker refuses); with --refusal-retry 2s about 5 tries.
+		if r.Refused {
+			if causes == 0 || r.Committed.Before(first) {
+				first = r.Committed
+			}
+			causes++
+			bound += 6 * (h.WindowRows + 2*h.MaxTxnRows + 200)
 		}
 	}
 	var vs []Violation

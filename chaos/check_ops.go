@@ -9,7 +9,7 @@ func checkExits(h *History, l Limits) []Violation {
 	n := map[int]int{}
 	var vs []Violation
 	for _, e := range h.Events {
-		if e.Kind != KindRouterExit {
+		if e.Kind != KindRouterExit || gapRefusal(e.Note) {
 			continue
 		}
 		n[e.Router]++
@@ -19,6 +19,10 @@ func checkExits(h *History, l Limits) []Violation {
 	}
 	return vs
 }
+
+// gapRefusal reports whether an exit was the refusal of a publication gap, which names its backfill: the
+// router is held behind a refusal that names the fix (the operator runs it, operator.go), not in a loop.
+func gapRefusal(note string) bool { return strings.Contains(note, "may have been out of publication") }
 
 // checkReset: a reset without --force run while its router was ready (streaming) must refuse; the runner
 // records the outcome as "exit <code>: <last line>".

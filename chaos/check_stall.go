@@ -19,7 +19,7 @@ func checkStall(h *History, l Limits) []Violation {
 	type pend struct{ committed, delivered time.Time }
 	var ps []pend
 	for _, r := range h.Rows {
-		if quar[r.ID] || r.Deleted && slotless(h, r.Committed) {
+		if quar[r.ID] || unpublishable(h, r) {
 			continue
 		}
 		p := pend{committed: r.Committed, delivered: h.End}

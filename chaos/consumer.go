@@ -87,8 +87,9 @@ func (w *world) receive(msgs <-chan amqp.Delivery, closed <-chan *amqp.Error, st
 			ai, _ := m.Headers["aggregate_id"].(string)
 			v, _ := m.Headers["aggregate_version"].(int64)
 			bf, _ := m.Headers["x-backfill"].(bool)
+			lsn, _ := m.Headers["commit_lsn"].(string)
 			w.rec.delivery(Delivery{At: time.Now(), MessageID: m.MessageId, Aggregate: at + "/" + ai, Version: v,
-				Backfill: bf, Redelivered: m.Redelivered})
+				Backfill: bf, CommitLSN: lsn, Redelivered: m.Redelivered})
 			m.Ack(false)
 		}
 	}

@@ -108,8 +108,7 @@ func (w *world) resetIdle(d time.Duration) {
 func (w *world) backfill(n int) string {
 	s := w.plan.Setup
 	table := s.Tables[n%len(s.Tables)]
-	out, code := w.cli(3*time.Minute, "backfill", "--where", "true", "--table", table, "--name", fmt.Sprintf("chaos_%d", n),
-		"--unroutable-queue-type", s.UnroutableType)
+	out, code := w.cli(3*time.Minute, w.backfillFlags("backfill", "--where", "true", "--table", table, "--name", fmt.Sprintf("chaos_%d", n))...)
 	return fmt.Sprintf("%s exit %d: %s", table, code, lastLine(out))
 }
 

@@ -20,15 +20,23 @@ type Setup struct {
 	SnapshotRows   int // rows written before the first start: the initial snapshot copies them
 	Writers        int
 	Duration       time.Duration // how long the schedule writes and injects faults
+	// FullQueue adds a queue of the run's own, bound to order.refused, with x-max-length 1 and x-overflow
+	// reject-publish and one message in it: the broker nacks every event routed there (OpRefused), and
+	// the routers (--refusal-retry 2s) must quarantine it with the broker's reason.
+	FullQueue bool
 }
 
 // Routers is how many router processes the setup runs.
 func (s Setup) Routers() int { return max(s.Shards, 1) }
 
 func (s Setup) String() string {
-	return fmt.Sprintf("seed=%d tables=%s shards=%d queue=%s unroutable=%s lanes=%d window=%d snapshot_rows=%d writers=%d duration=%v",
+	full := ""
+	if s.FullQueue {
+		full = " full_queue=true"
+	}
+	return fmt.Sprintf("seed=%d tables=%s shards=%d queue=%s unroutable=%s lanes=%d window=%d snapshot_rows=%d writers=%d duration=%v%s",
 		s.Seed, strings.Join(s.Tables, ","), s.Shards, s.QueueType, s.UnroutableType, s.Lanes, s.Window,
-		s.SnapshotRows, s.Writers, s.Duration)
+		s.SnapshotRows, s.Writers, s.Duration, full)
 }
 
 // Kind names an operation or a fault.
@@ -36,14 +44,15 @@ type Kind string
 
 // Writer operations: one transaction each.
 const (
-	OpSingle Kind = "single"        // one row
-	OpMulti  Kind = "multi"         // N rows of several aggregates
-	OpBurst  Kind = "burst"         // N consecutive versions of one aggregate
-	OpLarge  Kind = "large"         // N rows (hundreds to thousands), several aggregates
-	OpCopy   Kind = "copy"          // N rows by COPY
-	OpPoison Kind = "poison"        // a row the router must quarantine (headers not a JSON object) among good ones
-	OpDelete Kind = "insert-delete" // N rows inserted and deleted in the same transaction (the slot is their only copy)
-	OpHuge   Kind = "huge"          // one aggregate, tens of thousands of rows, in one transaction (known broken under cuts)
+	OpSingle  Kind = "single"        // one row
+	OpMulti   Kind = "multi"         // N rows of several aggregates
+	OpBurst   Kind = "burst"         // N consecutive versions of one aggregate
+	OpLarge   Kind = "large"         // N rows (hundreds to thousands), several aggregates
+	OpCopy    Kind = "copy"          // N rows by COPY
+	OpPoison  Kind = "poison"        // a row the router must quarantine (headers not a JSON object) among good ones
+	OpDelete  Kind = "insert-delete" // N rows inserted and deleted in the same transaction (the slot is their only copy)
+	OpHuge    Kind = "huge"          // one aggregate, tens of thousands of rows, in one transaction (known broken under cuts)
+	OpRefused Kind = "refused"       // a row routed to the full queue (Setup.FullQueue) among good ones: the broker nacks it
 )
 
 // Faults and operator commands.
@@ -60,6 +69,7 @@ const (
 	CmdResetLive   Kind = "reset-refused"   // cdc-router reset (no --force) while the routers run: must refuse
 	CmdResetIdle   Kind = "reset-stopped"   // stop router 0, write for Dur, reset without --force, start it again
 	FaultPubGap    Kind = "publication-gap" // drop the table from the publication and add it back within Dur
+	CmdGapBackfill Kind = "gap-backfill"    // the backfill a router's publication-gap ERROR names, run as the operator would
 	FaultPGHole    Kind = "pg-blackhole"    // forward nothing to or from PostgreSQL for Dur (30 s), past wal_sender_timeout
 )
 
@@ -67,14 +77,10 @@ const (
 // does not model yet. They are generated only when -chaos.known-broken names them (or "all"), so that the
 // default seeds pass and each becomes part of the default mix once its fix (and its flow) is in. Fixed and in
 // the default mix since: huge (issue 19 finding 8), pg-blackhole (12), reset-stopped (3), multitable-snapshot
-// (11); their original seeds are fixed cases (fixedCases in chaos_test.go).
-var knownBroken = map[Kind]string{
-	FaultPubGap: "a publication gap is now detected and refused naming the exact backfill (issue 19 finding 1), " +
-		"but the harness does not yet run that backfill as the operator would, so the gap's rows count as lost",
-	"snapshot-resume-deleted": "an initial snapshot resumed in a new snapshot publishes rows committed after the " +
-		"slot's creation, so an event deleted by its own transaction (only the slot has it) arrives after later " +
-		"versions of its aggregate (seed 2008)",
-}
+// (11), publication-gap (1: the runner runs the backfill the router names, operator.go) and
+// snapshot-resume-deleted (a resumed initial snapshot leaves the rows its slot's snapshot did not see to the
+// stream, snapshot.Config.SeenBy); their original seeds are fixed cases (fixedCases in chaos_test.go).
+var knownBroken = map[Kind]string{}
 
 // Step is one operation or fault at offset At from the start of the schedule.
 type Step struct {
@@ -116,8 +122,11 @@ type Plan struct {
 	// the tables empty (several tables, while "multitable-snapshot" was known broken; it no longer is).
 	WaitForStreaming bool
 	// DeleteDuringSnapshot lets insert-delete transactions run before every router streams; otherwise
-	// they write their rows without the delete until then ("snapshot-resume-deleted" is known broken).
+	// they write their rows without the delete until then (while "snapshot-resume-deleted" is gated).
 	DeleteDuringSnapshot bool
+	// PublicationCheck is the routers' --publication-check-interval (0: the default, 30 s): short when the
+	// plan opens a publication gap, so that a router sees it and names its backfill within the run.
+	PublicationCheck time.Duration
 }
 
 // Options shape what Generate may choose.
@@ -162,6 +171,12 @@ func Generate(seed int64, o Options) Plan {
 		p.Ops[w] = genOps(r, w, s.Duration, o)
 	}
 	p.Faults = genFaults(r, s, o)
+	addRefusals(&p, seed)
+	for _, f := range p.Faults {
+		if f.Kind == FaultPubGap {
+			p.PublicationCheck = 2 * time.Second
+		}
+	}
 	for _, op := range p.Ops[0] {
 		if op.Kind == OpHuge {
 			// The finding needs the transaction to commit (no PostgreSQL restart aborts it) and repeated
@@ -179,6 +194,26 @@ func Generate(seed int64, o Options) Plan {
 		}
 	}
 	return p
+}
+
+// addRefusals gives a third of the seeds the full queue, and turns one to three of their single-row
+// transactions into OpRefused. It draws from a generator of its own, so that the rest of every plan stays what it was before
+// the feature came.
+func addRefusals(p *Plan, seed int64) {
+	r := rand.New(rand.NewPCG(uint64(seed), 0xf011))
+	if r.IntN(3) != 0 {
+		return
+	}
+	p.Setup.FullQueue = true
+	left := 1 + r.IntN(3) // each holds its stream for --refusal-retry
+	for w := range p.Ops {
+		for i := range p.Ops[w] {
+			if op := &p.Ops[w][i]; left > 0 && op.Kind == OpSingle && r.IntN(100) < 2 {
+				op.Kind, op.N = OpRefused, 1+r.IntN(4)
+				left--
+			}
+		}
+	}
 }
 
 func pick[T any](r *rand.Rand, xs ...T) T { return xs[r.IntN(len(xs))] }

@@ -31,6 +31,7 @@ type Row struct {
 	Aggregate string // aggregate_type/aggregate_id
 	Version   int64
 	Poison    bool      // written so that the router must quarantine it
+	Refused   bool      // routed to the full queue: the broker nacks it, the router must quarantine it
 	Deleted   bool      // deleted by its own transaction: only the slot ever had it
 	Committed time.Time // when the writer saw its commit (the attempt, when the commit's outcome was unknown)
 	LSNAfter  cdc.LSN   // pg_current_wal_lsn() read after the commit: at or past the commit's end
@@ -45,7 +46,8 @@ type Delivery struct {
 	MessageID   string
 	Aggregate   string
 	Version     int64
-	Backfill    bool // header x-backfill: a snapshot or backfill copy
+	Backfill    bool   // header x-backfill: a snapshot or backfill copy
+	CommitLSN   string // header commit_lsn: for a copy, the position its snapshot or backfill read at (one per run)
 	Redelivered bool
 }
 

@@ -30,6 +30,12 @@ func (w *world) routerArgs(i int) []string {
 	if s.Shards > 0 {
 		args = append(args, "--shard", fmt.Sprintf("%d/%d", i, s.Shards))
 	}
+	if w.plan.Setup.FullQueue {
+		args = append(args, "--refusal-retry", refusalRetry)
+	}
+	if d := w.plan.PublicationCheck; d > 0 {
+		args = append(args, "--publication-check-interval", d.String())
+	}
 	return args
 }
 

@@ -50,6 +50,9 @@ func Coverage(h *History) map[string]int {
 	if s.SnapshotRows > 0 {
 		c["feature:initial-snapshot"] = 1
 	}
+	if s.FullQueue {
+		c["feature:full-queue"] = 1
+	}
 	txns := map[string]bool{}
 	for _, r := range h.Rows {
 		key := fmt.Sprintf("%s/%d/%s", r.Op, r.Txn, r.Aggregate[:strings.IndexByte(r.Aggregate, '-')])
@@ -67,6 +70,15 @@ func Coverage(h *History) map[string]int {
 		}
 	}
 	c["seen:quarantined"] += len(h.Quar)
+	quar := map[string]string{}
+	for _, q := range h.Quar {
+		quar[q.EventID] = q.Reason
+	}
+	for _, r := range h.Rows {
+		if reason, ok := quar[r.ID]; ok && r.Refused && strings.Contains(reason, "nack") {
+			c["seen:nacked-and-quarantined"]++
+		}
+	}
 	return c
 }
 

@@ -52,6 +52,8 @@ func Run(t testing.TB, pg *testenv.Postgres, bin string, plan Plan) *History {
 	}
 	stopSampler, sampled := make(chan struct{}), make(chan struct{})
 	go func() { defer close(sampled); w.sampleReady(stopSampler) }()
+	stopOperator, operated := make(chan struct{}), make(chan struct{})
+	go func() { defer close(operated); w.operate(stopOperator) }()
 	if plan.WaitForStreaming {
 		w.waitStreaming()
 		start = time.Now()
@@ -77,6 +79,8 @@ func Run(t testing.TB, pg *testenv.Postgres, bin string, plan Plan) *History {
 
 	rows := w.finalRows(writers)
 	w.settle(rows)
+	close(stopOperator)
+	<-operated
 	w.rec.h.Acked = w.acked()
 	w.rec.h.Quar = w.quarantine()
 	w.stopAll()
@@ -188,7 +192,7 @@ func (w *world) settle(rows []Row) {
 		left := 0
 		w.rec.mu.Lock()
 		for _, r := range rows {
-			if !got[r.ID] && !quar[r.ID] && !(r.Deleted && slotless(&w.rec.h, r.Committed)) {
+			if r.Refused && !quar[r.ID] || !got[r.ID] && !quar[r.ID] && !unpublishable(&w.rec.h, r) {
 				left++
 			}
 		}

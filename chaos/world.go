@@ -120,7 +120,33 @@ func (w *world) setUp() error {
 	if _, err := ch.QueueDeclare(w.queue, true, false, false, false, amqp.Table{"x-queue-type": s.QueueType}); err != nil {
 		return fmt.Errorf("declare queue: %w", err)
 	}
-	return ch.QueueBind(w.queue, "#", w.exchange, false, nil)
+	if err := ch.QueueBind(w.queue, "#", w.exchange, false, nil); err != nil {
+		return err
+	}
+	if s.FullQueue {
+		return w.declareFullQueue(ch)
+	}
+	return nil
+}
+
+// declareFullQueue declares the run's own full queue (Setup.FullQueue): one message in it, at most one
+// allowed, further ones refused; bound to order.refused only.
+func (w *world) declareFullQueue(ch *amqp.Channel) error {
+	args := amqp.Table{"x-max-length": int32(1), "x-overflow": "reject-publish"}
+	if _, err := ch.QueueDeclare(w.queue+"_full", true, false, false, false, args); err != nil {
+		return fmt.Errorf("declare the full queue: %w", err)
+	}
+	if err := ch.Confirm(false); err != nil {
+		return err
+	}
+	c, err := ch.PublishWithDeferredConfirm("", w.queue+"_full", false, false, amqp.Publishing{Body: []byte("filler")})
+	if err != nil {
+		return err
+	}
+	if ok, err := c.WaitContext(context.Background()); err != nil || !ok {
+		return fmt.Errorf("fill the full queue: confirmed %v, %v", ok, err)
+	}
+	return ch.QueueBind(w.queue+"_full", "order.refused", w.exchange, false, nil)
 }
 
 func (w *world) deleteTopology() {
@@ -134,6 +160,7 @@ func (w *world) deleteTopology() {
 		return
 	}
 	ch.QueueDelete(w.queue, false, false, false)
+	ch.QueueDelete(w.queue+"_full", false, false, false)
 	ch.QueueDelete(w.exchange+".unroutable", false, false, false)
 	ch.ExchangeDelete(w.exchange, false, false)
 	ch.ExchangeDelete(w.exchange+".unroutable", false, false)

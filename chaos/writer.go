@@ -111,7 +111,8 @@ func (wr *writer) rowsFor(op Step) []Row {
 		}
 		wr.versions[agg]++
 		rows[i] = Row{ID: uuid(), Table: tables[wr.rng.IntN(len(tables))], Aggregate: "order/" + agg,
-			Version: wr.versions[agg], Txn: wr.txn, Op: op.Kind, Poison: op.Kind == OpPoison && i == 0, Deleted: op.Kind == OpDelete}
+			Version: wr.versions[agg], Txn: wr.txn, Op: op.Kind, Poison: op.Kind == OpPoison && i == 0, Deleted: op.Kind == OpDelete,
+			Refused: op.Kind == OpRefused && i == 0}
 	}
 	return rows
 }
@@ -157,6 +158,9 @@ func (wr *writer) values(r Row) (id, aggID, event, payload, headers string) {
 	event = "created"
 	if r.Poison {
 		headers, event = `[1]`, "poison" // not a JSON object: the router must quarantine the row
+	}
+	if r.Refused {
+		event = "refused" // routing key order.refused: the full queue nacks it
 	}
 	payload = fmt.Sprintf(`{"token": %q, "v": %d}`, wr.w.token, r.Version)
 	return r.ID, strings.TrimPrefix(r.Aggregate, "order/"), event, payload, headers

@@ -110,6 +110,10 @@ func Copy(ctx context.Context, cfg Config, log *slog.Logger, stats *metrics.Stat
 		return fmt.Errorf("import the slot's snapshot: %w", err)
 	}
 	log.Info("created replication slot with a snapshot", "lsn", point, "snapshot", snapshotName)
+	var seen string // recorded with the jobs: a resumed copy leaves out what this snapshot did not see
+	if err := tx.QueryRow(ctx, "SELECT pg_current_snapshot()::text").Scan(&seen); err != nil {
+		return fmt.Errorf("read the slot's snapshot: %w", err)
+	}
 	jobs := snapshot.NewJobs(sql, cfg.Schema)
 	var todo []Job
 	for _, t := range cfg.outboxTables() {
@@ -118,6 +122,7 @@ func Copy(ctx context.Context, cfg Config, log *slog.Logger, stats *metrics.Stat
 	}
 	err = pgx.BeginFunc(ctx, sql, func(t pgx.Tx) error {
 		for _, j := range todo {
+			j.job.ReadSnapshot = seen
 			if err := jobs.Start(ctx, t, j.job); err != nil {
 				return err
 			}
@@ -153,8 +158,11 @@ func resumeSnapshot(ctx context.Context, cfg Config, log *slog.Logger, stats *me
 	}
 	defer tx.Rollback(context.Background())
 	for _, j := range todo {
-		log.Warn("resuming the initial snapshot in a new snapshot: rows committed since the slot was created may be published twice",
-			"table", j.table, "rows_done", j.job.RowsDone, "lsn", j.job.ReadLSN)
+		msg := "resuming the initial snapshot in a new snapshot: rows committed since the slot was created may be published twice"
+		if j.job.ReadSnapshot != "" {
+			msg = "resuming the initial snapshot in a new snapshot: rows committed since the slot was created are left to the stream"
+		}
+		log.Warn(msg, "table", j.table, "rows_done", j.job.RowsDone, "lsn", j.job.ReadLSN)
 		if j.job.Predicate != cfg.SnapshotWhere {
 			log.Warn("the snapshot resumes with the predicate it started with, not --snapshot-where",
 				"predicate", j.job.Predicate, "snapshot_where", cfg.SnapshotWhere)
@@ -178,6 +186,7 @@ func copyTables(ctx context.Context, cfg Config, log *slog.Logger, stats *metric
 		c.SnapshotWhere = j.job.Predicate
 		cfgs[i] = c.snapshotConfig()
 		cfgs[i].Renew = cfg.Renew
+		cfgs[i].SeenBy, cfgs[i].SeenSince = j.job.ReadSnapshot, j.job.StartedAt // set when resumed (resumeSnapshot)
 	}
 	why := "one table"
 	if len(todo) > 1 {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -44,6 +45,11 @@ type Config struct {
 	// RefusalRetry is how long a row the broker returns or nacks is retried alone before it is
 	// quarantined; 0 means cdc.DefaultRefusalRetry.
 	RefusalRetry time.Duration
+	// SeenBy, for an initial snapshot resumed in a new snapshot, is the slot's own snapshot as
+	// pg_current_snapshot() printed it (Job.ReadSnapshot), and SeenSince when its job started: the copy
+	// then leaves out the rows that snapshot did not see, which the stream delivers (see unseen).
+	SeenBy    string
+	SeenSince time.Time
 }
 
 func (c Config) withDefaults() Config {
@@ -73,10 +79,33 @@ var columnNames = []string{"id", "aggregate_type", "aggregate_id", "aggregate_ve
 	"schema_version", "payload", "headers", "occurred_at"}
 
 func (c Config) predicate() string {
-	if c.Where == "" {
-		return "true"
+	p := "true"
+	if c.Where != "" {
+		p = "(" + c.Where + ")"
 	}
-	return "(" + c.Where + ")"
+	if u := c.unseen(); u != "" {
+		p += " AND NOT (" + u + ")"
+	}
+	return p
+}
+
+// unseen is true for a row of a native table that the snapshot SeenBy did not see: its inserting
+// transaction (xmin, placed in the current epoch) committed after that snapshot, so the stream, which
+// starts at the slot's consistent point, delivers it. A resumed initial snapshot that published it too
+// would put it before an event of its aggregate that only the stream has (a row deleted by its own
+// transaction), and so out of commit order. The raw xmin of a row frozen 2^32 transactions ago may fall in
+// that window by chance: only rows whose occurred_at is at most an hour before the job started are left
+// out, so such an old row is copied (a row of a producer that sets occurred_at an hour back is copied too,
+// and may come twice, as before). A mapped table (no occurred_at) is copied whole.
+func (c Config) unseen() string {
+	if c.SeenBy == "" || c.mapping() != nil {
+		return ""
+	}
+	const cur = "pg_snapshot_xmax(pg_current_snapshot())::text::bigint"
+	full := "(((" + cur + " >> 32) << 32) + o.xmin::text::bigint)"
+	xid := "greatest(CASE WHEN " + full + " <= " + cur + " THEN " + full + " ELSE " + full + " - 4294967296 END, 0)::text::xid8"
+	return "o.occurred_at >= '" + c.SeenSince.UTC().Format(time.RFC3339Nano) + "'::timestamptz - interval '1 hour' AND " +
+		"NOT pg_visible_in_snapshot(" + xid + ", '" + strings.ReplaceAll(c.SeenBy, "'", "''") + "'::pg_snapshot)"
 }
 
 func (c Config) from() string {

@@ -30,6 +30,10 @@
 //     own job and progress, and a crash resumes each after its own key (TestInitialSnapshotMergesAggregates-
 //     AcrossTables, TestMergedSnapshotResumesAfterKill in cmd/cdc-router).
 //
+// An initial snapshot resumed in a new snapshot (after a crash) leaves out the rows of a native table that
+// the slot's own snapshot did not see (Config.SeenBy, recorded with the job as Job.ReadSnapshot): the stream
+// delivers them, in commit order with the events only it has (TestResumedSnapshotLeavesLaterRowsToTheStream).
+//
 // An outbox table of another shape (a decode.Mapping, run --config) is paged by its primary key instead (or
 // a unique index on NOT NULL columns; a table with neither is refused by CheckTable before anything is
 // recorded), its columns read as text and mapped by decode.RowMapper, the stream's code. Its progress is

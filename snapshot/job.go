@@ -48,6 +48,10 @@ type Job struct {
 	Error     string // why a failed job stopped
 	StartedAt time.Time
 	UpdatedAt time.Time
+	// ReadSnapshot is an initial snapshot's own snapshot as pg_current_snapshot() printed it inside the
+	// slot's exported snapshot ("" for a backfill, and for a job recorded before migration 012): a copy
+	// resumed in a new snapshot leaves out what it did not see (Config.SeenBy).
+	ReadSnapshot string
 	// Live reports whether a process holds the job's lock (see LockKey); filled by All. A running job that no
 	// process holds was interrupted (a kill, a crash, a stop) and resumes at the next run of it.
 	Live bool
@@ -127,11 +131,11 @@ func NewJobs(conn *pgx.Conn, schema string) *Jobs {
 func (s *Jobs) Load(ctx context.Context, name string) (j Job, ok bool, err error) {
 	var lsn string
 	var key []byte
-	var jobErr *string
+	var jobErr, seen *string
 	err = s.conn.QueryRow(ctx, `SELECT name, kind, predicate, read_lsn::text, last_key, rows_done, rows_total, state,
-		to_jsonb(t)->>'error', started_at, updated_at FROM `+s.table+` t WHERE name = $1`, name).
+		to_jsonb(t)->>'error', started_at, updated_at, to_jsonb(t)->>'read_snapshot' FROM `+s.table+` t WHERE name = $1`, name).
 		Scan(&j.Name, &j.Kind, &j.Predicate, &lsn, &key, &j.RowsDone, &j.RowsTotal, &j.State, &jobErr, &j.StartedAt,
-			&j.UpdatedAt)
+			&j.UpdatedAt, &seen)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return Job{}, false, nil
 	}
@@ -140,6 +144,9 @@ func (s *Jobs) Load(ctx context.Context, name string) (j Job, ok bool, err error
 	}
 	if jobErr != nil {
 		j.Error = *jobErr
+	}
+	if seen != nil {
+		j.ReadSnapshot = *seen
 	}
 	if j.ReadLSN, err = cdc.ParseLSN(lsn); err != nil {
 		return Job{}, false, err
@@ -211,6 +218,11 @@ func (s *Jobs) Start(ctx context.Context, tx pgx.Tx, j Job) error {
 		j.Name, j.Kind, j.Predicate, j.ReadLSN.String())
 	if err != nil {
 		return fmt.Errorf("record snapshot start: %w", err)
+	}
+	if j.ReadSnapshot != "" { // only an initial snapshot's: a backfill's start needs no migration 012
+		if _, err := tx.Exec(ctx, `UPDATE `+s.table+` SET read_snapshot = $2 WHERE name = $1`, j.Name, j.ReadSnapshot); err != nil {
+			return fmt.Errorf("record snapshot start: %w", err)
+		}
 	}
 	return nil
 }

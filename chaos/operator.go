@@ -1,0 +1,110 @@
+package chaos
+
+import (
+	"fmt"
+	"regexp"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// gapBackfillRe finds the backfill a publication gap names, in the ERROR line a running router logs and in
+// the refusal of its next start alike: "… publish them with `cdc-router backfill … --where "…"` …".
+var gapBackfillRe = regexp.MustCompile("publish them with `(cdc-router backfill [^`]+)`")
+
+// gapBackfills are the distinct backfill commands that the log lines of routers name, in order.
+func gapBackfills(lines []LogLine) []string {
+	seen := map[string]bool{}
+	var out []string
+	for _, l := range lines {
+		if l.Router < 0 || !strings.Contains(l.Text, "publication gap") && !strings.Contains(l.Text, "may have been out of publication") {
+			continue
+		}
+		m := gapBackfillRe.FindStringSubmatch(l.Text)
+		if m == nil {
+			continue
+		}
+		cmd := m[1]
+		if u, err := strconv.Unquote(`"` + cmd + `"`); err == nil { // slog's text format escapes the inner quotes
+			cmd = u
+		}
+		if !seen[cmd] {
+			seen[cmd] = true
+			out = append(out, cmd)
+		}
+	}
+	return out
+}
+
+// backfillArgs turns a named command, `cdc-router backfill [--slot S] [--table T] --where "P"`, into the
+// arguments of the binary; ok is false for a command of another form (a --config placeholder).
+func backfillArgs(cmd string) (args []string, ok bool) {
+	head, where, found := strings.Cut(cmd, ` --where "`)
+	if !found || !strings.HasSuffix(where, `"`) || strings.Contains(head, "<") {
+		return nil, false
+	}
+	args = strings.Fields(strings.TrimPrefix(head, "cdc-router "))
+	return append(args, "--where", strings.TrimSuffix(where, `"`)), true
+}
+
+// operate plays the operator of docs/operations.md#publication-gaps until stop is closed: each backfill a
+// router's publication-gap ERROR (or refusal) names is run as named, with the world's broker flags, and
+// run again (it resumes) until it succeeds, at most five times. Each attempt is recorded (CmdGapBackfill).
+func (w *world) operate(stop <-chan struct{}) {
+	done := map[string]int{} // attempts; -1 once it succeeded
+	for {
+		select {
+		case <-stop:
+			return
+		case <-time.After(500 * time.Millisecond):
+		}
+		w.rec.mu.Lock()
+		cmds := gapBackfills(w.rec.h.Logs)
+		w.rec.mu.Unlock()
+		for _, cmd := range cmds {
+			if done[cmd] < 0 || done[cmd] >= 5 {
+				continue
+			}
+			from := time.Now()
+			args, ok := backfillArgs(cmd)
+			if !ok {
+				done[cmd] = 5
+				w.rec.event(Event{From: from, To: from, Kind: CmdGapBackfill, Note: "not run, a form the harness cannot run: " + cmd})
+				continue
+			}
+			out, code := w.cli(3*time.Minute, w.backfillFlags(args...)...)
+			done[cmd]++
+			if code == 0 {
+				done[cmd] = -1
+			}
+			w.rec.event(Event{From: from, To: time.Now(), Kind: CmdGapBackfill, Note: fmt.Sprintf("exit %d: %s", code, outcome(out))})
+		}
+	}
+}
+
+// refusalRetry is the routers' and backfills' --refusal-retry with the full queue: short, so that an event
+// the full queue nacks is quarantined within the run.
+const refusalRetry = "2s"
+
+// backfillFlags is a backfill command's arguments with the world's broker flags added.
+func (w *world) backfillFlags(args ...string) []string {
+	args = append(args, "--unroutable-queue-type", w.plan.Setup.UnroutableType)
+	if w.plan.Setup.FullQueue {
+		args = append(args, "--refusal-retry", refusalRetry)
+	}
+	return args
+}
+
+// outcome is what a command printed on stdout (its lines that are not log lines), or its last line.
+func outcome(out string) string {
+	var said []string
+	for _, l := range strings.Split(strings.TrimSpace(out), "\n") {
+		if !strings.HasPrefix(l, "time=") {
+			said = append(said, l)
+		}
+	}
+	if len(said) == 0 {
+		return lastLine(out)
+	}
+	return trim(strings.Join(said, "; "), 300)
+}
