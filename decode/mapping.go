@@ -36,7 +36,7 @@ type Mapping struct {
 	KeyColumn           string      // table.field.event.key, default aggregateid: the ordering lane and header KeyHeader; empty: none
 	PayloadColumn       string      // table.field.event.payload, default payload: the body
 	TimestampColumn     string      // table.field.event.timestamp, default unset: the commit time
-	TypeColumn          string      // table.field.event.type, default type: the AMQP type property when present
+	TypeColumn          string      // table.field.event.type, default type: the AMQP type property when present; empty: none
 	SchemaVersionColumn string      // table.field.event.schema.version, default unset: header schema_version
 	RouteColumn         string      // route.by.field, default aggregatetype
 	TopicRegex          string      // route.topic.regex, default (?<routedByValue>.*)
@@ -45,7 +45,7 @@ type Mapping struct {
 	AdditionalMissing   string      // table.field.additional.missing: error (default) or ignore
 	TombstoneOnEmpty    bool        // route.tombstone.on.empty.payload, default false
 	ExpandJSON          bool        // table.expand.json.payload, default false: matters only in an envelope body
-	TracingColumn       string      // tracing.span.context.field, default tracingspancontext (used when present)
+	TracingColumn       string      // tracing.span.context.field, default tracingspancontext (used when present); empty: none
 	KeyHeader           string      // amqp.key.header, default key
 	Tombstone           string      // amqp.tombstone: empty-body (default) or drop
 	ContentType         string      // amqp.content.type, default from the payload column's type
@@ -57,6 +57,7 @@ type Mapping struct {
 	// when run reads several tables (--table a,b), optional with one. Empty: the only --table.
 	Table string
 
+	typeSet    bool // table.field.event.type was given: a column of another type is then refused, not left unused
 	tracingSet bool // tracing.span.context.field was given: the column is then required
 	route      *topicRoute
 }
@@ -134,15 +135,16 @@ func (m *Mapping) set(key, v string) error {
 		"route.by.field": &m.RouteColumn, "tracing.span.context.field": &m.TracingColumn,
 	}
 	if p, ok := columns[key]; ok {
-		if key == "table.field.event.key" && v == "" {
-			m.KeyColumn = "" // no key: events are ordered per routing value, and carry no key header
-			return nil
-		}
-		if v == "" {
-			return fmt.Errorf("%s is empty: name a column of the outbox table", key)
-		}
-		*p = v
+		m.typeSet = m.typeSet || key == "table.field.event.type"
 		m.tracingSet = m.tracingSet || key == "tracing.span.context.field"
+		switch {
+		case v != "":
+			*p = v
+		case switchable[key]:
+			*p = "" // switched off: no key (order per routing value), no type, no trace context, …
+		default:
+			return fmt.Errorf("%s is empty: name a column of the outbox table (this option cannot be switched off)", key)
+		}
 		return nil
 	}
 	switch key {
@@ -212,6 +214,10 @@ func (m *Mapping) set(key, v string) error {
 	}
 	return nil
 }
+
+// switchable are the column options an empty value switches off; the others name a column every event needs.
+var switchable = map[string]bool{"table.field.event.key": true, "table.field.event.timestamp": true,
+	"table.field.event.type": true, "table.field.event.schema.version": true, "tracing.span.context.field": true}
 
 // maxShortString is the longest AMQP shortstr (header names, routing keys).
 const maxShortString = 255

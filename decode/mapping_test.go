@@ -227,6 +227,38 @@ func TestMappingOptions(t *testing.T) {
 					t.Errorf("type %q", ev.EventType)
 				}
 			}},
+		{"table.field.event.type unset, a bytea type column is unused", "", with(row, mcol{"type", oidBytea, text(`\x01`)}),
+			func(t *testing.T, ev cdc.Event) {
+				if ev.EventType != "" {
+					t.Errorf("type %q from a bytea column the options never named", ev.EventType)
+				}
+			}},
+		{"tracing.span.context.field unset, a jsonb column of that name is unused", "",
+			with(row, mcol{"tracingspancontext", oidJSONB, text(`{"traceparent": "x"}`)}),
+			func(t *testing.T, ev cdc.Event) {
+				if header(ev, "traceparent") != nil {
+					t.Errorf("headers %v", ev.Mapped.Headers)
+				}
+			}},
+		{"table.field.event.type switched off", "table.field.event.type=", row,
+			func(t *testing.T, ev cdc.Event) {
+				if ev.EventType != "" {
+					t.Errorf("type %q with the option switched off", ev.EventType)
+				}
+			}},
+		{"tracing.span.context.field switched off", "tracing.span.context.field=",
+			with(row, mcol{"tracingspancontext", oidVarchar, text("traceparent=00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01")}),
+			func(t *testing.T, ev cdc.Event) {
+				if header(ev, "traceparent") != nil {
+					t.Errorf("headers %v", ev.Mapped.Headers)
+				}
+			}},
+		{"table.field.event.timestamp empty is unset", "table.field.event.timestamp=", row,
+			func(t *testing.T, ev cdc.Event) {
+				if !ev.Mapped.Timestamp.Equal(commitTime) {
+					t.Errorf("timestamp %v, want the commit time", ev.Mapped.Timestamp)
+				}
+			}},
 		{"table.field.event.schema.version", "table.field.event.schema.version=v", with(row, mcol{"v", oidInt2, text("3")}),
 			func(t *testing.T, ev cdc.Event) {
 				if header(ev, "schema_version") != int32(3) {
@@ -373,6 +405,10 @@ func TestMappingDrift(t *testing.T) {
 		{"missing placed column", "table.fields.additional.placement=absent:header", row, "column absent (table.fields.additional.placement) is missing"},
 		{"missing tracing column named explicitly", "tracing.span.context.field=trace", row, "column trace (tracing.span.context.field) is missing"},
 		{"missing timestamp column", "table.field.event.timestamp=ts", row, "column ts (table.field.event.timestamp) is missing"},
+		{"type column of another type named explicitly", "table.field.event.type=type", with(row, mcol{"type", oidBytea, text(`\x01`)}),
+			"column type (table.field.event.type) is bytea, want text or varchar"},
+		{"tracing column of another type named explicitly", "tracing.span.context.field=tracingspancontext",
+			with(row, mcol{"tracingspancontext", oidJSONB, text("{}")}), "column tracingspancontext (tracing.span.context.field) is jsonb, want text or varchar"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -416,7 +452,10 @@ func TestParseMappingRefuses(t *testing.T) {
 		{"amqp.topic.target=exchange\namqp.routing.key=" + strings.Repeat("k", 256), "amqp.routing.key is 256 bytes, AMQP allows 255"},
 		{"route.by.feild=x", `unknown option "route.by.feild"`},
 		{"route.by.field=a\nroute.by.field=b", "line 2: route.by.field is also set on line 1"},
-		{"table.field.event.id=", "table.field.event.id is empty"},
+		{"table.field.event.id=", "table.field.event.id is empty: name a column of the outbox table (this option cannot be switched off)"},
+		{"route.by.field=", "route.by.field is empty"},
+		{"table.field.event.payload=", "table.field.event.payload is empty"},
+		{"route.topic.regex=[[a-z]+", "line 1: route.topic.regex \"[[a-z]+\" uses a nested character class"},
 	}
 	for _, tt := range tests {
 		if _, err := ParseMapping(tt.text); err == nil || !strings.Contains(err.Error(), tt.want) {

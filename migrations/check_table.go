@@ -158,7 +158,8 @@ func checkTable(ctx context.Context, conn *pgx.Conn, cfg Config) error {
 }
 
 // checkMappedTable checks a table read through a --config mapping: every column an option names is
-// present (unless optional) with a type the decoder reads. No key is required: a mapped table has no
+// present (unless optional) with a type the decoder reads; a column an option at its default would name,
+// of another type, is left unused and reported to cfg.Notice. No key is required: a mapped table has no
 // version, so the initial snapshot (which pages by the native key) is not offered for it.
 func checkMappedTable(cfg Config, have map[string]outboxColumn) error {
 	var bad []string
@@ -167,6 +168,10 @@ func checkMappedTable(cfg Config, have map[string]outboxColumn) error {
 		switch {
 		case !ok && r.Required:
 			bad = append(bad, fmt.Sprintf("column %s named by %s is missing", r.Column, r.Option))
+		case ok && len(r.Types) > 0 && !slices.Contains(r.Types, got.typ) && r.IfTyped:
+			if cfg.Notice != nil {
+				cfg.Notice(r.Unused(cfg.Table, got.typ))
+			}
 		case ok && len(r.Types) > 0 && !slices.Contains(r.Types, got.typ):
 			bad = append(bad, fmt.Sprintf("column %s named by %s is %s, want %s", r.Column, r.Option, got.typ, strings.Join(r.Types, " or ")))
 		}
