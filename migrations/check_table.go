@@ -41,8 +41,9 @@ func expectedColumns() string {
 var keyColumns = []string{"aggregate_type", "aggregate_id", "aggregate_version"}
 
 type outboxColumn struct {
-	typ     string
-	notNull bool
+	typ       string
+	notNull   bool
+	generated string // pg_attribute.attgenerated: "" (an ordinary column), "s" (stored) or "v" (virtual, PostgreSQL 18)
 }
 
 // relation returns the oid of the table schema.name, or 0 when there is none. It reads the catalog by
@@ -59,7 +60,7 @@ func relation(ctx context.Context, conn *pgx.Conn, schema, name string) (uint32,
 
 func readColumns(ctx context.Context, conn *pgx.Conn, table uint32) (map[string]outboxColumn, error) {
 	rows, err := conn.Query(ctx, `
-		SELECT a.attname, t.typname, a.attnotnull
+		SELECT a.attname, t.typname, a.attnotnull, a.attgenerated::text
 		FROM pg_attribute a JOIN pg_type t ON t.oid = a.atttypid
 		WHERE a.attrelid = $1 AND a.attnum > 0 AND NOT a.attisdropped`, table)
 	if err != nil {
@@ -68,7 +69,7 @@ func readColumns(ctx context.Context, conn *pgx.Conn, table uint32) (map[string]
 	have := map[string]outboxColumn{}
 	var name string
 	var c outboxColumn
-	_, err = pgx.ForEachRow(rows, []any{&name, &c.typ, &c.notNull}, func() error {
+	_, err = pgx.ForEachRow(rows, []any{&name, &c.typ, &c.notNull, &c.generated}, func() error {
 		have[name] = c
 		return nil
 	})
@@ -91,6 +92,9 @@ func checkTable(ctx context.Context, conn *pgx.Conn, cfg Config) error {
 	if len(have) == 0 {
 		return problemf("the outbox table %s does not exist: run `cdc-router migrate` to create it, or point "+
 			"--table (CDC_ROUTER_TABLE) at yours", cfg.Table)
+	}
+	if err := checkGenerated(ctx, conn, cfg, have); err != nil {
+		return err
 	}
 	if cfg.Mapping != nil {
 		return checkMappedTable(cfg, have)
