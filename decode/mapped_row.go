@@ -125,12 +125,16 @@ func mapTuple(cfg *Config, t mappedTuple) (ev cdc.Event, drop bool, rowErr *RowE
 		}
 		envelope = append(envelope, envelopeField{p.Alias, val})
 	}
+	raw := body
 	if m.envelope() && !mapped.Tombstone {
 		body = envelopeBody(body, payloadOID, present, m.ExpandJSON, envelope)
 		mapped.ContentType = "application/json"
 	}
 	if m.ContentType != "" {
 		mapped.ContentType = m.ContentType
+	}
+	if err := m.validateJSON(raw, payloadOID, mapped); err != nil {
+		return cdc.Event{}, false, err
 	}
 	ev.Payload = append([]byte(nil), body...)
 	if cfg.Check != nil {

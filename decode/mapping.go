@@ -49,6 +49,7 @@ type Mapping struct {
 	KeyHeader           string      // amqp.key.header, default key
 	Tombstone           string      // amqp.tombstone: empty-body (default) or drop
 	ContentType         string      // amqp.content.type, default from the payload column's type
+	ValidateJSON        bool        // amqp.validate.json, default false: quarantine a text payload that is not JSON when the content type is JSON
 	TimestampUnit       string      // amqp.timestamp.unit for an integer timestamp column: ms (default) or us
 	TopicTarget         string      // amqp.topic.target: routing-key (default) or exchange
 	RoutingKeySource    string      // amqp.routing.key.source with target exchange: static (default), key or topic
@@ -113,6 +114,10 @@ func ParseMapping(text string) (*Mapping, error) {
 	if err := m.checkTarget(seen); err != nil {
 		return nil, err
 	}
+	if m.ValidateJSON && m.ContentType != "" && !jsonMediaType(m.ContentType) {
+		return nil, fmt.Errorf("line %d: amqp.validate.json=true checks payloads sent as JSON, but amqp.content.type=%s "+
+			"is not JSON: remove one of them", seen["amqp.validate.json"], m.ContentType)
+	}
 	route, err := compileTopicRoute(m.TopicRegex, m.TopicReplacement)
 	if err != nil {
 		for _, option := range []string{"route.topic.regex", "route.topic.replacement"} {
@@ -154,14 +159,17 @@ func (m *Mapping) set(key, v string) error {
 		m.TopicReplacement = v
 	case "table.fields.additional.placement":
 		return m.setPlacements(v)
-	case "route.tombstone.on.empty.payload", "table.expand.json.payload":
+	case "route.tombstone.on.empty.payload", "table.expand.json.payload", "amqp.validate.json":
 		b, err := strconv.ParseBool(v)
 		if err != nil || (v != "true" && v != "false") {
 			return fmt.Errorf("%s=%q: use true or false", key, v)
 		}
-		if key == "table.expand.json.payload" {
+		switch key {
+		case "table.expand.json.payload":
 			m.ExpandJSON = b
-		} else {
+		case "amqp.validate.json":
+			m.ValidateJSON = b
+		default:
 			m.TombstoneOnEmpty = b
 		}
 	case "table.field.additional.missing":

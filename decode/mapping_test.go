@@ -259,6 +259,33 @@ func TestMappingOptions(t *testing.T) {
 					t.Errorf("timestamp %v, want the commit time", ev.Mapped.Timestamp)
 				}
 			}},
+		{"amqp.validate.json passes valid text JSON", "amqp.content.type=application/json\namqp.validate.json=true",
+			with(row, mcol{"payload", oidText, text(` {"a": [1, 2.5e3, "\u00e9"]} `)}),
+			func(t *testing.T, ev cdc.Event) {
+				if string(ev.Payload) != ` {"a": [1, 2.5e3, "\u00e9"]} ` {
+					t.Errorf("body %q", ev.Payload)
+				}
+			}},
+		{"amqp.validate.json leaves text/plain alone", "amqp.validate.json=true", with(row, mcol{"payload", oidText, text("hello")}),
+			func(t *testing.T, ev cdc.Event) {
+				if string(ev.Payload) != "hello" || ev.Mapped.ContentType != "text/plain; charset=utf-8" {
+					t.Errorf("body %q content type %q", ev.Payload, ev.Mapped.ContentType)
+				}
+			}},
+		{"amqp.validate.json off publishes text that is not JSON", "amqp.content.type=application/json",
+			with(row, mcol{"payload", oidText, text(`{"a":`)}),
+			func(t *testing.T, ev cdc.Event) {
+				if string(ev.Payload) != `{"a":` {
+					t.Errorf("body %q", ev.Payload)
+				}
+			}},
+		{"amqp.validate.json exempts a tombstone", "amqp.content.type=application/json\namqp.validate.json=true\nroute.tombstone.on.empty.payload=true",
+			with(row, mcol{"payload", oidText, text("  ")}),
+			func(t *testing.T, ev cdc.Event) {
+				if !ev.Mapped.Tombstone {
+					t.Errorf("not a tombstone")
+				}
+			}},
 		{"table.field.event.schema.version", "table.field.event.schema.version=v", with(row, mcol{"v", oidInt2, text("3")}),
 			func(t *testing.T, ev cdc.Event) {
 				if header(ev, "schema_version") != int32(3) {
@@ -375,6 +402,12 @@ func TestMappingQuarantinesRows(t *testing.T) {
 		{"NULL routing value", "", with(row, mcol{"aggregatetype", oidVarchar, null()}), "aggregatetype (route.by.field) is NULL, so the event has no routing key"},
 		{"NULL payload without tombstones", "", with(row, mcol{"payload", oidJSONB, null()}), "payload (table.field.event.payload) is NULL: AMQP has no null body"},
 		{"NULL id", "", with(row, mcol{"id", oidUUID, null()}), "id (table.field.event.id) is NULL"},
+		{"amqp.validate.json, text payload sent as JSON", "amqp.content.type=application/json; charset=utf-8\namqp.validate.json=true",
+			with(row, mcol{"payload", oidText, text(`{"a":`)}), "payload is not valid JSON (amqp.validate.json), though the message's content type is application/json; charset=utf-8"},
+		{"amqp.validate.json, varchar payload in a +json type", "amqp.content.type=application/vnd.acme+json\namqp.validate.json=true",
+			with(row, mcol{"payload", oidVarchar, text(`not json`)}), "payload is not valid JSON (amqp.validate.json)"},
+		{"amqp.validate.json, bytea payload in an envelope", "amqp.validate.json=true\ntable.fields.additional.placement=type:envelope",
+			with(row, mcol{"payload", oidBytea, text(`\x7b`)}), "payload is not valid JSON (amqp.validate.json), though the message's content type is application/json"},
 		{"bad epoch", "table.field.event.timestamp=ts", with(row, mcol{"ts", oidInt8, text("x")}), `ts (table.field.event.timestamp) "x" is not a time`},
 	}
 	for _, tt := range tests {
@@ -454,6 +487,8 @@ func TestParseMappingRefuses(t *testing.T) {
 		{"route.by.field=a\nroute.by.field=b", "line 2: route.by.field is also set on line 1"},
 		{"table.field.event.id=", "table.field.event.id is empty: name a column of the outbox table (this option cannot be switched off)"},
 		{"route.by.field=", "route.by.field is empty"},
+		{"amqp.validate.json=yes", `amqp.validate.json="yes": use true or false`},
+		{"amqp.content.type=application/x-protobuf\namqp.validate.json=true", "line 2: amqp.validate.json=true checks payloads sent as JSON, but amqp.content.type=application/x-protobuf is not JSON"},
 		{"table.field.event.payload=", "table.field.event.payload is empty"},
 		{"route.topic.regex=[[a-z]+", "line 1: route.topic.regex \"[[a-z]+\" uses a nested character class"},
 	}
