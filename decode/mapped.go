@@ -31,7 +31,7 @@ var (
 	payloadTypes = []uint32{oidJSONB, oidJSON, oidText, oidVarchar, oidBytea}
 )
 
-// Role indexes in mappedRelation.cols; additional placements follow numRoles.
+// Role indexes in mappedRelation.cols; additional placements follow numRoles, then the property columns.
 const (
 	roleID = iota
 	roleKey
@@ -58,6 +58,9 @@ func (m *Mapping) roles() []mappedRole {
 	}
 	for _, p := range m.Additional {
 		r = append(r, mappedRole{"table.fields.additional.placement", p.Column, nil, m.AdditionalMissing == "error", false})
+	}
+	for _, p := range m.Properties { // after the placements: roles numRoles+len(m.Additional)+i
+		r = append(r, mappedRole{"amqp.property." + p.Name, p.Column, propertyTypes, true, false})
 	}
 	return r
 }

@@ -133,6 +133,9 @@ func mapTuple(cfg *Config, t mappedTuple) (ev cdc.Event, drop bool, rowErr *RowE
 	if m.ContentType != "" {
 		mapped.ContentType = m.ContentType
 	}
+	if err := t.setProperties(numRoles+len(m.Additional), mapped); err != nil {
+		return cdc.Event{}, false, err
+	}
 	if err := m.validateJSON(raw, payloadOID, mapped); err != nil {
 		return cdc.Event{}, false, err
 	}

@@ -42,6 +42,7 @@ type Mapping struct {
 	TopicRegex          string      // route.topic.regex, default (?<routedByValue>.*)
 	TopicReplacement    string      // route.topic.replacement, default outbox.event.${routedByValue}
 	Additional          []Placement // table.fields.additional.placement
+	Properties          []Property  // amqp.property.<name>=<column>: per-row AMQP properties, in option order
 	AdditionalMissing   string      // table.field.additional.missing: error (default) or ignore
 	TombstoneOnEmpty    bool        // route.tombstone.on.empty.payload, default false
 	ExpandJSON          bool        // table.expand.json.payload, default false: matters only in an envelope body
@@ -151,6 +152,9 @@ func (m *Mapping) set(key, v string) error {
 			return fmt.Errorf("%s is empty: name a column of the outbox table (this option cannot be switched off)", key)
 		}
 		return nil
+	}
+	if name, ok := strings.CutPrefix(key, "amqp.property."); ok {
+		return m.setProperty(name, v)
 	}
 	switch key {
 	case "route.topic.regex":

@@ -259,6 +259,25 @@ func TestMappingOptions(t *testing.T) {
 					t.Errorf("timestamp %v, want the commit time", ev.Mapped.Timestamp)
 				}
 			}},
+		{"amqp.property columns", "amqp.property.content_type=ct\namqp.property.correlation_id=corr\namqp.property.reply_to=rt\n" +
+			"amqp.property.content_encoding=enc\namqp.property.app_id=app",
+			with(with(with(with(with(row, mcol{"ct", oidText, text("application/vnd.masstransit+json")}),
+				mcol{"corr", oidUUID, text(id1)}), mcol{"rt", oidVarchar, text("rabbitmq://h/v/replies")}),
+				mcol{"enc", oidText, text("gzip")}), mcol{"app", oidText, text("billing")}),
+			func(t *testing.T, ev cdc.Event) {
+				m := ev.Mapped
+				if m.ContentType != "application/vnd.masstransit+json" || m.CorrelationID != id1 || m.ReplyTo != "rabbitmq://h/v/replies" ||
+					m.ContentEncoding != "gzip" || m.AppID != "billing" {
+					t.Errorf("properties %q %q %q %q %q", m.ContentType, m.CorrelationID, m.ReplyTo, m.ContentEncoding, m.AppID)
+				}
+			}},
+		{"amqp.property NULL keeps the table-wide value", "amqp.property.content_type=ct\namqp.property.correlation_id=corr\namqp.content.type=application/json",
+			with(with(row, mcol{"ct", oidText, null()}), mcol{"corr", oidText, null()}),
+			func(t *testing.T, ev cdc.Event) {
+				if ev.Mapped.ContentType != "application/json" || ev.Mapped.CorrelationID != "" {
+					t.Errorf("content type %q correlation id %q", ev.Mapped.ContentType, ev.Mapped.CorrelationID)
+				}
+			}},
 		{"amqp.validate.json passes valid text JSON", "amqp.content.type=application/json\namqp.validate.json=true",
 			with(row, mcol{"payload", oidText, text(` {"a": [1, 2.5e3, "\u00e9"]} `)}),
 			func(t *testing.T, ev cdc.Event) {
@@ -408,6 +427,11 @@ func TestMappingQuarantinesRows(t *testing.T) {
 			with(row, mcol{"payload", oidVarchar, text(`not json`)}), "payload is not valid JSON (amqp.validate.json)"},
 		{"amqp.validate.json, bytea payload in an envelope", "amqp.validate.json=true\ntable.fields.additional.placement=type:envelope",
 			with(row, mcol{"payload", oidBytea, text(`\x7b`)}), "payload is not valid JSON (amqp.validate.json), though the message's content type is application/json"},
+		{"amqp.property over 255 bytes", "amqp.property.correlation_id=corr", with(row, mcol{"corr", oidText, text(strings.Repeat("c", 256))}),
+			"corr (amqp.property.correlation_id) is 256 bytes, AMQP allows 255 for a property"},
+		{"amqp.validate.json follows the row's content type", "amqp.property.content_type=ct\namqp.validate.json=true",
+			with(with(row, mcol{"payload", oidText, text("{")}), mcol{"ct", oidText, text("application/json")}),
+			"payload is not valid JSON (amqp.validate.json), though the message's content type is application/json"},
 		{"bad epoch", "table.field.event.timestamp=ts", with(row, mcol{"ts", oidInt8, text("x")}), `ts (table.field.event.timestamp) "x" is not a time`},
 	}
 	for _, tt := range tests {
@@ -487,6 +511,11 @@ func TestParseMappingRefuses(t *testing.T) {
 		{"route.by.field=a\nroute.by.field=b", "line 2: route.by.field is also set on line 1"},
 		{"table.field.event.id=", "table.field.event.id is empty: name a column of the outbox table (this option cannot be switched off)"},
 		{"route.by.field=", "route.by.field is empty"},
+		{"amqp.property.type=t", "the type property comes from table.field.event.type"},
+		{"amqp.property.user_id=u", "amqp.property.user_id is not supported"},
+		{"amqp.property.priority=p", `unknown option "amqp.property.priority": amqp.property.<name> sets the property of that name per row, for content_type`},
+		{"amqp.property.reply_to=", "amqp.property.reply_to is empty"},
+		{"amqp.property.reply_to=a\namqp.property.reply_to=b", "line 2: amqp.property.reply_to is also set on line 1"},
 		{"amqp.validate.json=yes", `amqp.validate.json="yes": use true or false`},
 		{"amqp.content.type=application/x-protobuf\namqp.validate.json=true", "line 2: amqp.validate.json=true checks payloads sent as JSON, but amqp.content.type=application/x-protobuf is not JSON"},
 		{"table.field.event.payload=", "table.field.event.payload is empty"},

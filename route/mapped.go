@@ -16,8 +16,8 @@ import (
 const HeaderTombstone = "tombstone"
 
 // mappedMessage maps an event of a --config mapping (ev.Mapped set) to its routing key and message:
-// persistent, message_id = the event id as text, type = the type column when present, timestamp and
-// content type from the mapping, the payload (or envelope) as the body, and the mapping's typed headers
+// persistent, message_id = the event id as text, type = the type column when present, timestamp, content
+// type and the amqp.property.<name> properties from the mapping, the payload (or envelope) as the body, and the mapping's typed headers
 // in order (a later header of the same name wins), then commit_lsn, tombstone and x-backfill.
 func mappedMessage(ev cdc.Event) (string, amqp.Publishing) {
 	m := ev.Mapped
@@ -33,13 +33,17 @@ func mappedMessage(ev cdc.Event) (string, amqp.Publishing) {
 		h[HeaderBackfill] = true
 	}
 	return m.RoutingKey, amqp.Publishing{
-		Headers:      h,
-		ContentType:  m.ContentType,
-		DeliveryMode: amqp.Persistent,
-		MessageId:    ev.ID,
-		Timestamp:    m.Timestamp,
-		Type:         ev.EventType,
-		Body:         ev.Payload,
+		Headers:         h,
+		ContentType:     m.ContentType,
+		ContentEncoding: m.ContentEncoding,
+		CorrelationId:   m.CorrelationID,
+		ReplyTo:         m.ReplyTo,
+		AppId:           m.AppID,
+		DeliveryMode:    amqp.Persistent,
+		MessageId:       ev.ID,
+		Timestamp:       m.Timestamp,
+		Type:            ev.EventType,
+		Body:            ev.Payload,
 	}
 }
 
@@ -58,6 +62,12 @@ func checkMapped(ev cdc.Event) error {
 			ErrInvalidEvent, len(ev.ID))
 	case len(ev.EventType) > maxShortString:
 		return fmt.Errorf("%w: the type (table.field.event.type) is %d bytes, AMQP allows 255", ErrInvalidEvent, len(ev.EventType))
+	}
+	for name, v := range map[string]string{"content_type": m.ContentType, "content_encoding": m.ContentEncoding,
+		"correlation_id": m.CorrelationID, "reply_to": m.ReplyTo, "app_id": m.AppID} {
+		if len(v) > maxShortString {
+			return fmt.Errorf("%w: the %s property (amqp.property.%s) is %d bytes, AMQP allows 255", ErrInvalidEvent, name, name, len(v))
+		}
 	}
 	if m.ByExchange {
 		if err := checkExchangeName(m.Exchange); err != nil {
