@@ -23,12 +23,15 @@ type mappedRole struct {
 	types          []uint32
 	required       bool
 	ifTyped        bool
+	field          string // column:field: the role's value is this top-level field of the JSON column
 }
 
 var (
 	keyTypes     = []uint32{oidUUID, oidText, oidVarchar, oidInt8, oidInt4, oidInt2}
 	idTypes      = append(keyTypes[:len(keyTypes):len(keyTypes)], oidBytea) // id and key: bytea too
 	payloadTypes = []uint32{oidJSONB, oidJSON, oidText, oidVarchar, oidBytea}
+	// jsonFieldTypes are the types of a column whose field an option names (column:field).
+	jsonFieldTypes = []uint32{oidJSONB, oidJSON, oidText, oidVarchar}
 )
 
 // Role indexes in mappedRelation.cols; additional placements follow numRoles, then the property columns.
@@ -47,21 +50,28 @@ const (
 // roles lists the columns m reads, roles first (an unused role has an empty column), then the placements.
 func (m *Mapping) roles() []mappedRole {
 	r := []mappedRole{
-		{"table.field.event.id", m.IDColumn, idTypes, true, false},
-		{"table.field.event.key", m.KeyColumn, idTypes, true, false},
-		{"table.field.event.payload", m.PayloadColumn, payloadTypes, true, false},
-		{"route.by.field", m.RouteColumn, keyTypes, true, false},
-		{"table.field.event.timestamp", m.TimestampColumn, []uint32{oidTimestamptz, oidTimestamp, oidInt8}, true, false},
-		{"table.field.event.type", m.TypeColumn, []uint32{oidText, oidVarchar}, false, !m.typeSet},
-		{"table.field.event.schema.version", m.SchemaVersionColumn, []uint32{oidInt4, oidInt2}, true, false},
-		{"tracing.span.context.field", m.TracingColumn, []uint32{oidText, oidVarchar}, m.tracingSet, !m.tracingSet},
+		{"table.field.event.id", m.IDColumn, idTypes, true, false, ""},
+		{"table.field.event.key", m.KeyColumn, idTypes, true, false, ""},
+		{"table.field.event.payload", m.PayloadColumn, payloadTypes, true, false, ""},
+		{"route.by.field", m.RouteColumn, keyTypes, true, false, ""},
+		{"table.field.event.timestamp", m.TimestampColumn, []uint32{oidTimestamptz, oidTimestamp, oidInt8}, true, false, ""},
+		{"table.field.event.type", m.TypeColumn, []uint32{oidText, oidVarchar}, false, !m.typeSet, ""},
+		{"table.field.event.schema.version", m.SchemaVersionColumn, []uint32{oidInt4, oidInt2}, true, false, ""},
+		{"tracing.span.context.field", m.TracingColumn, []uint32{oidText, oidVarchar}, m.tracingSet, !m.tracingSet, ""},
+	}
+	for i := range r {
+		if f := m.fields[r[i].option]; f != "" {
+			r[i].field, r[i].types = f, jsonFieldTypes
+		}
 	}
 	for _, p := range m.Additional {
-		r = append(r, mappedRole{"table.fields.additional.placement", p.Column, nil, m.AdditionalMissing == "error", false})
+		r = append(r, mappedRole{"table.fields.additional.placement", p.Column, nil, m.AdditionalMissing == "error", false, ""})
 	}
 	for _, p := range m.Properties { // after the placements: roles numRoles+len(m.Additional)+i
-		r = append(r, mappedRole{"amqp.property." + p.Name, p.Column, propertyTypes, true, false})
+		r = append(r, mappedRole{"amqp.property." + p.Name, p.Column, propertyTypes, true, false, ""})
 	}
+	// Last, whether set or not: role m.headersRole().
+	r = append(r, mappedRole{"amqp.headers.json", m.HeadersJSONColumn, []uint32{oidJSONB, oidJSON, oidText, oidVarchar}, true, false, ""})
 	return r
 }
 

@@ -43,6 +43,7 @@ type Mapping struct {
 	TopicReplacement    string      // route.topic.replacement, default outbox.event.${routedByValue}
 	Additional          []Placement // table.fields.additional.placement
 	Properties          []Property  // amqp.property.<name>=<column>: per-row AMQP properties, in option order
+	HeadersJSONColumn   string      // amqp.headers.json, default unset: a JSON-object column spread into headers
 	AdditionalMissing   string      // table.field.additional.missing: error (default) or ignore
 	TombstoneOnEmpty    bool        // route.tombstone.on.empty.payload, default false
 	ExpandJSON          bool        // table.expand.json.payload, default false: matters only in an envelope body
@@ -59,8 +60,9 @@ type Mapping struct {
 	// when run reads several tables (--table a,b), optional with one. Empty: the only --table.
 	Table string
 
-	typeSet    bool // table.field.event.type was given: a column of another type is then refused, not left unused
-	tracingSet bool // tracing.span.context.field was given: the column is then required
+	fields     map[string]string // option → the JSON field its column:field value names (key, route.by.field, type)
+	typeSet    bool              // table.field.event.type was given: a column of another type is then refused, not left unused
+	tracingSet bool              // tracing.span.context.field was given: the column is then required
 	route      *topicRoute
 }
 
@@ -143,6 +145,18 @@ func (m *Mapping) set(key, v string) error {
 	if p, ok := columns[key]; ok {
 		m.typeSet = m.typeSet || key == "table.field.event.type"
 		m.tracingSet = m.tracingSet || key == "tracing.span.context.field"
+		if column, field, ok := strings.Cut(v, ":"); ok && jsonFieldOptions[key] {
+			if column == "" || field == "" {
+				return fmt.Errorf("%s=%s: write column:field, the JSON column and the name of its top-level field", key, v)
+			}
+			if m.fields == nil {
+				m.fields = map[string]string{}
+			}
+			v, m.fields[key] = column, field
+		} else if ok && key == "table.field.event.id" {
+			return fmt.Errorf("%s=%s: the id cannot be a field of a JSON column (the snapshot and quarantine replay look "+
+				"rows up by the id column): name a column, or a generated column on PostgreSQL 18", key, v)
+		}
 		switch {
 		case v != "":
 			*p = v
@@ -201,6 +215,11 @@ func (m *Mapping) set(key, v string) error {
 			return fmt.Errorf("table=%q: name the outbox table this file maps, as schema.table", v)
 		}
 		m.Table = QualifiedTable(v)
+	case "amqp.headers.json":
+		if v == "" {
+			return fmt.Errorf("amqp.headers.json is empty: name the column holding a JSON object of headers, or remove the option")
+		}
+		m.HeadersJSONColumn = v
 	case "amqp.key.header":
 		if v == "" || len(v) > maxShortString {
 			return fmt.Errorf("amqp.key.header must be a header name of 1 to 255 bytes")
@@ -226,6 +245,10 @@ func (m *Mapping) set(key, v string) error {
 	}
 	return nil
 }
+
+// jsonFieldOptions are the column options whose value may be column:field, a top-level field of a JSON
+// column (json, jsonb, or text holding JSON).
+var jsonFieldOptions = map[string]bool{"table.field.event.key": true, "route.by.field": true, "table.field.event.type": true}
 
 // switchable are the column options an empty value switches off; the others name a column every event needs.
 var switchable = map[string]bool{"table.field.event.key": true, "table.field.event.timestamp": true,

@@ -259,6 +259,37 @@ func TestMappingOptions(t *testing.T) {
 					t.Errorf("timestamp %v, want the commit time", ev.Mapped.Timestamp)
 				}
 			}},
+		{"key, route and type from JSON fields", "table.field.event.key=hdrs:PARTITION_ID\nroute.by.field=meta:dest\ntable.field.event.type=hdrs:event-type",
+			with(with(row, mcol{"hdrs", oidText, text(`{"PARTITION_ID": "o-\u0031", "event-type": "Created"}`)}), mcol{"meta", oidJSONB, text(`{"dest": "Order"}`)}),
+			func(t *testing.T, ev cdc.Event) {
+				if ev.AggregateID != "o-1" || header(ev, "key") != "o-1" || ev.Mapped.RoutingKey != "outbox.event.Order" || ev.EventType != "Created" {
+					t.Errorf("key %q %#v routing key %q type %q", ev.AggregateID, header(ev, "key"), ev.Mapped.RoutingKey, ev.EventType)
+				}
+			}},
+		{"an integer key field", "table.field.event.key=hdrs:n", with(row, mcol{"hdrs", oidJSON, text(`{"n": 42}`)}),
+			func(t *testing.T, ev cdc.Event) {
+				if ev.AggregateID != "42" || header(ev, "key") != int64(42) {
+					t.Errorf("key %q %#v", ev.AggregateID, header(ev, "key"))
+				}
+			}},
+		{"a JSON null key field is no key", "table.field.event.key=hdrs:n", with(row, mcol{"hdrs", oidJSON, text(`{"n": null}`)}),
+			func(t *testing.T, ev cdc.Event) {
+				if ev.AggregateID != "" || header(ev, "key") != nil {
+					t.Errorf("key %q %#v", ev.AggregateID, header(ev, "key"))
+				}
+			}},
+		{"amqp.headers.json", "amqp.headers.json=hdrs", with(row, mcol{"hdrs", oidText, text(`{"PARTITION_ID": "o-1"}`)}),
+			func(t *testing.T, ev cdc.Event) {
+				if string(ev.Mapped.JSONHeaders) != `{"PARTITION_ID": "o-1"}` {
+					t.Errorf("JSON headers %q", ev.Mapped.JSONHeaders)
+				}
+			}},
+		{"amqp.headers.json NULL", "amqp.headers.json=hdrs", with(row, mcol{"hdrs", oidJSONB, null()}),
+			func(t *testing.T, ev cdc.Event) {
+				if ev.Mapped.JSONHeaders != nil {
+					t.Errorf("JSON headers %q", ev.Mapped.JSONHeaders)
+				}
+			}},
 		{"amqp.property columns", "amqp.property.content_type=ct\namqp.property.correlation_id=corr\namqp.property.reply_to=rt\n" +
 			"amqp.property.content_encoding=enc\namqp.property.app_id=app",
 			with(with(with(with(with(row, mcol{"ct", oidText, text("application/vnd.masstransit+json")}),
@@ -427,6 +458,18 @@ func TestMappingQuarantinesRows(t *testing.T) {
 			with(row, mcol{"payload", oidVarchar, text(`not json`)}), "payload is not valid JSON (amqp.validate.json)"},
 		{"amqp.validate.json, bytea payload in an envelope", "amqp.validate.json=true\ntable.fields.additional.placement=type:envelope",
 			with(row, mcol{"payload", oidBytea, text(`\x7b`)}), "payload is not valid JSON (amqp.validate.json), though the message's content type is application/json"},
+		{"key field missing", "table.field.event.key=hdrs:PARTITION_ID", with(row, mcol{"hdrs", oidText, text(`{"x": 1}`)}),
+			`hdrs (table.field.event.key=hdrs:PARTITION_ID) has no field "PARTITION_ID"`},
+		{"route field of a column that is not JSON", "route.by.field=hdrs:dest", with(row, mcol{"hdrs", oidText, text(`dest=Order`)}),
+			"hdrs (route.by.field=hdrs:dest) is not a JSON object"},
+		{"key field that is an object", "table.field.event.key=hdrs:k", with(row, mcol{"hdrs", oidText, text(`{"k": {"a": 1}}`)}),
+			`hdrs (table.field.event.key=hdrs:k) holds "{\"a\": 1}" in field "k", not a string or an integer within int64`},
+		{"route field NULL", "route.by.field=hdrs:dest", with(row, mcol{"hdrs", oidText, text(`{"dest": null}`)}),
+			"hdrs (route.by.field) is NULL, so the event has no routing key"},
+		{"amqp.headers.json text that is not an object", "amqp.headers.json=hdrs", with(row, mcol{"hdrs", oidText, text(`["a"]`)}),
+			"hdrs (amqp.headers.json) is not a JSON object, so it cannot become headers"},
+		{"amqp.headers.json text that is not JSON", "amqp.headers.json=hdrs", with(row, mcol{"hdrs", oidVarchar, text(`{"a":`)}),
+			"hdrs (amqp.headers.json) is not a JSON object"},
 		{"amqp.property over 255 bytes", "amqp.property.correlation_id=corr", with(row, mcol{"corr", oidText, text(strings.Repeat("c", 256))}),
 			"corr (amqp.property.correlation_id) is 256 bytes, AMQP allows 255 for a property"},
 		{"amqp.validate.json follows the row's content type", "amqp.property.content_type=ct\namqp.validate.json=true",
@@ -462,6 +505,8 @@ func TestMappingDrift(t *testing.T) {
 		{"missing placed column", "table.fields.additional.placement=absent:header", row, "column absent (table.fields.additional.placement) is missing"},
 		{"missing tracing column named explicitly", "tracing.span.context.field=trace", row, "column trace (tracing.span.context.field) is missing"},
 		{"missing timestamp column", "table.field.event.timestamp=ts", row, "column ts (table.field.event.timestamp) is missing"},
+		{"JSON field of a column of another type", "table.field.event.key=aggregateid:k", with(row, mcol{"aggregateid", oidInt4, text("1")}),
+			"column aggregateid (table.field.event.key) is int4, want jsonb, json, text or varchar"},
 		{"type column of another type named explicitly", "table.field.event.type=type", with(row, mcol{"type", oidBytea, text(`\x01`)}),
 			"column type (table.field.event.type) is bytea, want text or varchar"},
 		{"tracing column of another type named explicitly", "tracing.span.context.field=tracingspancontext",
@@ -511,6 +556,9 @@ func TestParseMappingRefuses(t *testing.T) {
 		{"route.by.field=a\nroute.by.field=b", "line 2: route.by.field is also set on line 1"},
 		{"table.field.event.id=", "table.field.event.id is empty: name a column of the outbox table (this option cannot be switched off)"},
 		{"route.by.field=", "route.by.field is empty"},
+		{"table.field.event.id=hdrs:id", "the id cannot be a field of a JSON column"},
+		{"table.field.event.key=:PARTITION_ID", "write column:field"},
+		{"amqp.headers.json=", "amqp.headers.json is empty"},
 		{"amqp.property.type=t", "the type property comes from table.field.event.type"},
 		{"amqp.property.user_id=u", "amqp.property.user_id is not supported"},
 		{"amqp.property.priority=p", `unknown option "amqp.property.priority": amqp.property.<name> sets the property of that name per row, for content_type`},

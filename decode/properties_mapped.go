@@ -65,3 +65,22 @@ func (t mappedTuple) setProperties(base int, mapped *cdc.Mapped) *RowError {
 	}
 	return nil
 }
+
+// headersRole is the role index of the amqp.headers.json column: after the placements and properties.
+func (m *Mapping) headersRole() int { return numRoles + len(m.Additional) + len(m.Properties) }
+
+// setJSONHeaders keeps the row's amqp.headers.json column on mapped, for route to spread into headers
+// as it spreads the native headers column. A value that is not a JSON object quarantines the row, naming
+// the option; NULL adds no header.
+func (t mappedTuple) setJSONHeaders(mapped *cdc.Mapped) *RowError {
+	m := t.rel.mapping
+	v, oid, ok := t.mappedValue(m.headersRole())
+	if !ok {
+		return nil
+	}
+	if !(oid == oidJSONB || oid == oidJSON) && !isJSONObject(v) || !startsObject(v) {
+		return rowErrorf("%s (amqp.headers.json) is not a JSON object, so it cannot become headers", m.HeadersJSONColumn)
+	}
+	mapped.JSONHeaders = append([]byte(nil), v...)
+	return nil
+}

@@ -21,7 +21,10 @@ const HeaderTombstone = "tombstone"
 // in order (a later header of the same name wins), then commit_lsn, tombstone and x-backfill.
 func mappedMessage(ev cdc.Event) (string, amqp.Publishing) {
 	m := ev.Mapped
-	h := make(amqp.Table, len(m.Headers)+3)
+	h, err := userHeaders(m.JSONHeaders) // checked by checkMapped; the mapping's headers win over its keys
+	if err != nil || h == nil {
+		h = make(amqp.Table, len(m.Headers)+3)
+	}
 	for _, x := range m.Headers {
 		h[x.Name] = x.Value
 	}
@@ -74,6 +77,11 @@ func checkMapped(ev cdc.Event) error {
 			return err
 		}
 	}
+	if len(m.JSONHeaders) > 0 {
+		if err := checkJSONHeaders(m.JSONHeaders); err != nil {
+			return err
+		}
+	}
 	for _, x := range m.Headers {
 		if why, reserved := reservedHeader(x.Name); reserved {
 			return fmt.Errorf("%w: header name %q is reserved by RabbitMQ: %s; choose another alias in table.fields.additional.placement",
@@ -106,4 +114,29 @@ func checkExchangeName(name string) error {
 		return fmt.Errorf("%w: the exchange name %q %s is not UTF-8 text without control characters", ErrInvalidEvent, name, option)
 	}
 	return nil
+}
+
+// checkJSONHeaders checks the amqp.headers.json column's keys as Check checks the native headers column's:
+// a JSON object whose names fit a short string and are not reserved by RabbitMQ.
+func checkJSONHeaders(raw []byte) error {
+	obj, err := userHeaderValues(raw)
+	if err != nil {
+		return fmt.Errorf("%w: the amqp.headers.json column is %w", ErrInvalidEvent, err)
+	}
+	bad, found := "", false // the first offending name in byte order, as check reports it
+	for k := range obj {
+		if _, reserved := reservedHeader(k); (len(k) > maxShortString || reserved) && (!found || k < bad) {
+			bad, found = k, true
+		}
+	}
+	switch {
+	case !found:
+		return nil
+	case len(bad) > maxShortString:
+		return fmt.Errorf("%w: header name %q... of the amqp.headers.json column is %d bytes, AMQP allows 255: shorten it",
+			ErrInvalidEvent, bad[:32], len(bad))
+	}
+	why, _ := reservedHeader(bad)
+	return fmt.Errorf("%w: header name %q of the amqp.headers.json column is reserved by RabbitMQ: %s; rename it in the column",
+		ErrInvalidEvent, bad, why)
 }
