@@ -5,6 +5,7 @@ import (
 	"encoding/base64"
 	"encoding/hex"
 	"encoding/json"
+	"slices"
 	"strconv"
 	"time"
 
@@ -130,6 +131,12 @@ func mapTuple(cfg *Config, t mappedTuple) (ev cdc.Event, drop bool, rowErr *RowE
 				mapped.Headers = append(mapped.Headers, cdc.Header{Name: p.Alias, Value: val})
 			}
 			continue
+		}
+		if ok && slices.Contains(m.EnvelopeJSON, p.Column) {
+			if !json.Valid(v) {
+				return cdc.Event{}, false, rowErrorf("%s (amqp.envelope.json) is not valid JSON, so it cannot be nested in the envelope", p.Column)
+			}
+			val = json.RawMessage(v) // nested as is: writeJSON compacts it
 		}
 		envelope = append(envelope, envelopeField{p.Alias, val})
 	}

@@ -3,6 +3,7 @@ package decode
 import (
 	"fmt"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 )
@@ -44,6 +45,7 @@ type Mapping struct {
 	Additional          []Placement // table.fields.additional.placement
 	Properties          []Property  // amqp.property.<name>=<column>: per-row AMQP properties, in option order
 	HeadersJSONColumn   string      // amqp.headers.json, default unset: a JSON-object column spread into headers
+	EnvelopeJSON        []string    // amqp.envelope.json: columns of envelope placements nested as JSON, not as strings
 	AdditionalMissing   string      // table.field.additional.missing: error (default) or ignore
 	TombstoneOnEmpty    bool        // route.tombstone.on.empty.payload, default false
 	ExpandJSON          bool        // table.expand.json.payload, default false: matters only in an envelope body
@@ -116,6 +118,12 @@ func ParseMapping(text string) (*Mapping, error) {
 	}
 	if err := m.checkTarget(seen); err != nil {
 		return nil, err
+	}
+	for _, c := range m.EnvelopeJSON {
+		if !slices.ContainsFunc(m.Additional, func(p Placement) bool { return p.Column == c && p.Where == PlaceEnvelope }) {
+			return nil, fmt.Errorf("line %d: amqp.envelope.json names %s, which no table.fields.additional.placement item "+
+				"places in the envelope: add %s:envelope, or remove it from amqp.envelope.json", seen["amqp.envelope.json"], c, c)
+		}
 	}
 	if m.ValidateJSON && m.ContentType != "" && !jsonMediaType(m.ContentType) {
 		return nil, fmt.Errorf("line %d: amqp.validate.json=true checks payloads sent as JSON, but amqp.content.type=%s "+
@@ -215,6 +223,15 @@ func (m *Mapping) set(key, v string) error {
 			return fmt.Errorf("table=%q: name the outbox table this file maps, as schema.table", v)
 		}
 		m.Table = QualifiedTable(v)
+	case "amqp.envelope.json":
+		for c := range strings.SplitSeq(v, ",") {
+			if c = strings.TrimSpace(c); c != "" {
+				m.EnvelopeJSON = append(m.EnvelopeJSON, c)
+			}
+		}
+		if len(m.EnvelopeJSON) == 0 {
+			return fmt.Errorf("amqp.envelope.json is empty: list the envelope placements' columns to nest as JSON, or remove the option")
+		}
 	case "amqp.headers.json":
 		if v == "" {
 			return fmt.Errorf("amqp.headers.json is empty: name the column holding a JSON object of headers, or remove the option")

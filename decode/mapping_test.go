@@ -278,6 +278,13 @@ func TestMappingOptions(t *testing.T) {
 					t.Errorf("key %q %#v", ev.AggregateID, header(ev, "key"))
 				}
 			}},
+		{"amqp.envelope.json nests a JSON text column", "table.fields.additional.placement=hdrs:envelope:headers,type:envelope\namqp.envelope.json=hdrs",
+			with(row, mcol{"hdrs", oidText, text(`{"ID": "m-1",  "n": [1, 2]}`)}),
+			func(t *testing.T, ev cdc.Event) {
+				if want := `{"payload":"{\"total\": 12.5}","headers":{"ID":"m-1","n":[1,2]},"type":"OrderCreated"}`; string(ev.Payload) != want {
+					t.Errorf("body %s, want %s", ev.Payload, want)
+				}
+			}},
 		{"amqp.headers.json", "amqp.headers.json=hdrs", with(row, mcol{"hdrs", oidText, text(`{"PARTITION_ID": "o-1"}`)}),
 			func(t *testing.T, ev cdc.Event) {
 				if string(ev.Mapped.JSONHeaders) != `{"PARTITION_ID": "o-1"}` {
@@ -466,6 +473,8 @@ func TestMappingQuarantinesRows(t *testing.T) {
 			`hdrs (table.field.event.key=hdrs:k) holds "{\"a\": 1}" in field "k", not a string or an integer within int64`},
 		{"route field NULL", "route.by.field=hdrs:dest", with(row, mcol{"hdrs", oidText, text(`{"dest": null}`)}),
 			"hdrs (route.by.field) is NULL, so the event has no routing key"},
+		{"amqp.envelope.json column that is not JSON", "table.fields.additional.placement=hdrs:envelope\namqp.envelope.json=hdrs",
+			with(row, mcol{"hdrs", oidText, text(`ID=m-1`)}), "hdrs (amqp.envelope.json) is not valid JSON, so it cannot be nested in the envelope"},
 		{"amqp.headers.json text that is not an object", "amqp.headers.json=hdrs", with(row, mcol{"hdrs", oidText, text(`["a"]`)}),
 			"hdrs (amqp.headers.json) is not a JSON object, so it cannot become headers"},
 		{"amqp.headers.json text that is not JSON", "amqp.headers.json=hdrs", with(row, mcol{"hdrs", oidVarchar, text(`{"a":`)}),
@@ -559,6 +568,7 @@ func TestParseMappingRefuses(t *testing.T) {
 		{"table.field.event.id=hdrs:id", "the id cannot be a field of a JSON column"},
 		{"table.field.event.key=:PARTITION_ID", "write column:field"},
 		{"amqp.headers.json=", "amqp.headers.json is empty"},
+		{"table.fields.additional.placement=hdrs:header\namqp.envelope.json=hdrs", "line 2: amqp.envelope.json names hdrs, which no table.fields.additional.placement item places in the envelope"},
 		{"amqp.property.type=t", "the type property comes from table.field.event.type"},
 		{"amqp.property.user_id=u", "amqp.property.user_id is not supported"},
 		{"amqp.property.priority=p", `unknown option "amqp.property.priority": amqp.property.<name> sets the property of that name per row, for content_type`},

@@ -66,3 +66,32 @@ amqp.content.type=application/json
 	t.Logf("Eventuate-style message as it arrives: exchange %q routing key %q content_type=%q type=%q message_id=%q timestamp=%v delivery_mode=%d headers=%v body=%s",
 		m.Exchange, m.RoutingKey, m.ContentType, m.Type, m.MessageId, m.Timestamp.UTC(), m.DeliveryMode, m.Headers, m.Body)
 }
+
+// TestEnvelopeNestsJSONTextColumn: with headers:envelope and amqp.envelope.json=headers, the body is
+// {"payload": <the payload text as a JSON string>, "headers": <the headers column as a JSON object>}, the
+// shape of the message JSON Eventuate Tram serializes (MessageImpl: payload and headers); a headers value
+// that is not JSON is quarantined naming the option.
+func TestEnvelopeNestsJSONTextColumn(t *testing.T) {
+	e := mappedEnv(t, "message", eventuateMessage)
+	c := e.consume(e.queue)
+	e.startMapped("message", writeConfig(t, `table.field.event.key=headers:PARTITION_ID
+route.by.field=destination
+route.topic.replacement=${routedByValue}
+table.fields.additional.placement=headers:envelope
+amqp.envelope.json=headers
+`))
+	insert := `INSERT INTO message (id, destination, headers, payload) VALUES ($1, 'Order', $2, $3)`
+	e.exec(insert, "m-1", `{"PARTITION_ID": "1001", "ID": "m-1", "event-type": "OrderCreatedEvent"}`, `{"orderId": 1001}`)
+	e.exec(insert, "m-2", `{"PARTITION_ID": "1001", "ID": "m-2", "broken": }`, `{}`)
+	m := e.deliveriesByID(c, 1)["m-1"]
+	const want = `{"payload":"{\"orderId\": 1001}","headers":{"PARTITION_ID":"1001","ID":"m-1","event-type":"OrderCreatedEvent"}}`
+	if string(m.Body) != want || m.ContentType != "application/json" {
+		t.Errorf("body %s content type %q, want %s", m.Body, m.ContentType, want)
+	}
+	// The key field is read first: the broken JSON fails there, naming that option.
+	if r := e.waitQuarantined(1, 30*time.Second)["m-2"]; r != "headers (table.field.event.key=headers:PARTITION_ID) is not a JSON object" {
+		t.Errorf("quarantine: %q", r)
+	}
+	t.Logf("Eventuate-body message as it arrives: routing key %q content_type=%q message_id=%q headers=%v body=%s",
+		m.RoutingKey, m.ContentType, m.MessageId, m.Headers, m.Body)
+}
