@@ -137,7 +137,7 @@ func mapRelation(m relationMsg, mapping *Mapping, typeName func(uint32) string) 
 		pos := slices.Index(m.columns, r.column)
 		if pos < 0 {
 			if r.required {
-				problems = append(problems, fmt.Sprintf("column %s (%s) is missing", r.column, r.option))
+				problems = append(problems, fmt.Sprintf("column %s (%s) is missing%s", r.column, r.option, CaseHint(r.column, r.option, m.columns)))
 			}
 			continue
 		}
@@ -163,4 +163,16 @@ func mappedFix(table string) string {
 	return fmt.Sprintf("correct the option in the --config file to the table as it now is and restart (the rows "+
 		"written meanwhile are then published), or restore the column of %s and start once with --on-drift=quarantine "+
 		"to quarantine the rows written meanwhile, which PostgreSQL decodes with the table definition of their time", table)
+}
+
+// CaseHint is the hint for a column an option names that the table lacks, when the table has one whose
+// name differs only in case (PostgreSQL folds unquoted names to lower case, and a quoted "MessageId" keeps
+// its case): " (the table has a column MessageId: names are case-sensitive; write option=MessageId)", or "".
+func CaseHint(column, option string, columns []string) string {
+	for _, c := range columns {
+		if c != column && strings.EqualFold(c, column) {
+			return fmt.Sprintf(" (the table has a column %s: names are case-sensitive; write %s=%s)", c, option, c)
+		}
+	}
+	return ""
 }

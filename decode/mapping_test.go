@@ -516,6 +516,8 @@ func TestMappingDrift(t *testing.T) {
 		{"missing timestamp column", "table.field.event.timestamp=ts", row, "column ts (table.field.event.timestamp) is missing"},
 		{"JSON field of a column of another type", "table.field.event.key=aggregateid:k", with(row, mcol{"aggregateid", oidInt4, text("1")}),
 			"column aggregateid (table.field.event.key) is int4, want jsonb, json, text or varchar"},
+		{"a column named in another case", "table.field.event.key=AggregateId", row,
+			"column AggregateId (table.field.event.key) is missing (the table has a column aggregateid: names are case-sensitive; write table.field.event.key=aggregateid)"},
 		{"type column of another type named explicitly", "table.field.event.type=type", with(row, mcol{"type", oidBytea, text(`\x01`)}),
 			"column type (table.field.event.type) is bytea, want text or varchar"},
 		{"tracing column of another type named explicitly", "tracing.span.context.field=tracingspancontext",

@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -76,5 +77,18 @@ func checkProperties(t *testing.T, what string, m amqp.Delivery, contentType, co
 		string(m.Body) != body || m.DeliveryMode != 2 || m.RoutingKey != "" {
 		t.Errorf("%s: content_type %q correlation_id %q type %q exchange %q routing key %q body %q delivery mode %d", what,
 			m.ContentType, m.CorrelationId, m.Type, m.Exchange, m.RoutingKey, m.Body, m.DeliveryMode)
+	}
+}
+
+// TestMappedColumnCaseHint: a mapping that names messageid for the quoted column "MessageId" is refused at
+// start-up with a hint naming the column as the table spells it.
+func TestMappedColumnCaseHint(t *testing.T) {
+	e := mappedEnv(t, "mt_outbox", massTransitOutbox)
+	r := e.start("", "--table", "public.mt_outbox", "--publication", "mt_outbox_pub", "--snapshot", "never",
+		"--config", writeConfig(t, "table.field.event.id=messageid\ntable.field.event.key=\ntable.field.event.payload=Body\nroute.by.field=DestinationAddress\n"))
+	const want = "column messageid named by table.field.event.id is missing (the table has a column MessageId: names are " +
+		"case-sensitive; write table.field.event.id=MessageId)"
+	if code := r.wait(30 * time.Second); code == 0 || !strings.Contains(r.Output(), want) {
+		t.Errorf("exit %d, want the case hint %q:\n%s", code, want, tail(r.Output(), 5))
 	}
 }
