@@ -59,7 +59,7 @@ func (d *Decoder) insert(walStart cdc.LSN, r *reader, h Handler) error {
 // insertMapped hands an insert into a mapped outbox to the Handler: an Event, a Quarantine, or nothing
 // for a tombstone with amqp.tombstone=drop.
 func (d *Decoder) insertMapped(walStart cdc.LSN, ordinal int, rel *relation, h Handler) error {
-	ev, drop, rowErr := mapTuple(&d.cfg, mappedTuple{rel.mapped, d.tuple, d.commitLSN, d.commitTime})
+	ev, drop, rowErr := mapTuple(&d.cfg, mappedTuple{rel: rel.mapped, tuple: d.tuple, commitLSN: d.commitLSN, commitTime: d.commitTime})
 	switch {
 	case rowErr != nil:
 		return d.quarantine(walStart, ordinal, rel, rowErr.Reason, h)

@@ -48,6 +48,10 @@
 //     named by its option (TestMappingDrift), never a per-row check; a row with a NULL id or routing value,
 //     or a NULL payload without tombstones, is a Quarantine (TestMappingQuarantinesRows); only a tombstone
 //     with amqp.tombstone=drop, the user's explicit choice, gives neither an Event nor a Quarantine;
+//   - an option left at its default never refuses a table for a column of that name and another type (the
+//     column is left unused: TestMappingOptions), and a column:field, amqp.headers.json,
+//     amqp.envelope.json or amqp.validate.json value that does not hold is a Quarantine naming the option
+//     (TestMappingQuarantinesRows), in the stream and the snapshot alike (one mapTuple);
 //   - payload and headers bytes are passed through as PostgreSQL sent them, copied out of the WAL buffer;
 //   - memory is bounded by bytes: a payload over Config.MaxPayloadBytes (or another value over the
 //     larger of that and DefaultMaxPayloadBytes) is quarantined from its length on the wire and is never

@@ -15,21 +15,26 @@ const (
 	oidTimestamp = 1114
 )
 
-// mappedRole is one column a Mapping reads: the option naming it, the types it accepts (nil: any) and
-// whether a table without it is refused.
+// mappedRole is one column a Mapping reads: the option naming it, the types it accepts (nil: any),
+// whether a table without it is refused, and whether the option was left at its default for an optional
+// column (ifTyped): a column of that name and another type is then the table's own, left unused.
 type mappedRole struct {
 	option, column string
 	types          []uint32
 	required       bool
+	ifTyped        bool
+	field          string // column:field: the role's value is this top-level field of the JSON column
 }
 
 var (
 	keyTypes     = []uint32{oidUUID, oidText, oidVarchar, oidInt8, oidInt4, oidInt2}
 	idTypes      = append(keyTypes[:len(keyTypes):len(keyTypes)], oidBytea) // id and key: bytea too
 	payloadTypes = []uint32{oidJSONB, oidJSON, oidText, oidVarchar, oidBytea}
+	// jsonFieldTypes are the types of a column whose field an option names (column:field).
+	jsonFieldTypes = []uint32{oidJSONB, oidJSON, oidText, oidVarchar}
 )
 
-// Role indexes in mappedRelation.cols; additional placements follow numRoles.
+// Role indexes in mappedRelation.cols; additional placements follow numRoles, then the property columns.
 const (
 	roleID = iota
 	roleKey
@@ -45,27 +50,48 @@ const (
 // roles lists the columns m reads, roles first (an unused role has an empty column), then the placements.
 func (m *Mapping) roles() []mappedRole {
 	r := []mappedRole{
-		{"table.field.event.id", m.IDColumn, idTypes, true},
-		{"table.field.event.key", m.KeyColumn, idTypes, true},
-		{"table.field.event.payload", m.PayloadColumn, payloadTypes, true},
-		{"route.by.field", m.RouteColumn, keyTypes, true},
-		{"table.field.event.timestamp", m.TimestampColumn, []uint32{oidTimestamptz, oidTimestamp, oidInt8}, true},
-		{"table.field.event.type", m.TypeColumn, []uint32{oidText, oidVarchar}, false},
-		{"table.field.event.schema.version", m.SchemaVersionColumn, []uint32{oidInt4, oidInt2}, true},
-		{"tracing.span.context.field", m.TracingColumn, []uint32{oidText, oidVarchar}, m.tracingSet},
+		{"table.field.event.id", m.IDColumn, idTypes, true, false, ""},
+		{"table.field.event.key", m.KeyColumn, idTypes, true, false, ""},
+		{"table.field.event.payload", m.PayloadColumn, payloadTypes, true, false, ""},
+		{"route.by.field", m.RouteColumn, keyTypes, true, false, ""},
+		{"table.field.event.timestamp", m.TimestampColumn, []uint32{oidTimestamptz, oidTimestamp, oidInt8}, true, false, ""},
+		{"table.field.event.type", m.TypeColumn, []uint32{oidText, oidVarchar}, false, !m.typeSet, ""},
+		{"table.field.event.schema.version", m.SchemaVersionColumn, []uint32{oidInt4, oidInt2}, true, false, ""},
+		{"tracing.span.context.field", m.TracingColumn, []uint32{oidText, oidVarchar}, m.tracingSet, !m.tracingSet, ""},
+	}
+	for i := range r {
+		if f := m.fields[r[i].option]; f != "" {
+			r[i].field, r[i].types = f, jsonFieldTypes
+		}
 	}
 	for _, p := range m.Additional {
-		r = append(r, mappedRole{"table.fields.additional.placement", p.Column, nil, m.AdditionalMissing == "error"})
+		r = append(r, mappedRole{"table.fields.additional.placement", p.Column, nil, m.AdditionalMissing == "error", false, ""})
 	}
+	for _, p := range m.Properties { // after the placements: roles numRoles+len(m.Additional)+i
+		r = append(r, mappedRole{"amqp.property." + p.Name, p.Column, propertyTypes, true, false, ""})
+	}
+	// Last, whether set or not: role m.headersRole().
+	r = append(r, mappedRole{"amqp.headers.json", m.HeadersJSONColumn, []uint32{oidJSONB, oidJSON, oidText, oidVarchar}, true, false, ""})
 	return r
 }
 
 // ColumnRule is one column a mapping reads, for the setup check: the column, the option that names it,
-// the pg_type names it may have (empty: any) and whether the table must have it.
+// the pg_type names it may have (empty: any) and whether the table must have it. IfTyped is set for an
+// option left at its default: a column of that name and another type is not refused but left unused (the
+// check says so on a start-up line, Unused).
 type ColumnRule struct {
 	Column, Option string
 	Types          []string
 	Required       bool
+	IfTyped        bool
+}
+
+// Unused is the start-up line for a column of rule r's name whose type (typ) r does not read: r's option
+// is at its default, so the column is not the mapping's and is left unused.
+func (r ColumnRule) Unused(table, typ string) string {
+	return fmt.Sprintf("column %s of %s is %s, not %s, so %s (unset, default %s) is not used: events carry no value "+
+		"from it; set %s= to say so, or name a column of type %s", r.Column, table, typ, strings.Join(r.Types, " or "),
+		r.Option, r.Column, r.Option, strings.Join(r.Types, " or "))
 }
 
 // Columns lists the columns m reads, for the setup check (migrations), in the order the decoder checks them.
@@ -79,7 +105,7 @@ func (m *Mapping) Columns() []ColumnRule {
 		for i, oid := range r.types {
 			names[i] = builtinTypeName(oid)
 		}
-		out = append(out, ColumnRule{Column: r.column, Option: r.option, Types: names, Required: r.required})
+		out = append(out, ColumnRule{Column: r.column, Option: r.option, Types: names, Required: r.required, IfTyped: r.ifTyped})
 	}
 	return out
 }
@@ -111,12 +137,15 @@ func mapRelation(m relationMsg, mapping *Mapping, typeName func(uint32) string) 
 		pos := slices.Index(m.columns, r.column)
 		if pos < 0 {
 			if r.required {
-				problems = append(problems, fmt.Sprintf("column %s (%s) is missing", r.column, r.option))
+				problems = append(problems, fmt.Sprintf("column %s (%s) is missing%s", r.column, r.option, CaseHint(r.column, r.option, m.columns)))
 			}
 			continue
 		}
 		got := m.types[pos]
 		if r.types != nil && !slices.Contains(r.types, got) {
+			if r.ifTyped {
+				continue // the table's own column of that name: the option, at its default, is unused
+			}
 			names := make([]string, len(r.types))
 			for j, oid := range r.types {
 				names[j] = builtinTypeName(oid)
@@ -134,4 +163,16 @@ func mappedFix(table string) string {
 	return fmt.Sprintf("correct the option in the --config file to the table as it now is and restart (the rows "+
 		"written meanwhile are then published), or restore the column of %s and start once with --on-drift=quarantine "+
 		"to quarantine the rows written meanwhile, which PostgreSQL decodes with the table definition of their time", table)
+}
+
+// CaseHint is the hint for a column an option names that the table lacks, when the table has one whose
+// name differs only in case (PostgreSQL folds unquoted names to lower case, and a quoted "MessageId" keeps
+// its case): " (the table has a column MessageId: names are case-sensitive; write option=MessageId)", or "".
+func CaseHint(column, option string, columns []string) string {
+	for _, c := range columns {
+		if c != column && strings.EqualFold(c, column) {
+			return fmt.Sprintf(" (the table has a column %s: names are case-sensitive; write %s=%s)", c, option, c)
+		}
+	}
+	return ""
 }

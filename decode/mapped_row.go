@@ -5,6 +5,7 @@ import (
 	"encoding/base64"
 	"encoding/hex"
 	"encoding/json"
+	"slices"
 	"strconv"
 	"time"
 
@@ -28,10 +29,15 @@ type mappedTuple struct {
 	tuple      []value
 	commitLSN  cdc.LSN
 	commitTime time.Time
+	fields     []fieldValue // by role, the values of column:field roles (resolveFields); nil: none
 }
 
 // mappedValue is one column of the tuple by role: null, or its text.
 func (t mappedTuple) mappedValue(i int) (text []byte, oid uint32, ok bool) {
+	if t.fields != nil && t.fields[i].set {
+		f := t.fields[i]
+		return f.text, f.oid, f.ok
+	}
 	c := t.rel.cols[i]
 	if c.pos < 0 || t.tuple[c.pos].kind != kindText {
 		return nil, c.oid, false
@@ -50,6 +56,9 @@ func mapTuple(cfg *Config, t mappedTuple) (ev cdc.Event, drop bool, rowErr *RowE
 			return ev, false, rowErrorf("column %s is %d bytes, over the %d-byte limit of a column other than the payload",
 				m.roles()[i].column, len(t.tuple[c.pos].data), limit)
 		}
+	}
+	if t, rowErr = t.resolveFields(); rowErr != nil {
+		return ev, false, rowErr
 	}
 	id, idOID, ok := t.mappedValue(roleID)
 	if !ok {
@@ -123,14 +132,30 @@ func mapTuple(cfg *Config, t mappedTuple) (ev cdc.Event, drop bool, rowErr *RowE
 			}
 			continue
 		}
+		if ok && slices.Contains(m.EnvelopeJSON, p.Column) {
+			if !json.Valid(v) {
+				return cdc.Event{}, false, rowErrorf("%s (amqp.envelope.json) is not valid JSON, so it cannot be nested in the envelope", p.Column)
+			}
+			val = json.RawMessage(v) // nested as is: writeJSON compacts it
+		}
 		envelope = append(envelope, envelopeField{p.Alias, val})
 	}
+	raw := body
 	if m.envelope() && !mapped.Tombstone {
 		body = envelopeBody(body, payloadOID, present, m.ExpandJSON, envelope)
 		mapped.ContentType = "application/json"
 	}
 	if m.ContentType != "" {
 		mapped.ContentType = m.ContentType
+	}
+	if err := t.setProperties(numRoles+len(m.Additional), mapped); err != nil {
+		return cdc.Event{}, false, err
+	}
+	if err := t.setJSONHeaders(mapped); err != nil {
+		return cdc.Event{}, false, err
+	}
+	if err := m.validateJSON(raw, payloadOID, mapped); err != nil {
+		return cdc.Event{}, false, err
 	}
 	ev.Payload = append([]byte(nil), body...)
 	if cfg.Check != nil {

@@ -3,6 +3,7 @@ package decode
 import (
 	"fmt"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 )
@@ -36,19 +37,23 @@ type Mapping struct {
 	KeyColumn           string      // table.field.event.key, default aggregateid: the ordering lane and header KeyHeader; empty: none
 	PayloadColumn       string      // table.field.event.payload, default payload: the body
 	TimestampColumn     string      // table.field.event.timestamp, default unset: the commit time
-	TypeColumn          string      // table.field.event.type, default type: the AMQP type property when present
+	TypeColumn          string      // table.field.event.type, default type: the AMQP type property when present; empty: none
 	SchemaVersionColumn string      // table.field.event.schema.version, default unset: header schema_version
 	RouteColumn         string      // route.by.field, default aggregatetype
 	TopicRegex          string      // route.topic.regex, default (?<routedByValue>.*)
 	TopicReplacement    string      // route.topic.replacement, default outbox.event.${routedByValue}
 	Additional          []Placement // table.fields.additional.placement
+	Properties          []Property  // amqp.property.<name>=<column>: per-row AMQP properties, in option order
+	HeadersJSONColumn   string      // amqp.headers.json, default unset: a JSON-object column spread into headers
+	EnvelopeJSON        []string    // amqp.envelope.json: columns of envelope placements nested as JSON, not as strings
 	AdditionalMissing   string      // table.field.additional.missing: error (default) or ignore
 	TombstoneOnEmpty    bool        // route.tombstone.on.empty.payload, default false
 	ExpandJSON          bool        // table.expand.json.payload, default false: matters only in an envelope body
-	TracingColumn       string      // tracing.span.context.field, default tracingspancontext (used when present)
+	TracingColumn       string      // tracing.span.context.field, default tracingspancontext (used when present); empty: none
 	KeyHeader           string      // amqp.key.header, default key
 	Tombstone           string      // amqp.tombstone: empty-body (default) or drop
 	ContentType         string      // amqp.content.type, default from the payload column's type
+	ValidateJSON        bool        // amqp.validate.json, default false: quarantine a text payload that is not JSON when the content type is JSON
 	TimestampUnit       string      // amqp.timestamp.unit for an integer timestamp column: ms (default) or us
 	TopicTarget         string      // amqp.topic.target: routing-key (default) or exchange
 	RoutingKeySource    string      // amqp.routing.key.source with target exchange: static (default), key or topic
@@ -57,7 +62,9 @@ type Mapping struct {
 	// when run reads several tables (--table a,b), optional with one. Empty: the only --table.
 	Table string
 
-	tracingSet bool // tracing.span.context.field was given: the column is then required
+	fields     map[string]string // option → the JSON field its column:field value names (key, route.by.field, type)
+	typeSet    bool              // table.field.event.type was given: a column of another type is then refused, not left unused
+	tracingSet bool              // tracing.span.context.field was given: the column is then required
 	route      *topicRoute
 }
 
@@ -112,6 +119,16 @@ func ParseMapping(text string) (*Mapping, error) {
 	if err := m.checkTarget(seen); err != nil {
 		return nil, err
 	}
+	for _, c := range m.EnvelopeJSON {
+		if !slices.ContainsFunc(m.Additional, func(p Placement) bool { return p.Column == c && p.Where == PlaceEnvelope }) {
+			return nil, fmt.Errorf("line %d: amqp.envelope.json names %s, which no table.fields.additional.placement item "+
+				"places in the envelope: add %s:envelope, or remove it from amqp.envelope.json", seen["amqp.envelope.json"], c, c)
+		}
+	}
+	if m.ValidateJSON && m.ContentType != "" && !jsonMediaType(m.ContentType) {
+		return nil, fmt.Errorf("line %d: amqp.validate.json=true checks payloads sent as JSON, but amqp.content.type=%s "+
+			"is not JSON: remove one of them", seen["amqp.validate.json"], m.ContentType)
+	}
 	route, err := compileTopicRoute(m.TopicRegex, m.TopicReplacement)
 	if err != nil {
 		for _, option := range []string{"route.topic.regex", "route.topic.replacement"} {
@@ -134,16 +151,32 @@ func (m *Mapping) set(key, v string) error {
 		"route.by.field": &m.RouteColumn, "tracing.span.context.field": &m.TracingColumn,
 	}
 	if p, ok := columns[key]; ok {
-		if key == "table.field.event.key" && v == "" {
-			m.KeyColumn = "" // no key: events are ordered per routing value, and carry no key header
-			return nil
-		}
-		if v == "" {
-			return fmt.Errorf("%s is empty: name a column of the outbox table", key)
-		}
-		*p = v
+		m.typeSet = m.typeSet || key == "table.field.event.type"
 		m.tracingSet = m.tracingSet || key == "tracing.span.context.field"
+		if column, field, ok := strings.Cut(v, ":"); ok && jsonFieldOptions[key] {
+			if column == "" || field == "" {
+				return fmt.Errorf("%s=%s: write column:field, the JSON column and the name of its top-level field", key, v)
+			}
+			if m.fields == nil {
+				m.fields = map[string]string{}
+			}
+			v, m.fields[key] = column, field
+		} else if ok && key == "table.field.event.id" {
+			return fmt.Errorf("%s=%s: the id cannot be a field of a JSON column (the snapshot and quarantine replay look "+
+				"rows up by the id column): name a column, or a generated column on PostgreSQL 18", key, v)
+		}
+		switch {
+		case v != "":
+			*p = v
+		case switchable[key]:
+			*p = "" // switched off: no key (order per routing value), no type, no trace context, …
+		default:
+			return fmt.Errorf("%s is empty: name a column of the outbox table (this option cannot be switched off)", key)
+		}
 		return nil
+	}
+	if name, ok := strings.CutPrefix(key, "amqp.property."); ok {
+		return m.setProperty(name, v)
 	}
 	switch key {
 	case "route.topic.regex":
@@ -152,14 +185,17 @@ func (m *Mapping) set(key, v string) error {
 		m.TopicReplacement = v
 	case "table.fields.additional.placement":
 		return m.setPlacements(v)
-	case "route.tombstone.on.empty.payload", "table.expand.json.payload":
+	case "route.tombstone.on.empty.payload", "table.expand.json.payload", "amqp.validate.json":
 		b, err := strconv.ParseBool(v)
 		if err != nil || (v != "true" && v != "false") {
 			return fmt.Errorf("%s=%q: use true or false", key, v)
 		}
-		if key == "table.expand.json.payload" {
+		switch key {
+		case "table.expand.json.payload":
 			m.ExpandJSON = b
-		} else {
+		case "amqp.validate.json":
+			m.ValidateJSON = b
+		default:
 			m.TombstoneOnEmpty = b
 		}
 	case "table.field.additional.missing":
@@ -187,6 +223,20 @@ func (m *Mapping) set(key, v string) error {
 			return fmt.Errorf("table=%q: name the outbox table this file maps, as schema.table", v)
 		}
 		m.Table = QualifiedTable(v)
+	case "amqp.envelope.json":
+		for c := range strings.SplitSeq(v, ",") {
+			if c = strings.TrimSpace(c); c != "" {
+				m.EnvelopeJSON = append(m.EnvelopeJSON, c)
+			}
+		}
+		if len(m.EnvelopeJSON) == 0 {
+			return fmt.Errorf("amqp.envelope.json is empty: list the envelope placements' columns to nest as JSON, or remove the option")
+		}
+	case "amqp.headers.json":
+		if v == "" {
+			return fmt.Errorf("amqp.headers.json is empty: name the column holding a JSON object of headers, or remove the option")
+		}
+		m.HeadersJSONColumn = v
 	case "amqp.key.header":
 		if v == "" || len(v) > maxShortString {
 			return fmt.Errorf("amqp.key.header must be a header name of 1 to 255 bytes")
@@ -212,6 +262,14 @@ func (m *Mapping) set(key, v string) error {
 	}
 	return nil
 }
+
+// jsonFieldOptions are the column options whose value may be column:field, a top-level field of a JSON
+// column (json, jsonb, or text holding JSON).
+var jsonFieldOptions = map[string]bool{"table.field.event.key": true, "route.by.field": true, "table.field.event.type": true}
+
+// switchable are the column options an empty value switches off; the others name a column every event needs.
+var switchable = map[string]bool{"table.field.event.key": true, "table.field.event.timestamp": true,
+	"table.field.event.type": true, "table.field.event.schema.version": true, "tracing.span.context.field": true}
 
 // maxShortString is the longest AMQP shortstr (header names, routing keys).
 const maxShortString = 255

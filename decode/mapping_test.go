@@ -227,6 +227,122 @@ func TestMappingOptions(t *testing.T) {
 					t.Errorf("type %q", ev.EventType)
 				}
 			}},
+		{"table.field.event.type unset, a bytea type column is unused", "", with(row, mcol{"type", oidBytea, text(`\x01`)}),
+			func(t *testing.T, ev cdc.Event) {
+				if ev.EventType != "" {
+					t.Errorf("type %q from a bytea column the options never named", ev.EventType)
+				}
+			}},
+		{"tracing.span.context.field unset, a jsonb column of that name is unused", "",
+			with(row, mcol{"tracingspancontext", oidJSONB, text(`{"traceparent": "x"}`)}),
+			func(t *testing.T, ev cdc.Event) {
+				if header(ev, "traceparent") != nil {
+					t.Errorf("headers %v", ev.Mapped.Headers)
+				}
+			}},
+		{"table.field.event.type switched off", "table.field.event.type=", row,
+			func(t *testing.T, ev cdc.Event) {
+				if ev.EventType != "" {
+					t.Errorf("type %q with the option switched off", ev.EventType)
+				}
+			}},
+		{"tracing.span.context.field switched off", "tracing.span.context.field=",
+			with(row, mcol{"tracingspancontext", oidVarchar, text("traceparent=00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01")}),
+			func(t *testing.T, ev cdc.Event) {
+				if header(ev, "traceparent") != nil {
+					t.Errorf("headers %v", ev.Mapped.Headers)
+				}
+			}},
+		{"table.field.event.timestamp empty is unset", "table.field.event.timestamp=", row,
+			func(t *testing.T, ev cdc.Event) {
+				if !ev.Mapped.Timestamp.Equal(commitTime) {
+					t.Errorf("timestamp %v, want the commit time", ev.Mapped.Timestamp)
+				}
+			}},
+		{"key, route and type from JSON fields", "table.field.event.key=hdrs:PARTITION_ID\nroute.by.field=meta:dest\ntable.field.event.type=hdrs:event-type",
+			with(with(row, mcol{"hdrs", oidText, text(`{"PARTITION_ID": "o-\u0031", "event-type": "Created"}`)}), mcol{"meta", oidJSONB, text(`{"dest": "Order"}`)}),
+			func(t *testing.T, ev cdc.Event) {
+				if ev.AggregateID != "o-1" || header(ev, "key") != "o-1" || ev.Mapped.RoutingKey != "outbox.event.Order" || ev.EventType != "Created" {
+					t.Errorf("key %q %#v routing key %q type %q", ev.AggregateID, header(ev, "key"), ev.Mapped.RoutingKey, ev.EventType)
+				}
+			}},
+		{"an integer key field", "table.field.event.key=hdrs:n", with(row, mcol{"hdrs", oidJSON, text(`{"n": 42}`)}),
+			func(t *testing.T, ev cdc.Event) {
+				if ev.AggregateID != "42" || header(ev, "key") != int64(42) {
+					t.Errorf("key %q %#v", ev.AggregateID, header(ev, "key"))
+				}
+			}},
+		{"a JSON null key field is no key", "table.field.event.key=hdrs:n", with(row, mcol{"hdrs", oidJSON, text(`{"n": null}`)}),
+			func(t *testing.T, ev cdc.Event) {
+				if ev.AggregateID != "" || header(ev, "key") != nil {
+					t.Errorf("key %q %#v", ev.AggregateID, header(ev, "key"))
+				}
+			}},
+		{"amqp.envelope.json nests a JSON text column", "table.fields.additional.placement=hdrs:envelope:headers,type:envelope\namqp.envelope.json=hdrs",
+			with(row, mcol{"hdrs", oidText, text(`{"ID": "m-1",  "n": [1, 2]}`)}),
+			func(t *testing.T, ev cdc.Event) {
+				if want := `{"payload":"{\"total\": 12.5}","headers":{"ID":"m-1","n":[1,2]},"type":"OrderCreated"}`; string(ev.Payload) != want {
+					t.Errorf("body %s, want %s", ev.Payload, want)
+				}
+			}},
+		{"amqp.headers.json", "amqp.headers.json=hdrs", with(row, mcol{"hdrs", oidText, text(`{"PARTITION_ID": "o-1"}`)}),
+			func(t *testing.T, ev cdc.Event) {
+				if string(ev.Mapped.JSONHeaders) != `{"PARTITION_ID": "o-1"}` {
+					t.Errorf("JSON headers %q", ev.Mapped.JSONHeaders)
+				}
+			}},
+		{"amqp.headers.json NULL", "amqp.headers.json=hdrs", with(row, mcol{"hdrs", oidJSONB, null()}),
+			func(t *testing.T, ev cdc.Event) {
+				if ev.Mapped.JSONHeaders != nil {
+					t.Errorf("JSON headers %q", ev.Mapped.JSONHeaders)
+				}
+			}},
+		{"amqp.property columns", "amqp.property.content_type=ct\namqp.property.correlation_id=corr\namqp.property.reply_to=rt\n" +
+			"amqp.property.content_encoding=enc\namqp.property.app_id=app",
+			with(with(with(with(with(row, mcol{"ct", oidText, text("application/vnd.masstransit+json")}),
+				mcol{"corr", oidUUID, text(id1)}), mcol{"rt", oidVarchar, text("rabbitmq://h/v/replies")}),
+				mcol{"enc", oidText, text("gzip")}), mcol{"app", oidText, text("billing")}),
+			func(t *testing.T, ev cdc.Event) {
+				m := ev.Mapped
+				if m.ContentType != "application/vnd.masstransit+json" || m.CorrelationID != id1 || m.ReplyTo != "rabbitmq://h/v/replies" ||
+					m.ContentEncoding != "gzip" || m.AppID != "billing" {
+					t.Errorf("properties %q %q %q %q %q", m.ContentType, m.CorrelationID, m.ReplyTo, m.ContentEncoding, m.AppID)
+				}
+			}},
+		{"amqp.property NULL keeps the table-wide value", "amqp.property.content_type=ct\namqp.property.correlation_id=corr\namqp.content.type=application/json",
+			with(with(row, mcol{"ct", oidText, null()}), mcol{"corr", oidText, null()}),
+			func(t *testing.T, ev cdc.Event) {
+				if ev.Mapped.ContentType != "application/json" || ev.Mapped.CorrelationID != "" {
+					t.Errorf("content type %q correlation id %q", ev.Mapped.ContentType, ev.Mapped.CorrelationID)
+				}
+			}},
+		{"amqp.validate.json passes valid text JSON", "amqp.content.type=application/json\namqp.validate.json=true",
+			with(row, mcol{"payload", oidText, text(` {"a": [1, 2.5e3, "\u00e9"]} `)}),
+			func(t *testing.T, ev cdc.Event) {
+				if string(ev.Payload) != ` {"a": [1, 2.5e3, "\u00e9"]} ` {
+					t.Errorf("body %q", ev.Payload)
+				}
+			}},
+		{"amqp.validate.json leaves text/plain alone", "amqp.validate.json=true", with(row, mcol{"payload", oidText, text("hello")}),
+			func(t *testing.T, ev cdc.Event) {
+				if string(ev.Payload) != "hello" || ev.Mapped.ContentType != "text/plain; charset=utf-8" {
+					t.Errorf("body %q content type %q", ev.Payload, ev.Mapped.ContentType)
+				}
+			}},
+		{"amqp.validate.json off publishes text that is not JSON", "amqp.content.type=application/json",
+			with(row, mcol{"payload", oidText, text(`{"a":`)}),
+			func(t *testing.T, ev cdc.Event) {
+				if string(ev.Payload) != `{"a":` {
+					t.Errorf("body %q", ev.Payload)
+				}
+			}},
+		{"amqp.validate.json exempts a tombstone", "amqp.content.type=application/json\namqp.validate.json=true\nroute.tombstone.on.empty.payload=true",
+			with(row, mcol{"payload", oidText, text("  ")}),
+			func(t *testing.T, ev cdc.Event) {
+				if !ev.Mapped.Tombstone {
+					t.Errorf("not a tombstone")
+				}
+			}},
 		{"table.field.event.schema.version", "table.field.event.schema.version=v", with(row, mcol{"v", oidInt2, text("3")}),
 			func(t *testing.T, ev cdc.Event) {
 				if header(ev, "schema_version") != int32(3) {
@@ -343,6 +459,31 @@ func TestMappingQuarantinesRows(t *testing.T) {
 		{"NULL routing value", "", with(row, mcol{"aggregatetype", oidVarchar, null()}), "aggregatetype (route.by.field) is NULL, so the event has no routing key"},
 		{"NULL payload without tombstones", "", with(row, mcol{"payload", oidJSONB, null()}), "payload (table.field.event.payload) is NULL: AMQP has no null body"},
 		{"NULL id", "", with(row, mcol{"id", oidUUID, null()}), "id (table.field.event.id) is NULL"},
+		{"amqp.validate.json, text payload sent as JSON", "amqp.content.type=application/json; charset=utf-8\namqp.validate.json=true",
+			with(row, mcol{"payload", oidText, text(`{"a":`)}), "payload is not valid JSON (amqp.validate.json), though the message's content type is application/json; charset=utf-8"},
+		{"amqp.validate.json, varchar payload in a +json type", "amqp.content.type=application/vnd.acme+json\namqp.validate.json=true",
+			with(row, mcol{"payload", oidVarchar, text(`not json`)}), "payload is not valid JSON (amqp.validate.json)"},
+		{"amqp.validate.json, bytea payload in an envelope", "amqp.validate.json=true\ntable.fields.additional.placement=type:envelope",
+			with(row, mcol{"payload", oidBytea, text(`\x7b`)}), "payload is not valid JSON (amqp.validate.json), though the message's content type is application/json"},
+		{"key field missing", "table.field.event.key=hdrs:PARTITION_ID", with(row, mcol{"hdrs", oidText, text(`{"x": 1}`)}),
+			`hdrs (table.field.event.key=hdrs:PARTITION_ID) has no field "PARTITION_ID"`},
+		{"route field of a column that is not JSON", "route.by.field=hdrs:dest", with(row, mcol{"hdrs", oidText, text(`dest=Order`)}),
+			"hdrs (route.by.field=hdrs:dest) is not a JSON object"},
+		{"key field that is an object", "table.field.event.key=hdrs:k", with(row, mcol{"hdrs", oidText, text(`{"k": {"a": 1}}`)}),
+			`hdrs (table.field.event.key=hdrs:k) holds "{\"a\": 1}" in field "k", not a string or an integer within int64`},
+		{"route field NULL", "route.by.field=hdrs:dest", with(row, mcol{"hdrs", oidText, text(`{"dest": null}`)}),
+			"hdrs (route.by.field) is NULL, so the event has no routing key"},
+		{"amqp.envelope.json column that is not JSON", "table.fields.additional.placement=hdrs:envelope\namqp.envelope.json=hdrs",
+			with(row, mcol{"hdrs", oidText, text(`ID=m-1`)}), "hdrs (amqp.envelope.json) is not valid JSON, so it cannot be nested in the envelope"},
+		{"amqp.headers.json text that is not an object", "amqp.headers.json=hdrs", with(row, mcol{"hdrs", oidText, text(`["a"]`)}),
+			"hdrs (amqp.headers.json) is not a JSON object, so it cannot become headers"},
+		{"amqp.headers.json text that is not JSON", "amqp.headers.json=hdrs", with(row, mcol{"hdrs", oidVarchar, text(`{"a":`)}),
+			"hdrs (amqp.headers.json) is not a JSON object"},
+		{"amqp.property over 255 bytes", "amqp.property.correlation_id=corr", with(row, mcol{"corr", oidText, text(strings.Repeat("c", 256))}),
+			"corr (amqp.property.correlation_id) is 256 bytes, AMQP allows 255 for a property"},
+		{"amqp.validate.json follows the row's content type", "amqp.property.content_type=ct\namqp.validate.json=true",
+			with(with(row, mcol{"payload", oidText, text("{")}), mcol{"ct", oidText, text("application/json")}),
+			"payload is not valid JSON (amqp.validate.json), though the message's content type is application/json"},
 		{"bad epoch", "table.field.event.timestamp=ts", with(row, mcol{"ts", oidInt8, text("x")}), `ts (table.field.event.timestamp) "x" is not a time`},
 	}
 	for _, tt := range tests {
@@ -373,6 +514,14 @@ func TestMappingDrift(t *testing.T) {
 		{"missing placed column", "table.fields.additional.placement=absent:header", row, "column absent (table.fields.additional.placement) is missing"},
 		{"missing tracing column named explicitly", "tracing.span.context.field=trace", row, "column trace (tracing.span.context.field) is missing"},
 		{"missing timestamp column", "table.field.event.timestamp=ts", row, "column ts (table.field.event.timestamp) is missing"},
+		{"JSON field of a column of another type", "table.field.event.key=aggregateid:k", with(row, mcol{"aggregateid", oidInt4, text("1")}),
+			"column aggregateid (table.field.event.key) is int4, want jsonb, json, text or varchar"},
+		{"a column named in another case", "table.field.event.key=AggregateId", row,
+			"column AggregateId (table.field.event.key) is missing (the table has a column aggregateid: names are case-sensitive; write table.field.event.key=aggregateid)"},
+		{"type column of another type named explicitly", "table.field.event.type=type", with(row, mcol{"type", oidBytea, text(`\x01`)}),
+			"column type (table.field.event.type) is bytea, want text or varchar"},
+		{"tracing column of another type named explicitly", "tracing.span.context.field=tracingspancontext",
+			with(row, mcol{"tracingspancontext", oidJSONB, text("{}")}), "column tracingspancontext (tracing.span.context.field) is jsonb, want text or varchar"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -416,7 +565,21 @@ func TestParseMappingRefuses(t *testing.T) {
 		{"amqp.topic.target=exchange\namqp.routing.key=" + strings.Repeat("k", 256), "amqp.routing.key is 256 bytes, AMQP allows 255"},
 		{"route.by.feild=x", `unknown option "route.by.feild"`},
 		{"route.by.field=a\nroute.by.field=b", "line 2: route.by.field is also set on line 1"},
-		{"table.field.event.id=", "table.field.event.id is empty"},
+		{"table.field.event.id=", "table.field.event.id is empty: name a column of the outbox table (this option cannot be switched off)"},
+		{"route.by.field=", "route.by.field is empty"},
+		{"table.field.event.id=hdrs:id", "the id cannot be a field of a JSON column"},
+		{"table.field.event.key=:PARTITION_ID", "write column:field"},
+		{"amqp.headers.json=", "amqp.headers.json is empty"},
+		{"table.fields.additional.placement=hdrs:header\namqp.envelope.json=hdrs", "line 2: amqp.envelope.json names hdrs, which no table.fields.additional.placement item places in the envelope"},
+		{"amqp.property.type=t", "the type property comes from table.field.event.type"},
+		{"amqp.property.user_id=u", "amqp.property.user_id is not supported"},
+		{"amqp.property.priority=p", `unknown option "amqp.property.priority": amqp.property.<name> sets the property of that name per row, for content_type`},
+		{"amqp.property.reply_to=", "amqp.property.reply_to is empty"},
+		{"amqp.property.reply_to=a\namqp.property.reply_to=b", "line 2: amqp.property.reply_to is also set on line 1"},
+		{"amqp.validate.json=yes", `amqp.validate.json="yes": use true or false`},
+		{"amqp.content.type=application/x-protobuf\namqp.validate.json=true", "line 2: amqp.validate.json=true checks payloads sent as JSON, but amqp.content.type=application/x-protobuf is not JSON"},
+		{"table.field.event.payload=", "table.field.event.payload is empty"},
+		{"route.topic.regex=[[a-z]+", "line 1: route.topic.regex \"[[a-z]+\" uses a nested character class"},
 	}
 	for _, tt := range tests {
 		if _, err := ParseMapping(tt.text); err == nil || !strings.Contains(err.Error(), tt.want) {

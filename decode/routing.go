@@ -24,10 +24,13 @@ type replacementPart struct {
 // compileTopicRoute translates route.topic.regex (Java syntax, full-match) to RE2 and parses
 // route.topic.replacement (Java's Matcher.replaceFirst syntax: $n, ${name}, \ escapes the next character).
 // It refuses what RE2 lacks (lookaround, backreferences, atomic groups, possessive quantifiers, class
-// intersections) and group references the regex does not define, each with one sentence naming the option.
+// intersections), what Java and RE2 read differently (javaOnly) and group references the regex does not
+// define, each with one sentence naming the option and the construct.
 func compileTopicRoute(regex, replacement string) (*topicRoute, error) {
-	if why := javaOnly(regex); why != "" {
-		return nil, fmt.Errorf("route.topic.regex %q uses %s, which Go's RE2 engine does not support: rewrite the regex without it", regex, why)
+	if c := javaOnly(regex); c.differs {
+		return nil, fmt.Errorf("route.topic.regex %q uses %s, which Java and Go's RE2 engine read differently: %s", regex, c.name, c.fix)
+	} else if c.name != "" {
+		return nil, fmt.Errorf("route.topic.regex %q uses %s, which Go's RE2 engine does not support: rewrite the regex without it", regex, c.name)
 	}
 	re, err := regexp.Compile(`^(?:` + regex + `)$`)
 	if err != nil {
@@ -39,43 +42,6 @@ func compileTopicRoute(regex, replacement string) (*topicRoute, error) {
 		return nil, fmt.Errorf("route.topic.replacement %q: %w", replacement, err)
 	}
 	return &topicRoute{re: re, find: find, parts: parts}, nil
-}
-
-// javaOnly names a Java regex construct that RE2 rejects or reads differently, or "".
-func javaOnly(regex string) string {
-	constructs := []struct{ token, name string }{
-		{"(?=", "a lookahead (?=…)"}, {"(?!", "a negative lookahead (?!…)"}, {"(?<=", "a lookbehind (?<=…)"},
-		{"(?<!", "a negative lookbehind (?<!…)"}, {"(?>", "an atomic group (?>…)"}, {`\k<`, `a named backreference \k<…>`},
-		{"*+", "a possessive quantifier *+"}, {"++", "a possessive quantifier ++"}, {"?+", "a possessive quantifier ?+"},
-		{"}+", "a possessive quantifier {n}+"},
-	}
-	inClass := false
-	for i := 0; i < len(regex); i++ {
-		switch {
-		case regex[i] == '[':
-			inClass = true
-		case regex[i] == ']':
-			inClass = false
-		case inClass && strings.HasPrefix(regex[i:], "&&"):
-			return "a character class intersection &&"
-		}
-		if regex[i] == '\\' && i+1 < len(regex) {
-			if c := regex[i+1]; c >= '1' && c <= '9' {
-				return `a backreference \` + string(c)
-			}
-			if regex[i+1] == 'k' && strings.HasPrefix(regex[i:], `\k<`) {
-				return `a named backreference \k<…>`
-			}
-			i++
-			continue
-		}
-		for _, c := range constructs {
-			if strings.HasPrefix(regex[i:], c.token) {
-				return c.name
-			}
-		}
-	}
-	return ""
 }
 
 // parseReplacement parses Java replacement syntax against re's groups. Like Java, $ followed by digits

@@ -3,11 +3,14 @@ package migrations
 import (
 	"context"
 	"fmt"
+	"maps"
 	"slices"
 	"sort"
 	"strings"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/cdc-router/cdc-router/decode"
 )
 
 // columnTypes lists, per outbox column, the types the decoder accepts (pg_type names).
@@ -41,8 +44,9 @@ func expectedColumns() string {
 var keyColumns = []string{"aggregate_type", "aggregate_id", "aggregate_version"}
 
 type outboxColumn struct {
-	typ     string
-	notNull bool
+	typ       string
+	notNull   bool
+	generated string // pg_attribute.attgenerated: "" (an ordinary column), "s" (stored) or "v" (virtual, PostgreSQL 18)
 }
 
 // relation returns the oid of the table schema.name, or 0 when there is none. It reads the catalog by
@@ -59,7 +63,7 @@ func relation(ctx context.Context, conn *pgx.Conn, schema, name string) (uint32,
 
 func readColumns(ctx context.Context, conn *pgx.Conn, table uint32) (map[string]outboxColumn, error) {
 	rows, err := conn.Query(ctx, `
-		SELECT a.attname, t.typname, a.attnotnull
+		SELECT a.attname, t.typname, a.attnotnull, a.attgenerated::text
 		FROM pg_attribute a JOIN pg_type t ON t.oid = a.atttypid
 		WHERE a.attrelid = $1 AND a.attnum > 0 AND NOT a.attisdropped`, table)
 	if err != nil {
@@ -68,7 +72,7 @@ func readColumns(ctx context.Context, conn *pgx.Conn, table uint32) (map[string]
 	have := map[string]outboxColumn{}
 	var name string
 	var c outboxColumn
-	_, err = pgx.ForEachRow(rows, []any{&name, &c.typ, &c.notNull}, func() error {
+	_, err = pgx.ForEachRow(rows, []any{&name, &c.typ, &c.notNull, &c.generated}, func() error {
 		have[name] = c
 		return nil
 	})
@@ -91,6 +95,9 @@ func checkTable(ctx context.Context, conn *pgx.Conn, cfg Config) error {
 	if len(have) == 0 {
 		return problemf("the outbox table %s does not exist: run `cdc-router migrate` to create it, or point "+
 			"--table (CDC_ROUTER_TABLE) at yours", cfg.Table)
+	}
+	if err := checkGenerated(ctx, conn, cfg, have); err != nil {
+		return err
 	}
 	if cfg.Mapping != nil {
 		return checkMappedTable(cfg, have)
@@ -158,7 +165,8 @@ func checkTable(ctx context.Context, conn *pgx.Conn, cfg Config) error {
 }
 
 // checkMappedTable checks a table read through a --config mapping: every column an option names is
-// present (unless optional) with a type the decoder reads. No key is required: a mapped table has no
+// present (unless optional) with a type the decoder reads; a column an option at its default would name,
+// of another type, is left unused and reported to cfg.Notice. No key is required: a mapped table has no
 // version, so the initial snapshot (which pages by the native key) is not offered for it.
 func checkMappedTable(cfg Config, have map[string]outboxColumn) error {
 	var bad []string
@@ -166,7 +174,11 @@ func checkMappedTable(cfg Config, have map[string]outboxColumn) error {
 		got, ok := have[r.Column]
 		switch {
 		case !ok && r.Required:
-			bad = append(bad, fmt.Sprintf("column %s named by %s is missing", r.Column, r.Option))
+			bad = append(bad, fmt.Sprintf("column %s named by %s is missing%s", r.Column, r.Option, decode.CaseHint(r.Column, r.Option, slices.Sorted(maps.Keys(have)))))
+		case ok && len(r.Types) > 0 && !slices.Contains(r.Types, got.typ) && r.IfTyped:
+			if cfg.Notice != nil {
+				cfg.Notice(r.Unused(cfg.Table, got.typ))
+			}
 		case ok && len(r.Types) > 0 && !slices.Contains(r.Types, got.typ):
 			bad = append(bad, fmt.Sprintf("column %s named by %s is %s, want %s", r.Column, r.Option, got.typ, strings.Join(r.Types, " or ")))
 		}

@@ -50,6 +50,9 @@ type Config struct {
 	// checks each like Table (with its own Mapping) and wants all of them, and no other table, in the
 	// publication. Apply and the shard functions ignore them.
 	MoreTables []decode.Outbox
+	// Notice, when set, receives Check's start-up lines about what it accepts but does not use (a column of
+	// a mapped table that an option left at its default would name, of a type that option does not read).
+	Notice func(msg string)
 }
 
 // outboxes is Table with its Mapping, then MoreTables: the tables Check checks, in that order.

@@ -177,7 +177,7 @@ func runOnce(ctx context.Context, cfg Config, dial Dialer, log *slog.Logger, sta
 			return fmt.Errorf("another router holds slot %s (it may be copying the initial snapshot): %w", cfg.Slot, errSlotBusy)
 		}
 		mcfg := migrations.Config{Table: cfg.Table, Publication: cfg.Publication, Schema: cfg.Schema, Mapping: cfg.Decode.Mapping,
-			MoreTables: cfg.Decode.MoreTables}
+			MoreTables: cfg.Decode.MoreTables, Notice: func(msg string) { log.Info(msg) }}
 		if err := migrations.Check(ctx, sql, mcfg); err != nil {
 			return pubcheck.WithBackfillHint(ctx, sql, cfg.pubcheckConfig(), err)
 		}

@@ -16,12 +16,15 @@ import (
 const HeaderTombstone = "tombstone"
 
 // mappedMessage maps an event of a --config mapping (ev.Mapped set) to its routing key and message:
-// persistent, message_id = the event id as text, type = the type column when present, timestamp and
-// content type from the mapping, the payload (or envelope) as the body, and the mapping's typed headers
+// persistent, message_id = the event id as text, type = the type column when present, timestamp, content
+// type and the amqp.property.<name> properties from the mapping, the payload (or envelope) as the body, and the mapping's typed headers
 // in order (a later header of the same name wins), then commit_lsn, tombstone and x-backfill.
 func mappedMessage(ev cdc.Event) (string, amqp.Publishing) {
 	m := ev.Mapped
-	h := make(amqp.Table, len(m.Headers)+3)
+	h, err := userHeaders(m.JSONHeaders) // checked by checkMapped; the mapping's headers win over its keys
+	if err != nil || h == nil {
+		h = make(amqp.Table, len(m.Headers)+3)
+	}
 	for _, x := range m.Headers {
 		h[x.Name] = x.Value
 	}
@@ -33,13 +36,17 @@ func mappedMessage(ev cdc.Event) (string, amqp.Publishing) {
 		h[HeaderBackfill] = true
 	}
 	return m.RoutingKey, amqp.Publishing{
-		Headers:      h,
-		ContentType:  m.ContentType,
-		DeliveryMode: amqp.Persistent,
-		MessageId:    ev.ID,
-		Timestamp:    m.Timestamp,
-		Type:         ev.EventType,
-		Body:         ev.Payload,
+		Headers:         h,
+		ContentType:     m.ContentType,
+		ContentEncoding: m.ContentEncoding,
+		CorrelationId:   m.CorrelationID,
+		ReplyTo:         m.ReplyTo,
+		AppId:           m.AppID,
+		DeliveryMode:    amqp.Persistent,
+		MessageId:       ev.ID,
+		Timestamp:       m.Timestamp,
+		Type:            ev.EventType,
+		Body:            ev.Payload,
 	}
 }
 
@@ -59,8 +66,19 @@ func checkMapped(ev cdc.Event) error {
 	case len(ev.EventType) > maxShortString:
 		return fmt.Errorf("%w: the type (table.field.event.type) is %d bytes, AMQP allows 255", ErrInvalidEvent, len(ev.EventType))
 	}
+	for name, v := range map[string]string{"content_type": m.ContentType, "content_encoding": m.ContentEncoding,
+		"correlation_id": m.CorrelationID, "reply_to": m.ReplyTo, "app_id": m.AppID} {
+		if len(v) > maxShortString {
+			return fmt.Errorf("%w: the %s property (amqp.property.%s) is %d bytes, AMQP allows 255", ErrInvalidEvent, name, name, len(v))
+		}
+	}
 	if m.ByExchange {
 		if err := checkExchangeName(m.Exchange); err != nil {
+			return err
+		}
+	}
+	if len(m.JSONHeaders) > 0 {
+		if err := checkJSONHeaders(m.JSONHeaders); err != nil {
 			return err
 		}
 	}
@@ -96,4 +114,29 @@ func checkExchangeName(name string) error {
 		return fmt.Errorf("%w: the exchange name %q %s is not UTF-8 text without control characters", ErrInvalidEvent, name, option)
 	}
 	return nil
+}
+
+// checkJSONHeaders checks the amqp.headers.json column's keys as Check checks the native headers column's:
+// a JSON object whose names fit a short string and are not reserved by RabbitMQ.
+func checkJSONHeaders(raw []byte) error {
+	obj, err := userHeaderValues(raw)
+	if err != nil {
+		return fmt.Errorf("%w: the amqp.headers.json column is %w", ErrInvalidEvent, err)
+	}
+	bad, found := "", false // the first offending name in byte order, as check reports it
+	for k := range obj {
+		if _, reserved := reservedHeader(k); (len(k) > maxShortString || reserved) && (!found || k < bad) {
+			bad, found = k, true
+		}
+	}
+	switch {
+	case !found:
+		return nil
+	case len(bad) > maxShortString:
+		return fmt.Errorf("%w: header name %q... of the amqp.headers.json column is %d bytes, AMQP allows 255: shorten it",
+			ErrInvalidEvent, bad[:32], len(bad))
+	}
+	why, _ := reservedHeader(bad)
+	return fmt.Errorf("%w: header name %q of the amqp.headers.json column is reserved by RabbitMQ: %s; rename it in the column",
+		ErrInvalidEvent, bad, why)
 }

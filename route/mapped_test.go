@@ -38,6 +38,20 @@ func TestMappedMessage(t *testing.T) {
 	if err := msg.Headers.Validate(); err != nil {
 		t.Errorf("headers do not encode: %v", err)
 	}
+	ev.Mapped.ContentEncoding, ev.Mapped.CorrelationID, ev.Mapped.ReplyTo, ev.Mapped.AppID = "gzip", "corr-1", "replies", "billing"
+	if _, msg, _ = build(ev); msg.ContentEncoding != "gzip" || msg.CorrelationId != "corr-1" || msg.ReplyTo != "replies" || msg.AppId != "billing" {
+		t.Errorf("row properties: %+v", msg)
+	}
+	ev.Mapped.JSONHeaders = []byte(`{"PARTITION_ID": "o-9", "n": 2, "big": 1e400, "obj": {"a": [1]}, "gone": null, "id": "from-json"}`)
+	_, msg, err = build(ev)
+	if err != nil || msg.Headers["PARTITION_ID"] != "o-9" || msg.Headers["n"] != int64(2) || msg.Headers["obj"] != `{"a":[1]}` ||
+		msg.Headers["big"] != "1e400" || msg.Headers["id"] != "placed" || msg.Headers["key"] != "o-1" {
+		t.Errorf("amqp.headers.json: %v %v", err, msg.Headers)
+	}
+	if _, ok := msg.Headers["gone"]; ok {
+		t.Errorf("a JSON null became header gone")
+	}
+	ev.Mapped.JSONHeaders = nil
 	ev.Mapped.Tombstone, ev.Payload, ev.Backfill = true, nil, true
 	_, msg, _ = build(ev)
 	if msg.Headers["tombstone"] != true || len(msg.Body) != 0 || msg.Headers["x-backfill"] != true {
@@ -54,6 +68,9 @@ func TestCheckMapped(t *testing.T) {
 		{func(ev *cdc.Event) { ev.ID = "" }, "the event id (table.field.event.id, the message id) is empty"},
 		{func(ev *cdc.Event) { ev.ID = strings.Repeat("i", 256) }, "is 256 bytes, AMQP allows 255"},
 		{func(ev *cdc.Event) { ev.EventType = strings.Repeat("t", 256) }, "the type (table.field.event.type) is 256 bytes"},
+		{func(ev *cdc.Event) { ev.Mapped.ReplyTo = strings.Repeat("r", 256) }, "the reply_to property (amqp.property.reply_to) is 256 bytes"},
+		{func(ev *cdc.Event) { ev.Mapped.JSONHeaders = []byte(`{"x-death": []}`) }, `header name "x-death" of the amqp.headers.json column is reserved by RabbitMQ`},
+		{func(ev *cdc.Event) { ev.Mapped.JSONHeaders = []byte(`{"` + strings.Repeat("h", 256) + `": 1}`) }, "of the amqp.headers.json column is 256 bytes"},
 		{func(ev *cdc.Event) {
 			ev.Mapped.Headers = append(ev.Mapped.Headers, cdc.Header{Name: "BCC", Value: "x"})
 		}, `header name "BCC" is reserved`},

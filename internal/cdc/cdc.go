@@ -81,7 +81,7 @@ type Mapped struct {
 	RoutingKey  string    // route.by.field through route.topic.regex and route.topic.replacement (or amqp.routing.key.source)
 	ByExchange  bool      // amqp.topic.target=exchange: the message goes to Exchange, not to the router's exchange
 	Exchange    string    // with ByExchange, the routed topic, which names the exchange
-	ContentType string    // from the payload column's type, or amqp.content.type
+	ContentType string    // from the payload column's type, or amqp.content.type, or the row's amqp.property.content_type column
 	Timestamp   time.Time // AMQP timestamp (seconds on the wire) and the timestamp_in_ms header; zero: neither
 	Headers     []Header  // in configuration order; a later header of the same name wins
 	Tombstone   bool      // the payload was empty under route.tombstone.on.empty.payload: the body is empty
@@ -89,6 +89,12 @@ type Mapped struct {
 	// of an event refused after decoding (the names of a mapped table are its own, not the native ones).
 	// Nil when the event was built without its row.
 	Columns []Column
+	// ContentEncoding, CorrelationID, ReplyTo and AppID are the AMQP properties of the row's
+	// amqp.property.<name> columns; empty: unset.
+	ContentEncoding, CorrelationID, ReplyTo, AppID string
+	// JSONHeaders is the row's amqp.headers.json column, a JSON object spread into headers as the native
+	// headers column is (route converts it), under Headers: a header of the same name in Headers wins.
+	JSONHeaders []byte
 }
 
 // Column is one column value of a mapped row as PostgreSQL sent it in text form. Bytea marks a value kept

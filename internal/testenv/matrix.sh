@@ -4,7 +4,7 @@
 # (both cached in ${CDC_ROUTER_CACHE:-/var/cache/cdc-router}, so only the first run fetches).
 #
 #   matrix.sh core   the core end-to-end tests (kill/restart, SIGTERM, broker cut, snapshot boundary,
-#                    refusals, quorum queues, partitioned outbox, emitted events' authentication and the docs'
+#                    refusals, quorum queues, partitioned outbox, generated columns, emitted events' authentication and the docs'
 #                    setup SQL) on PostgreSQL 14, 17 and 18, each against RabbitMQ 4.0;
 #                    what CI runs after `make test` (`make test-matrix`), about 8 minutes here
 #   matrix.sh full   the whole e2e suite on PostgreSQL 14, 15, 16, 17 and 18 with the machine's
@@ -28,6 +28,7 @@ groups=(
   "refusals=TestSlotDroppedWhileStoppedIsRefused|TestPositionFromAnotherClusterIsRefused|TestResetAfterRefusalStartsOver|TestUnroutableEventIsParked|TestUnroutableQueueOfTheOtherTypeIsRefused|TestDroppedPublicationIsRefused"
   "stream, quorum queues=TestEveryEventArrivesInOrderWithItsProperties|TestQuorumQueueConsumerGetsEveryEvent"
   "partitioned outbox=TestPartitionedInitialSnapshotAndStream|TestPartitionedAttachAndDropWhileStreaming|TestPartitionedPublicationWithoutViaRootIsRefused"
+  "generated columns=TestGeneratedColumnRefusedBeforePostgres18|TestGeneratedColumnOnPostgres18"
   "emitted events, docs SQL=TestOnlyAuthorisedWritersPublishEmittedEvents|TestMessagePrefixWithoutEmitKeyIsRefused|TestDocumentedSetupSQLRuns|TestDocumentedBrokerPermissions|TestEmitFunctionHardening|TestLargeMessagesAreJudgedFromTheirHeader|TestMessageFloodIsQuarantinedInBursts"
 )
 core_regex() {
