@@ -1,4 +1,4 @@
-package main
+package e2e
 
 import (
 	"context"
@@ -16,7 +16,7 @@ import (
 // block "# recipe: <name>", the sql block before it, and the table's name as PostgreSQL stores it.
 func guideRecipe(t *testing.T, name string) (table, ddl, config string) {
 	t.Helper()
-	doc, err := os.ReadFile("../../docs/migrating-from-polling.md")
+	doc, err := os.ReadFile("../docs/migrating-from-polling.md")
 	if err != nil {
 		t.Fatal(err)
 	}
