@@ -2,11 +2,11 @@
 # `make demo` shows events flowing on a machine that has both installed.
 GO        ?= go
 PKGS      := ./...
-# -p 1: one test binary at a time: a broker-wide memory alarm in one test (set and restored around itself)
-# must not stall another package's publishers, and the machine has two cores. The test binaries run with -race; the routers the end-to-end
-# tests start are built without it (CDC_ROUTER_RACE=off: they run at the speed a user's do, and the suite
-# fits CI's 30 minutes), except those of the invariant harness (chaos/), which always has it. `make
-# test-race` builds every router under test with -race too.
+# -p 1: one test binary at a time: a broker-wide memory alarm in one test must not stall another package's
+# publishers, and the machine has two cores. The test binaries run with -race. The routers the end-to-end
+# tests and the invariant harness start are built without it (CDC_ROUTER_RACE=off: they run at a user's
+# speed, and the suite fits CI's 30 minutes); the last step runs the core end-to-end tests (the version
+# matrix's groups) again with race-built routers. `make test-race` builds every router under test with -race.
 TESTFLAGS ?= -race -p 1 -count=1 -timeout 45m
 
 CDC_ROUTER_RACE ?= off
@@ -24,6 +24,7 @@ test: services
 	$(GO) vet $(PKGS)
 	@test -z "$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go'))" || { echo "gofmt needed:"; gofmt -l .; exit 1; }
 	$(GO) test $(TESTFLAGS) $(PKGS)
+	CDC_ROUTER_RACE=on $(GO) test $(TESTFLAGS) -run "$$(internal/testenv/matrix.sh regex)" ./e2e/
 	cd deploy/kubernetes && $(GO) vet ./... && $(GO) test -count=1 ./...
 	cd deploy/compose && $(GO) vet ./... && $(GO) test -count=1 ./...
 

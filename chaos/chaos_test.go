@@ -5,11 +5,8 @@ import (
 	"flag"
 	"fmt"
 	"os"
-	"os/exec"
-	"path/filepath"
 	"sort"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -28,37 +25,18 @@ var (
 // cover shards, two tables, both queue types, the initial snapshot (of two tables: seed 4), and every fault
 // kind not known broken, the PostgreSQL blackhole and reset with the router stopped among them (seed 17).
 // The huge one-aggregate transaction (about 80 s a seed) is left to the long runs and to its scenario test
-// (cmd/cdc-router TestLargeTransactionCompletesUnderRepeatedCuts).
+// (e2e TestLargeTransactionCompletesUnderRepeatedCuts).
 var ciSeeds = []int64{2, 4, 5, 6, 17}
 
 var pg *testenv.Postgres
 
 func TestMain(m *testing.M) { testenv.Main(m, &pg) }
 
-var build struct {
-	once sync.Once
-	path string
-	err  error
-}
-
-// routerBinary builds cdc-router once for the whole test binary.
+// routerBinary is cdc-router built without -race whatever the test binary is built with, once per test
+// binary (testenv.Build): the runs' stall and settle bounds are set for a router at a user's speed.
 func routerBinary(t testing.TB) string {
-	build.once.Do(func() {
-		dir, err := os.MkdirTemp("", "cdc-router-chaos-")
-		if err != nil {
-			build.err = err
-			return
-		}
-		build.path = filepath.Join(dir, "cdc-router")
-		out, err := exec.Command("go", "build", "-o", build.path, "../cmd/cdc-router").CombinedOutput()
-		if err != nil {
-			build.err = fmt.Errorf("go build: %v: %s", err, out)
-		}
-	})
-	if build.err != nil {
-		t.Fatal(build.err)
-	}
-	return build.path
+	t.Helper()
+	return testenv.Build{Pkg: testenv.RouterPackage}.MustPath(t)
 }
 
 func options() Options {

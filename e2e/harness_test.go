@@ -2,7 +2,6 @@ package e2e
 
 import (
 	"context"
-	"fmt"
 	"os"
 	"os/exec"
 	"strings"
@@ -19,17 +18,7 @@ import (
 
 var pg *testenv.Postgres
 
-func TestMain(m *testing.M) {
-	var err error
-	if pg, err = testenv.StartPostgres(); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	code := m.Run()
-	pg.Close()
-	testenv.RemoveBuilds()
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { testenv.Main(m, &pg) }
 
 // binary is cdc-router built with tags (testenv.Router: with -race as CDC_ROUTER_RACE says).
 func binary(t testing.TB, tags string) string {

@@ -1,8 +1,6 @@
 package main
 
 import (
-	"fmt"
-	"os"
 	"testing"
 
 	"github.com/cdc-router/cdc-router/internal/testenv"
@@ -13,14 +11,4 @@ var pg *testenv.Postgres
 
 // The tests here are the command line's own: flags, usage errors, output. What the system promises is
 // tested end to end in e2e/ (one file per guarantee) and by the invariant harness in chaos/.
-func TestMain(m *testing.M) {
-	var err error
-	if pg, err = testenv.StartPostgres(); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	code := m.Run()
-	pg.Close()
-	testenv.RemoveBuilds()
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { testenv.Main(m, &pg) }

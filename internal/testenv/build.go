@@ -86,8 +86,8 @@ func RemoveBuilds() {
 
 // RouterRace reports whether the programs under test (the router, the example consumer) are built with the
 // race detector: CDC_ROUTER_RACE=on or off when set, and otherwise whatever the test binary was built with.
-// `make test` sets it off for the end-to-end tests, whose routers then run at the speed a user's do, and
-// keeps a race-built router for the invariant harness (chaos/); `make test-race` runs every router with it.
+// `make test` sets it off for the whole suite, whose routers then run at the speed a user's do, and runs
+// the core end-to-end tests once more with it on; `make test-race` runs every router with it.
 func RouterRace() bool {
 	switch os.Getenv("CDC_ROUTER_RACE") {
 	case "on", "1", "true":

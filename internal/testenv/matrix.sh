@@ -15,7 +15,7 @@
 # tests (alarms, stop_app) run in `full` only.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-mode="${1:?usage: matrix.sh core|full}"
+mode="${1:?usage: matrix.sh core|full|regex}"
 here=internal/testenv
 flags=(-p 1 -count=1 -timeout 30m ${MATRIX_FLAGS:-})
 
@@ -71,6 +71,9 @@ run() {
   rm -f "$log"
 }
 
+# regex: print the core tests' -run alternation (make test runs them once more with race-built routers).
+if [ "$mode" = regex ]; then core_regex; exit 0; fi
+
 rmq4=$("$here/rabbitmq4.sh" start)
 case "$mode" in
   core)
@@ -86,7 +89,7 @@ case "$mode" in
     done
     run "RabbitMQ 4.0" $rmq4 -- ./...
     ;;
-  *) echo "usage: matrix.sh core|full" >&2; exit 2 ;;
+  *) echo "usage: matrix.sh core|full|regex" >&2; exit 2 ;;
 esac
 
 printf '\n%-28s %-22s %s\n' "versions" "test group" "result"

@@ -228,7 +228,8 @@ func freePort() (int, error) {
 	return l.Addr().(*net.TCPAddr).Port, nil
 }
 
-// Main is a TestMain body: it starts a cluster into *pg, runs the tests and exits with their code.
+// Main is a TestMain body: it starts a cluster into *pg, runs the tests, removes the binaries Build made
+// and exits with the tests' code.
 func Main(m interface{ Run() int }, pg **Postgres) {
 	p, err := StartPostgres()
 	if err != nil {
@@ -238,5 +239,6 @@ func Main(m interface{ Run() int }, pg **Postgres) {
 	*pg = p
 	code := m.Run()
 	p.Close()
+	RemoveBuilds()
 	os.Exit(code)
 }
