@@ -7,6 +7,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgconn"
 
+	"github.com/cdc-router/cdc-router/internal/cdc"
 	"github.com/cdc-router/cdc-router/metrics"
 )
 
@@ -29,6 +30,9 @@ func causeOf(err error) string {
 	var c *causedError
 	if errors.As(err, &c) {
 		return c.cause
+	}
+	if errors.Is(err, cdc.ErrBroker) { // the snapshot's publisher: its lost connection is no PostgreSQL error
+		return metrics.CauseBroker
 	}
 	var pgErr *pgconn.PgError
 	var connErr *pgconn.ConnectError

@@ -8,9 +8,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/cdc-router/cdc-router/internal/cdc"
 	"github.com/cdc-router/cdc-router/metrics"
 	"github.com/cdc-router/cdc-router/offsets"
-	"github.com/jackc/pgx/v5/pgconn"
 )
 
 // TestLagFollowsTheOldestUnacknowledgedCommit: the lag in time is the age of the commit of the oldest
@@ -63,6 +65,9 @@ func TestCauseOf(t *testing.T) {
 		{fmt.Errorf("check publication: failed to deallocate cached statement(s): %w", pgconn.ErrConnClosed), metrics.CausePostgres},
 		{fmt.Errorf("store position: %w", context.DeadlineExceeded), metrics.CausePostgres},
 		{errors.New("PostgreSQL at a:5432 refused the connection: the database system is starting up (SQLSTATE 57P03)"), metrics.CausePostgres},
+		// The snapshot's publisher lost its connection (a write to RabbitMQ reset: a net.Error like PostgreSQL's).
+		{fmt.Errorf("initial snapshot: %w", cdc.BrokerFailure(fmt.Errorf("publish: %w", &net.OpError{Op: "write", Err: errors.New("connection reset by peer")}))), metrics.CauseBroker},
+		{cdc.BrokerFailure(errors.New("publish: connection closed by the broker: 320 CONNECTION_FORCED")), metrics.CauseBroker},
 		{errors.New("something else"), metrics.CauseOther},
 	} {
 		if got := causeOf(tc.err); got != tc.want {

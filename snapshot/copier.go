@@ -141,7 +141,7 @@ func (c *copier) drain(ctx context.Context) error {
 	for c.pages.InFlight() > 0 {
 		select {
 		case <-c.pub.Failed():
-			return fmt.Errorf("publish: %w", c.pub.Err())
+			return cdc.BrokerFailure(fmt.Errorf("publish: %w", c.pub.Err()))
 		case <-ctx.Done():
 			return ctx.Err()
 		case <-c.pages.Advanced():

@@ -117,7 +117,7 @@ func (c *copier) confirmedAlone(ctx context.Context, id string, confirmed <-chan
 	select {
 	case <-confirmed:
 	case <-c.pub.Failed():
-		return fmt.Errorf("publish: %w", c.pub.Err())
+		return cdc.BrokerFailure(fmt.Errorf("publish: %w", c.pub.Err()))
 	case <-ctx.Done():
 		return ctx.Err()
 	}

@@ -78,7 +78,7 @@ func (c *copier) publish(ctx context.Context, page offsets.Txn, ev cdc.Event, re
 		}
 		c.pages.Confirm(page)
 	case err != nil:
-		return fmt.Errorf("publish: %w", err)
+		return cdc.BrokerFailure(fmt.Errorf("publish: %w", err))
 	case careful:
 		if err := c.confirmedAlone(ctx, ev.ID, confirmed); err != nil {
 			return err

@@ -1,6 +1,10 @@
 package cdc
 
-import "testing"
+import (
+	"errors"
+	"fmt"
+	"testing"
+)
 
 func TestLSNRoundTrip(t *testing.T) {
 	for _, s := range []string{"0/0", "0/16B3748", "16/B374D848", "FFFFFFFF/FFFFFFFF"} {
@@ -19,5 +23,17 @@ func TestLSNRoundTrip(t *testing.T) {
 		if _, err := ParseLSN(bad); err == nil {
 			t.Errorf("ParseLSN(%q) accepted", bad)
 		}
+	}
+}
+
+// TestBrokerFailureKeepsTheErrorAndIsMarked: the mark adds nothing to the text and hides nothing it wraps.
+func TestBrokerFailureKeepsTheErrorAndIsMarked(t *testing.T) {
+	inner := errors.New("connection reset")
+	err := BrokerFailure(fmt.Errorf("publish: %w", inner))
+	if err.Error() != "publish: connection reset" || !errors.Is(err, inner) || !errors.Is(err, ErrBroker) {
+		t.Errorf("%q: is inner %v, is ErrBroker %v", err, errors.Is(err, inner), errors.Is(err, ErrBroker))
+	}
+	if errors.Is(inner, ErrBroker) || BrokerFailure(nil) != nil {
+		t.Error("an unmarked error is a broker failure, or nil was marked")
 	}
 }
