@@ -13,8 +13,8 @@ import (
 )
 
 // recipe returns the SQL table and the mapping file of a recipe in docs/migrating-from-polling.md: the
-// properties block starting with "# recipe: <name>" and the sql block just before it. The tests run what
-// the guide shows.
+// properties block starting with "# recipe: <name>" and the sql block just before it; the table's name as
+// PostgreSQL stores it (the guide may quote a mixed-case one). The tests run what the guide shows.
 func recipe(t *testing.T, name string) (table, ddl, config string) {
 	t.Helper()
 	doc, err := os.ReadFile("../docs/migrating-from-polling.md")
@@ -31,7 +31,7 @@ func recipe(t *testing.T, name string) (table, ddl, config string) {
 	sqlAt := strings.LastIndex(s[:at], "```sql\n")
 	ddl = s[sqlAt+len("```sql\n"):]
 	ddl = ddl[:strings.Index(ddl, "```")]
-	table = regexp.MustCompile(`CREATE TABLE (\w+)`).FindStringSubmatch(ddl)[1]
+	table = regexp.MustCompile(`CREATE TABLE "?(\w+)"?`).FindStringSubmatch(ddl)[1]
 	return table, ddl, writeConfig(t, config)
 }
 

@@ -3,8 +3,6 @@ package e2e
 import (
 	"context"
 	"fmt"
-	"os"
-	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -12,32 +10,11 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 )
 
-// guideRecipe is recipe for a table the guide may create under a quoted mixed-case name: the properties
-// block "# recipe: <name>", the sql block before it, and the table's name as PostgreSQL stores it.
-func guideRecipe(t *testing.T, name string) (table, ddl, config string) {
-	t.Helper()
-	doc, err := os.ReadFile("../docs/migrating-from-polling.md")
-	if err != nil {
-		t.Fatal(err)
-	}
-	s := string(doc)
-	at := strings.Index(s, "```properties\n# recipe: "+name+"\n")
-	if at < 0 {
-		t.Fatalf("the guide has no recipe %s", name)
-	}
-	config = s[at+len("```properties\n"):]
-	config = config[:strings.Index(config, "```")]
-	ddl = s[strings.LastIndex(s[:at], "```sql\n")+len("```sql\n"):]
-	ddl = ddl[:strings.Index(ddl, "```")]
-	table = regexp.MustCompile(`CREATE TABLE "?(\w+)"?`).FindStringSubmatch(ddl)[1]
-	return table, ddl, writeConfig(t, config)
-}
-
 // TestRecipeQuarkus: the table as Quarkus' outbox extension creates it (varchar payload), rows written as
 // it writes them (insert, then delete in the same transaction); the JSON body goes out as
 // application/json and a payload that is not JSON is quarantined.
 func TestRecipeQuarkus(t *testing.T) {
-	table, ddl, config := guideRecipe(t, "quarkus")
+	table, ddl, config := recipe(t, "quarkus")
 	e := mappedEnv(t, table, ddl)
 	c := e.consume(e.queue)
 	e.startMapped(table, config)
@@ -80,7 +57,7 @@ func TestRecipeQuarkus(t *testing.T) {
 // message per transaction, headers a JSON object with PARTITION_ID); the events of each aggregate arrive in
 // commit order, the headers as AMQP headers, the body as Eventuate's message JSON.
 func TestRecipeEventuateTram(t *testing.T) {
-	table, ddl, config := guideRecipe(t, "eventuate-tram")
+	table, ddl, config := recipe(t, "eventuate-tram")
 	e := mappedEnv(t, table, ddl)
 	c := e.consume(e.queue)
 	e.startMapped(table, config)
@@ -115,7 +92,7 @@ func TestRecipeEventuateTram(t *testing.T) {
 // TestRecipeMassTransit: the MassTransit-style table under its quoted mixed-case name; each row goes to the
 // exchange its address names, with its own content type and correlation id.
 func TestRecipeMassTransit(t *testing.T) {
-	table, ddl, config := guideRecipe(t, "masstransit")
+	table, ddl, config := recipe(t, "masstransit")
 	e := mappedEnv(t, table, ddl)
 	orders := e.exchange + ".Orders"
 	ch := e.channel()

@@ -120,19 +120,7 @@ func Copy(ctx context.Context, cfg Config, log *slog.Logger, stats *metrics.Stat
 		todo = append(todo, Job{t, snapshot.Job{Name: cfg.initialName(t), Kind: "initial", Predicate: cfg.SnapshotWhere,
 			ReadLSN: point}})
 	}
-	err = pgx.BeginFunc(ctx, sql, func(t pgx.Tx) error {
-		for _, j := range todo {
-			j.job.ReadSnapshot = seen
-			if err := jobs.Start(ctx, t, j.job); err != nil {
-				return err
-			}
-		}
-		return nil
-	})
-	if err != nil {
-		return err
-	}
-	if err := store.Save(ctx, pos, true); err != nil {
+	if err := record(ctx, sql, jobs, store, todo, seen, pos); err != nil {
 		return err
 	}
 	if err := copyTables(ctx, cfg, log, stats, tx, jobs, todo, pub); err != nil { // all in the slot's snapshot
@@ -338,20 +326,28 @@ func Finish(ctx context.Context, cfg Config, log *slog.Logger, stats *metrics.St
 	jobs := snapshot.NewJobs(sql, cfg.Schema)
 	if fresh {
 		log.Warn("the slot exists but no position or snapshot was ever recorded for it: copying the whole table once")
-		err := pgx.BeginFunc(ctx, sql, func(t pgx.Tx) error {
-			for _, j := range todo {
-				if err := jobs.Start(ctx, t, j.job); err != nil {
-					return err
-				}
-			}
-			return nil
-		})
-		if err != nil {
-			return err
-		}
-		if err := store.Save(ctx, pos, true); err != nil {
+		if err := record(ctx, sql, jobs, store, todo, "", pos); err != nil {
 			return err
 		}
 	}
 	return resumeSnapshot(ctx, cfg, log, stats, sql, todo, pub)
+}
+
+// record records the jobs todo in one transaction, each with the snapshot seen that a resumed copy judges
+// rows by ("" for none), then the position pos the stream starts from once they are done.
+func record(ctx context.Context, sql *pgx.Conn, jobs *snapshot.Jobs, store *offsets.Store, todo []Job, seen string,
+	pos offsets.Position) error {
+	err := pgx.BeginFunc(ctx, sql, func(t pgx.Tx) error {
+		for _, j := range todo {
+			j.job.ReadSnapshot = seen
+			if err := jobs.Start(ctx, t, j.job); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	return store.Save(ctx, pos, true)
 }

@@ -7,7 +7,6 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"flag"
@@ -19,7 +18,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"time"
 
@@ -458,40 +456,19 @@ func dropDatabase(pg *testenv.Postgres, name string) {
 
 // child is a publisher process: the router, or this program in the bare or poll role.
 type child struct {
-	cmd     *exec.Cmd
-	out     *syncBuffer
-	done    chan struct{}
+	*testenv.Process
 	profDir string
 	stopped bool
 }
 
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 func start(cmd *exec.Cmd) (*child, error) {
-	p := &child{cmd: cmd, out: &syncBuffer{}, done: make(chan struct{})}
-	cmd.Stdout, cmd.Stderr = p.out, p.out
 	// A publisher must not outlive the benchmark (interrupted, or killed by a test timeout).
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	if err := cmd.Start(); err != nil {
+	p, err := testenv.Start(cmd)
+	if err != nil {
 		return nil, err
 	}
-	go func() { cmd.Wait(); close(p.done) }()
-	return p, nil
+	return &child{Process: p}, nil
 }
 
 func startChild(c config, args ...string) (*child, error) {
@@ -523,22 +500,22 @@ func startRouterUntil(c config, dbURL, slot, exchange, profDir, marker string, a
 		return nil, err
 	}
 	deadline := time.Now().Add(c.timeout)
-	for !strings.Contains(p.out.String(), marker) {
+	for !strings.Contains(p.Output(), marker) {
 		select {
-		case <-p.done:
-			return nil, fmt.Errorf("cdc-router exited before logging %q:\n%s", marker, tail(p.out.String()))
+		case <-p.Done:
+			return nil, fmt.Errorf("cdc-router exited before logging %q:\n%s", marker, tail(p.Output()))
 		default:
 		}
 		if time.Now().After(deadline) {
 			p.stop()
-			return nil, fmt.Errorf("cdc-router did not log %q within %v:\n%s", marker, c.timeout, tail(p.out.String()))
+			return nil, fmt.Errorf("cdc-router did not log %q within %v:\n%s", marker, c.timeout, tail(p.Output()))
 		}
 		time.Sleep(2 * time.Millisecond)
 	}
 	return p, nil
 }
 
-func (p *child) pid() int { return p.cmd.Process.Pid }
+func (p *child) pid() int { return p.Cmd.Process.Pid }
 
 // profile starts the router's CPU profile (a router built with -tags pprof; see profile_pprof.go).
 func (p *child) profile(dir string) {
@@ -547,7 +524,7 @@ func (p *child) profile(dir string) {
 	}
 	os.RemoveAll(dir)
 	p.profDir = dir
-	p.cmd.Process.Signal(syscall.SIGUSR1)
+	p.Cmd.Process.Signal(syscall.SIGUSR1)
 }
 
 // endProfile stops it and waits until the profiles are written.
@@ -555,7 +532,7 @@ func (p *child) endProfile() {
 	if p.profDir == "" {
 		return
 	}
-	p.cmd.Process.Signal(syscall.SIGUSR2)
+	p.Cmd.Process.Signal(syscall.SIGUSR2)
 	for i := 0; i < 300; i++ {
 		if _, err := os.Stat(filepath.Join(p.profDir, "done")); err == nil {
 			return
@@ -571,16 +548,16 @@ func (p *child) stop() error {
 	}
 	p.stopped = true
 	select {
-	case <-p.done:
+	case <-p.Done:
 		return p.failure()
 	default:
 	}
-	p.cmd.Process.Signal(syscall.SIGTERM)
+	p.Cmd.Process.Signal(syscall.SIGTERM)
 	select {
-	case <-p.done:
+	case <-p.Done:
 	case <-time.After(30 * time.Second):
-		p.cmd.Process.Kill()
-		<-p.done
+		p.Cmd.Process.Kill()
+		<-p.Done
 	}
 	return nil
 }
@@ -591,8 +568,8 @@ func (p *child) failure() error {
 		return nil
 	}
 	select {
-	case <-p.done:
-		return fmt.Errorf("%s exited (%v):\n%s", filepath.Base(p.cmd.Path), p.cmd.ProcessState, tail(p.out.String()))
+	case <-p.Done:
+		return fmt.Errorf("%s exited (%v):\n%s", filepath.Base(p.Cmd.Path), p.Cmd.ProcessState, tail(p.Output()))
 	default:
 		return nil
 	}

@@ -155,7 +155,7 @@ func runRouterExtra(c config, pg *testenv.Postgres, pm int, m extraMode, name, p
 		if proc, err = startRouterUntil(c, dbURL, name, exchange, profDir, created, "--snapshot", "initial"); err != nil {
 			return res, err
 		}
-		start = logTime(proc.out.String(), created)
+		start = logTime(proc.Output(), created)
 	case "backlog":
 		if proc, err = startRouter(c, dbURL, name, exchange, profDir); err != nil {
 			return res, err
@@ -194,13 +194,13 @@ func runRouterExtra(c config, pg *testenv.Postgres, pm int, m extraMode, name, p
 	if m.kind == "snapshot" {
 		// The router really snapshotted: it counted the n rows in the slot's snapshot, and it logs the end
 		// (after the last confirm, so possibly just after the consumer counted the last delivery).
-		if line := logLine(proc.out.String(), `msg="initial snapshot"`); !strings.Contains(line, fmt.Sprintf(" rows_total=%d ", m.n)) {
-			return res, fmt.Errorf("%s: the router did not start an initial snapshot of %d rows; its log:\n%s", m.name(), m.n, tail(proc.out.String()))
+		if line := logLine(proc.Output(), `msg="initial snapshot"`); !strings.Contains(line, fmt.Sprintf(" rows_total=%d ", m.n)) {
+			return res, fmt.Errorf("%s: the router did not start an initial snapshot of %d rows; its log:\n%s", m.name(), m.n, tail(proc.Output()))
 		}
-		for i := 0; i < 500 && logLine(proc.out.String(), `msg="snapshot finished"`) == ""; i++ {
+		for i := 0; i < 500 && logLine(proc.Output(), `msg="snapshot finished"`) == ""; i++ {
 			time.Sleep(10 * time.Millisecond)
 		}
-		if line := logLine(proc.out.String(), `msg="snapshot finished"`); line != "" {
+		if line := logLine(proc.Output(), `msg="snapshot finished"`); line != "" {
 			fmt.Fprintf(c.log, " [router: %s]", strings.TrimSpace(line[strings.Index(line, "msg="):]))
 		}
 	}
