@@ -117,6 +117,8 @@ type Dialer struct {
 
 	mu   sync.Mutex
 	next int
+
+	logged sync.Map // the exchanges of amqp.topic.target=exchange already logged as found, by its Routers
 }
 
 // NewDialer returns a Dialer for cfg; a nil logger discards the log. cfg is validated by each Dial.
@@ -129,7 +131,7 @@ func (d *Dialer) Dial(ctx context.Context) (*Router, error) {
 	d.mu.Lock()
 	start := d.next
 	d.mu.Unlock()
-	r, used, err := dial(ctx, d.cfg, d.log, start)
+	r, used, err := dial(ctx, d.cfg, d.log, start, &d.logged)
 	if used >= 0 {
 		d.mu.Lock()
 		d.next = used + 1

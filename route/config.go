@@ -145,3 +145,10 @@ func checkName(what, name string) error {
 
 // ErrInvalidConfig is wrapped by every error of Config.Validate.
 var ErrInvalidConfig = errors.New("invalid route configuration")
+
+// Declared is the topology Declare and Dial declare with c, defaults applied: the exchange, and the
+// alternate exchange and its queue (one name; empty with NoAlternateExchange).
+func (c Config) Declared() (exchange, alternate string) {
+	c = c.withDefaults()
+	return c.Exchange, c.AlternateExchange
+}

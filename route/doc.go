@@ -39,7 +39,9 @@
 //     after a passive declare, on a channel of its own, found that exchange (once per exchange and Router);
 //     one that does not exist, or that the user may not use, is refused with ErrInvalidEvent naming the fix
 //     (declare it), so that a missing exchange never closes a lane's channel; an exchange name that is
-//     empty, over 255 bytes, not UTF-8 or holds control characters is refused by Check.
+//     empty, over 255 bytes, not UTF-8 or holds control characters is refused by Check. The first finding
+//     of each such exchange is logged at INFO once per Dialer, not again by the Routers it dials after a
+//     restart (TestMappedExchangeLoggedOncePerDialer).
 //   - A lane keeps at most Window events unresolved (written and unconfirmed, or held), and the Router
 //     holds at most MaxInflightBytes of unresolved messages (body and content header) across its lanes,
 //     except one event larger than that, which goes alone. Publish blocks while either is full and returns

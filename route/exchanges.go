@@ -3,6 +3,7 @@ package route
 import (
 	"errors"
 	"fmt"
+	"log/slog"
 	"sync"
 
 	amqp "github.com/rabbitmq/amqp091-go"
@@ -19,6 +20,9 @@ import (
 type exchanges struct {
 	mu    sync.Mutex
 	found map[string]bool
+	// logged holds the exchanges whose first finding was logged: the Dialer's, shared by the Routers it
+	// dials, so that a restarting stream logs each exchange once per process; a Router of Dial has its own.
+	logged *sync.Map
 }
 
 // exchange is the exchange ev is published to: the Router's, or the one a mapping routes it to. An
@@ -47,6 +51,9 @@ func (r *Router) exchange(ev cdc.Event) (string, error) {
 			r.exchanges.found = map[string]bool{}
 		}
 		r.exchanges.found[name] = true
+		if _, seen := r.exchanges.logged.LoadOrStore(name, true); !seen {
+			r.log.Info("publishing to an exchange a topic names (amqp.topic.target=exchange): it exists", slog.String("exchange", name))
+		}
 		return name, nil
 	case errors.As(err, &aerr) && aerr.Code == amqp.NotFound:
 		return "", fmt.Errorf("%w: exchange %q does not exist (amqp.topic.target=exchange routes this event to it, and the router "+

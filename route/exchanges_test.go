@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"strings"
 	"testing"
 	"time"
@@ -150,5 +151,54 @@ func TestMappedHeaderTypesReachTheBroker(t *testing.T) {
 	}
 	if k, ok := d.Headers["key"].([]byte); !ok || string(k) != "\x00\xff" || d.Headers["n"] != int16(-2) {
 		t.Errorf("headers key %#v n %#v, want the bytes 00ff and int16 -2", d.Headers["key"], d.Headers["n"])
+	}
+}
+
+// TestMappedExchangeLoggedOncePerDialer: the first event to an exchange of amqp.topic.target=exchange logs
+// that exchange at INFO once, and not again from a later Router of the same Dialer (a restarted stream), nor
+// for a second event; another exchange gets its own line.
+func TestMappedExchangeLoggedOncePerDialer(t *testing.T) {
+	b := newBroker(t)
+	first, second := b.exchange+".first", b.exchange+".second"
+	for _, name := range []string{first, second} {
+		if err := b.admin.ExchangeDeclare(name, amqp.ExchangeFanout, false, true, false, false, nil); err != nil {
+			t.Fatal(err)
+		}
+		q, err := b.admin.QueueDeclare("", false, true, true, false, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := b.admin.QueueBind(q.Name, "", name, false, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Cleanup(func() {
+		_ = b.admin.ExchangeDelete(first, false, false)
+		_ = b.admin.ExchangeDelete(second, false, false)
+	})
+	d := NewDialer(b.config(""), slog.New(slog.NewTextHandler(b.logs, nil)))
+	to := func(exchange string, i int) (ev cdc.Event) {
+		ev = mappedEvent()
+		ev.ID, ev.AggregateID = fmt.Sprintf("%s-%d", exchange, i), "k"
+		ev.Mapped.ByExchange, ev.Mapped.Exchange = true, exchange
+		return ev
+	}
+	c := newCounter()
+	for round := range 2 {
+		r, err := d.Dial(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		publishAll(t, r, c, to(first, 2*round), to(first, 2*round+1))
+		if round == 1 {
+			publishAll(t, r, c, to(second, 0))
+		}
+		r.Close()
+	}
+	line := "publishing to an exchange a topic names (amqp.topic.target=exchange): it exists"
+	for _, name := range []string{first, second} {
+		if n := strings.Count(b.logs.String(), `msg="`+line+`" exchange=`+name+"\n"); n != 1 {
+			t.Errorf("exchange %s logged %d times, want once:\n%s", name, n, b.logs)
+		}
 	}
 }

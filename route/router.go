@@ -61,13 +61,13 @@ type Router struct {
 // ErrAccessRefused or ErrExchangeMismatch. A nil logger discards the log.
 // With several addresses in cfg.URL they are tried in order (see Dialer).
 func Dial(ctx context.Context, cfg Config, logger *slog.Logger) (*Router, error) {
-	r, _, err := dial(ctx, cfg, logger, 0)
+	r, _, err := dial(ctx, cfg, logger, 0, &sync.Map{})
 	return r, err
 }
 
 // dial is Dial from the address at index start; it returns the index of the address it connected to,
-// -1 if none.
-func dial(ctx context.Context, cfg Config, logger *slog.Logger, start int) (*Router, int, error) {
+// -1 if none. logged is the set of exchanges already logged as found (exchanges.logged).
+func dial(ctx context.Context, cfg Config, logger *slog.Logger, start int, logged *sync.Map) (*Router, int, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, -1, err
 	}
@@ -85,7 +85,7 @@ func dial(ctx context.Context, cfg Config, logger *slog.Logger, start int) (*Rou
 	}
 	uri := addrs[used].uri
 	stop := context.AfterFunc(ctx, func() { sock.close() })
-	r, err := open(cfg, logger, uri, conn, sock)
+	r, err := open(cfg, logger, uri, conn, sock, logged)
 	if !stop() && err == nil {
 		err = ctx.Err()
 	}
@@ -106,12 +106,12 @@ func dial(ctx context.Context, cfg Config, logger *slog.Logger, start int) (*Rou
 }
 
 // open declares the topology and starts the lanes on an established connection.
-func open(cfg Config, logger *slog.Logger, uri amqp.URI, conn *amqp.Connection, sock *socket) (*Router, error) {
+func open(cfg Config, logger *slog.Logger, uri amqp.URI, conn *amqp.Connection, sock *socket, logged *sync.Map) (*Router, error) {
 	if err := declare(conn, cfg, uri); err != nil {
 		return nil, err
 	}
 	r := &Router{cfg: cfg, log: logger, conn: conn, sock: sock, failed: make(chan struct{}), idle: make(chan struct{}),
-		frameMax: conn.Config.FrameSize, bytes: newBudget(cfg.MaxInflightBytes)}
+		frameMax: conn.Config.FrameSize, bytes: newBudget(cfg.MaxInflightBytes), exchanges: exchanges{logged: logged}}
 	if r.frameMax <= 0 {
 		r.frameMax = defaultFrameMax
 	}
