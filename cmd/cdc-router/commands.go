@@ -160,7 +160,7 @@ func withConn(ctx context.Context, name string, args []string, env func(string) 
 func runMigrate(ctx context.Context, args []string, env func(string) string, stdout, stderr io.Writer) error {
 	var withInbox, noAlternate, partitioned, emitFunction, rotateEmitKey *bool
 	var emitRoles *[]string
-	var inboxSchema, amqpURL, exchange, alternate, interval, unroutableQueueType, messagePrefix *string
+	var inboxSchema, amqpURL, exchange, alternate, interval, unroutableQueueType, messagePrefix, mappingFile *string
 	var ahead, shards *int
 	flags := func(s *settings) {
 		partitioned = s.Bool("partitioned", false, "create the outbox range-partitioned by occurred_at, with a default partition and the partitions "+
@@ -179,8 +179,18 @@ func runMigrate(ctx context.Context, args []string, env func(string) string, std
 		alternate = s.String("alternate-exchange", "", "alternate exchange and queue to declare with --amqp-url (default <exchange>.unroutable)")
 		noAlternate = s.Bool("no-alternate-exchange", false, "declare the exchange without an alternate exchange, as run does with this flag")
 		unroutableQueueType = s.String("unroutable-queue-type", route.QueueTypeClassic, "classic or quorum: type of the alternate exchange's queue to declare with --amqp-url, as run does with this flag")
+		mappingFile = s.String("config", "", "the --config file run reads the table with: migrate then names the exchanges its topics route to (amqp.topic.target=exchange), which it does not declare; the file is checked as run checks it (off when empty)")
 	}
 	return withConn(ctx, "migrate", args, env, stderr, flags, func(conn *pgx.Conn, pg pgFlags) error {
+		var mapping *decode.Mapping
+		if *mappingFile != "" {
+			mappings, err := loadMappings([]string{*mappingFile}, []string{pg.table()}, "")
+			if err != nil {
+				return err
+			}
+			mapping = mappings[decode.QualifiedTable(pg.table())]
+		}
+		byTopic := mapping != nil && mapping.TopicTarget == decode.TargetExchange
 		mcfg := pg.migrations()
 		mcfg.Partitioned, mcfg.PartitionInterval, mcfg.PartitionsAhead = *partitioned, *interval, *ahead
 		mcfg.EmitFunction, mcfg.MessagePrefix = *emitFunction, *messagePrefix
@@ -224,7 +234,10 @@ func runMigrate(ctx context.Context, args []string, env func(string) string, std
 			if err := route.Declare(ctx, rcfg); err != nil {
 				return brokerError(err)
 			}
-			fmt.Fprintf(stdout, "declared: exchange %s in RabbitMQ; bind your queues to it before the first run\n", *exchange)
+			fmt.Fprintln(stdout, declaredLine(rcfg, !byTopic))
+		}
+		if byTopic {
+			fmt.Fprintln(stdout, topicExchangesLine(decode.QualifiedTable(pg.table()), mapping))
 		}
 		if !*withInbox {
 			return nil
@@ -408,7 +421,13 @@ func runRun(ctx context.Context, args []string, env func(string) string, stdout,
 	if err := cfg.WithDefaults().Validate(); err != nil {
 		return usageError{err}
 	}
-	log.Info("starting", "version", version, "exchange", *broker.exchange, "table", strings.Join(*pg.tables, ", "), "publication", *pg.publication, "slot", *pg.slot)
+	toExchange, byTopic := destinations(tables, mappings, *messagePrefix)
+	log.Info("starting", append(append([]any{"version", version}, startAttrs(*broker.exchange, toExchange, byTopic)...),
+		"table", strings.Join(*pg.tables, ", "), "publication", *pg.publication, "slot", *pg.slot)...)
+	if !toExchange {
+		log.Info("no table publishes to --exchange: the events go to the exchanges their topics name (amqp.topic.target=exchange), "+
+			"each logged when first found; --exchange is still declared, for a topic that names it", "exchange", *broker.exchange)
+	}
 	err = replication.Run(ctx, cfg, dial, log, stats)
 	if err != nil {
 		// A refusal or a failure the router does not retry needs a human: one ERROR line for log-based
