@@ -11,7 +11,9 @@
 //     quarantine, mapped_quarantine, operator (reset, backfill, quarantine commands)
 //   - snapshots and backfills: snapshot, snapmerge, mapsnap, memory
 //   - several tables, mapped tables, partitions, shards: multitable, mapping, mapping_rate, mapped_bytea,
-//     mapped_exchange, partition, partitioned, shard, recipes (the migration guide's recipes)
+//     mapped_exchange, exchanges_named (what migrate and the log say of them), partition, partitioned,
+//     shard, recipes (the migration guide's recipes), debezium_cutover (the guide's cutover from a running
+//     Debezium connector)
 //   - emitted events and who may create them: emit, emitauth, producer, docsql (the docs' setup SQL)
 //   - standby routers, failover slots, PostgreSQL 18: standby, failover, pg18
 //   - the consumer half through faults: accounts, effectively_once, effectively_once_check
