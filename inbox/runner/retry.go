@@ -1,7 +1,9 @@
-package inbox
+package runner
 
 import (
 	"time"
+
+	"github.com/cdc-router/cdc-router/inbox"
 )
 
 // maxGapEntries bounds the per-event Gap counts kept for backoff; past it they start again from zero
@@ -11,10 +13,10 @@ const maxGapEntries = 100_000
 // retryLater keeps l, with its head j, on a timer for j's backoff, then hands it back to the workers:
 // the other aggregates proceed meanwhile, and the later events of j's aggregate wait behind it so that
 // their order holds. The backoff counts j's own failures only (or the event's durable count, after a
-// reconnect or a restart). After Config.MaxAttempts Process itself records the event as failed and
+// reconnect or a restart). After inbox.Config.MaxAttempts Process itself records the event as failed and
 // returns the Failed outcome, which is acknowledged.
 func (d *dispatcher) retryLater(l *lane, j *job, cause error) {
-	wait := backoff(max(j.fails, FailedAttempts(cause)), d.r.cfg.RetryMin, d.r.cfg.RetryMax)
+	wait := backoff(max(j.fails, inbox.FailedAttempts(cause)), d.r.cfg.RetryMin, d.r.cfg.RetryMax)
 	d.mu.Lock()
 	if d.stopping {
 		d.mu.Unlock()
@@ -37,7 +39,7 @@ func (d *dispatcher) retryLater(l *lane, j *job, cause error) {
 	d.mu.Unlock()
 	d.r.m.retried()
 	log := d.r.log.Warn
-	if !IsTransient(cause) {
+	if !inbox.IsTransient(cause) {
 		log = d.r.log.Error
 	}
 	log("inbox runner event failed, retrying", "event_id", j.ev.ID, "aggregate_type", j.ev.AggregateType,

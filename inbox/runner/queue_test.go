@@ -1,4 +1,4 @@
-package inbox_test
+package runner_test
 
 import (
 	"errors"
@@ -7,32 +7,34 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cdc-router/cdc-router/inbox"
-	"github.com/cdc-router/cdc-router/internal/testenv"
 	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/cdc-router/cdc-router/inbox"
+	"github.com/cdc-router/cdc-router/inbox/runner"
+	"github.com/cdc-router/cdc-router/internal/testenv"
 )
 
 func TestRunnerConfigQueueArguments(t *testing.T) {
-	ok := inbox.RunnerConfig{URLs: []string{"amqp://localhost/"}, Queue: "q", Bindings: []string{"#"}}
+	ok := runner.Config{URLs: []string{"amqp://localhost/"}, Queue: "q", Bindings: []string{"#"}}
 	for _, tc := range []struct {
 		name   string
-		change func(*inbox.RunnerConfig)
+		change func(*runner.Config)
 		err    string // empty: valid
 	}{
-		{"quorum with every argument", func(c *inbox.RunnerConfig) {
+		{"quorum with every argument", func(c *runner.Config) {
 			c.QueueType, c.SingleActiveConsumer, c.DeliveryLimit = "quorum", true, 5
 			c.DeadLetterExchange, c.DeadLetterRoutingKey = "dlx", "dead"
 			c.QueueArguments = amqp.Table{"x-max-length": int64(1000)}
 		}, ""},
-		{"classic single active consumer", func(c *inbox.RunnerConfig) { c.SingleActiveConsumer = true }, ""},
-		{"stream", func(c *inbox.RunnerConfig) { c.QueueType = "stream" }, `QueueType "stream" is not`},
-		{"quorum and classic", func(c *inbox.RunnerConfig) { c.Quorum, c.QueueType = true, "classic" }, "set one of them"},
-		{"delivery limit on classic", func(c *inbox.RunnerConfig) { c.DeliveryLimit = 3 }, "DeliveryLimit needs a quorum queue"},
-		{"negative delivery limit", func(c *inbox.RunnerConfig) { c.Quorum, c.DeliveryLimit = true, -1 }, "DeliveryLimit -1"},
-		{"routing key alone", func(c *inbox.RunnerConfig) { c.DeadLetterRoutingKey = "k" }, "without DeadLetterExchange"},
-		{"typed argument in the map", func(c *inbox.RunnerConfig) {
+		{"classic single active consumer", func(c *runner.Config) { c.SingleActiveConsumer = true }, ""},
+		{"stream", func(c *runner.Config) { c.QueueType = "stream" }, `QueueType "stream" is not`},
+		{"quorum and classic", func(c *runner.Config) { c.Quorum, c.QueueType = true, "classic" }, "set one of them"},
+		{"delivery limit on classic", func(c *runner.Config) { c.DeliveryLimit = 3 }, "DeliveryLimit needs a quorum queue"},
+		{"negative delivery limit", func(c *runner.Config) { c.Quorum, c.DeliveryLimit = true, -1 }, "DeliveryLimit -1"},
+		{"routing key alone", func(c *runner.Config) { c.DeadLetterRoutingKey = "k" }, "without DeadLetterExchange"},
+		{"typed argument in the map", func(c *runner.Config) {
 			c.QueueArguments = amqp.Table{"x-single-active-consumer": true}
-		}, "use RunnerConfig.SingleActiveConsumer"},
+		}, "use runner.Config.SingleActiveConsumer"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c := ok
@@ -49,14 +51,14 @@ func TestRunnerConfigQueueArguments(t *testing.T) {
 }
 
 // runUntilRefused runs a runner with cfg and returns Run's error, failing the test if it keeps retrying.
-func runUntilRefused(t *testing.T, l *runnerLab, cfg inbox.RunnerConfig) error {
+func runUntilRefused(t *testing.T, l *runnerLab, cfg runner.Config) error {
 	t.Helper()
-	r, err := inbox.NewRunner(l.processor(inbox.Config{}), cfg, l.logger())
+	r, err := runner.New(l.processor(inbox.Config{}), cfg, l.logger())
 	if err != nil {
 		t.Fatal(err)
 	}
 	done := make(chan error, 1)
-	go func() { done <- r.Run(l.ctx) }()
+	go func() { done <- r.Run(l.Ctx) }()
 	select {
 	case err = <-done:
 	case <-time.After(30 * time.Second):
@@ -66,7 +68,7 @@ func runUntilRefused(t *testing.T, l *runnerLab, cfg inbox.RunnerConfig) error {
 }
 
 // A queue that exists with other arguments than the runner's is refused with the argument RabbitMQ
-// names, the RunnerConfig field that declares it, and the way to change it (arguments cannot change in
+// names, the runner.Config field that declares it, and the way to change it (arguments cannot change in
 // place), never the old advice about Quorum: both when the runner adds an argument the queue lacks and
 // when the queue has one the runner does not declare.
 func TestRunnerNamesTheMismatchedQueueArgument(t *testing.T) {
@@ -76,7 +78,7 @@ func TestRunnerNamesTheMismatchedQueueArgument(t *testing.T) {
 	cfg.SingleActiveConsumer = true
 	err := runUntilRefused(t, l, cfg)
 	for _, s := range []string{"406", "inequivalent arg 'x-single-active-consumer'",
-		"set RunnerConfig.SingleActiveConsumer to the queue's current value", "drain the queue, delete it",
+		"set runner.Config.SingleActiveConsumer to the queue's current value", "drain the queue, delete it",
 		"cannot change a queue's arguments in place"} {
 		if err == nil || !strings.Contains(err.Error(), s) {
 			t.Errorf("Run: %v, want it to say %q", err, s)
@@ -88,7 +90,7 @@ func TestRunnerNamesTheMismatchedQueueArgument(t *testing.T) {
 
 	other := testenv.Name(t) + "_dlx"
 	t.Cleanup(func() { deleteQueue(t, other) })
-	if _, err := l.channel().QueueDeclare(other, true, false, false, false,
+	if _, err := l.Channel().QueueDeclare(other, true, false, false, false,
 		amqp.Table{"x-dead-letter-exchange": "somewhere"}); err != nil {
 		t.Fatal(err)
 	}
@@ -96,7 +98,7 @@ func TestRunnerNamesTheMismatchedQueueArgument(t *testing.T) {
 	cfg.Registerer, cfg.Queue = nil, other
 	err = runUntilRefused(t, l, cfg)
 	if err == nil || !strings.Contains(err.Error(), "inequivalent arg 'x-dead-letter-exchange'") ||
-		!strings.Contains(err.Error(), "set RunnerConfig.DeadLetterExchange") {
+		!strings.Contains(err.Error(), "set runner.Config.DeadLetterExchange") {
 		t.Errorf("Run on a queue with a dead-letter exchange the runner does not declare: %v", err)
 	}
 	summary(t, "Run: %v", err)
@@ -113,7 +115,7 @@ func TestRunnerSingleActiveConsumer(t *testing.T) {
 	var mu sync.Mutex
 	received := map[int]int{} // per runner
 	parked := 0
-	cfgFor := func(n int) inbox.RunnerConfig {
+	cfgFor := func(n int) runner.Config {
 		cfg := l.config(4)
 		cfg.Registerer, cfg.Queue = nil, queue
 		cfg.Quorum, cfg.SingleActiveConsumer, cfg.DeliveryLimit = true, true, 50
@@ -139,7 +141,7 @@ func TestRunnerSingleActiveConsumer(t *testing.T) {
 	first, rest := msgs[:200], msgs[200:]
 	l.publishAll(first)
 	l.waitFor("the first half applied", time.Minute, func() bool {
-		return l.count(`SELECT count(*) FROM applied_log`) == int64(len(first))
+		return l.Count(`SELECT count(*) FROM applied_log`) == int64(len(first))
 	})
 	mu.Lock()
 	active, idle := 1, 2
@@ -156,7 +158,7 @@ func TestRunnerSingleActiveConsumer(t *testing.T) {
 	}
 	l.publishAll(rest)
 	l.waitFor("the rest applied by the other runner", time.Minute, func() bool {
-		return l.count(`SELECT count(*) FROM applied_log`) == int64(len(events))
+		return l.Count(`SELECT count(*) FROM applied_log`) == int64(len(events))
 	})
 	if err := stops[idle](); err != nil {
 		t.Fatalf("stop the second runner: %v", err)
@@ -167,16 +169,16 @@ func TestRunnerSingleActiveConsumer(t *testing.T) {
 		t.Errorf("the standby runner received nothing after the active one stopped: %v", received)
 	}
 	want(t, "events parked", parked, 0)
-	want(t, "inbox rows", l.count(`SELECT count(*) FROM inbox.inbox WHERE status = 'applied'`), int64(len(events)))
+	want(t, "inbox rows", l.Count(`SELECT count(*) FROM inbox.inbox WHERE status = 'applied'`), int64(len(events)))
 
-	ch := l.channel()
+	ch := l.Channel()
 	_, err := ch.QueueDeclare(queue, true, false, false, false, amqp.Table{amqp.QueueTypeArg: amqp.QueueTypeQuorum,
 		"x-single-active-consumer": true, "x-delivery-limit": int64(50), "x-dead-letter-exchange": queue + "_dead"})
 	if err != nil {
 		t.Errorf("the queue does not carry the declared arguments: %v", err)
 	}
 	var amqpErr *amqp.Error
-	_, err = l.channel().QueueDeclare(queue, true, false, false, false, amqp.Table{amqp.QueueTypeArg: amqp.QueueTypeQuorum})
+	_, err = l.Channel().QueueDeclare(queue, true, false, false, false, amqp.Table{amqp.QueueTypeArg: amqp.QueueTypeQuorum})
 	if !errors.As(err, &amqpErr) || amqpErr.Code != amqp.PreconditionFailed {
 		t.Errorf("declaring it without single active consumer: %v, want 406", err)
 	}

@@ -1,13 +1,14 @@
-package inbox_test
+package runner_test
 
 import (
 	"errors"
 	"testing"
 	"time"
 
+	amqp "github.com/rabbitmq/amqp091-go"
+
 	"github.com/cdc-router/cdc-router/inbox"
 	"github.com/cdc-router/cdc-router/internal/testenv"
-	amqp "github.com/rabbitmq/amqp091-go"
 )
 
 // declareLikeRouter declares exchange as cdc-router does (route/topology.go): its alternate exchange
@@ -57,21 +58,21 @@ func TestRunnerWaitsForTheRoutersExchange(t *testing.T) {
 		return l.logs.contains("waiting for cdc-router to declare the exchange")
 	})
 	time.Sleep(time.Second)
-	check := l.channel()
+	check := l.Channel()
 	err := check.ExchangeDeclarePassive(exchange, amqp.ExchangeTopic, true, false, false, false, nil)
 	var amqpErr *amqp.Error
 	if !errors.As(err, &amqpErr) || amqpErr.Code != amqp.NotFound {
 		t.Fatalf("the exchange exists before the router declared it (passive declare: %v)", err)
 	}
 
-	router := l.channel()
+	router := l.Channel()
 	if err := declareLikeRouter(t, router, exchange, ae); err != nil {
 		t.Fatalf("declare as the router: %v", err)
 	}
 	l.waitFor("the runner declares and binds its queue", 10*time.Second, func() bool {
 		return l.logs.contains("inbox runner consuming")
 	})
-	if _, err := l.channel().QueueDeclarePassive(queue, true, false, false, false, nil); err != nil {
+	if _, err := l.Channel().QueueDeclarePassive(queue, true, false, false, false, nil); err != nil {
 		t.Fatalf("the runner's queue: %v", err)
 	}
 	var events []inbox.Event
@@ -80,17 +81,17 @@ func TestRunnerWaitsForTheRoutersExchange(t *testing.T) {
 	}
 	l.publishTo(exchange, events)
 	l.waitFor("every event applied", 30*time.Second, func() bool {
-		return l.count(`SELECT count(*) FROM applied_log`) == int64(len(events))
+		return l.Count(`SELECT count(*) FROM applied_log`) == int64(len(events))
 	})
 	if err := stop(); err != nil {
 		t.Fatalf("Run: %v", err)
 	}
-	if err := declareLikeRouter(t, l.channel(), exchange, ae); err != nil {
+	if err := declareLikeRouter(t, l.Channel(), exchange, ae); err != nil {
 		t.Errorf("the router's declaration was disturbed: declaring it again fails: %v", err)
 	}
-	want(t, "amount", l.amount("order-1"), 55)
+	want(t, "amount", l.Amount("order-1"), 55)
 	// A quorum queue: declaring it as a classic one is refused.
-	_, err = l.channel().QueueDeclare(queue, true, false, false, false, amqp.Table{amqp.QueueTypeArg: amqp.QueueTypeClassic})
+	_, err = l.Channel().QueueDeclare(queue, true, false, false, false, amqp.Table{amqp.QueueTypeArg: amqp.QueueTypeClassic})
 	if !errors.As(err, &amqpErr) || amqpErr.Code != amqp.PreconditionFailed {
 		t.Errorf("declaring the runner's queue as classic: %v, want 406 (it is a quorum queue)", err)
 	}

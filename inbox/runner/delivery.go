@@ -1,4 +1,4 @@
-package inbox
+package runner
 
 import (
 	"fmt"
@@ -7,8 +7,10 @@ import (
 	"strings"
 	"time"
 
-	"github.com/cdc-router/cdc-router/internal/cdc"
 	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/cdc-router/cdc-router/inbox"
+	"github.com/cdc-router/cdc-router/internal/cdc"
 )
 
 // The AMQP headers cdc-router sets on every message; other headers are user headers.
@@ -27,10 +29,10 @@ const (
 // DecodeDelivery reads a cdc-router message: message_id is the event id, type the event type, the body
 // the payload, and the aggregate_type, aggregate_id, aggregate_version, schema_version, commit_lsn,
 // x-backfill and full_state headers the rest (full_state a boolean or a string such as "true"). Integer headers may arrive as any integer type amqp091 decodes (int8 to
-// int64, unsigned) or as a decimal string. Other headers are copied into Event.Headers in text form. The
-// error wraps ErrMalformed and the returned Event holds whatever could be read, for the failed table.
-func DecodeDelivery(d amqp.Delivery) (Event, error) {
-	ev := Event{ID: d.MessageId, Type: d.Type, Payload: d.Body, Headers: map[string]string{}}
+// int64, unsigned) or as a decimal string. Other headers are copied into inbox.Event.Headers in text form. The
+// error wraps inbox.ErrMalformed and the returned inbox.Event holds whatever could be read, for the failed table.
+func DecodeDelivery(d amqp.Delivery) (inbox.Event, error) {
+	ev := inbox.Event{ID: d.MessageId, Type: d.Type, Payload: d.Body, Headers: map[string]string{}}
 	var errs []string
 	note := func(err error) {
 		if err != nil {
@@ -62,7 +64,7 @@ func DecodeDelivery(d amqp.Delivery) (Event, error) {
 		note(err)
 	}
 	if len(errs) > 0 {
-		return ev, fmt.Errorf("%w: %s", ErrMalformed, strings.Join(errs, "; "))
+		return ev, fmt.Errorf("%w: %s", inbox.ErrMalformed, strings.Join(errs, "; "))
 	}
 	return ev, ev.Validate()
 }

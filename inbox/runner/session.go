@@ -1,4 +1,4 @@
-package inbox
+package runner
 
 import (
 	"context"
@@ -72,7 +72,7 @@ func (r *Runner) dial() (*amqp.Connection, error) {
 			return conn, nil
 		}
 		if errors.Is(err, amqp.ErrCredentials) || errors.Is(err, amqp.ErrVhost) || errors.Is(err, amqp.ErrSASL) {
-			err = fatal(err, "check the user, password and vhost in RunnerConfig.URLs and the user's permissions")
+			err = fatal(err, "check the user, password and vhost in runner.Config.URLs and the user's permissions")
 		}
 		errs = append(errs, fmt.Errorf("dial %s: %w", redactURL(url), err))
 	}

@@ -1,4 +1,4 @@
-package inbox_test
+package runner_test
 
 import (
 	"bytes"
@@ -11,12 +11,14 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cdc-router/cdc-router/inbox"
-	"github.com/cdc-router/cdc-router/internal/testenv"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/cdc-router/cdc-router/inbox"
+	"github.com/cdc-router/cdc-router/inbox/runner"
+	"github.com/cdc-router/cdc-router/internal/testenv"
 )
 
 // runnerLab is a lab whose events a Runner consumes: the runner's own durable queue (declared and bound
@@ -41,25 +43,25 @@ func newRunnerLab(t *testing.T) *runnerLab {
 	if len(l.consumer) > 63 {
 		l.consumer = l.consumer[:63]
 	}
-	if err := l.pub.QueueUnbind(l.lab.queue, "order.#", l.exchange, nil); err != nil {
+	if err := l.Pub.QueueUnbind(l.lab.Queue, "order.#", l.Exchange, nil); err != nil {
 		t.Fatalf("unbind the lab's queue: %v", err)
 	}
-	pc, err := pgxpool.ParseConfig(l.url)
+	pc, err := pgxpool.ParseConfig(l.URL)
 	if err != nil {
 		t.Fatalf("pool: %v", err)
 	}
 	pc.MaxConns = 16 // above the most workers a test runs
-	if l.pool, err = pgxpool.NewWithConfig(l.ctx, pc); err != nil {
+	if l.pool, err = pgxpool.NewWithConfig(l.Ctx, pc); err != nil {
 		t.Fatalf("pool: %v", err)
 	}
 	t.Cleanup(l.pool.Close)
 	l.queue = testenv.Name(t)
 	t.Cleanup(func() { deleteQueue(t, l.queue) })
 	// Declared as the runner declares it, so that events published before the runner starts wait in it.
-	if _, err := l.pub.QueueDeclare(l.queue, true, false, false, false, nil); err != nil {
+	if _, err := l.Pub.QueueDeclare(l.queue, true, false, false, false, nil); err != nil {
 		t.Fatalf("declare queue: %v", err)
 	}
-	if err := l.pub.QueueBind(l.queue, "order.#", l.exchange, false, nil); err != nil {
+	if err := l.Pub.QueueBind(l.queue, "order.#", l.Exchange, false, nil); err != nil {
 		t.Fatalf("bind queue: %v", err)
 	}
 	return l
@@ -79,17 +81,17 @@ func deleteQueue(t *testing.T, queue string) {
 
 // processor is a Processor over the pool with the lab's projection handler (wrapped by wrap).
 func (l *runnerLab) processor(cfg inbox.Config) *inbox.Processor {
-	l.t.Helper()
+	l.T.Helper()
 	cfg.Consumer = l.consumer
 	handler := func(ctx context.Context, tx pgx.Tx, ev inbox.Event) error {
 		if l.wrap != nil {
-			return l.wrap(ctx, tx, ev, l.handle)
+			return l.wrap(ctx, tx, ev, l.Handle)
 		}
-		return l.handle(ctx, tx, ev)
+		return l.Handle(ctx, tx, ev)
 	}
 	p, err := inbox.New(l.pool, handler, cfg, l.logger())
 	if err != nil {
-		l.t.Fatal(err)
+		l.T.Fatal(err)
 	}
 	return p
 }
@@ -100,8 +102,8 @@ func (l *runnerLab) logger() *slog.Logger {
 
 // config is the runner configuration of the lab: its broker, exchange, queue and registry, short
 // backoffs.
-func (l *runnerLab) config(workers int) inbox.RunnerConfig {
-	return inbox.RunnerConfig{URLs: []string{testenv.AMQPURL(l.t)}, Exchange: l.exchange, Queue: l.queue,
+func (l *runnerLab) config(workers int) runner.Config {
+	return runner.Config{URLs: []string{testenv.AMQPURL(l.T)}, Exchange: l.Exchange, Queue: l.queue,
 		Bindings: []string{"order.#"}, Workers: workers, RetryMin: 20 * time.Millisecond,
 		RetryMax: 200 * time.Millisecond, ReconnectMin: 50 * time.Millisecond, ReconnectMax: time.Second,
 		Registerer: l.reg}
@@ -109,13 +111,13 @@ func (l *runnerLab) config(workers int) inbox.RunnerConfig {
 
 // start runs a Runner until the returned stop is called; stop returns Run's error. The test fails if
 // the runner is still running at its end.
-func (l *runnerLab) start(p *inbox.Processor, cfg inbox.RunnerConfig) (stop func() error) {
-	l.t.Helper()
-	r, err := inbox.NewRunner(p, cfg, l.logger())
+func (l *runnerLab) start(p *inbox.Processor, cfg runner.Config) (stop func() error) {
+	l.T.Helper()
+	r, err := runner.New(p, cfg, l.logger())
 	if err != nil {
-		l.t.Fatal(err)
+		l.T.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(l.ctx)
+	ctx, cancel := context.WithCancel(l.Ctx)
 	done := make(chan error, 1)
 	go func() { done <- r.Run(ctx) }()
 	var once sync.Once
@@ -126,63 +128,63 @@ func (l *runnerLab) start(p *inbox.Processor, cfg inbox.RunnerConfig) (stop func
 			select {
 			case runErr = <-done:
 			case <-time.After(time.Minute):
-				l.t.Fatal("runner did not stop within a minute")
+				l.T.Fatal("runner did not stop within a minute")
 			}
 		})
 		return runErr
 	}
-	l.t.Cleanup(func() { stop() })
+	l.T.Cleanup(func() { stop() })
 	return stop
 }
 
 // publishAll publishes the events in order with the AMQP timestamp of now, and waits for every confirm.
 func (l *runnerLab) publishAll(events []inbox.Event) {
-	l.t.Helper()
-	l.publishTo(l.exchange, events)
+	l.T.Helper()
+	l.publishTo(l.Exchange, events)
 }
 
 // publishTo is publishAll to another exchange.
 func (l *runnerLab) publishTo(exchange string, events []inbox.Event) {
-	l.t.Helper()
-	ctx, cancel := context.WithTimeout(l.ctx, time.Minute)
+	l.T.Helper()
+	ctx, cancel := context.WithTimeout(l.Ctx, time.Minute)
 	defer cancel()
 	var confirms []*amqp.DeferredConfirmation
 	for _, ev := range events {
 		headers := amqp.Table{"aggregate_type": ev.AggregateType, "aggregate_id": ev.AggregateID,
 			"aggregate_version": ev.AggregateVersion, "schema_version": ev.SchemaVersion}
-		dc, err := l.pub.PublishWithDeferredConfirmWithContext(ctx, exchange, ev.AggregateType+"."+ev.Type, true, false,
+		dc, err := l.Pub.PublishWithDeferredConfirmWithContext(ctx, exchange, ev.AggregateType+"."+ev.Type, true, false,
 			amqp.Publishing{MessageId: ev.ID, Type: ev.Type, ContentType: "application/json", Body: ev.Payload,
 				Headers: headers, DeliveryMode: amqp.Persistent, Timestamp: time.Now()})
 		if err != nil {
-			l.t.Fatalf("publish %s: %v", ev.ID, err)
+			l.T.Fatalf("publish %s: %v", ev.ID, err)
 		}
 		confirms = append(confirms, dc)
 	}
 	for _, dc := range confirms {
 		if ok, err := dc.WaitContext(ctx); err != nil || !ok {
-			l.t.Fatalf("publish: confirm ack=%v err=%v", ok, err)
+			l.T.Fatalf("publish: confirm ack=%v err=%v", ok, err)
 		}
 	}
 }
 
 // waitFor polls cond until it holds, failing the test after timeout.
 func (l *runnerLab) waitFor(what string, timeout time.Duration, cond func() bool) {
-	l.t.Helper()
+	l.T.Helper()
 	for deadline := time.Now().Add(timeout); !cond(); time.Sleep(20 * time.Millisecond) {
 		if time.Now().After(deadline) {
-			l.t.Fatalf("%s: not within %v; log:\n%s", what, timeout, l.logs.tail(4000))
+			l.T.Fatalf("%s: not within %v; log:\n%s", what, timeout, l.logs.tail(4000))
 		}
 	}
 }
 
 // queueMessages is the number of ready messages in the runner's queue.
 func (l *runnerLab) queueMessages() int {
-	l.t.Helper()
-	ch := l.channel()
+	l.T.Helper()
+	ch := l.Channel()
 	defer ch.Close()
 	q, err := ch.QueueDeclarePassive(l.queue, true, false, false, false, nil)
 	if err != nil {
-		l.t.Fatalf("inspect queue: %v", err)
+		l.T.Fatalf("inspect queue: %v", err)
 	}
 	return q.Messages
 }

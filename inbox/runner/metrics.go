@@ -1,4 +1,4 @@
-package inbox
+package runner
 
 import (
 	"context"
@@ -6,9 +6,10 @@ import (
 	"log/slog"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/prometheus/client_golang/prometheus"
 	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/cdc-router/cdc-router/inbox"
 )
 
 // tableScrapeTimeout bounds the query that reads the parked and failed gauges at scrape time.
@@ -27,11 +28,11 @@ type runnerMetrics struct {
 	retries      prometheus.Counter
 }
 
-func newRunnerMetrics(reg prometheus.Registerer, p *Processor, log *slog.Logger) (*runnerMetrics, error) {
+func newRunnerMetrics(reg prometheus.Registerer, p *inbox.Processor, log *slog.Logger) (*runnerMetrics, error) {
 	if reg == nil {
 		return nil, nil
 	}
-	labels := prometheus.Labels{"consumer": p.cfg.Consumer}
+	labels := prometheus.Labels{"consumer": p.Config().Consumer}
 	events := prometheus.NewCounterVec(prometheus.CounterOpts{Name: "cdc_router_inbox_events_total", ConstLabels: labels,
 		Help: "Events processed by outcome: applied, duplicate, stale, parked, conflict, failed, gap, or error (retried)."},
 		[]string{"outcome"})
@@ -49,14 +50,14 @@ func newRunnerMetrics(reg prometheus.Registerer, p *Processor, log *slog.Logger)
 	}
 	for _, c := range []prometheus.Collector{events, latency, redeliveries, retries, tables} {
 		if err := reg.Register(c); err != nil {
-			return nil, fmt.Errorf("inbox runner metrics for consumer %q: %w (one Runner per consumer and registry)", p.cfg.Consumer, err)
+			return nil, fmt.Errorf("inbox runner metrics for consumer %q: %w (one Runner per consumer and registry)", p.Config().Consumer, err)
 		}
 	}
 	return m, nil
 }
 
 // processed counts one Process call and, for an applied event with a timestamp, its apply latency.
-func (m *runnerMetrics) processed(res Result, err error, occurred time.Time) {
+func (m *runnerMetrics) processed(res inbox.Result, err error, occurred time.Time) {
 	if m == nil {
 		return
 	}
@@ -67,7 +68,7 @@ func (m *runnerMetrics) processed(res Result, err error, occurred time.Time) {
 	if c, ok := m.events[res.Outcome.String()]; ok {
 		c.Inc()
 	}
-	if res.Outcome == Applied && !occurred.IsZero() {
+	if res.Outcome == inbox.Applied && !occurred.IsZero() {
 		m.latency.Observe(max(0, time.Since(occurred).Seconds()))
 	}
 }
@@ -84,22 +85,17 @@ func (m *runnerMetrics) retried() {
 	}
 }
 
-// tableCollector reads the consumer's parked and failed counts from the inbox tables at scrape time.
-// When the query fails the gauges are left out of that scrape (and the failure logged) rather than
-// failing the whole scrape.
+// tableCollector reads the consumer's parked and failed counts from the inbox tables at scrape time
+// (Processor.Backlog). When the query fails the gauges are left out of that scrape (and the failure
+// logged) rather than failing the whole scrape.
 type tableCollector struct {
-	p                      *Processor
+	p                      *inbox.Processor
 	log                    *slog.Logger
-	query                  string
 	parked, oldest, failed *prometheus.Desc
 }
 
-func newTableCollector(p *Processor, labels prometheus.Labels, log *slog.Logger) *tableCollector {
+func newTableCollector(p *inbox.Processor, labels prometheus.Labels, log *slog.Logger) *tableCollector {
 	return &tableCollector{p: p, log: log,
-		query: inSchema(`SELECT
-			(SELECT count(*) FROM {schema}.parked WHERE consumer = $1),
-			(SELECT coalesce(extract(epoch FROM now() - min(parked_at)), 0)::float8 FROM {schema}.parked WHERE consumer = $1),
-			(SELECT count(*) FROM {schema}.failed WHERE consumer = $1 AND resolved_at IS NULL)`, p.cfg.Schema),
 		parked: prometheus.NewDesc("cdc_router_inbox_parked_events", "Events waiting in the parked table for a gap to close.", nil, labels),
 		oldest: prometheus.NewDesc("cdc_router_inbox_oldest_parked_age_seconds", "Age of the oldest parked event (0 when none).", nil, labels),
 		failed: prometheus.NewDesc("cdc_router_inbox_failed_events", "Events in the failed table not yet retried or resolved.", nil, labels),
@@ -117,21 +113,12 @@ func (c *tableCollector) Describe(ch chan<- *prometheus.Desc) {
 func (c *tableCollector) Collect(ch chan<- prometheus.Metric) {
 	ctx, cancel := context.WithTimeout(context.Background(), tableScrapeTimeout)
 	defer cancel()
-	var parked, failed int64
-	var oldest float64
-	err := func() error {
-		tx, err := c.p.db.BeginTx(ctx, pgx.TxOptions{AccessMode: pgx.ReadOnly})
-		if err != nil {
-			return err
-		}
-		defer tx.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck // read-only
-		return tx.QueryRow(ctx, c.query, c.p.cfg.Consumer).Scan(&parked, &oldest, &failed)
-	}()
+	b, err := c.p.Backlog(ctx)
 	if err != nil {
 		c.log.Warn("inbox metrics: reading the parked and failed tables failed", "error", err)
 		return
 	}
-	ch <- prometheus.MustNewConstMetric(c.parked, prometheus.GaugeValue, float64(parked))
-	ch <- prometheus.MustNewConstMetric(c.oldest, prometheus.GaugeValue, oldest)
-	ch <- prometheus.MustNewConstMetric(c.failed, prometheus.GaugeValue, float64(failed))
+	ch <- prometheus.MustNewConstMetric(c.parked, prometheus.GaugeValue, float64(b.Parked))
+	ch <- prometheus.MustNewConstMetric(c.oldest, prometheus.GaugeValue, b.OldestParked.Seconds())
+	ch <- prometheus.MustNewConstMetric(c.failed, prometheus.GaugeValue, float64(b.Failed))
 }

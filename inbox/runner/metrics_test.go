@@ -1,4 +1,4 @@
-package inbox_test
+package runner_test
 
 import (
 	"context"
@@ -8,11 +8,13 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cdc-router/cdc-router/inbox"
 	"github.com/jackc/pgx/v5"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/cdc-router/cdc-router/inbox"
+	"github.com/cdc-router/cdc-router/inbox/runner"
 )
 
 // metric is the value of the counter, gauge or histogram (its count) name whose labels include the
@@ -72,9 +74,9 @@ func TestRunnerMetricsAfterKnownOutcomes(t *testing.T) {
 		return next(ctx, tx, ev)
 	}
 	l.publishAll([]inbox.Event{v1, v1, v3, v2, stale, conflict})
-	ctx, cancel := context.WithTimeout(l.ctx, 10*time.Second)
+	ctx, cancel := context.WithTimeout(l.Ctx, 10*time.Second)
 	defer cancel()
-	dc, err := l.pub.PublishWithDeferredConfirmWithContext(ctx, l.exchange, "order.OrderAmountAdded", true, false,
+	dc, err := l.Pub.PublishWithDeferredConfirmWithContext(ctx, l.Exchange, "order.OrderAmountAdded", true, false,
 		amqp.Publishing{MessageId: newID(), Body: []byte(`{}`)}) // no aggregate headers: malformed
 	if err != nil {
 		t.Fatal(err)
@@ -141,15 +143,15 @@ cdc_router_inbox_handler_retries_total{consumer="`+l.consumer+`"} 1
 // refused, naming the cause.
 func TestRunnerMetricsPerConsumer(t *testing.T) {
 	l := newRunnerLab(t)
-	if _, err := inbox.NewRunner(l.processor(inbox.Config{}), l.config(1), nil); err != nil {
+	if _, err := runner.New(l.processor(inbox.Config{}), l.config(1), nil); err != nil {
 		t.Fatal(err)
 	}
 	other := *l
 	other.consumer = l.consumer + "-2"
-	if _, err := inbox.NewRunner(other.processor(inbox.Config{}), l.config(1), nil); err != nil {
+	if _, err := runner.New(other.processor(inbox.Config{}), l.config(1), nil); err != nil {
 		t.Errorf("a second consumer on the same registry: %v", err)
 	}
-	_, err := inbox.NewRunner(l.processor(inbox.Config{}), l.config(1), nil)
+	_, err := runner.New(l.processor(inbox.Config{}), l.config(1), nil)
 	if err == nil || !strings.Contains(err.Error(), "one Runner per consumer and registry") {
 		t.Errorf("a second runner of the same consumer on one registry: err = %v", err)
 	}

@@ -1,4 +1,4 @@
-package inbox_test
+package runner_test
 
 import (
 	"cmp"
@@ -14,12 +14,14 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cdc-router/cdc-router/inbox"
-	"github.com/cdc-router/cdc-router/internal/testenv"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/cdc-router/cdc-router/inbox"
+	"github.com/cdc-router/cdc-router/inbox/runner"
+	"github.com/cdc-router/cdc-router/internal/testenv"
 )
 
 // The program of docs/consumers.md: applyOrder, runConsumer and, as Example_runner, its main.
@@ -58,7 +60,7 @@ func runConsumer(ctx context.Context, getenv func(string) string, log *slog.Logg
 		go srv.ListenAndServe() //nolint:errcheck // closed below
 		defer srv.Close()
 	}
-	r, err := inbox.NewRunner(p, inbox.RunnerConfig{
+	r, err := runner.New(p, runner.Config{
 		URLs:       strings.Split(getenv("AMQP_URLS"), ","), // tried in order: amqp://user:pw@rabbit-1/,amqp://...
 		Exchange:   getenv("EXCHANGE"),                      // "" is "outbox", cdc-router's default
 		Queue:      cmp.Or(getenv("QUEUE"), "orders-projection"),
@@ -87,25 +89,25 @@ func Example_runner() {
 // when its context is cancelled.
 func TestRunnerDocsExample(t *testing.T) {
 	l := newRunnerLab(t)
-	if _, err := l.db.Exec(l.ctx, `CREATE TABLE order_totals (id text PRIMARY KEY, amount bigint NOT NULL)`); err != nil {
+	if _, err := l.DB.Exec(l.Ctx, `CREATE TABLE order_totals (id text PRIMARY KEY, amount bigint NOT NULL)`); err != nil {
 		t.Fatal(err)
 	}
-	env := map[string]string{"DATABASE_URL": l.url, "AMQP_URLS": testenv.AMQPURL(t), "EXCHANGE": l.exchange,
+	env := map[string]string{"DATABASE_URL": l.URL, "AMQP_URLS": testenv.AMQPURL(t), "EXCHANGE": l.Exchange,
 		"QUEUE": l.queue}
 	var events []inbox.Event
 	for v := int64(1); v <= 20; v++ {
 		events = append(events, order("order-42", v, v))
 	}
 	l.publishAll(events)
-	ctx, cancel := context.WithCancel(l.ctx)
+	ctx, cancel := context.WithCancel(l.Ctx)
 	done := make(chan error, 1)
 	go func() { done <- runConsumer(ctx, func(k string) string { return env[k] }, l.logger()) }()
 	l.waitFor("the projection reaches 210", 30*time.Second, func() bool {
-		return l.count(`SELECT coalesce((SELECT amount FROM order_totals WHERE id = 'order-42'), 0)`) == 210
+		return l.Count(`SELECT coalesce((SELECT amount FROM order_totals WHERE id = 'order-42'), 0)`) == 210
 	})
 	cancel()
 	if err := <-done; err != nil {
 		t.Fatalf("runConsumer: %v", err)
 	}
-	want(t, "inbox rows", l.count(`SELECT count(*) FROM inbox.inbox WHERE consumer = 'orders-projection'`), 20)
+	want(t, "inbox rows", l.Count(`SELECT count(*) FROM inbox.inbox WHERE consumer = 'orders-projection'`), 20)
 }

@@ -1,4 +1,4 @@
-package inbox
+package runner
 
 import (
 	"fmt"
@@ -7,7 +7,7 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 )
 
-// Queue argument names the RunnerConfig fields declare.
+// Queue argument names the Config fields declare.
 const (
 	argSingleActiveConsumer = "x-single-active-consumer"
 	argDeadLetterExchange   = "x-dead-letter-exchange"
@@ -15,7 +15,7 @@ const (
 	argDeliveryLimit        = "x-delivery-limit"
 )
 
-// queueFields names the RunnerConfig field that declares each argument, for the refusal's fix.
+// queueFields names the Config field that declares each argument, for the refusal's fix.
 var queueFields = map[string]string{
 	amqp.QueueTypeArg:       "QueueType (or Quorum)",
 	argSingleActiveConsumer: "SingleActiveConsumer",
@@ -25,14 +25,14 @@ var queueFields = map[string]string{
 }
 
 // queueType is the x-queue-type the configuration declares, "" for none.
-func (c RunnerConfig) queueType() string {
+func (c Config) queueType() string {
 	if c.Quorum {
 		return amqp.QueueTypeQuorum
 	}
 	return c.QueueType
 }
 
-func (c RunnerConfig) validateQueueArguments() error {
+func (c Config) validateQueueArguments() error {
 	switch t := c.QueueType; {
 	case t != "" && t != amqp.QueueTypeClassic && t != amqp.QueueTypeQuorum:
 		return fmt.Errorf("inbox runner config: QueueType %q is not \"classic\" or \"quorum\" (a stream cannot be "+
@@ -49,7 +49,7 @@ func (c RunnerConfig) validateQueueArguments() error {
 	}
 	for k := range c.QueueArguments {
 		if field, ok := queueFields[k]; ok {
-			return fmt.Errorf("inbox runner config: QueueArguments sets %s; use RunnerConfig.%s instead", k, field)
+			return fmt.Errorf("inbox runner config: QueueArguments sets %s; use runner.Config.%s instead", k, field)
 		}
 	}
 	return nil
@@ -57,7 +57,7 @@ func (c RunnerConfig) validateQueueArguments() error {
 
 // queueArguments is the x-arguments table the queue is declared with on every (re)connect, nil when
 // it has none.
-func (c RunnerConfig) queueArguments() amqp.Table {
+func (c Config) queueArguments() amqp.Table {
 	args := amqp.Table{}
 	for k, v := range c.QueueArguments {
 		args[k] = v
@@ -96,12 +96,12 @@ func queueMismatchFix(q, reason string) string {
 		arg = m[1]
 		switch f, ok := queueFields[arg]; {
 		case ok:
-			field = "RunnerConfig." + f
+			field = "runner.Config." + f
 		case arg == "durable" || arg == "exclusive" || arg == "auto_delete":
 			return fmt.Sprintf("queue %q exists and is not a plain durable queue (%s differs), which the runner "+
 				"needs: drain it, delete it and let the runner declare it", q, arg)
 		default:
-			field = fmt.Sprintf("RunnerConfig.QueueArguments[%q]", arg)
+			field = fmt.Sprintf("runner.Config.QueueArguments[%q]", arg)
 		}
 	}
 	return fmt.Sprintf("queue %q exists with another %s than this runner declares: set %s to the queue's "+

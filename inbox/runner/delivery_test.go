@@ -1,10 +1,12 @@
-package inbox
+package runner
 
 import (
 	"errors"
 	"testing"
 
 	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/cdc-router/cdc-router/inbox"
 )
 
 func routerDelivery(version any) amqp.Delivery {
@@ -45,7 +47,7 @@ func TestDecodeDeliveryFields(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := Event{ID: d.MessageId, AggregateType: "order", AggregateID: "42", AggregateVersion: 3, Type: "OrderPaid",
+	want := inbox.Event{ID: d.MessageId, AggregateType: "order", AggregateID: "42", AggregateVersion: 3, Type: "OrderPaid",
 		SchemaVersion: 2, CommitLSN: 0x16B3748, Backfill: true, Payload: d.Body}
 	got := ev
 	got.Headers = nil
@@ -77,7 +79,7 @@ func TestDecodeDeliveryMalformed(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			d := routerDelivery(int64(1))
 			tc.change(&d)
-			if _, err := DecodeDelivery(d); !errors.Is(err, ErrMalformed) {
+			if _, err := DecodeDelivery(d); !errors.Is(err, inbox.ErrMalformed) {
 				t.Fatalf("DecodeDelivery error = %v, want ErrMalformed", err)
 			}
 		})
@@ -85,17 +87,17 @@ func TestDecodeDeliveryMalformed(t *testing.T) {
 }
 
 func TestFingerprintIgnoresTransport(t *testing.T) {
-	a := Event{ID: "e", AggregateType: "order", AggregateID: "42", AggregateVersion: 1, Type: "T", SchemaVersion: 1,
+	a := inbox.Event{ID: "e", AggregateType: "order", AggregateID: "42", AggregateVersion: 1, Type: "T", SchemaVersion: 1,
 		Payload: []byte(`{"a":1}`)}
 	b := a
 	b.CommitLSN, b.Backfill, b.Headers, b.ID = 99, true, map[string]string{"x": "y"}, "other"
 	if string(a.Fingerprint()) != string(b.Fingerprint()) {
 		t.Fatal("fingerprint depends on transport fields")
 	}
-	for _, change := range []func(e *Event){
-		func(e *Event) { e.Payload = []byte(`{"a":2}`) }, func(e *Event) { e.AggregateVersion = 2 },
-		func(e *Event) { e.Type = "U" }, func(e *Event) { e.SchemaVersion = 2 },
-		func(e *Event) { e.AggregateType, e.AggregateID = "order4", "2" },
+	for _, change := range []func(e *inbox.Event){
+		func(e *inbox.Event) { e.Payload = []byte(`{"a":2}`) }, func(e *inbox.Event) { e.AggregateVersion = 2 },
+		func(e *inbox.Event) { e.Type = "U" }, func(e *inbox.Event) { e.SchemaVersion = 2 },
+		func(e *inbox.Event) { e.AggregateType, e.AggregateID = "order4", "2" },
 	} {
 		c := a
 		change(&c)
@@ -122,7 +124,7 @@ func TestDecodeDeliveryFullState(t *testing.T) {
 				d.Headers["full_state"] = tc.header
 			}
 			ev, err := DecodeDelivery(d)
-			if got := errors.Is(err, ErrMalformed); got != tc.malformed {
+			if got := errors.Is(err, inbox.ErrMalformed); got != tc.malformed {
 				t.Fatalf("DecodeDelivery error %v, want malformed %v", err, tc.malformed)
 			}
 			if ev.FullState != tc.want {

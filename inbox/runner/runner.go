@@ -1,4 +1,4 @@
-package inbox
+package runner
 
 import (
 	"context"
@@ -6,11 +6,13 @@ import (
 	"log/slog"
 	"sync"
 	"time"
+
+	"github.com/cdc-router/cdc-router/inbox"
 )
 
-// Runner consumes cdc-router's events from RabbitMQ and processes each with a Processor. It owns the
+// Runner consumes cdc-router's events from RabbitMQ and processes each with an inbox.Processor. It owns the
 // broker side a consumer would otherwise write by hand:
-//   - it connects to the first of RunnerConfig.URLs that answers, waits until the router has declared
+//   - it connects to the first of Config.URLs that answers, waits until the router has declared
 //     the exchange (never declaring it), declares the queue durable, binds it, and consumes with manual
 //     acknowledgements; on any connection or channel loss it does all of that again, with capped
 //     exponential backoff and jitter, and logs the broker's reason;
@@ -20,27 +22,27 @@ import (
 //     transaction committed;
 //   - a delivery whose Process returns an error is retried after a backoff of its own while the other
 //     aggregates go on and the later events of its aggregate wait behind it; the attempt cap is
-//     Config.MaxAttempts, after which Process returns the Failed outcome and the delivery is acked;
+//     inbox.Config.MaxAttempts, after which Process returns the Failed outcome and the delivery is acked;
 //   - a Gap outcome (policy Requeue) is requeued after a backoff of its own, from a timer, so that its
 //     aggregate's missing event, which may be right behind it, is processed meanwhile;
 //   - on a graceful stop it stops consuming, lets the handlers in flight finish (their context is not
-//     cancelled until RunnerConfig.DrainTimeout) and requeues every delivery it did not process.
+//     cancelled until Config.DrainTimeout) and requeues every delivery it did not process.
 type Runner struct {
-	p   *Processor
-	cfg RunnerConfig
+	p   *inbox.Processor
+	cfg Config
 	log *slog.Logger
 	m   *runnerMetrics
 }
 
-// NewRunner returns a Runner that processes deliveries with p. It registers the runner's metrics with
+// New returns a Runner that processes deliveries with p. It registers the runner's metrics with
 // cfg.Registerer, if set. A nil logger discards logs.
-func NewRunner(p *Processor, cfg RunnerConfig, log *slog.Logger) (*Runner, error) {
+func New(p *inbox.Processor, cfg Config, log *slog.Logger) (*Runner, error) {
 	if p == nil {
-		return nil, fmt.Errorf("inbox: NewRunner needs a Processor (inbox.New)")
+		return nil, fmt.Errorf("inbox runner: New needs a Processor (inbox.New)")
 	}
 	cfg = cfg.Defaults()
 	if cfg.ConnectionName == "" {
-		cfg.ConnectionName = "cdc-router inbox " + p.cfg.Consumer
+		cfg.ConnectionName = "cdc-router inbox " + p.Config().Consumer
 	}
 	if err := cfg.Validate(); err != nil {
 		return nil, err
@@ -48,7 +50,7 @@ func NewRunner(p *Processor, cfg RunnerConfig, log *slog.Logger) (*Runner, error
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	log = log.With("consumer", p.cfg.Consumer, "queue", cfg.Queue)
+	log = log.With("consumer", p.Config().Consumer, "queue", cfg.Queue)
 	m, err := newRunnerMetrics(cfg.Registerer, p, log)
 	if err != nil {
 		return nil, err
@@ -57,7 +59,7 @@ func NewRunner(p *Processor, cfg RunnerConfig, log *slog.Logger) (*Runner, error
 }
 
 // Run consumes until ctx is cancelled, then stops gracefully and returns nil. If New could not reach
-// PostgreSQL, Run first waits for it (Config.Prepare and Check, retried with the RetryMin..RetryMax
+// PostgreSQL, Run first waits for it (inbox.Config.Prepare and Check, retried with the RetryMin..RetryMax
 // backoff, a warning per attempt) before it connects to the broker. It returns an error only for a
 // setup that retrying cannot cure (a broker's access refusal, a queue that exists with other
 // arguments, an inbox schema that is missing or out of date), after stopping as gracefully. Connection and channel losses are retried, not

@@ -1,4 +1,4 @@
-package inbox_test
+package runner_test
 
 import (
 	"context"
@@ -8,18 +8,20 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cdc-router/cdc-router/inbox"
 	"github.com/jackc/pgx/v5"
 	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/cdc-router/cdc-router/inbox"
+	"github.com/cdc-router/cdc-router/inbox/runner"
 )
 
 // consume runs p.Consume on a channel of its own until the returned stop is called; stop returns what
 // Consume returned.
 func (l *lab) consume(p *inbox.Processor) (stop func() error) {
-	ctx, cancel := context.WithCancel(l.ctx)
-	ch := l.channel()
+	ctx, cancel := context.WithCancel(l.Ctx)
+	ch := l.Channel()
 	done := make(chan error, 1)
-	go func() { done <- p.Consume(ctx, ch, l.queue) }()
+	go func() { done <- runner.Consume(ctx, p, ch, l.Queue) }()
 	var once sync.Once
 	var err error
 	stop = func() error {
@@ -33,16 +35,16 @@ func (l *lab) consume(p *inbox.Processor) (stop func() error) {
 		})
 		return err
 	}
-	l.t.Cleanup(func() { stop() })
+	l.T.Cleanup(func() { stop() })
 	return stop
 }
 
 // waitFor polls cond for up to ten seconds.
 func (l *lab) waitFor(what string, cond func() bool) {
-	l.t.Helper()
+	l.T.Helper()
 	for deadline := time.Now().Add(10 * time.Second); !cond(); time.Sleep(20 * time.Millisecond) {
 		if time.Now().After(deadline) {
-			l.t.Fatalf("timed out waiting for %s", what)
+			l.T.Fatalf("timed out waiting for %s", what)
 		}
 	}
 }
@@ -53,7 +55,7 @@ func (l *lab) waitFor(what string, cond func() bool) {
 func TestConsumeRetriesTransientAndRecordsPermanent(t *testing.T) {
 	l := newLab(t)
 	serialization := 1
-	l.fault = func(ctx context.Context, tx pgx.Tx, ev inbox.Event) error {
+	l.Fault = func(ctx context.Context, tx pgx.Tx, ev inbox.Event) error {
 		if serialization == 0 {
 			return nil
 		}
@@ -64,30 +66,30 @@ func TestConsumeRetriesTransientAndRecordsPermanent(t *testing.T) {
 		}
 		return err
 	}
-	p := l.processorOn(l.connect(), inbox.Config{RetryMin: 20 * time.Millisecond, RetryMax: 50 * time.Millisecond})
+	p := l.ProcessorOn(l.Connect(), inbox.Config{RetryMin: 20 * time.Millisecond, RetryMax: 50 * time.Millisecond})
 	e1 := order("42", 1, 10)
 	bad := order("43", 1, 0)
 	bad.Payload = []byte(`not json`)
-	l.publish(e1)
-	l.publish(bad)
-	if err := l.pub.Publish(l.exchange, "order.OrderAmountAdded", false, false, amqp.Publishing{
+	l.Publish(e1)
+	l.Publish(bad)
+	if err := l.Pub.Publish(l.Exchange, "order.OrderAmountAdded", false, false, amqp.Publishing{
 		Body: []byte(`{}`), Headers: amqp.Table{"aggregate_type": "order"}}); err != nil {
 		t.Fatal(err)
 	}
 	stop := l.consume(p)
 	l.waitFor("every message settled", func() bool {
-		return l.amount("42") == 10 && l.count(`SELECT count(*) FROM inbox.failed`) == 2 && l.ready() == 0
+		return l.Amount("42") == 10 && l.Count(`SELECT count(*) FROM inbox.failed`) == 2 && l.Ready() == 0
 	})
 	if err := stop(); err != nil {
 		t.Fatalf("Consume: %v", err)
 	}
 	want(t, "serialization failures left", serialization, 0)
-	want(t, "inbox rows", l.count(`SELECT count(*) FROM inbox.inbox`), 1)
-	want(t, "permanent", l.count(`SELECT count(*) FROM inbox.failed WHERE reason = 'permanent' AND event_id = $1`, bad.ID), 1)
-	want(t, "malformed", l.count(`SELECT count(*) FROM inbox.failed WHERE reason = 'malformed' AND event_id IS NULL`), 1)
-	want(t, "queue after stop", l.ready(), 0)
+	want(t, "inbox rows", l.Count(`SELECT count(*) FROM inbox.inbox`), 1)
+	want(t, "permanent", l.Count(`SELECT count(*) FROM inbox.failed WHERE reason = 'permanent' AND event_id = $1`, bad.ID), 1)
+	want(t, "malformed", l.Count(`SELECT count(*) FROM inbox.failed WHERE reason = 'malformed' AND event_id IS NULL`), 1)
+	want(t, "queue after stop", l.Ready(), 0)
 	summary(t, "published=3 serialization-retries=1 applied=%d inbox=%d failed=permanent:1,malformed:1 amount=%d",
-		l.handled.Load(), l.count(`SELECT count(*) FROM inbox.inbox`), l.amount("42"))
+		l.Handled.Load(), l.Count(`SELECT count(*) FROM inbox.inbox`), l.Amount("42"))
 }
 
 // Cancelling the context stops the loop cleanly: the delivery in progress rolls back, every delivery
@@ -98,7 +100,7 @@ func TestConsumeStopsCleanlyOnCancel(t *testing.T) {
 	var once sync.Once
 	var block atomic.Bool
 	block.Store(true)
-	l.fault = func(ctx context.Context, _ pgx.Tx, _ inbox.Event) error {
+	l.Fault = func(ctx context.Context, _ pgx.Tx, _ inbox.Event) error {
 		if !block.Load() {
 			return nil
 		}
@@ -106,9 +108,9 @@ func TestConsumeStopsCleanlyOnCancel(t *testing.T) {
 		<-ctx.Done()
 		return ctx.Err()
 	}
-	p := l.processorOn(l.connect(), inbox.Config{Prefetch: 4})
+	p := l.ProcessorOn(l.Connect(), inbox.Config{Prefetch: 4})
 	for v := int64(1); v <= 5; v++ {
-		l.publish(order("42", v, 10))
+		l.Publish(order("42", v, 10))
 	}
 	stop := l.consume(p)
 	select {
@@ -121,16 +123,16 @@ func TestConsumeStopsCleanlyOnCancel(t *testing.T) {
 		t.Fatalf("Consume after cancel = %v, want nil", err)
 	}
 	took := time.Since(begun)
-	l.waitFor("all five messages back in the queue", func() bool { return l.ready() == 5 })
-	want(t, "inbox rows", l.count(`SELECT count(*) FROM inbox.inbox`), 0)
-	want(t, "amount", l.amount("42"), 0)
+	l.waitFor("all five messages back in the queue", func() bool { return l.Ready() == 5 })
+	want(t, "inbox rows", l.Count(`SELECT count(*) FROM inbox.inbox`), 0)
+	want(t, "amount", l.Amount("42"), 0)
 
 	block.Store(false)
-	stop = l.consume(l.processorOn(l.connect(), inbox.Config{}))
-	l.waitFor("the requeued messages applied", func() bool { return l.amount("42") == 50 })
+	stop = l.consume(l.ProcessorOn(l.Connect(), inbox.Config{}))
+	l.waitFor("the requeued messages applied", func() bool { return l.Amount("42") == 50 })
 	if err := stop(); err != nil {
 		t.Fatal(err)
 	}
 	summary(t, "published=5 prefetch=4 stopped-in=%s requeued=5 inbox-after-stop=0 then applied=%d amount=%d",
-		took.Round(time.Millisecond), l.handled.Load(), l.amount("42"))
+		took.Round(time.Millisecond), l.Handled.Load(), l.Amount("42"))
 }

@@ -1,4 +1,4 @@
-package inbox
+package runner
 
 import (
 	"fmt"
@@ -6,11 +6,13 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/cdc-router/cdc-router/inbox"
 )
 
-// RunnerConfig configures a Runner. Defaults fills in every unset field that has a default; URLs, Queue
+// Config configures a Runner. Defaults fills in every unset field that has a default; URLs, Queue
 // and Bindings have none.
-type RunnerConfig struct {
+type Config struct {
 	// URLs are the AMQP URLs of the broker (or the nodes of a cluster), tried in order on every
 	// (re)connect. Required. Passwords are never logged.
 	URLs []string
@@ -70,11 +72,11 @@ type RunnerConfig struct {
 	// Default 30s.
 	ExchangeWaitLog time.Duration
 	// RequestPoll is how often the runner looks for repair requests filed for its consumer
-	// (Admin.Request, `cdc-router inbox retry|resolve`) and carries them out with its Processor.
+	// (Admin.Request, `cdc-router inbox retry|resolve`) and carries them out with its inbox.Processor.
 	// Default 1s; negative takes none.
 	RequestPoll time.Duration
 	// ConnectionName is the connection_name client property, shown by the management UI and rabbitmqctl.
-	// Default "cdc-router inbox <Config.Consumer>".
+	// Default "cdc-router inbox <consumer>" (inbox.Config.Consumer).
 	ConnectionName string
 
 	// Registerer receives the runner's metrics (see the inbox_ metrics in docs/consumers.md);
@@ -83,11 +85,11 @@ type RunnerConfig struct {
 	// OnOutcome, if set, is called after each Process with the event, its result and its error, from the
 	// worker that processed it (so concurrently, and before the delivery is acknowledged). It must be
 	// quick and must not panic.
-	OnOutcome func(Event, Result, error)
+	OnOutcome func(inbox.Event, inbox.Result, error)
 }
 
 // Defaults returns the configuration with every unset field set to its documented default.
-func (c RunnerConfig) Defaults() RunnerConfig {
+func (c Config) Defaults() Config {
 	if c.Exchange == "" {
 		c.Exchange = "outbox"
 	}
@@ -122,9 +124,9 @@ func (c RunnerConfig) Defaults() RunnerConfig {
 }
 
 // Validate reports the first field that cannot work, in a sentence naming the fix.
-func (c RunnerConfig) Validate() error {
+func (c Config) Validate() error {
 	if len(c.URLs) == 0 {
-		return fmt.Errorf("inbox runner config: URLs is empty; set RunnerConfig.URLs to the broker's AMQP URL, e.g. amqp://user:password@host:5672/")
+		return fmt.Errorf("inbox runner config: URLs is empty; set runner.Config.URLs to the broker's AMQP URL, e.g. amqp://user:password@host:5672/")
 	}
 	for i, u := range c.URLs {
 		if _, err := amqp.ParseURI(u); err != nil { // its text may quote the URL, password included

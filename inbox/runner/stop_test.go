@@ -1,12 +1,13 @@
-package inbox_test
+package runner_test
 
 import (
 	"context"
 	"testing"
 	"time"
 
-	"github.com/cdc-router/cdc-router/inbox"
 	"github.com/jackc/pgx/v5"
+
+	"github.com/cdc-router/cdc-router/inbox"
 )
 
 // slowFirst makes the handler of the lab's first event announce itself on started and then take hold
@@ -47,8 +48,8 @@ func TestRunnerStopLetsTheHandlerInFlightFinish(t *testing.T) {
 	if err := <-ctxErr; err != nil {
 		t.Errorf("the handler's context was cancelled by the stop: %v", err)
 	}
-	want(t, "applied", l.count(`SELECT count(*) FROM applied_log`), 1)
-	want(t, "version", l.count(`SELECT version FROM projection WHERE id = 's'`), 1)
+	want(t, "applied", l.Count(`SELECT count(*) FROM applied_log`), 1)
+	want(t, "version", l.Count(`SELECT version FROM projection WHERE id = 's'`), 1)
 	l.waitFor("the three later events requeued", 10*time.Second, func() bool { return l.queueMessages() == 3 })
 	summary(t, "stop waited %v for the handler in flight, which committed; 3 queued events requeued",
 		took.Round(time.Millisecond))
@@ -77,7 +78,7 @@ func TestRunnerDrainTimeoutCancelsTheHandler(t *testing.T) {
 	if took < cfg.DrainTimeout || took > 10*time.Second {
 		t.Errorf("stop took %v, want the drain timeout %v and a little", took, cfg.DrainTimeout)
 	}
-	want(t, "applied", l.count(`SELECT count(*) FROM applied_log`), 0)
+	want(t, "applied", l.Count(`SELECT count(*) FROM applied_log`), 0)
 	l.waitFor("both events requeued", 10*time.Second, func() bool { return l.queueMessages() == 2 })
 	summary(t, "drain timeout %v: the handler was cancelled, stop took %v, both deliveries requeued",
 		cfg.DrainTimeout, took.Round(time.Millisecond))

@@ -1,4 +1,4 @@
-package inbox_test
+package runner_test
 
 import (
 	"context"
@@ -7,8 +7,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cdc-router/cdc-router/inbox"
 	"github.com/jackc/pgx/v5"
+
+	"github.com/cdc-router/cdc-router/inbox"
 )
 
 // One event's handler fails four times, then succeeds. Its retries wait on a timer of their own: the
@@ -60,7 +61,7 @@ func TestRunnerRetryDoesNotHoldOtherAggregates(t *testing.T) {
 	stop := l.start(l.processor(inbox.Config{}), cfg)
 	total := int64(len(poison) + len(others))
 	l.waitFor("every event applied", 30*time.Second, func() bool {
-		return l.count(`SELECT count(*) FROM applied_log`) == total
+		return l.Count(`SELECT count(*) FROM applied_log`) == total
 	})
 	if err := stop(); err != nil {
 		t.Fatalf("Run: %v", err)
@@ -75,8 +76,8 @@ func TestRunnerRetryDoesNotHoldOtherAggregates(t *testing.T) {
 		}
 	}
 	want(t, "attempts of the failing event", calls, failures+1)
-	want(t, "poison's version", l.count(`SELECT version FROM projection WHERE id = 'poison'`), 5)
-	want(t, "poison's amount", l.amount("poison"), 15)
+	want(t, "poison's version", l.Count(`SELECT version FROM projection WHERE id = 'poison'`), 5)
+	want(t, "poison's amount", l.Amount("poison"), 15)
 	want(t, "handler retries metric", metric(t, l.reg, "cdc_router_inbox_handler_retries_total"), failures)
 	want(t, "error outcomes", metric(t, l.reg, "cdc_router_inbox_events_total", "outcome", "error"), failures)
 	want(t, "parked outcomes", metric(t, l.reg, "cdc_router_inbox_events_total", "outcome", "parked"), 0)
@@ -86,7 +87,7 @@ func TestRunnerRetryDoesNotHoldOtherAggregates(t *testing.T) {
 	// The poison aggregate's later versions were applied after the failing one: its handler insists on
 	// the previous version, and the log order shows it.
 	var order []string
-	rows, err := l.db.Query(l.ctx, `SELECT event_id FROM applied_log ORDER BY n`)
+	rows, err := l.DB.Query(l.Ctx, `SELECT event_id FROM applied_log ORDER BY n`)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -119,12 +120,12 @@ func TestRunnerRequeuesGapWithoutSleepingOnTheChannel(t *testing.T) {
 	stop := l.start(l.processor(inbox.Config{OnGap: inbox.Requeue}), l.config(4))
 	total := int64(len(g) + len(others))
 	l.waitFor("every event applied", 30*time.Second, func() bool {
-		return l.count(`SELECT count(*) FROM applied_log`) == total
+		return l.Count(`SELECT count(*) FROM applied_log`) == total
 	})
 	if err := stop(); err != nil {
 		t.Fatalf("Run: %v", err)
 	}
-	want(t, "g's version", l.count(`SELECT version FROM projection WHERE id = 'g'`), 3)
+	want(t, "g's version", l.Count(`SELECT version FROM projection WHERE id = 'g'`), 3)
 	want(t, "parked", metric(t, l.reg, "cdc_router_inbox_events_total", "outcome", "parked"), 0)
 	gaps := metric(t, l.reg, "cdc_router_inbox_events_total", "outcome", "gap")
 	if gaps < 2 {
@@ -153,7 +154,7 @@ func TestRunnerStopsRetryingAtMaxAttempts(t *testing.T) {
 		return metric(t, l.reg, "cdc_router_inbox_events_total", "outcome", "failed") == 1
 	})
 	l.waitFor("the others applied", 30*time.Second, func() bool {
-		return l.count(`SELECT count(*) FROM applied_log`) == int64(len(others))
+		return l.Count(`SELECT count(*) FROM applied_log`) == int64(len(others))
 	})
 	l.waitFor("every delivery acknowledged", 10*time.Second, func() bool { return l.queueMessages() == 0 })
 	if err := stop(); err != nil {
@@ -162,5 +163,5 @@ func TestRunnerStopsRetryingAtMaxAttempts(t *testing.T) {
 	want(t, "handler calls", calls, 3)
 	want(t, "errors before the cap", metric(t, l.reg, "cdc_router_inbox_events_total", "outcome", "error"), 2)
 	want(t, "cdc_router_inbox_failed_events", metric(t, l.reg, "cdc_router_inbox_failed_events"), 1)
-	want(t, "failed rows", l.count(`SELECT count(*) FROM inbox.failed WHERE event_id = $1`, bad.ID), 1)
+	want(t, "failed rows", l.Count(`SELECT count(*) FROM inbox.failed WHERE event_id = $1`, bad.ID), 1)
 }

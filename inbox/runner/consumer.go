@@ -1,12 +1,15 @@
-package inbox
+package runner
 
 import (
 	"context"
 	"crypto/rand"
 	"errors"
 	"fmt"
+	"log/slog"
 
 	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/cdc-router/cdc-router/inbox"
 )
 
 // ErrChannelClosed is returned by Consume when the broker or the network closed the channel or the
@@ -14,7 +17,7 @@ import (
 // redelivered.
 var ErrChannelClosed = errors.New("AMQP channel closed")
 
-// Consume reads the queue on ch with manual acknowledgements and prefetch Config.Prefetch, and
+// Consume reads the queue on ch with manual acknowledgements and prefetch inbox.Config.Prefetch, and
 // processes one delivery at a time:
 //   - an outcome whose Ack is true (Applied, Duplicate, Stale, Parked, Conflict, Failed) is acknowledged
 //     after its transaction committed, never before;
@@ -23,15 +26,16 @@ var ErrChannelClosed = errors.New("AMQP channel closed")
 //     connection, a handler error not marked Permanent) is requeued with basic.nack after an exponential
 //     backoff with jitter, based on the event's durable count of failed attempts (FailedAttempts) or, for
 //     a failure not counted, on this channel's run of such failures; an event whose failure reaches
-//     Config.MaxAttempts is recorded in the failed table and acknowledged (the Failed outcome).
+//     inbox.Config.MaxAttempts is recorded in the failed table and acknowledged (the Failed outcome).
 //
 // The backoff sleeps while holding the channel's other prefetched deliveries; the runner does not.
 //
 // Consume returns nil when ctx is cancelled: it cancels the consumer, requeues the deliveries it holds,
 // and returns. It returns ErrChannelClosed when the channel goes away. Give each Consume its own channel;
 // run several for parallelism (the inbox orders events per aggregate, whatever the delivery order).
-func (p *Processor) Consume(ctx context.Context, ch *amqp.Channel, queue string) error {
-	if err := ch.Qos(p.cfg.Prefetch, 0, false); err != nil {
+func Consume(ctx context.Context, p *inbox.Processor, ch *amqp.Channel, queue string) error {
+	cfg, log := p.Config(), p.Logger()
+	if err := ch.Qos(cfg.Prefetch, 0, false); err != nil {
 		return fmt.Errorf("set prefetch on %s: %w", queue, err)
 	}
 	tag := "inbox-" + rand.Text()
@@ -39,18 +43,18 @@ func (p *Processor) Consume(ctx context.Context, ch *amqp.Channel, queue string)
 	if err != nil {
 		return fmt.Errorf("consume %s: %w", queue, err)
 	}
-	p.log.Info("inbox consumer started", "queue", queue, "consumer_tag", tag, "prefetch", p.cfg.Prefetch)
+	log.Info("inbox consumer started", "queue", queue, "consumer_tag", tag, "prefetch", cfg.Prefetch)
 	uncounted := 0
 	for {
 		select {
 		case <-ctx.Done():
-			p.stop(ch, queue, tag, deliveries)
+			stop(log, ch, queue, tag, deliveries)
 			return nil
 		case d, ok := <-deliveries:
 			if !ok {
 				return fmt.Errorf("consume %s: %w", queue, ErrChannelClosed)
 			}
-			if err := p.deliver(ctx, d, &uncounted); err != nil {
+			if err := deliver(ctx, p, d, &uncounted); err != nil {
 				return fmt.Errorf("consume %s: %w: %w", queue, ErrChannelClosed, err)
 			}
 		}
@@ -60,11 +64,12 @@ func (p *Processor) Consume(ctx context.Context, ch *amqp.Channel, queue string)
 // deliver processes one delivery and acknowledges or requeues it. uncounted is the channel's run of
 // failures that counted no attempt (Gap, contention). It returns an error only when the acknowledgement
 // itself fails, which means the channel is gone.
-func (p *Processor) deliver(ctx context.Context, d amqp.Delivery, uncounted *int) error {
+func deliver(ctx context.Context, p *inbox.Processor, d amqp.Delivery, uncounted *int) error {
+	cfg, log := p.Config(), p.Logger()
 	ev, err := DecodeDelivery(d)
-	var res Result
+	var res inbox.Result
 	if err != nil {
-		res, err = p.fail(ctx, ev, reasonMalformed, err)
+		res, err = p.RecordMalformed(ctx, ev, err)
 	} else {
 		res, err = p.Process(ctx, ev)
 	}
@@ -72,21 +77,21 @@ func (p *Processor) deliver(ctx context.Context, d amqp.Delivery, uncounted *int
 		*uncounted = 0
 		return d.Ack(false)
 	}
-	n := FailedAttempts(err)
+	n := inbox.FailedAttempts(err)
 	if n == 0 {
 		*uncounted++
 		n = *uncounted
 	}
-	wait := backoff(n, p.cfg.RetryMin, p.cfg.RetryMax)
+	wait := backoff(n, cfg.RetryMin, cfg.RetryMax)
 	switch {
 	case ctx.Err() != nil:
 		wait = 0
 	case err == nil:
-		p.log.Debug("inbox event ahead of a gap, requeued", "event_id", ev.ID, "delay", wait)
-	case IsTransient(err):
-		p.log.Warn("inbox delivery failed, requeued", "event_id", ev.ID, "delay", wait, "error", err)
+		log.Debug("inbox event ahead of a gap, requeued", "event_id", ev.ID, "delay", wait)
+	case inbox.IsTransient(err):
+		log.Warn("inbox delivery failed, requeued", "event_id", ev.ID, "delay", wait, "error", err)
 	default:
-		p.log.Error("inbox delivery failed, requeued", "event_id", ev.ID, "delay", wait, "error", err)
+		log.Error("inbox delivery failed, requeued", "event_id", ev.ID, "delay", wait, "error", err)
 	}
 	sleep(ctx, wait)
 	return d.Nack(false, true)
@@ -94,9 +99,9 @@ func (p *Processor) deliver(ctx context.Context, d amqp.Delivery, uncounted *int
 
 // stop cancels the consumer and requeues every delivery the client already holds, including those the
 // client library may drop after the cancel.
-func (p *Processor) stop(ch *amqp.Channel, queue, tag string, deliveries <-chan amqp.Delivery) {
+func stop(log *slog.Logger, ch *amqp.Channel, queue, tag string, deliveries <-chan amqp.Delivery) {
 	if err := ch.Cancel(tag, false); err != nil {
-		p.log.Warn("inbox consumer cancel failed", "queue", queue, "error", err)
+		log.Warn("inbox consumer cancel failed", "queue", queue, "error", err)
 		return
 	}
 	for d := range deliveries {
@@ -104,7 +109,7 @@ func (p *Processor) stop(ch *amqp.Channel, queue, tag string, deliveries <-chan 
 	}
 	// Delivery tag 0 with multiple set is "every outstanding delivery on this channel".
 	if err := ch.Nack(0, true, true); err != nil {
-		p.log.Warn("inbox requeue on stop failed", "queue", queue, "error", err)
+		log.Warn("inbox requeue on stop failed", "queue", queue, "error", err)
 	}
-	p.log.Info("inbox consumer stopped", "queue", queue, "consumer_tag", tag)
+	log.Info("inbox consumer stopped", "queue", queue, "consumer_tag", tag)
 }

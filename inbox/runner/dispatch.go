@@ -1,4 +1,4 @@
-package inbox
+package runner
 
 import (
 	"context"
@@ -6,12 +6,14 @@ import (
 	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/cdc-router/cdc-router/inbox"
 )
 
 // job is one delivery on its way through the dispatcher.
 type job struct {
 	d     amqp.Delivery
-	ev    Event
+	ev    inbox.Event
 	bad   error    // DecodeDelivery's error: the delivery is recorded as malformed
 	s     *session // acknowledgements are void once it is dead
 	key   string   // the aggregate: aggregate_type NUL aggregate_id
@@ -140,11 +142,11 @@ func (d *dispatcher) run(l *lane, j *job) {
 }
 
 // process runs Process (or records a malformed delivery as failed), then the metrics and the hook.
-func (d *dispatcher) process(j *job) (Result, error) {
-	var res Result
+func (d *dispatcher) process(j *job) (inbox.Result, error) {
+	var res inbox.Result
 	var err error
 	if j.bad != nil {
-		res, err = d.r.p.fail(d.work, j.ev, reasonMalformed, j.bad)
+		res, err = d.r.p.RecordMalformed(d.work, j.ev, j.bad)
 	} else {
 		res, err = d.r.p.Process(d.work, j.ev)
 	}

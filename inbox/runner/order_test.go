@@ -1,4 +1,4 @@
-package inbox_test
+package runner_test
 
 import (
 	"context"
@@ -7,8 +7,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cdc-router/cdc-router/inbox"
 	"github.com/jackc/pgx/v5"
+
+	"github.com/cdc-router/cdc-router/inbox"
+	"github.com/cdc-router/cdc-router/inbox/runner"
 )
 
 // concurrency watches the handler: how many events of one aggregate, and of all, run at once.
@@ -55,7 +57,7 @@ func TestRunnerOrderAndThroughput(t *testing.T) {
 			start := time.Now()
 			stop := l.start(l.processor(inbox.Config{}), l.config(workers))
 			l.waitFor("every event applied", time.Minute, func() bool {
-				return l.count(`SELECT count(*) FROM applied_log`) >= int64(len(events))
+				return l.Count(`SELECT count(*) FROM applied_log`) >= int64(len(events))
 			})
 			elapsed := time.Since(start)
 			l.waitFor("every delivery acknowledged", 30*time.Second, func() bool {
@@ -66,10 +68,10 @@ func TestRunnerOrderAndThroughput(t *testing.T) {
 				t.Fatalf("Run: %v", err)
 			}
 
-			want(t, "applications", l.count(`SELECT count(*) FROM applied_log`), int64(len(events)))
-			want(t, "distinct events applied", l.count(`SELECT count(DISTINCT event_id) FROM applied_log`), int64(len(events)))
+			want(t, "applications", l.Count(`SELECT count(*) FROM applied_log`), int64(len(events)))
+			want(t, "distinct events applied", l.Count(`SELECT count(DISTINCT event_id) FROM applied_log`), int64(len(events)))
 			want(t, "aggregates at the last version",
-				l.count(`SELECT count(*) FROM projection WHERE version = $1`, versions), int64(aggregates))
+				l.Count(`SELECT count(*) FROM projection WHERE version = $1`, versions), int64(aggregates))
 			want(t, "most events of one aggregate at once", c.sameAggMax, 1)
 			parked := metric(t, l.reg, "cdc_router_inbox_events_total", "outcome", "parked")
 			want(t, "parked outcomes", parked, 0)
@@ -89,26 +91,26 @@ func TestRunnerBaselineConsumeChannels(t *testing.T) {
 	const aggregates, versions, channels = 100, 30, 4
 	l := newRunnerLab(t)
 	// An event applied from the parked table shares its transaction with the event that closed its gap.
-	if _, err := l.db.Exec(l.ctx, `ALTER TABLE applied_log ADD COLUMN tx bigint DEFAULT txid_current()`); err != nil {
+	if _, err := l.DB.Exec(l.Ctx, `ALTER TABLE applied_log ADD COLUMN tx bigint DEFAULT txid_current()`); err != nil {
 		t.Fatal(err)
 	}
 	msgs, events := orderStream(4, aggregates, versions, 10)
 	l.publishAll(msgs)
 	p := l.processor(inbox.Config{Prefetch: 16})
-	ctx, cancel := context.WithCancel(l.ctx)
+	ctx, cancel := context.WithCancel(l.Ctx)
 	var wg sync.WaitGroup
 	start := time.Now()
 	for range channels {
-		ch := l.channel()
-		wg.Go(func() { p.Consume(ctx, ch, l.queue) })
+		ch := l.Channel()
+		wg.Go(func() { runner.Consume(ctx, p, ch, l.queue) })
 	}
 	l.waitFor("every event applied", time.Minute, func() bool {
-		return l.count(`SELECT count(*) FROM applied_log`) >= int64(len(events))
+		return l.Count(`SELECT count(*) FROM applied_log`) >= int64(len(events))
 	})
 	elapsed := time.Since(start)
 	cancel()
 	wg.Wait()
-	unparked := l.count(`SELECT count(*) - count(DISTINCT tx) FROM applied_log`)
+	unparked := l.Count(`SELECT count(*) - count(DISTINCT tx) FROM applied_log`)
 	summary(t, "Consume on %d channels: events=%d elapsed=%v throughput=%.0f events/s parked=%.1f%%",
 		channels, len(events), elapsed.Round(time.Millisecond), float64(len(events))/elapsed.Seconds(),
 		100*float64(unparked)/float64(len(events)))

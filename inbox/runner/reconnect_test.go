@@ -1,4 +1,4 @@
-package inbox_test
+package runner_test
 
 import (
 	"context"
@@ -6,9 +6,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/cdc-router/cdc-router/inbox"
 	"github.com/cdc-router/cdc-router/internal/testenv"
-	"github.com/jackc/pgx/v5"
 )
 
 // closeConnection closes, from the broker, the connection whose connection_name is name (rabbitmqctl close_connection
@@ -47,7 +48,7 @@ func TestRunnerReconnectLosesNothingAndAppliesNothingTwice(t *testing.T) {
 	cfg.URLs = []string{"amqp://guest:guest@" + proxy.Addr + "/"}
 	cfg.ConnectionName = "test " + l.consumer
 	stop := l.start(l.processor(inbox.Config{}), cfg)
-	applied := func() int64 { return l.count(`SELECT count(*) FROM applied_log`) }
+	applied := func() int64 { return l.Count(`SELECT count(*) FROM applied_log`) }
 
 	l.waitFor("a fifth applied", 30*time.Second, func() bool { return applied() >= int64(len(events)/5) })
 	closeConnection(t, cfg.ConnectionName)
@@ -65,8 +66,8 @@ func TestRunnerReconnectLosesNothingAndAppliesNothingTwice(t *testing.T) {
 	}
 
 	want(t, "applications", applied(), int64(len(events)))
-	want(t, "distinct events applied", l.count(`SELECT count(DISTINCT event_id) FROM applied_log`), int64(len(events)))
-	want(t, "aggregates at the last version", l.count(`SELECT count(*) FROM projection WHERE version = 50`), 60)
+	want(t, "distinct events applied", l.Count(`SELECT count(DISTINCT event_id) FROM applied_log`), int64(len(events)))
+	want(t, "aggregates at the last version", l.Count(`SELECT count(*) FROM projection WHERE version = 50`), 60)
 	want(t, "connections", connections(), 3)
 	for line := range strings.Lines(l.logs.String()) {
 		if strings.Contains(line, "level=WARN") {
