@@ -5,13 +5,14 @@ import (
 	"testing"
 
 	"github.com/cdc-router/cdc-router/decode"
+	"github.com/cdc-router/cdc-router/decode/mapping"
 	"github.com/cdc-router/cdc-router/snapshot"
 )
 
 // twoTables is a router of two outbox tables, the second in another shape.
 func twoTables(t *testing.T) Config {
 	t.Helper()
-	m, err := decode.ParseMapping("table.field.event.id=uuid\n")
+	m, err := mapping.ParseMapping("table.field.event.id=uuid\n")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,11 +1,13 @@
-package decode
+package mapping
 
 import (
 	"encoding/json"
 	"strconv"
+
+	"github.com/cdc-router/cdc-router/decode/internal/pgtext"
 )
 
-// fieldValue is the value of a column:field role: a string (oidText) or an integer (oidInt8), ok false
+// fieldValue is the value of a column:field role: a string (pgtext.OIDText) or an integer (pgtext.OIDInt8), ok false
 // for a NULL column or a JSON null.
 type fieldValue struct {
 	set  bool
@@ -18,7 +20,7 @@ type fieldValue struct {
 // table.field.event.type may name a top-level field of a JSON column) into t.fields, so that mappedValue
 // returns the field for such a role. A column that is not a JSON object, lacks the field, or holds
 // something other than a string or an integer there, quarantines the row, naming the option.
-func (t mappedTuple) resolveFields() (mappedTuple, *RowError) {
+func (t mappedTuple) resolveFields() (mappedTuple, *pgtext.RowError) {
 	roles := t.rel.mapping.roles()
 	for i, r := range roles {
 		if r.field == "" {
@@ -34,24 +36,24 @@ func (t mappedTuple) resolveFields() (mappedTuple, *RowError) {
 		}
 		var obj map[string]json.RawMessage
 		if err := json.Unmarshal(v, &obj); err != nil || obj == nil {
-			return t, rowErrorf("%s (%s=%s:%s) is not a JSON object", r.column, r.option, r.column, r.field)
+			return t, pgtext.RowErrorf("%s (%s=%s:%s) is not a JSON object", r.column, r.option, r.column, r.field)
 		}
 		raw, found := obj[r.field]
 		if !found {
-			return t, rowErrorf("%s (%s=%s:%s) has no field %s", r.column, r.option, r.column, r.field, strconv.Quote(r.field))
+			return t, pgtext.RowErrorf("%s (%s=%s:%s) has no field %s", r.column, r.option, r.column, r.field, strconv.Quote(r.field))
 		}
 		switch {
 		case string(raw) == "null":
 		case raw[0] == '"':
 			var s string
 			_ = json.Unmarshal(raw, &s) // valid: Unmarshal checked the object
-			t.fields[i] = fieldValue{set: true, text: []byte(s), oid: oidText, ok: true}
+			t.fields[i] = fieldValue{set: true, text: []byte(s), oid: pgtext.OIDText, ok: true}
 		default:
 			if _, err := strconv.ParseInt(string(raw), 10, 64); err != nil {
-				return t, rowErrorf("%s (%s=%s:%s) holds %s in field %s, not a string or an integer within int64",
-					r.column, r.option, r.column, r.field, quote(truncated(raw)), strconv.Quote(r.field))
+				return t, pgtext.RowErrorf("%s (%s=%s:%s) holds %s in field %s, not a string or an integer within int64",
+					r.column, r.option, r.column, r.field, pgtext.Quote(truncated(raw)), strconv.Quote(r.field))
 			}
-			t.fields[i] = fieldValue{set: true, text: raw, oid: oidInt8, ok: true}
+			t.fields[i] = fieldValue{set: true, text: raw, oid: pgtext.OIDInt8, ok: true}
 		}
 	}
 	return t, nil

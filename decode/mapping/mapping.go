@@ -1,4 +1,4 @@
-package decode
+package mapping
 
 import (
 	"fmt"
@@ -6,6 +6,8 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+
+	"github.com/cdc-router/cdc-router/decode/internal/pgtext"
 )
 
 // Placements of table.fields.additional.placement that the mapping accepts.
@@ -31,7 +33,7 @@ const (
 
 // Mapping reads an outbox table of another shape, configured with Debezium's Outbox Event Router option
 // names (and the router's own under amqp.). The zero value is not useful: use ParseMapping or LoadMapping,
-// which apply Debezium's defaults. Columns are resolved once per Relation message (see mapRelation).
+// which apply Debezium's defaults. Columns are resolved once per Relation message (see Resolve).
 type Mapping struct {
 	IDColumn            string      // table.field.event.id, default id: message_id and header id
 	KeyColumn           string      // table.field.event.key, default aggregateid: the ordering lane and header KeyHeader; empty: none
@@ -219,10 +221,10 @@ func (m *Mapping) set(key, v string) error {
 				"so only the default %s applies; remove the option", key, v, defaults[key])
 		}
 	case "table":
-		if _, _, ok := splitTable(v); !ok {
+		if _, _, ok := pgtext.SplitTable(v); !ok {
 			return fmt.Errorf("table=%q: name the outbox table this file maps, as schema.table", v)
 		}
-		m.Table = QualifiedTable(v)
+		m.Table = pgtext.QualifiedTable(v)
 	case "amqp.envelope.json":
 		for c := range strings.SplitSeq(v, ",") {
 			if c = strings.TrimSpace(c); c != "" {
@@ -281,7 +283,7 @@ func oneOf(key, v string, dst *string, allowed ...string) error {
 			return nil
 		}
 	}
-	return fmt.Errorf("%s=%q: use %s", key, v, orList(allowed))
+	return fmt.Errorf("%s=%q: use %s", key, v, pgtext.OrList(allowed))
 }
 
 // setPlacements parses table.fields.additional.placement: comma-separated column:placement[:alias].

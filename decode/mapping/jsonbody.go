@@ -1,9 +1,10 @@
-package decode
+package mapping
 
 import (
 	"encoding/json"
 	"strings"
 
+	"github.com/cdc-router/cdc-router/decode/internal/pgtext"
 	"github.com/cdc-router/cdc-router/internal/cdc"
 )
 
@@ -12,12 +13,12 @@ import (
 // (text, varchar or bytea, not json or jsonb) must be JSON, or the row is quarantined, as the native shape
 // quarantines a payload that is not. A tombstone's empty body is exempt. raw is the payload's bytes, before
 // any envelope.
-func (m *Mapping) validateJSON(raw []byte, payloadOID uint32, mapped *cdc.Mapped) *RowError {
-	if !m.ValidateJSON || mapped.Tombstone || payloadOID == oidJSON || payloadOID == oidJSONB || !jsonMediaType(mapped.ContentType) {
+func (m *Mapping) validateJSON(raw []byte, payloadOID uint32, mapped *cdc.Mapped) *pgtext.RowError {
+	if !m.ValidateJSON || mapped.Tombstone || payloadOID == pgtext.OIDJSON || payloadOID == pgtext.OIDJSONB || !jsonMediaType(mapped.ContentType) {
 		return nil
 	}
 	if !json.Valid(raw) {
-		return rowErrorf("payload is not valid JSON (amqp.validate.json), though the message's content type is %s", mapped.ContentType)
+		return pgtext.RowErrorf("payload is not valid JSON (amqp.validate.json), though the message's content type is %s", mapped.ContentType)
 	}
 	return nil
 }

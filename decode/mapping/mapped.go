@@ -1,18 +1,11 @@
-package decode
+package mapping
 
 import (
 	"fmt"
 	"slices"
 	"strings"
-)
 
-// Type OIDs a mapped column may have besides the native ones (built-in OIDs are the same in every cluster).
-const (
-	oidBool      = 16
-	oidBytea     = 17
-	oidFloat4    = 700
-	oidFloat8    = 701
-	oidTimestamp = 1114
+	"github.com/cdc-router/cdc-router/decode/internal/pgtext"
 )
 
 // mappedRole is one column a Mapping reads: the option naming it, the types it accepts (nil: any),
@@ -27,14 +20,14 @@ type mappedRole struct {
 }
 
 var (
-	keyTypes     = []uint32{oidUUID, oidText, oidVarchar, oidInt8, oidInt4, oidInt2}
-	idTypes      = append(keyTypes[:len(keyTypes):len(keyTypes)], oidBytea) // id and key: bytea too
-	payloadTypes = []uint32{oidJSONB, oidJSON, oidText, oidVarchar, oidBytea}
+	keyTypes     = []uint32{pgtext.OIDUUID, pgtext.OIDText, pgtext.OIDVarchar, pgtext.OIDInt8, pgtext.OIDInt4, pgtext.OIDInt2}
+	idTypes      = append(keyTypes[:len(keyTypes):len(keyTypes)], pgtext.OIDBytea) // id and key: bytea too
+	payloadTypes = []uint32{pgtext.OIDJSONB, pgtext.OIDJSON, pgtext.OIDText, pgtext.OIDVarchar, pgtext.OIDBytea}
 	// jsonFieldTypes are the types of a column whose field an option names (column:field).
-	jsonFieldTypes = []uint32{oidJSONB, oidJSON, oidText, oidVarchar}
+	jsonFieldTypes = []uint32{pgtext.OIDJSONB, pgtext.OIDJSON, pgtext.OIDText, pgtext.OIDVarchar}
 )
 
-// Role indexes in mappedRelation.cols; additional placements follow numRoles, then the property columns.
+// Role indexes in Relation.cols; additional placements follow numRoles, then the property columns.
 const (
 	roleID = iota
 	roleKey
@@ -54,10 +47,10 @@ func (m *Mapping) roles() []mappedRole {
 		{"table.field.event.key", m.KeyColumn, idTypes, true, false, ""},
 		{"table.field.event.payload", m.PayloadColumn, payloadTypes, true, false, ""},
 		{"route.by.field", m.RouteColumn, keyTypes, true, false, ""},
-		{"table.field.event.timestamp", m.TimestampColumn, []uint32{oidTimestamptz, oidTimestamp, oidInt8}, true, false, ""},
-		{"table.field.event.type", m.TypeColumn, []uint32{oidText, oidVarchar}, false, !m.typeSet, ""},
-		{"table.field.event.schema.version", m.SchemaVersionColumn, []uint32{oidInt4, oidInt2}, true, false, ""},
-		{"tracing.span.context.field", m.TracingColumn, []uint32{oidText, oidVarchar}, m.tracingSet, !m.tracingSet, ""},
+		{"table.field.event.timestamp", m.TimestampColumn, []uint32{pgtext.OIDTimestamptz, pgtext.OIDTimestamp, pgtext.OIDInt8}, true, false, ""},
+		{"table.field.event.type", m.TypeColumn, []uint32{pgtext.OIDText, pgtext.OIDVarchar}, false, !m.typeSet, ""},
+		{"table.field.event.schema.version", m.SchemaVersionColumn, []uint32{pgtext.OIDInt4, pgtext.OIDInt2}, true, false, ""},
+		{"tracing.span.context.field", m.TracingColumn, []uint32{pgtext.OIDText, pgtext.OIDVarchar}, m.tracingSet, !m.tracingSet, ""},
 	}
 	for i := range r {
 		if f := m.fields[r[i].option]; f != "" {
@@ -71,7 +64,7 @@ func (m *Mapping) roles() []mappedRole {
 		r = append(r, mappedRole{"amqp.property." + p.Name, p.Column, propertyTypes, true, false, ""})
 	}
 	// Last, whether set or not: role m.headersRole().
-	r = append(r, mappedRole{"amqp.headers.json", m.HeadersJSONColumn, []uint32{oidJSONB, oidJSON, oidText, oidVarchar}, true, false, ""})
+	r = append(r, mappedRole{"amqp.headers.json", m.HeadersJSONColumn, []uint32{pgtext.OIDJSONB, pgtext.OIDJSON, pgtext.OIDText, pgtext.OIDVarchar}, true, false, ""})
 	return r
 }
 
@@ -103,7 +96,7 @@ func (m *Mapping) Columns() []ColumnRule {
 		}
 		names := make([]string, len(r.types))
 		for i, oid := range r.types {
-			names[i] = builtinTypeName(oid)
+			names[i] = pgtext.BuiltinTypeName(oid)
 		}
 		out = append(out, ColumnRule{Column: r.column, Option: r.option, Types: names, Required: r.required, IfTyped: r.ifTyped})
 	}
@@ -116,41 +109,41 @@ type mappedColumn struct {
 	oid uint32
 }
 
-// mappedRelation is a relation resolved against a Mapping: one mappedColumn per role, then per placement.
-type mappedRelation struct {
+// Relation is a table resolved against a Mapping: one mappedColumn per role, then per placement.
+type Relation struct {
 	mapping *Mapping // the table's mapping
 	cols    []mappedColumn
 }
 
-// mapRelation resolves the Mapping's columns in a Relation message (or, for a row read with SELECT, the
-// table's columns: RowMapper) once. problem is "" when every required column is present with an accepted
+// Resolve resolves the Mapping's columns in a Relation message (or, for a row read with SELECT, the
+// table's columns: decode.RowMapper) once. problem is "" when every required column is present with an accepted
 // type; otherwise it names the columns and the options, their types named by typeName.
-func mapRelation(m relationMsg, mapping *Mapping, typeName func(uint32) string) (*mappedRelation, string) {
+func Resolve(mapping *Mapping, columns []string, types []uint32, typeName func(uint32) string) (*Relation, string) {
 	roles := mapping.roles()
-	rel := &mappedRelation{mapping: mapping, cols: make([]mappedColumn, len(roles))}
+	rel := &Relation{mapping: mapping, cols: make([]mappedColumn, len(roles))}
 	var problems []string
 	for i, r := range roles {
 		rel.cols[i] = mappedColumn{pos: -1}
 		if r.column == "" {
 			continue
 		}
-		pos := slices.Index(m.columns, r.column)
+		pos := slices.Index(columns, r.column)
 		if pos < 0 {
 			if r.required {
-				problems = append(problems, fmt.Sprintf("column %s (%s) is missing%s", r.column, r.option, CaseHint(r.column, r.option, m.columns)))
+				problems = append(problems, fmt.Sprintf("column %s (%s) is missing%s", r.column, r.option, CaseHint(r.column, r.option, columns)))
 			}
 			continue
 		}
-		got := m.types[pos]
+		got := types[pos]
 		if r.types != nil && !slices.Contains(r.types, got) {
 			if r.ifTyped {
 				continue // the table's own column of that name: the option, at its default, is unused
 			}
 			names := make([]string, len(r.types))
 			for j, oid := range r.types {
-				names[j] = builtinTypeName(oid)
+				names[j] = pgtext.BuiltinTypeName(oid)
 			}
-			problems = append(problems, fmt.Sprintf("column %s (%s) is %s, want %s", r.column, r.option, typeName(got), orList(names)))
+			problems = append(problems, fmt.Sprintf("column %s (%s) is %s, want %s", r.column, r.option, typeName(got), pgtext.OrList(names)))
 			continue
 		}
 		rel.cols[i] = mappedColumn{pos: pos, oid: got}
@@ -158,8 +151,8 @@ func mapRelation(m relationMsg, mapping *Mapping, typeName func(uint32) string) 
 	return rel, strings.Join(problems, "; ")
 }
 
-// mappedFix is the fix clause of a DriftError for a table that does not fit the mapping.
-func mappedFix(table string) string {
+// DriftFix is the fix clause of a DriftError for a table that does not fit the mapping.
+func DriftFix(table string) string {
 	return fmt.Sprintf("correct the option in the --config file to the table as it now is and restart (the rows "+
 		"written meanwhile are then published), or restore the column of %s and start once with --on-drift=quarantine "+
 		"to quarantine the rows written meanwhile, which PostgreSQL decodes with the table definition of their time", table)

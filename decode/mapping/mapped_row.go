@@ -1,4 +1,4 @@
-package decode
+package mapping
 
 import (
 	"bytes"
@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/cdc-router/cdc-router/decode/internal/pgtext"
 	"github.com/cdc-router/cdc-router/internal/cdc"
 )
 
@@ -25,8 +26,8 @@ const (
 // relation's column order, and its transaction's commit position and time. The stream fills it from an
 // Insert (aliasing the WAL buffer), a RowMapper from a row read with SELECT.
 type mappedTuple struct {
-	rel        *mappedRelation
-	tuple      []value
+	rel        *Relation
+	tuple      []pgtext.Value
 	commitLSN  cdc.LSN
 	commitTime time.Time
 	fields     []fieldValue // by role, the values of column:field roles (resolveFields); nil: none
@@ -39,22 +40,22 @@ func (t mappedTuple) mappedValue(i int) (text []byte, oid uint32, ok bool) {
 		return f.text, f.oid, f.ok
 	}
 	c := t.rel.cols[i]
-	if c.pos < 0 || t.tuple[c.pos].kind != kindText {
+	if c.pos < 0 || t.tuple[c.pos].Kind != pgtext.KindText {
 		return nil, c.oid, false
 	}
-	return t.tuple[c.pos].data, c.oid, true
+	return t.tuple[c.pos].Data, c.oid, true
 }
 
 // mapTuple maps a tuple of a mapped outbox to an event, streamed or read with SELECT alike. drop is true
 // for a tombstone with amqp.tombstone=drop: nothing is published and the row is not quarantined.
-func mapTuple(cfg *Config, t mappedTuple) (ev cdc.Event, drop bool, rowErr *RowError) {
+func mapTuple(lim *Limits, t mappedTuple) (ev cdc.Event, drop bool, rowErr *pgtext.RowError) {
 	rel := t.rel
 	m := rel.mapping
-	limit := max(cfg.MaxPayloadBytes, DefaultMaxPayloadBytes)
+	limit := lim.ValueLimit
 	for i, c := range rel.cols {
-		if c.pos >= 0 && t.tuple[c.pos].kind == kindText && len(t.tuple[c.pos].data) > limit && i != rolePayload {
-			return ev, false, rowErrorf("column %s is %d bytes, over the %d-byte limit of a column other than the payload",
-				m.roles()[i].column, len(t.tuple[c.pos].data), limit)
+		if c.pos >= 0 && t.tuple[c.pos].Kind == pgtext.KindText && len(t.tuple[c.pos].Data) > limit && i != rolePayload {
+			return ev, false, pgtext.RowErrorf("column %s is %d bytes, over the %d-byte limit of a column other than the payload",
+				m.roles()[i].column, len(t.tuple[c.pos].Data), limit)
 		}
 	}
 	if t, rowErr = t.resolveFields(); rowErr != nil {
@@ -62,11 +63,11 @@ func mapTuple(cfg *Config, t mappedTuple) (ev cdc.Event, drop bool, rowErr *RowE
 	}
 	id, idOID, ok := t.mappedValue(roleID)
 	if !ok {
-		return ev, false, rowErrorf("%s (table.field.event.id) is NULL", m.IDColumn)
+		return ev, false, pgtext.RowErrorf("%s (table.field.event.id) is NULL", m.IDColumn)
 	}
 	route, _, ok := t.mappedValue(roleRoute)
 	if !ok {
-		return ev, false, rowErrorf("%s (route.by.field) is NULL, so the event has no routing key", m.RouteColumn)
+		return ev, false, pgtext.RowErrorf("%s (route.by.field) is NULL, so the event has no routing key", m.RouteColumn)
 	}
 	mapped := &cdc.Mapped{RoutingKey: m.route.key(string(route))}
 	ev = cdc.Event{ID: idText(id, idOID), AggregateType: string(route), CommitLSN: t.commitLSN, Mapped: mapped}
@@ -95,24 +96,24 @@ func mapTuple(cfg *Config, t mappedTuple) (ev cdc.Event, drop bool, rowErr *RowE
 		mapped.Headers = append(mapped.Headers, traceHeaders(string(v))...)
 	}
 	payload, payloadOID, present := t.mappedValue(rolePayload)
-	if present && len(payload) > 2*cfg.MaxPayloadBytes+2 { // bytea's hex text is twice its size; refuse before decoding
-		return cdc.Event{}, false, rowErrorf("payload is %d bytes, over the %d-byte limit (--max-payload-bytes)", len(payload), cfg.MaxPayloadBytes)
+	if present && len(payload) > 2*lim.MaxPayloadBytes+2 { // bytea's hex text is twice its size; refuse before decoding
+		return cdc.Event{}, false, pgtext.RowErrorf("payload is %d bytes, over the %d-byte limit (--max-payload-bytes)", len(payload), lim.MaxPayloadBytes)
 	}
 	body, err := payloadBytes(payload, payloadOID, present)
 	if err != nil {
 		return cdc.Event{}, false, err
 	}
-	if len(body) > cfg.MaxPayloadBytes {
-		return cdc.Event{}, false, rowErrorf("payload is %d bytes, over the %d-byte limit (--max-payload-bytes)", len(body), cfg.MaxPayloadBytes)
+	if len(body) > lim.MaxPayloadBytes {
+		return cdc.Event{}, false, pgtext.RowErrorf("payload is %d bytes, over the %d-byte limit (--max-payload-bytes)", len(body), lim.MaxPayloadBytes)
 	}
-	empty := !present || payloadOID != oidBytea && len(bytes.TrimSpace(body)) == 0
+	empty := !present || payloadOID != pgtext.OIDBytea && len(bytes.TrimSpace(body)) == 0
 	switch {
 	case empty && m.TombstoneOnEmpty && m.Tombstone == TombstoneDrop:
 		return cdc.Event{}, true, nil
 	case empty && m.TombstoneOnEmpty:
 		mapped.Tombstone, body = true, nil
 	case !present:
-		return cdc.Event{}, false, rowErrorf("%s (table.field.event.payload) is NULL: AMQP has no null body; write a payload, "+
+		return cdc.Event{}, false, pgtext.RowErrorf("%s (table.field.event.payload) is NULL: AMQP has no null body; write a payload, "+
 			"or set route.tombstone.on.empty.payload=true to publish such rows as tombstones", m.PayloadColumn)
 	}
 	mapped.ContentType = contentType(payloadOID)
@@ -134,7 +135,7 @@ func mapTuple(cfg *Config, t mappedTuple) (ev cdc.Event, drop bool, rowErr *RowE
 		}
 		if ok && slices.Contains(m.EnvelopeJSON, p.Column) {
 			if !json.Valid(v) {
-				return cdc.Event{}, false, rowErrorf("%s (amqp.envelope.json) is not valid JSON, so it cannot be nested in the envelope", p.Column)
+				return cdc.Event{}, false, pgtext.RowErrorf("%s (amqp.envelope.json) is not valid JSON, so it cannot be nested in the envelope", p.Column)
 			}
 			val = json.RawMessage(v) // nested as is: writeJSON compacts it
 		}
@@ -158,9 +159,9 @@ func mapTuple(cfg *Config, t mappedTuple) (ev cdc.Event, drop bool, rowErr *RowE
 		return cdc.Event{}, false, err
 	}
 	ev.Payload = append([]byte(nil), body...)
-	if cfg.Check != nil {
-		if err := cfg.Check(ev); err != nil {
-			return cdc.Event{}, false, &RowError{Reason: err.Error(), check: err}
+	if lim.Check != nil {
+		if err := lim.Check(ev); err != nil {
+			return cdc.Event{}, false, pgtext.CheckFailed(err)
 		}
 	}
 	return ev, false, nil
@@ -168,31 +169,31 @@ func mapTuple(cfg *Config, t mappedTuple) (ev cdc.Event, drop bool, rowErr *RowE
 
 // mappedTimestamp is the event time: the timestamp column (timestamptz; timestamp read as UTC; int8 epoch
 // in amqp.timestamp.unit), or the commit time when it is unset or NULL.
-func (t mappedTuple) mappedTimestamp() (time.Time, *RowError) {
+func (t mappedTuple) mappedTimestamp() (time.Time, *pgtext.RowError) {
 	rel := t.rel
 	v, oid, ok := t.mappedValue(roleTimestamp)
 	if !ok {
 		return t.commitTime.UTC(), nil
 	}
 	switch oid {
-	case oidTimestamptz:
-		if t, ok := parseTimestamptz(v); ok {
+	case pgtext.OIDTimestamptz:
+		if t, ok := pgtext.ParseTimestamptz(v); ok {
 			return t, nil
 		}
-	case oidTimestamp:
+	case pgtext.OIDTimestamp:
 		if t, err := time.Parse("2006-01-02 15:04:05.999999", string(v)); err == nil {
 			return t, nil
 		}
-	case oidInt8:
-		n, status := parseInt(v, 64)
-		if status == intOK && rel.mapping.TimestampUnit == "us" {
+	case pgtext.OIDInt8:
+		n, status := pgtext.ParseInt(v, 64)
+		if status == pgtext.IntOK && rel.mapping.TimestampUnit == "us" {
 			return time.UnixMicro(n).UTC(), nil
 		}
-		if status == intOK {
+		if status == pgtext.IntOK {
 			return time.UnixMilli(n).UTC(), nil
 		}
 	}
-	return time.Time{}, rowErrorf("%s (table.field.event.timestamp) %s is not a time in the range the router reads", rel.mapping.TimestampColumn, quote(v))
+	return time.Time{}, pgtext.RowErrorf("%s (table.field.event.timestamp) %s is not a time in the range the router reads", rel.mapping.TimestampColumn, pgtext.Quote(v))
 }
 
 // typedValue converts a column's text to the header value of its type: int2 → int16, int4 → int32,
@@ -200,31 +201,31 @@ func (t mappedTuple) mappedTimestamp() (time.Time, *RowError) {
 // anything else (uuid, text, json, numeric…) → its text.
 func typedValue(v []byte, oid uint32) any {
 	switch oid {
-	case oidInt2, oidInt4, oidInt8:
-		if n, status := parseInt(v, 64); status == intOK {
+	case pgtext.OIDInt2, pgtext.OIDInt4, pgtext.OIDInt8:
+		if n, status := pgtext.ParseInt(v, 64); status == pgtext.IntOK {
 			switch oid {
-			case oidInt2:
+			case pgtext.OIDInt2:
 				return int16(n)
-			case oidInt4:
+			case pgtext.OIDInt4:
 				return int32(n)
 			}
 			return n
 		}
-	case oidBool:
+	case pgtext.OIDBool:
 		return len(v) == 1 && v[0] == 't'
-	case oidFloat4, oidFloat8:
+	case pgtext.OIDFloat4, pgtext.OIDFloat8:
 		if f, err := strconv.ParseFloat(string(v), 64); err == nil {
 			return f
 		}
-	case oidBytea:
+	case pgtext.OIDBytea:
 		if b, err := byteaText(v); err == nil {
 			return b
 		}
-	case oidTimestamptz:
-		if t, ok := parseTimestamptz(v); ok {
+	case pgtext.OIDTimestamptz:
+		if t, ok := pgtext.ParseTimestamptz(v); ok {
 			return t.UnixMilli()
 		}
-	case oidTimestamp:
+	case pgtext.OIDTimestamp:
 		if t, err := time.Parse("2006-01-02 15:04:05.999999", string(v)); err == nil {
 			return t.UnixMilli()
 		}
@@ -235,7 +236,7 @@ func typedValue(v []byte, oid uint32) any {
 // idText is the message id of an id column's text: the text itself, or for bytea its bytes in lowercase
 // hex without PostgreSQL's \x (a message id is a short string; 127 bytes at most fit).
 func idText(v []byte, oid uint32) string {
-	if oid == oidBytea && bytes.HasPrefix(v, []byte(`\x`)) {
+	if oid == pgtext.OIDBytea && bytes.HasPrefix(v, []byte(`\x`)) {
 		return string(v[2:])
 	}
 	return string(v)
@@ -244,7 +245,7 @@ func idText(v []byte, oid uint32) string {
 // keyText is the ordering key of a key column's text: the text itself, or for bytea its bytes, so that the
 // lane follows the key's bytes (as Debezium's binary message key does).
 func keyText(v []byte, oid uint32) string {
-	if oid == oidBytea {
+	if oid == pgtext.OIDBytea {
 		if b, err := byteaText(v); err == nil {
 			return string(b)
 		}
@@ -274,13 +275,13 @@ func byteaText(v []byte) ([]byte, error) {
 }
 
 // payloadBytes is the body of a payload column: its text, or bytea's bytes.
-func payloadBytes(v []byte, oid uint32, present bool) ([]byte, *RowError) {
-	if !present || oid != oidBytea {
+func payloadBytes(v []byte, oid uint32, present bool) ([]byte, *pgtext.RowError) {
+	if !present || oid != pgtext.OIDBytea {
 		return v, nil
 	}
 	b, err := byteaText(v)
 	if err != nil {
-		return nil, rowErrorf("payload is not in bytea's hex format (set bytea_output = hex)")
+		return nil, pgtext.RowErrorf("payload is not in bytea's hex format (set bytea_output = hex)")
 	}
 	return b, nil
 }
@@ -288,9 +289,9 @@ func payloadBytes(v []byte, oid uint32, present bool) ([]byte, *RowError) {
 // contentType follows the payload column's type.
 func contentType(oid uint32) string {
 	switch oid {
-	case oidJSONB, oidJSON:
+	case pgtext.OIDJSONB, pgtext.OIDJSON:
 		return "application/json"
-	case oidBytea:
+	case pgtext.OIDBytea:
 		return "application/octet-stream"
 	}
 	return "text/plain; charset=utf-8"
@@ -320,7 +321,7 @@ func envelopeBody(payload []byte, oid uint32, present, expand bool, fields []env
 	switch {
 	case !present:
 		b.WriteString("null")
-	case oid == oidBytea:
+	case oid == pgtext.OIDBytea:
 		writeJSON(&b, payload) // []byte marshals as base64
 	case expand && json.Valid(payload):
 		_ = json.Compact(&b, payload)

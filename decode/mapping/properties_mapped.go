@@ -1,9 +1,10 @@
-package decode
+package mapping
 
 import (
 	"fmt"
 	"slices"
 
+	"github.com/cdc-router/cdc-router/decode/internal/pgtext"
 	"github.com/cdc-router/cdc-router/internal/cdc"
 )
 
@@ -18,7 +19,7 @@ type Property struct {
 var rowProperties = []string{"content_type", "content_encoding", "correlation_id", "reply_to", "app_id"}
 
 // propertyTypes are the column types a property column may have.
-var propertyTypes = []uint32{oidText, oidVarchar, oidUUID}
+var propertyTypes = []uint32{pgtext.OIDText, pgtext.OIDVarchar, pgtext.OIDUUID}
 
 // setProperty applies amqp.property.<name>=<column>.
 func (m *Mapping) setProperty(name, column string) error {
@@ -29,7 +30,7 @@ func (m *Mapping) setProperty(name, column string) error {
 	case name == "user_id":
 		return fmt.Errorf("%s is not supported: RabbitMQ closes the channel for a user_id other than the router's user", option)
 	case !slices.Contains(rowProperties, name):
-		return fmt.Errorf("unknown option %q: amqp.property.<name> sets the property of that name per row, for %s", option, orList(rowProperties))
+		return fmt.Errorf("unknown option %q: amqp.property.<name> sets the property of that name per row, for %s", option, pgtext.OrList(rowProperties))
 	case column == "":
 		return fmt.Errorf("%s is empty: name a column of the outbox table, or remove the option", option)
 	}
@@ -41,14 +42,14 @@ func (m *Mapping) setProperty(name, column string) error {
 // base, one per Property): a NULL leaves the table-wide value (the content type of the payload column or
 // amqp.content.type; unset for the others). A value over 255 bytes, AMQP's short string, quarantines the
 // row, naming the option.
-func (t mappedTuple) setProperties(base int, mapped *cdc.Mapped) *RowError {
+func (t mappedTuple) setProperties(base int, mapped *cdc.Mapped) *pgtext.RowError {
 	for i, p := range t.rel.mapping.Properties {
 		v, _, ok := t.mappedValue(base + i)
 		if !ok {
 			continue
 		}
 		if len(v) > maxShortString {
-			return rowErrorf("%s (amqp.property.%s) is %d bytes, AMQP allows 255 for a property", p.Column, p.Name, len(v))
+			return pgtext.RowErrorf("%s (amqp.property.%s) is %d bytes, AMQP allows 255 for a property", p.Column, p.Name, len(v))
 		}
 		switch s := string(v); p.Name {
 		case "content_type":
@@ -72,14 +73,14 @@ func (m *Mapping) headersRole() int { return numRoles + len(m.Additional) + len(
 // setJSONHeaders keeps the row's amqp.headers.json column on mapped, for route to spread into headers
 // as it spreads the native headers column. A value that is not a JSON object quarantines the row, naming
 // the option; NULL adds no header.
-func (t mappedTuple) setJSONHeaders(mapped *cdc.Mapped) *RowError {
+func (t mappedTuple) setJSONHeaders(mapped *cdc.Mapped) *pgtext.RowError {
 	m := t.rel.mapping
 	v, oid, ok := t.mappedValue(m.headersRole())
 	if !ok {
 		return nil
 	}
-	if !(oid == oidJSONB || oid == oidJSON) && !isJSONObject(v) || !startsObject(v) {
-		return rowErrorf("%s (amqp.headers.json) is not a JSON object, so it cannot become headers", m.HeadersJSONColumn)
+	if !(oid == pgtext.OIDJSONB || oid == pgtext.OIDJSON) && !pgtext.IsJSONObject(v) || !pgtext.StartsObject(v) {
+		return pgtext.RowErrorf("%s (amqp.headers.json) is not a JSON object, so it cannot become headers", m.HeadersJSONColumn)
 	}
 	mapped.JSONHeaders = append([]byte(nil), v...)
 	return nil

@@ -1,4 +1,4 @@
-package decode
+package pgtext
 
 import (
 	"bytes"
@@ -7,8 +7,8 @@ import (
 	"time"
 )
 
-// isUUID reports whether b is a uuid in PostgreSQL's text form, 8-4-4-4-12 hexadecimal digits.
-func isUUID(b []byte) bool {
+// IsUUID reports whether b is a uuid in PostgreSQL's text form, 8-4-4-4-12 hexadecimal digits.
+func IsUUID(b []byte) bool {
 	if len(b) != 36 {
 		return false
 	}
@@ -27,31 +27,32 @@ func isUUID(b []byte) bool {
 	return true
 }
 
-type intStatus uint8
+// IntStatus is how ParseInt ended: IntOK, IntSyntax (not a decimal integer) or IntRange (out of range).
+type IntStatus uint8
 
 const (
-	intOK intStatus = iota
-	intSyntax
-	intRange
+	IntOK IntStatus = iota
+	IntSyntax
+	IntRange
 )
 
-// parseInt parses a signed decimal integer of the given bit size, as strconv.ParseInt(s, 10, bits) does,
+// ParseInt parses a signed decimal integer of the given bit size, as strconv.ParseInt(s, 10, bits) does,
 // without allocating.
-func parseInt(b []byte, bits uint) (int64, intStatus) {
+func ParseInt(b []byte, bits uint) (int64, IntStatus) {
 	neg := false
 	if len(b) > 0 && (b[0] == '-' || b[0] == '+') {
 		neg = b[0] == '-'
 		b = b[1:]
 	}
 	if len(b) == 0 {
-		return 0, intSyntax
+		return 0, IntSyntax
 	}
 	limit := uint64(1) << (bits - 1) // magnitude of the smallest value
 	var n uint64
 	over := false
 	for _, c := range b {
 		if c < '0' || c > '9' {
-			return 0, intSyntax
+			return 0, IntSyntax
 		}
 		d := uint64(c - '0')
 		if over || n > (limit-d)/10 {
@@ -61,32 +62,32 @@ func parseInt(b []byte, bits uint) (int64, intStatus) {
 		n = n*10 + d
 	}
 	if over || !neg && n == limit {
-		return 0, intRange
+		return 0, IntRange
 	}
 	if neg {
-		return -int64(n), intOK
+		return -int64(n), IntOK
 	}
-	return int64(n), intOK
+	return int64(n), IntOK
 }
 
-func isJSON(b []byte) bool { return json.Valid(b) }
+func IsJSON(b []byte) bool { return json.Valid(b) }
 
-// startsObject reports whether b, known to be valid JSON, is an object.
-func startsObject(b []byte) bool {
+// StartsObject reports whether b, known to be valid JSON, is an object.
+func StartsObject(b []byte) bool {
 	t := bytes.TrimLeft(b, " \t\r\n")
 	return len(t) > 0 && t[0] == '{'
 }
 
-// isJSONObject reports whether b is one valid JSON object.
-func isJSONObject(b []byte) bool {
+// IsJSONObject reports whether b is one valid JSON object.
+func IsJSONObject(b []byte) bool {
 	t := bytes.TrimLeft(b, " \t\r\n")
 	return len(t) > 0 && t[0] == '{' && json.Valid(b)
 }
 
-// parseTimestamptz parses timestamptz text as PostgreSQL prints it with DateStyle=ISO:
+// ParseTimestamptz parses timestamptz text as PostgreSQL prints it with DateStyle=ISO:
 // "2024-01-02 03:04:05.123456+00", the fraction optional, the offset ±hh, ±hh:mm or ±hh:mm:ss.
 // The result is in UTC.
-func parseTimestamptz(b []byte) (time.Time, bool) {
+func ParseTimestamptz(b []byte) (time.Time, bool) {
 	if len(b) > len("2006-01-02 15:04:05.999999-07:00:00") { // too long for the layouts: convert nothing
 		return time.Time{}, false
 	}
@@ -112,8 +113,8 @@ func parseTimestamptz(b []byte) (time.Time, bool) {
 	return t.UTC(), true
 }
 
-// quote quotes a column value for a RowError reason, cut to 64 bytes.
-func quote(b []byte) string {
+// Quote quotes a column value for a RowError reason, cut to 64 bytes.
+func Quote(b []byte) string {
 	const max = 64
 	if len(b) > max {
 		return strconv.Quote(string(b[:max])) + "…"
