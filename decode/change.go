@@ -21,7 +21,7 @@ func (d *Decoder) insert(walStart cdc.LSN, r *reader, h Handler) error {
 		return protocolError(msgInsert, "tuple has %d columns, relation %s has %d", len(d.tuple), rel.table, len(rel.columns))
 	}
 	for _, v := range d.tuple {
-		if v.kind == kindBinary {
+		if v.Kind == kindBinary {
 			return protocolError(msgInsert, "binary column value in %s: the slot must be read in text mode", rel.table)
 		}
 	}
@@ -38,11 +38,11 @@ func (d *Decoder) insert(walStart cdc.LSN, r *reader, h Handler) error {
 	var f fields
 	for c, pos := range rel.index { // every column is present: shapeDrift found none missing
 
-		switch v := d.tuple[pos]; v.kind {
+		switch v := d.tuple[pos]; v.Kind {
 		case kindNull:
 			f[c].state = stateNull
 		case kindText:
-			f[c] = field{state: stateText, text: v.data}
+			f[c] = field{state: stateText, text: v.Data}
 		}
 	}
 	ev, rowErr := mapFields(&d.cfg, &f, d.commitLSN, true) // the relation has no drift: payload and headers are json or jsonb
@@ -59,7 +59,7 @@ func (d *Decoder) insert(walStart cdc.LSN, r *reader, h Handler) error {
 // insertMapped hands an insert into a mapped outbox to the Handler: an Event, a Quarantine, or nothing
 // for a tombstone with amqp.tombstone=drop.
 func (d *Decoder) insertMapped(walStart cdc.LSN, ordinal int, rel *relation, h Handler) error {
-	ev, drop, rowErr := mapTuple(&d.cfg, mappedTuple{rel: rel.mapped, tuple: d.tuple, commitLSN: d.commitLSN, commitTime: d.commitTime})
+	ev, drop, rowErr := rel.mapped.Map(d.cfg.limits(), d.tuple, d.commitLSN, d.commitTime)
 	switch {
 	case rowErr != nil:
 		return d.quarantine(walStart, ordinal, rel, rowErr.Reason, h)
@@ -67,44 +67,11 @@ func (d *Decoder) insertMapped(walStart cdc.LSN, ordinal int, rel *relation, h H
 		return nil
 	}
 	ev.LSN, ev.Ordinal, ev.Table, ev.CommitTime = walStart, ordinal, rel.table, d.commitTime
-	ev.Mapped.Columns = rowColumns(rel.columns, rel.mapped, d.tuple, ev)
+	ev.Mapped.Columns = rel.mapped.RowColumns(rel.columns, d.tuple, ev)
 	if err := h.Event(ev); err != nil {
 		return fmt.Errorf("decode: event %s at %s: %w", ev.ID, walStart, err)
 	}
 	return nil
-}
-
-// rowColumns keeps the row of a mapped event for its quarantine record, should the broker refuse it: one
-// copy of the columns' texts, except the payload when the body is the column's value (no envelope, no
-// tombstone), which shares ev.Payload.
-func rowColumns(names []string, rel *mappedRelation, tuple []value, ev cdc.Event) []cdc.Column {
-	payload := rel.cols[rolePayload]
-	shared := -1
-	if payload.pos >= 0 && !ev.Mapped.Tombstone && !rel.mapping.envelope() && tuple[payload.pos].kind == kindText {
-		shared = payload.pos
-	}
-	size := 0
-	for i, v := range tuple {
-		if i != shared {
-			size += len(v.data)
-		}
-	}
-	buf := make([]byte, 0, size)
-	cols := make([]cdc.Column, len(tuple))
-	for i, v := range tuple {
-		cols[i].Name = names[i]
-		switch {
-		case v.kind == kindNull:
-			cols[i].Null = true
-		case v.kind != kindText: // unchanged TOAST is never sent for an insert
-		case i == shared:
-			cols[i].Text, cols[i].Bytea = ev.Payload, payload.oid == oidBytea
-		default:
-			buf = append(buf, v.data...)
-			cols[i].Text = buf[len(buf)-len(v.data) : len(buf) : len(buf)]
-		}
-	}
-	return cols
 }
 
 // ordinal is the index of an insert at walStart among the open transaction's inserts at that position.

@@ -63,7 +63,7 @@ func compareWithPglogrepl(t *testing.T, data []byte) {
 	case *pglogrepl.InsertMessage:
 		var tuple []value
 		for _, c := range m.Tuple.Columns {
-			tuple = append(tuple, value{kind: c.DataType, data: c.Data})
+			tuple = append(tuple, value{Kind: c.DataType, Data: c.Data})
 		}
 		theirs = fmt.Sprintf("I %d %s", m.RelationID, tupleString(tuple))
 	}
@@ -75,7 +75,7 @@ func compareWithPglogrepl(t *testing.T, data []byte) {
 func tupleString(tuple []value) string {
 	s := ""
 	for _, v := range tuple {
-		s += fmt.Sprintf("%c%q ", v.kind, v.data)
+		s += fmt.Sprintf("%c%q ", v.Kind, v.Data)
 	}
 	return s
 }

@@ -3,8 +3,9 @@ package decode
 import (
 	"errors"
 	"fmt"
-	"strings"
 
+	"github.com/cdc-router/cdc-router/decode/internal/pgtext"
+	"github.com/cdc-router/cdc-router/decode/mapping"
 	"github.com/cdc-router/cdc-router/internal/cdc"
 )
 
@@ -68,20 +69,17 @@ type Outbox struct {
 
 // QualifiedTable is table as schema.name ("public." added to a name without a schema), the form in which
 // Decode and the setup check compare table names.
-func QualifiedTable(table string) string {
-	schema, name, _ := splitTable(table)
-	return schema + "." + name
-}
+func QualifiedTable(table string) string { return pgtext.QualifiedTable(table) }
 
 // Validate reports the first invalid field of c, with the defaults applied.
 func (c Config) Validate() error {
 	c = c.withDefaults()
-	if _, _, ok := splitTable(c.Table); !ok {
+	if _, _, ok := pgtext.SplitTable(c.Table); !ok {
 		return fmt.Errorf("decode: table %q must be a table name, as schema.table or table", c.Table)
 	}
 	seen := map[string]bool{QualifiedTable(c.Table): true}
 	for _, t := range c.MoreTables {
-		if _, _, ok := splitTable(t.Table); !ok {
+		if _, _, ok := pgtext.SplitTable(t.Table); !ok {
 			return fmt.Errorf("decode: table %q must be a table name, as schema.table or table", t.Table)
 		}
 		if seen[QualifiedTable(t.Table)] {
@@ -111,12 +109,12 @@ func (c Config) withDefaults() Config {
 	return c
 }
 
-// splitTable splits "schema.table" at the first dot (a name without a dot is in public); both parts must be
-// non-empty.
-func splitTable(t string) (schema, name string, ok bool) {
-	schema, name, ok = strings.Cut(t, ".")
-	if !ok {
-		schema, name = "public", t // an unqualified name is in public, as migrations and the checks take it
-	}
-	return schema, name, schema != "" && name != ""
+// Mapping is a mapped outbox's configuration: Debezium's outbox router options (package decode/mapping,
+// which parses it, resolves it against a table and maps its rows).
+type Mapping = mapping.Mapping
+
+// limits are the bounds and the check of c for a mapped row.
+func (c *Config) limits() mapping.Limits {
+	return mapping.Limits{MaxPayloadBytes: c.MaxPayloadBytes, ValueLimit: max(c.MaxPayloadBytes, DefaultMaxPayloadBytes),
+		Check: c.Check}
 }

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/cdc-router/cdc-router/decode/internal/pgtext"
 	"github.com/cdc-router/cdc-router/internal/cdc"
 )
 
@@ -81,7 +82,7 @@ func New(cfg Config) *Decoder {
 
 // addOutbox adds an outbox table; a table without a schema or a name (which Validate refuses) is none.
 func (d *Decoder) addOutbox(table string, m *Mapping) {
-	if schema, name, ok := splitTable(table); ok {
+	if schema, name, ok := pgtext.SplitTable(table); ok {
 		d.outboxes[[2]string{schema, name}] = m
 		d.names = append(d.names, QualifiedTable(table))
 	}

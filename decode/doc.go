@@ -13,11 +13,12 @@
 //   - logical decoding messages with Config.MessagePrefix (pg_logical_emit_message): a transactional one
 //     holds a JSON envelope keyed by the outbox columns and is mapped by the row rules, at its place among
 //     the transaction's inserts (message.go);
-//   - the column mapping of Config.Mapping (run --config: Debezium's outbox router options, mapping*.go,
-//     routing.go): an outbox of another shape resolved once per Relation message, its rows mapped to an
-//     Event with cdc.Mapped (routing key, typed headers, content type, timestamp, tombstone); the rows of
-//     such a table read with SELECT (snapshot, backfill, quarantine replay) are mapped by the same code
-//     through a RowMapper (rowmapper.go).
+//   - the use of Config.Mapping (run --config): an outbox of another shape is resolved once per Relation
+//     message (mapping.Resolve) and each of its inserts mapped by mapping.Relation.Map; the rows of such a
+//     table read with SELECT (snapshot, backfill, quarantine replay) are mapped by the same code through a
+//     RowMapper (rowmapper.go). What a mapping is and what a row maps to (Debezium's outbox router
+//     options, routing keys, typed headers, content type, timestamp, tombstone) is package
+//     decode/mapping's; PostgreSQL text values, type OIDs and RowError are decode/internal/pgtext's.
 //
 // It guarantees:
 //   - a malformed, truncated or unexpected message returns an error and never panics; after an error the
@@ -44,14 +45,10 @@
 //     among the transaction's inserts at that position (a COPY writes many rows at one), so (LSN,
 //     Ordinal) names the row uniquely and the same way on every replay of the stream;
 //   - columns are matched by name, so column order and extra columns do not matter;
-//   - with a Mapping, a missing or mistyped mapped column is drift found from the Relation message and
-//     named by its option (TestMappingDrift), never a per-row check; a row with a NULL id or routing value,
-//     or a NULL payload without tombstones, is a Quarantine (TestMappingQuarantinesRows); only a tombstone
-//     with amqp.tombstone=drop, the user's explicit choice, gives neither an Event nor a Quarantine;
-//   - an option left at its default never refuses a table for a column of that name and another type (the
-//     column is left unused: TestMappingOptions), and a column:field, amqp.headers.json,
-//     amqp.envelope.json or amqp.validate.json value that does not hold is a Quarantine naming the option
-//     (TestMappingQuarantinesRows), in the stream and the snapshot alike (one mapTuple);
+//   - with a Mapping, a table that does not fit it (mapping.Resolve's problem) is drift found from the
+//     Relation message, never a per-row check (TestMappingDrift), and a row mapping.Relation.Map refuses
+//     is a Quarantine with its reason (TestMappingQuarantinesRows); only a tombstone with
+//     amqp.tombstone=drop, the user's explicit choice, gives neither an Event nor a Quarantine;
 //   - payload and headers bytes are passed through as PostgreSQL sent them, copied out of the WAL buffer;
 //   - memory is bounded by bytes: a payload over Config.MaxPayloadBytes (or another value over the
 //     larger of that and DefaultMaxPayloadBytes) is quarantined from its length on the wire and is never

@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/cdc-router/cdc-router/decode/internal/pgtext"
 	"github.com/cdc-router/cdc-router/internal/cdc"
 )
 
@@ -26,17 +27,17 @@ func (e *DriftError) Error() string {
 	return fmt.Sprintf("decode: refusing the insert at %s into %s because %s: %s", e.LSN, e.Table, e.Problem, e.fix)
 }
 
-// Type OIDs of the built-in types an outbox column may have; built-in OIDs are the same in every cluster.
+// Type OIDs of the built-in types an outbox column may have (pgtext's).
 const (
-	oidInt8        = 20
-	oidInt2        = 21
-	oidInt4        = 23
-	oidText        = 25
-	oidJSON        = 114
-	oidVarchar     = 1043
-	oidTimestamptz = 1184
-	oidUUID        = 2950
-	oidJSONB       = 3802
+	oidInt8        = pgtext.OIDInt8
+	oidInt2        = pgtext.OIDInt2
+	oidInt4        = pgtext.OIDInt4
+	oidText        = pgtext.OIDText
+	oidJSON        = pgtext.OIDJSON
+	oidVarchar     = pgtext.OIDVarchar
+	oidTimestamptz = pgtext.OIDTimestamptz
+	oidUUID        = pgtext.OIDUUID
+	oidJSONB       = pgtext.OIDJSONB
 )
 
 // acceptedTypes is the type OIDs the row mapping reads for outbox column c; the first is the one
@@ -59,19 +60,9 @@ func acceptedTypes(c int) []uint32 {
 	return nil
 }
 
-// builtinTypeName names the built-in types a column is likely to be changed to.
-func builtinTypeName(oid uint32) string {
-	names := map[uint32]string{16: "bool", 17: "bytea", 18: "char", 19: "name", oidInt8: "int8", oidInt2: "int2",
-		oidInt4: "int4", oidText: "text", 26: "oid", oidJSON: "json", 142: "xml", 700: "float4", 701: "float8",
-		1042: "bpchar", oidVarchar: "varchar", 1082: "date", 1083: "time", 1114: "timestamp",
-		oidTimestamptz: "timestamptz", 1186: "interval", 1266: "timetz", 1700: "numeric", oidUUID: "uuid",
-		oidJSONB: "jsonb"}
-	return names[oid]
-}
-
 // typeName names a type OID: a built-in's name, a name a Type message announced, or "type OID n".
 func (d *Decoder) typeName(oid uint32) string {
-	if n := builtinTypeName(oid); n != "" {
+	if n := pgtext.BuiltinTypeName(oid); n != "" {
 		return n
 	}
 	if n, ok := d.types[oid]; ok {
@@ -97,9 +88,9 @@ func (d *Decoder) shapeDrift(m relationMsg, index *[numColumns]int) (problem str
 		}
 		names := make([]string, len(want))
 		for i, oid := range want {
-			names[i] = builtinTypeName(oid)
+			names[i] = pgtext.BuiltinTypeName(oid)
 		}
-		problems = append(problems, fmt.Sprintf("column %s is %s, want %s", columnName(c), d.typeName(got), orList(names)))
+		problems = append(problems, fmt.Sprintf("column %s is %s, want %s", columnName(c), d.typeName(got), pgtext.OrList(names)))
 		actions = append(actions, fmt.Sprintf("ALTER COLUMN %[1]s TYPE %[2]s USING %[1]s::%[2]s", columnName(c), names[0]))
 	}
 	return strings.Join(problems, "; "), actions
@@ -115,7 +106,7 @@ func columnDefinition(c int) string {
 	case colOccurredAt:
 		return "timestamptz NOT NULL DEFAULT now()"
 	}
-	return builtinTypeName(acceptedTypes(c)[0])
+	return pgtext.BuiltinTypeName(acceptedTypes(c)[0])
 }
 
 // shapeFix is the fix clause of a DriftError for an outbox that lacks columns or has retyped ones.
@@ -146,14 +137,6 @@ func otherFix(table, quoted, outbox, publication string) string {
 		"replay the quarantined rows (`cdc-router quarantine replay`); if it is another table, remove it from the "+
 		"publication (ALTER PUBLICATION %s DROP TABLE %s, or recreate a FOR ALL TABLES publication as FOR TABLE %s) "+
 		"and start once with --on-drift=quarantine", renamed, pub, pub, quoted, outbox)
-}
-
-// orList joins "a", "a or b", "a, b or c".
-func orList(s []string) string {
-	if len(s) < 2 {
-		return strings.Join(s, "")
-	}
-	return strings.Join(s[:len(s)-1], ", ") + " or " + s[len(s)-1]
 }
 
 // quoteIdent quotes a name for SQL, always, as pgx.Identifier does: a keyword or an upper-case name needs it.

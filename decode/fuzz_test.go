@@ -10,6 +10,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/cdc-router/cdc-router/decode/internal/pgtext"
 	"github.com/cdc-router/cdc-router/internal/cdc"
 )
 
@@ -133,8 +134,8 @@ func (c *txnChecker) Begin(commitLSN cdc.LSN) error {
 }
 
 func (c *txnChecker) Event(ev cdc.Event) error {
-	if !c.open || ev.CommitLSN != c.commit || !isUUID([]byte(ev.ID)) || !isJSON(ev.Payload) || len(ev.Payload) > 64 ||
-		len(ev.Headers) > 0 && !isJSONObject(ev.Headers) {
+	if !c.open || ev.CommitLSN != c.commit || !pgtext.IsUUID([]byte(ev.ID)) || !pgtext.IsJSON(ev.Payload) || len(ev.Payload) > 64 ||
+		len(ev.Headers) > 0 && !pgtext.IsJSONObject(ev.Headers) {
 		return c.fail("bad Event %+v in transaction %s (open %v)", ev, c.commit, c.open)
 	}
 	c.row(ev.LSN, ev.Ordinal)
@@ -202,10 +203,10 @@ func FuzzRow(f *testing.F) {
 		}
 		for _, s := range []string{version, schemaVersion} {
 			for _, bits := range []uint{32, 64} {
-				n, status := parseInt([]byte(s), bits)
+				n, status := pgtext.ParseInt([]byte(s), bits)
 				want, werr := strconv.ParseInt(s, 10, int(bits))
 				if !sameParse(s, n, status, want, werr) {
-					t.Fatalf("parseInt(%q, %d) = %d, %d; strconv gives %d, %v", s, bits, n, status, want, werr)
+					t.Fatalf("pgtext.ParseInt(%q, %d) = %d, %d; strconv gives %d, %v", s, bits, n, status, want, werr)
 				}
 			}
 		}
@@ -255,16 +256,16 @@ func viaDecode(t *testing.T, cfg Config, tuple []tv) string {
 
 // sameParse reports whether parseInt's result matches strconv.ParseInt's. strconv reports a range error as
 // soon as the digits overflow, even when a non-digit follows; parseInt reports that as a syntax error.
-func sameParse(s string, n int64, status intStatus, want int64, werr error) bool {
+func sameParse(s string, n int64, status pgtext.IntStatus, want int64, werr error) bool {
 	var ne *strconv.NumError
 	switch {
 	case werr == nil:
-		return status == intOK && n == want
+		return status == pgtext.IntOK && n == want
 	case !errors.As(werr, &ne):
 		return false
 	case ne.Err == strconv.ErrSyntax:
-		return status == intSyntax
+		return status == pgtext.IntSyntax
 	}
 	digits := strings.TrimLeft(s, "+-")
-	return status == intRange || status == intSyntax && strings.Trim(digits, "0123456789") != ""
+	return status == pgtext.IntRange || status == pgtext.IntSyntax && strings.Trim(digits, "0123456789") != ""
 }

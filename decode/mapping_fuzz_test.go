@@ -4,27 +4,12 @@ import (
 	"testing"
 )
 
-// FuzzParseMapping: any file text is either refused or gives a mapping whose routing never panics.
-func FuzzParseMapping(f *testing.F) {
-	f.Add("route.topic.regex=(?<a>x)(y)?\nroute.topic.replacement=$2${a}$1\\\\$\n", "xy")
-	f.Add("transforms.outbox.table.fields.additional.placement=a:header, b:envelope:c\n", "")
-	f.Add("route.topic.regex=\\\\\nroute.topic.replacement=$0", "\\")
-	f.Fuzz(func(t *testing.T, text, value string) {
-		m, err := ParseMapping(text)
-		if err != nil {
-			return
-		}
-		_ = m.route.key(value)
-		_ = m.Columns()
-	})
-}
-
 // FuzzMappedInsert: any column text in a mapped table gives exactly one event or one quarantine, never an
 // error or a panic.
 func FuzzMappedInsert(f *testing.F) {
 	f.Add(id1, "Order", "o-1", `{"a":1}`, `\x00ff`, "2024-01-02 03:04:05+00", "traceparent=x", "7", "t")
 	f.Add("", "", "", "", `\x0`, "", "\\", "x", "")
-	m, err := ParseMapping("table.field.event.timestamp=ts\ntable.fields.additional.placement=raw:header,n:envelope,b:header\n" +
+	m, err := parseMapping("table.field.event.timestamp=ts\ntable.fields.additional.placement=raw:header,n:envelope,b:header\n" +
 		"route.tombstone.on.empty.payload=true\ntable.expand.json.payload=true\nroute.topic.regex=(?<routedByValue>[a-z]*)(.*)\n" +
 		"route.topic.replacement=$2.${routedByValue}")
 	if err != nil {

@@ -52,7 +52,7 @@ var commitTime = time.Date(2024, 1, 1, 0, 0, 0, 0, time.UTC)
 // decodeMapped decodes one transaction inserting row into public.outbox read through the mapping text.
 func decodeMapped(t *testing.T, mapping string, row []mcol, onDrift string) (*recorder, error) {
 	t.Helper()
-	m, err := ParseMapping(mapping)
+	m, err := parseMapping(mapping)
 	if err != nil {
 		t.Fatalf("ParseMapping: %v", err)
 	}
@@ -582,14 +582,14 @@ func TestParseMappingRefuses(t *testing.T) {
 		{"route.topic.regex=[[a-z]+", "line 1: route.topic.regex \"[[a-z]+\" uses a nested character class"},
 	}
 	for _, tt := range tests {
-		if _, err := ParseMapping(tt.text); err == nil || !strings.Contains(err.Error(), tt.want) {
-			t.Errorf("ParseMapping(%q) = %v, want an error with %q", tt.text, err, tt.want)
+		if _, err := parseMapping(tt.text); err == nil || !strings.Contains(err.Error(), tt.want) {
+			t.Errorf("parseMapping(%q) = %v, want an error with %q", tt.text, err, tt.want)
 		}
 	}
 }
 
 func TestParseMappingConnectorPrefix(t *testing.T) {
-	m, err := ParseMapping("transforms=outbox\ntransforms.outbox.type=io.debezium.transforms.outbox.EventRouter\n" +
+	m, err := parseMapping("transforms=outbox\ntransforms.outbox.type=io.debezium.transforms.outbox.EventRouter\n" +
 		"transforms.outbox.route.by.field=topic\n# comment\ntransforms.outbox.table.op.invalid.behavior=warn\n")
 	if err != nil {
 		t.Fatal(err)
@@ -600,7 +600,7 @@ func TestParseMappingConnectorPrefix(t *testing.T) {
 }
 
 func TestMappingColumns(t *testing.T) {
-	m, err := ParseMapping("table.fields.additional.placement=type:header\ntable.field.additional.missing=ignore")
+	m, err := parseMapping("table.fields.additional.placement=type:header\ntable.field.additional.missing=ignore")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -624,7 +624,7 @@ func TestMappingColumns(t *testing.T) {
 // header placement and a tracing column, with the payload of BenchmarkDecodeInsert.
 func BenchmarkDecodeMappedInsert(b *testing.B) {
 	const oid = 16390
-	m, err := ParseMapping("table.field.event.timestamp=created_at\ntable.fields.additional.placement=type:header:eventType\n")
+	m, err := parseMapping("table.field.event.timestamp=created_at\ntable.fields.additional.placement=type:header:eventType\n")
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/cdc-router/cdc-router/decode/internal/pgtext"
 	"github.com/cdc-router/cdc-router/internal/cdc"
 )
 
@@ -123,12 +124,12 @@ func (d *Decoder) quarantineMessage(walStart cdc.LSN, ordinal int, commitLSN cdc
 // the commit time). Other keys are ignored.
 func (d *Decoder) mapEnvelope(content []byte) (cdc.Event, *RowError) {
 	if limit := d.envelopeLimit(); len(content) > limit {
-		return cdc.Event{}, rowErrorf("the message is %d bytes, over the %d-byte limit of an envelope (--max-payload-bytes plus 8 MiB)",
+		return cdc.Event{}, pgtext.RowErrorf("the message is %d bytes, over the %d-byte limit of an envelope (--max-payload-bytes plus 8 MiB)",
 			len(content), limit)
 	}
 	obj, err := envelopeObject(content)
 	if err != nil {
-		return cdc.Event{}, rowErrorf("the content is not a JSON object: %v", err)
+		return cdc.Event{}, pgtext.RowErrorf("the content is not a JSON object: %v", err)
 	}
 	var f fields
 	for c := range f {
@@ -144,7 +145,7 @@ func (d *Decoder) mapEnvelope(content []byte) (cdc.Event, *RowError) {
 		default:
 			text, reason := envelopeText(c, raw)
 			if reason != "" {
-				return cdc.Event{}, rowErrorf("%s %s", columnName(c), reason)
+				return cdc.Event{}, pgtext.RowErrorf("%s %s", columnName(c), reason)
 			}
 			f[c] = field{state: stateText, text: text}
 		}
@@ -179,13 +180,13 @@ func envelopeText(c int, raw json.RawMessage) ([]byte, string) {
 		return raw, ""
 	case colAggregateVersion, colSchemaVersion:
 		if raw[0] == '"' || raw[0] == '{' || raw[0] == '[' || raw[0] == 't' || raw[0] == 'f' {
-			return nil, fmt.Sprintf("%s is not a JSON integer", quote(raw))
+			return nil, fmt.Sprintf("%s is not a JSON integer", pgtext.Quote(raw))
 		}
 		return raw, "" // mapFields parses the number text as an integer
 	case colOccurredAt:
 		var s string
 		if json.Unmarshal(raw, &s) != nil {
-			return nil, fmt.Sprintf("%s is not a JSON string", quote(raw))
+			return nil, fmt.Sprintf("%s is not a JSON string", pgtext.Quote(raw))
 		}
 		t, err := time.Parse(time.RFC3339Nano, s)
 		if err != nil {
@@ -195,7 +196,7 @@ func envelopeText(c int, raw json.RawMessage) ([]byte, string) {
 	}
 	var s string
 	if json.Unmarshal(raw, &s) != nil {
-		return nil, fmt.Sprintf("%s is not a JSON string", quote(raw))
+		return nil, fmt.Sprintf("%s is not a JSON string", pgtext.Quote(raw))
 	}
 	return []byte(s), ""
 }

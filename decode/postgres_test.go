@@ -11,12 +11,13 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cdc-router/cdc-router/internal/cdc"
-	"github.com/cdc-router/cdc-router/internal/testenv"
 	"github.com/jackc/pglogrepl"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgproto3"
+
+	"github.com/cdc-router/cdc-router/internal/cdc"
+	"github.com/cdc-router/cdc-router/internal/testenv"
 )
 
 var recordFrames = flag.Bool("record", false, "write the WALData frames TestDecodeFromPostgres receives to testdata/frames")

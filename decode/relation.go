@@ -4,6 +4,8 @@ import (
 	"strings"
 	"unicode/utf8"
 
+	"github.com/cdc-router/cdc-router/decode/internal/pgtext"
+	"github.com/cdc-router/cdc-router/decode/mapping"
 	"github.com/cdc-router/cdc-router/internal/cdc"
 )
 
@@ -21,7 +23,7 @@ type relation struct {
 	// is reported at the relation's first insert, if any.
 	problem, fix string
 	// mapped is the outbox resolved against Config.Mapping; nil for the native shape.
-	mapped *mappedRelation
+	mapped *mapping.Relation
 }
 
 // newRelation builds the cache entry for m; index maps each outbox column to its wire position, or -1
@@ -29,7 +31,7 @@ type relation struct {
 // outbox must have all of them with an accepted type (acceptedTypes), any other relation is drift.
 func (d *Decoder) newRelation(m relationMsg) *relation {
 	rel := &relation{table: m.namespace + "." + m.name, columns: m.columns}
-	mapping, outbox := d.outboxes[[2]string{m.namespace, m.name}]
+	mp, outbox := d.outboxes[[2]string{m.namespace, m.name}]
 	rel.outbox = outbox
 	for c := range rel.index {
 		rel.index[c] = -1
@@ -44,20 +46,20 @@ func (d *Decoder) newRelation(m relationMsg) *relation {
 		rel.problem = "table " + rel.table + " is in the publication but is not " + d.outboxNames()
 		quotedOutboxes := make([]string, len(d.names))
 		for i, n := range d.names {
-			schema, name, _ := splitTable(n)
+			schema, name, _ := pgtext.SplitTable(n)
 			quotedOutboxes[i] = quoteIdent(schema) + "." + quoteIdent(name)
 		}
 		rel.fix = otherFix(rel.table, quoted, strings.Join(quotedOutboxes, ", "), d.cfg.Publication)
 		return rel
 	}
-	if mapping != nil {
-		rel.mapped, rel.problem = mapRelation(m, mapping, d.typeName)
+	if mp != nil {
+		rel.mapped, rel.problem = mapping.Resolve(mp, m.columns, m.types, d.typeName)
 		for c := range rel.index {
 			rel.index[c] = -1
 		}
-		rel.index[colID] = rel.mapped.cols[roleID].pos // for the quarantine record's event id
+		rel.index[colID] = rel.mapped.IDPos() // for the quarantine record's event id
 		if rel.problem != "" {
-			rel.fix = mappedFix(quoted)
+			rel.fix = mapping.DriftFix(quoted)
 		}
 		return rel
 	}
@@ -82,11 +84,11 @@ func (d *Decoder) outboxNames() string {
 func rawColumns(names []string, tuple []value) map[string]cdc.RawValue {
 	m := make(map[string]cdc.RawValue, len(tuple))
 	for i, v := range tuple {
-		switch v.kind {
+		switch v.Kind {
 		case kindNull:
 			m[names[i]] = cdc.NullValue()
 		case kindText:
-			m[names[i]] = cdc.NewRawValue(v.data)
+			m[names[i]] = cdc.NewRawValue(v.Data)
 		}
 	}
 	return m
@@ -96,12 +98,12 @@ func rawColumns(names []string, tuple []value) map[string]cdc.RawValue {
 // or "" when the relation has no id column or the value is not text.
 func eventID(rel *relation, tuple []value) string {
 	pos := rel.index[colID]
-	if pos < 0 || tuple[pos].kind != kindText {
+	if pos < 0 || tuple[pos].Kind != kindText {
 		return ""
 	}
-	id := tuple[pos].data
+	id := tuple[pos].Data
 	if rel.mapped != nil {
-		id = []byte(idText(id, rel.mapped.cols[roleID].oid)) // the message id: bytea in hex without \x
+		id = []byte(rel.mapped.EventID(id)) // the message id: bytea in hex without \x
 	}
 	return string(cutUTF8(id, maxEventID))
 }

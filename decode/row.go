@@ -1,9 +1,9 @@
 package decode
 
 import (
-	"fmt"
 	"strings"
 
+	"github.com/cdc-router/cdc-router/decode/internal/pgtext"
 	"github.com/cdc-router/cdc-router/internal/cdc"
 )
 
@@ -56,22 +56,9 @@ func columnByName(name string) (int, bool) {
 	return 0, false
 }
 
-// RowError is why an outbox row cannot become an event. The row is quarantined, never dropped.
-type RowError struct {
-	// Reason is one short sentence naming the column and the problem, e.g.
-	// `aggregate_version "abc" is not an integer`; for a Config.Check failure it is the error's text.
-	Reason string
-	check  error // the Config.Check error, when that is the reason
-}
-
-func (e *RowError) Error() string { return "outbox row rejected: " + e.Reason }
-
-// Unwrap returns the Config.Check error that rejected the row, or nil.
-func (e *RowError) Unwrap() error { return e.check }
-
-func rowErrorf(format string, args ...any) *RowError {
-	return &RowError{Reason: fmt.Sprintf(format, args...)}
-}
+// RowError is why an outbox row cannot become an event (pgtext.RowError, which decode/mapping returns
+// too). The row is quarantined, never dropped.
+type RowError = pgtext.RowError
 
 type valueState uint8
 
@@ -126,23 +113,23 @@ func mapFields(cfg *Config, f *fields, commitLSN cdc.LSN, pgJSON bool) (cdc.Even
 		switch {
 		case c == colHeaders:
 		case f[c].state == stateAbsent:
-			return cdc.Event{}, rowErrorf("column %s is missing", columnName(c))
+			return cdc.Event{}, pgtext.RowErrorf("column %s is missing", columnName(c))
 		case f[c].state == stateNull:
-			return cdc.Event{}, rowErrorf("column %s is NULL", columnName(c))
+			return cdc.Event{}, pgtext.RowErrorf("column %s is NULL", columnName(c))
 		}
 	}
 	if n := len(f[colPayload].text); n > cfg.MaxPayloadBytes {
-		return cdc.Event{}, rowErrorf("payload is %d bytes, over the %d-byte limit (--max-payload-bytes)", n, cfg.MaxPayloadBytes)
+		return cdc.Event{}, pgtext.RowErrorf("payload is %d bytes, over the %d-byte limit (--max-payload-bytes)", n, cfg.MaxPayloadBytes)
 	}
 	limit := max(cfg.MaxPayloadBytes, DefaultMaxPayloadBytes)
 	for c := range f {
 		if c != colPayload && len(f[c].text) > limit {
-			return cdc.Event{}, rowErrorf("%s is %d bytes, over the %d-byte limit of a column other than the payload",
+			return cdc.Event{}, pgtext.RowErrorf("%s is %d bytes, over the %d-byte limit of a column other than the payload",
 				columnName(c), len(f[c].text), limit)
 		}
 	}
-	if id := f[colID].text; !isUUID(id) {
-		return cdc.Event{}, rowErrorf("id %s is not a uuid", quote(id))
+	if id := f[colID].text; !pgtext.IsUUID(id) {
+		return cdc.Event{}, pgtext.RowErrorf("id %s is not a uuid", pgtext.Quote(id))
 	}
 	version, err := parseIntColumn(f, colAggregateVersion, 64)
 	if err != nil {
@@ -153,16 +140,16 @@ func mapFields(cfg *Config, f *fields, commitLSN cdc.LSN, pgJSON bool) (cdc.Even
 		return cdc.Event{}, err
 	}
 	payload := f[colPayload].text
-	if !pgJSON && !isJSON(payload) {
-		return cdc.Event{}, rowErrorf("payload is not valid JSON")
+	if !pgJSON && !pgtext.IsJSON(payload) {
+		return cdc.Event{}, pgtext.RowErrorf("payload is not valid JSON")
 	}
 	headers := f[colHeaders].text
-	if f[colHeaders].state == stateText && !(pgJSON && startsObject(headers) || isJSONObject(headers)) {
-		return cdc.Event{}, rowErrorf("headers is not a JSON object")
+	if f[colHeaders].state == stateText && !(pgJSON && pgtext.StartsObject(headers) || pgtext.IsJSONObject(headers)) {
+		return cdc.Event{}, pgtext.RowErrorf("headers is not a JSON object")
 	}
-	occurredAt, ok := parseTimestamptz(f[colOccurredAt].text)
+	occurredAt, ok := pgtext.ParseTimestamptz(f[colOccurredAt].text)
 	if !ok {
-		return cdc.Event{}, rowErrorf("occurred_at %s is not a timestamptz like 2006-01-02 15:04:05.999999+00", quote(f[colOccurredAt].text))
+		return cdc.Event{}, pgtext.RowErrorf("occurred_at %s is not a timestamptz like 2006-01-02 15:04:05.999999+00", pgtext.Quote(f[colOccurredAt].text))
 	}
 	// Two allocations instead of six: the four strings share one, the payload and the headers another.
 	id, aggType, aggID, eventType := f[colID].text, f[colAggregateType].text, f[colAggregateID].text, f[colEventType].text
@@ -190,7 +177,7 @@ func mapFields(cfg *Config, f *fields, commitLSN cdc.LSN, pgJSON bool) (cdc.Even
 	}
 	if cfg.Check != nil {
 		if err := cfg.Check(ev); err != nil {
-			return cdc.Event{}, &RowError{Reason: err.Error(), check: err}
+			return cdc.Event{}, pgtext.CheckFailed(err)
 		}
 	}
 	return ev, nil
@@ -198,12 +185,12 @@ func mapFields(cfg *Config, f *fields, commitLSN cdc.LSN, pgJSON bool) (cdc.Even
 
 func parseIntColumn(f *fields, c int, bits uint) (int64, *RowError) {
 	text := f[c].text
-	n, status := parseInt(text, bits)
+	n, status := pgtext.ParseInt(text, bits)
 	switch status {
-	case intSyntax:
-		return 0, rowErrorf("%s %s is not an integer", columnName(c), quote(text))
-	case intRange:
-		return 0, rowErrorf("%s %s is out of the int%d range", columnName(c), quote(text), bits)
+	case pgtext.IntSyntax:
+		return 0, pgtext.RowErrorf("%s %s is not an integer", columnName(c), pgtext.Quote(text))
+	case pgtext.IntRange:
+		return 0, pgtext.RowErrorf("%s %s is out of the int%d range", columnName(c), pgtext.Quote(text), bits)
 	}
 	return n, nil
 }

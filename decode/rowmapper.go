@@ -5,6 +5,8 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/cdc-router/cdc-router/decode/internal/pgtext"
+	"github.com/cdc-router/cdc-router/decode/mapping"
 	"github.com/cdc-router/cdc-router/internal/cdc"
 )
 
@@ -26,7 +28,7 @@ type RowMapper struct {
 	table string
 	cols  []Column
 	names []string // the columns' names, in the order of cols
-	rel   *mappedRelation
+	rel   *mapping.Relation
 	tuple []value
 }
 
@@ -38,7 +40,7 @@ type MappingError struct {
 }
 
 func (e *MappingError) Error() string {
-	schema, name, _ := splitTable(e.Table)
+	schema, name, _ := pgtext.SplitTable(e.Table)
 	return fmt.Sprintf("decode: refusing to read %s because %s: correct the option in the --config file to the "+
 		"table as it is, or the table (%s) to the option", e.Table, e.Problem, quoteIdent(schema)+"."+quoteIdent(name))
 }
@@ -63,8 +65,8 @@ func MappingFor(cfg Config, table string) *Mapping {
 // is a *MappingError.
 func NewRowMapper(cfg Config, table string, cols []Column) (*RowMapper, error) {
 	cfg = cfg.withDefaults()
-	mapping := MappingFor(cfg, table)
-	if mapping == nil {
+	mp := MappingFor(cfg, table)
+	if mp == nil {
 		return nil, fmt.Errorf("decode: table %s has no mapping (--config)", QualifiedTable(table))
 	}
 	msg := relationMsg{columns: make([]string, len(cols)), types: make([]uint32, len(cols))}
@@ -76,7 +78,7 @@ func NewRowMapper(cfg Config, table string, cols []Column) (*RowMapper, error) {
 		}
 	}
 	typeName := func(oid uint32) string {
-		if n := builtinTypeName(oid); n != "" {
+		if n := pgtext.BuiltinTypeName(oid); n != "" {
 			return n
 		}
 		if n, ok := names[oid]; ok {
@@ -84,7 +86,7 @@ func NewRowMapper(cfg Config, table string, cols []Column) (*RowMapper, error) {
 		}
 		return "type OID " + strconv.FormatUint(uint64(oid), 10)
 	}
-	rel, problem := mapRelation(msg, mapping, typeName)
+	rel, problem := mapping.Resolve(mp, msg.columns, msg.types, typeName)
 	if problem != "" {
 		return nil, &MappingError{Table: QualifiedTable(table), Problem: problem}
 	}
@@ -96,7 +98,7 @@ func NewRowMapper(cfg Config, table string, cols []Column) (*RowMapper, error) {
 func (r *RowMapper) Columns() []Column { return r.cols }
 
 // IDColumn is the position of the event id column (table.field.event.id) in Columns.
-func (r *RowMapper) IDColumn() int { return r.rel.cols[roleID].pos }
+func (r *RowMapper) IDColumn() int { return r.rel.IDPos() }
 
 // Map maps one row: values are its columns in the order of Columns, as text the way a reader session
 // prints them (TimeZone=UTC, DateStyle=ISO, IntervalStyle=postgres, extra_float_digits=3,
@@ -109,18 +111,18 @@ func (r *RowMapper) Map(values []*string, commitTime time.Time) (ev cdc.Event, d
 	}
 	for i, v := range values {
 		if v == nil {
-			r.tuple[i] = value{kind: kindNull}
+			r.tuple[i] = value{Kind: kindNull}
 		} else {
-			r.tuple[i] = value{kind: kindText, data: []byte(*v)}
+			r.tuple[i] = value{Kind: kindText, Data: []byte(*v)}
 		}
 	}
-	ev, drop, rowErr := mapTuple(&r.cfg, mappedTuple{rel: r.rel, tuple: r.tuple, commitTime: commitTime})
+	ev, drop, rowErr := r.rel.Map(r.cfg.limits(), r.tuple, 0, commitTime)
 	if rowErr != nil || drop {
 		clear(r.tuple)
 		return cdc.Event{}, drop, errorOrNil(rowErr)
 	}
 	ev.Table = r.table
-	ev.Mapped.Columns = rowColumns(r.names, r.rel, r.tuple, ev) // for a quarantine record, as the stream keeps it
+	ev.Mapped.Columns = r.rel.RowColumns(r.names, r.tuple, ev) // for a quarantine record, as the stream keeps it
 	clear(r.tuple)
 	return ev, false, nil
 }

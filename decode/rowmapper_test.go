@@ -14,7 +14,7 @@ import (
 // as text (nil for NULL), and the commit time the stream's encBegin writes standing in for the read time.
 func rowMapped(t *testing.T, mapping string, row []mcol) (cdc.Event, bool, error) {
 	t.Helper()
-	m, err := ParseMapping(mapping)
+	m, err := parseMapping(mapping)
 	if err != nil {
 		t.Fatalf("ParseMapping: %v", err)
 	}

@@ -12,7 +12,7 @@ import (
 func TestDecodeSeveralOutboxTables(t *testing.T) {
 	const a, b, c, other = 16385, 16386, 16387, 16400
 	const id3 = "c2aade11-1e2d-4ef8-bb6d-6bb9bd380a33"
-	m, err := ParseMapping("table=public.dbz\n")
+	m, err := parseMapping("table=public.dbz\n")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -73,10 +73,10 @@ func TestConfigValidateMoreTables(t *testing.T) {
 
 // TestParseMappingTable reads the table a mapping file maps, qualified, and refuses an empty one.
 func TestParseMappingTable(t *testing.T) {
-	if m, err := ParseMapping("table=orders_outbox\n"); err != nil || m.Table != "public.orders_outbox" {
+	if m, err := parseMapping("table=orders_outbox\n"); err != nil || m.Table != "public.orders_outbox" {
 		t.Errorf("table=orders_outbox: %v, %+v", err, m)
 	}
-	if _, err := ParseMapping("table=\n"); err == nil || !strings.Contains(err.Error(), "name the outbox table this file maps") {
+	if _, err := parseMapping("table=\n"); err == nil || !strings.Contains(err.Error(), "name the outbox table this file maps") {
 		t.Errorf("table= empty: %v", err)
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"fmt"
 
+	"github.com/cdc-router/cdc-router/decode/internal/pgtext"
 	"github.com/cdc-router/cdc-router/internal/cdc"
 )
 
@@ -22,19 +23,17 @@ const (
 	msgMessage  = 'M'
 )
 
-// TupleData column kinds.
+// TupleData column kinds (pgtext's).
 const (
-	kindNull      = 'n' // SQL NULL
-	kindUnchanged = 'u' // unchanged TOASTed value, not sent: the value is absent
-	kindText      = 't'
-	kindBinary    = 'b'
+	kindNull      = pgtext.KindNull
+	kindUnchanged = pgtext.KindUnchanged
+	kindText      = pgtext.KindText
+	kindBinary    = pgtext.KindBinary
 )
 
-// value is one TupleData column. data aliases the WAL buffer and is valid only during one Decode call.
-type value struct {
-	kind byte
-	data []byte
-}
+// value is one TupleData column (pgtext.Value, which decode/mapping reads too). Data aliases the WAL
+// buffer and is valid only during one Decode call.
+type value = pgtext.Value
 
 // reader reads pgoutput fields with bounds checks. The first short or malformed read records a reason
 // in err; every later read then returns zero values, so a parse function checks err once at the end.
@@ -128,14 +127,14 @@ func (r *reader) tuple(dst []value) []value {
 	}
 	dst = dst[:0]
 	for i := 0; i < n && r.err == ""; i++ {
-		v := value{kind: r.u8("tuple column kind")}
-		switch v.kind {
+		v := value{Kind: r.u8("tuple column kind")}
+		switch v.Kind {
 		case kindNull, kindUnchanged:
 		case kindText, kindBinary:
 			size := r.u32("tuple column length")
-			v.data = r.takeLong(uint64(size), "tuple column data")
+			v.Data = r.takeLong(uint64(size), "tuple column data")
 		default:
-			r.fail(fmt.Sprintf("tuple column %d has unknown kind %q", i, v.kind))
+			r.fail(fmt.Sprintf("tuple column %d has unknown kind %q", i, v.Kind))
 		}
 		dst = append(dst, v)
 	}

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/cdc-router/cdc-router/inbox"
+	"github.com/cdc-router/cdc-router/inbox/runner"
 )
 
 // Two consumers share one queue that holds every event of ten aggregates, shuffled, with a third of
@@ -37,20 +38,20 @@ func TestTwoConsumersApplyEachEventOnce(t *testing.T) {
 	}
 	rng.Shuffle(len(msgs), func(i, j int) { msgs[i], msgs[j] = msgs[j], msgs[i] })
 	for _, ev := range msgs {
-		l.publish(ev)
+		l.Publish(ev)
 	}
 
-	ctx, cancel := context.WithCancel(l.ctx)
+	ctx, cancel := context.WithCancel(l.Ctx)
 	var wg sync.WaitGroup
 	errs := make(chan error, 2)
 	for range 2 {
-		p := l.processorOn(l.connect(), inbox.Config{Prefetch: 8, RetryMin: 10 * time.Millisecond, RetryMax: 100 * time.Millisecond})
-		ch := l.channel()
-		wg.Go(func() { errs <- p.Consume(ctx, ch, l.queue) })
+		p := l.ProcessorOn(l.Connect(), inbox.Config{Prefetch: 8, RetryMin: 10 * time.Millisecond, RetryMax: 100 * time.Millisecond})
+		ch := l.Channel()
+		wg.Go(func() { errs <- runner.Consume(ctx, p, ch, l.Queue) })
 	}
 	deadline := time.Now().Add(30 * time.Second)
-	for l.count(`SELECT count(*) FROM inbox.aggregate WHERE applied_version = $1`, versions) < aggregates ||
-		l.ready() > 0 {
+	for l.Count(`SELECT count(*) FROM inbox.aggregate WHERE applied_version = $1`, versions) < aggregates ||
+		l.Ready() > 0 {
 		if time.Now().After(deadline) {
 			t.Fatalf("not every aggregate reached version %d within 30s", versions)
 		}
@@ -65,16 +66,16 @@ func TestTwoConsumersApplyEachEventOnce(t *testing.T) {
 		}
 	}
 
-	applied := l.count(`SELECT count(*) FROM applied_log`)
-	distinct := l.count(`SELECT count(DISTINCT event_id) FROM applied_log`)
+	applied := l.Count(`SELECT count(*) FROM applied_log`)
+	distinct := l.Count(`SELECT count(DISTINCT event_id) FROM applied_log`)
 	want(t, "applications", applied, int64(len(events)))
 	want(t, "distinct events applied", distinct, int64(len(events)))
 	for id, amount := range wantAmount {
-		want(t, "amount of "+id, l.amount(id), amount)
+		want(t, "amount of "+id, l.Amount(id), amount)
 	}
-	want(t, "inbox rows", l.count(`SELECT count(*) FROM inbox.inbox WHERE status = 'applied'`), int64(len(events)))
-	want(t, "parked left", l.count(`SELECT count(*) FROM inbox.parked`), 0)
-	want(t, "failed", l.count(`SELECT count(*) FROM inbox.failed`), 0)
+	want(t, "inbox rows", l.Count(`SELECT count(*) FROM inbox.inbox WHERE status = 'applied'`), int64(len(events)))
+	want(t, "parked left", l.Count(`SELECT count(*) FROM inbox.parked`), 0)
+	want(t, "failed", l.Count(`SELECT count(*) FROM inbox.failed`), 0)
 	summary(t, "consumers=2 events=%d published=%d applied=%d distinct=%d inbox=%d aggregates=%d at version %d",
-		len(events), len(msgs), applied, distinct, l.count(`SELECT count(*) FROM inbox.inbox`), aggregates, versions)
+		len(events), len(msgs), applied, distinct, l.Count(`SELECT count(*) FROM inbox.inbox`), aggregates, versions)
 }

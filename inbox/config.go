@@ -33,7 +33,7 @@ func (g GapPolicy) String() string {
 	return fmt.Sprintf("GapPolicy(%d)", int(g))
 }
 
-// Config configures a Processor and its RabbitMQ consumer loop. Only Consumer is required: Defaults
+// Config configures a Processor and the one-channel loop runner.Consume. Only Consumer is required: Defaults
 // fills in every other unset field.
 type Config struct {
 	// Consumer names this projection (this consumer of the events). Records are kept per consumer, so
@@ -65,10 +65,10 @@ type Config struct {
 	// so that a consumer started before its database waits for it instead of exiting.
 	Prepare func(ctx context.Context, tx pgx.Tx) error
 
-	// Prefetch is the AMQP basic.qos prefetch count of Consume. Default 16. With OnGap
+	// Prefetch is the AMQP basic.qos prefetch count of runner.Consume. Default 16. With OnGap
 	// Requeue it must not be 1: the missing event has to be delivered while the early one is held.
 	Prefetch int
-	// RetryMin is Consume's first backoff before a failed delivery is requeued; it doubles, with jitter,
+	// RetryMin is runner.Consume's first backoff before a failed delivery is requeued; it doubles, with jitter,
 	// with the event's counted attempts (or the channel's run of uncounted failures) up to RetryMax.
 	// Defaults 100ms and 10s.
 	RetryMin, RetryMax time.Duration

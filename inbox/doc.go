@@ -1,6 +1,8 @@
-// Package inbox is the consumer half of cdc-router: it makes "effectively once" hold end to end for a
-// consumer that keeps a projection in PostgreSQL, although RabbitMQ delivers cdc-router's events at
-// least once and, after retries or replays, out of order.
+// Package inbox is the consumer-side transaction of cdc-router: it applies each event to a projection
+// in PostgreSQL at most once per event id and in version order per aggregate, in the transaction of the
+// projection's own write, and keeps the records that make it so and their repair. That makes
+// "effectively once" hold end to end, although RabbitMQ delivers cdc-router's events at least once and,
+// after retries or replays, out of order. Reading the events from RabbitMQ is package inbox/runner's.
 //
 // It owns six tables in a schema of the consumer's choosing (Migrate, MigrateSchema), in the projection's
 // database (the inbox row commits with the handler's writes): inbox (every event
@@ -8,8 +10,8 @@
 // applied version and the baseline version of the last trusted snapshot), parked (events that arrived
 // ahead of a gap), failed (events that did not apply, with the reason), attempts (failed attempts of
 // events not yet applied) and requests (repairs an operator filed without the handler, which a running
-// Runner carries out: Admin, cdc-router inbox). Every record belongs to one consumer, named by Config.Consumer, so several
-// projections can share a schema.
+// runner carries out: Admin, ServeRequest, cdc-router inbox). Every record belongs to one consumer,
+// named by Config.Consumer, so several projections can share a schema.
 //
 // It guarantees, for each event and consumer, in one read-committed transaction that also holds the
 // handler's writes:
@@ -34,17 +36,16 @@
 //     count; RetryFailed and ResolveFailed settle a failed event and unblock its aggregate;
 //   - RetryParked applies a parked event only when its gap has closed, and ResolveParked skips the
 //     missing versions before it only when asked, logging the skipped range;
-//   - Consume acknowledges a delivery only after its transaction committed, and requeues it otherwise;
 //   - Repair writes a trusted full snapshot only over the version the repairer observed and only below
 //     the snapshot's version, and records that version as the baseline;
-//   - New refuses a schema whose tables are missing or out of date, naming the fix (Check); a database
-//     that does not answer yet is waited for by Runner.Run (Config.Prepare, then Check), not refused;
-//   - a Runner declares its queue with exactly RunnerConfig's arguments, and a queue that exists with
-//     others is refused naming the argument and the fix.
+//   - New refuses a schema whose tables are missing or out of date, naming the fix (Check,
+//     TestNewRefusesMissingTables); a database that does not answer yet is not refused: New returns the
+//     Processor, Process runs Prepare first, and a runner waits for it (Ready, Prepare).
 //
 // It never acknowledges before commit, never applies an event whose id it has seen with other content,
 // never treats a parked event as applied, never logs a payload, never takes a table lock when migrating
 // an up-to-date schema, and never makes an external side effect (an e-mail, an SMS, a call to another
 // service) exactly-once: that takes the next hop's idempotency key. It imports nothing from the router's
-// pipeline; it reads only the message format the router publishes.
+// pipeline and no broker client: package inbox/runner reads cdc-router's messages from RabbitMQ
+// (Runner, Consume, DecodeDelivery) and hands each to Process as an Event.
 package inbox

@@ -66,7 +66,11 @@ func (e Event) Fingerprint() []byte {
 	field(num[:])
 	field(e.Payload)
 	if e.FullState { // only when set, so that deltas keep the fingerprints stored before this mark existed
-		field([]byte(headerFullState))
+		field([]byte(fullStateMark))
 	}
 	return h.Sum(nil)
 }
+
+// fullStateMark is hashed into the fingerprint of a full-state event. It is the header's name
+// (full_state) and must never change: fingerprints are stored.
+const fullStateMark = "full_state"

@@ -62,3 +62,10 @@ func (p *Processor) fail(ctx context.Context, ev Event, reason string, cause err
 		"aggregate_type", ev.AggregateType, "aggregate_id", ev.AggregateID, "reason", reason, "error", cause)
 	return Result{Outcome: Failed}, nil
 }
+
+// RecordMalformed records a delivery that could not be read as an event (cause wraps ErrMalformed) in
+// the failed table with reason 'malformed', keeping whatever ev holds, and returns the Failed outcome:
+// the delivery is acknowledged, as redelivery cannot fix it. A Process of an invalid Event does the same.
+func (p *Processor) RecordMalformed(ctx context.Context, ev Event, cause error) (Result, error) {
+	return p.fail(ctx, ev, reasonMalformed, cause)
+}

@@ -6,8 +6,9 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/cdc-router/cdc-router/internal/cdc"
 	"github.com/jackc/pgx/v5"
+
+	"github.com/cdc-router/cdc-router/internal/cdc"
 )
 
 // ErrFailedNotFound reports a failed-event id that this consumer has no unresolved record of.

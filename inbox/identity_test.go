@@ -9,8 +9,9 @@ import (
 	"sync/atomic"
 	"testing"
 
-	"github.com/cdc-router/cdc-router/inbox"
 	"github.com/jackc/pgx/v5"
+
+	"github.com/cdc-router/cdc-router/inbox"
 )
 
 // Two projections share one inbox schema and receive the same 1,000 events, each in its own shuffled
@@ -33,7 +34,7 @@ func TestTwoProjectionsOnOneSchemaEachApplyEveryEvent(t *testing.T) {
 	outcomes := map[string]*[inbox.Failed + 1]atomic.Int64{}
 	var wg sync.WaitGroup
 	for _, name := range consumers {
-		if _, err := l.db.Exec(l.ctx, fmt.Sprintf(`CREATE TABLE projection_%[1]s (id text PRIMARY KEY,
+		if _, err := l.DB.Exec(l.Ctx, fmt.Sprintf(`CREATE TABLE projection_%[1]s (id text PRIMARY KEY,
 			amount bigint NOT NULL, version bigint NOT NULL);
 			CREATE TABLE applied_%[1]s (event_id text NOT NULL)`, name)); err != nil {
 			t.Fatal(err)
@@ -42,15 +43,15 @@ func TestTwoProjectionsOnOneSchemaEachApplyEveryEvent(t *testing.T) {
 		counts := new([inbox.Failed + 1]atomic.Int64)
 		outcomes[name] = counts
 		for w := range workers {
-			p, err := inbox.New(l.connect(), projectInto(name), inbox.Config{Consumer: name}, nil)
+			p, err := inbox.New(l.Connect(), projectInto(name), inbox.Config{Consumer: name}, nil)
 			if err != nil {
 				t.Fatal(err)
 			}
 			wg.Go(func() {
 				for i := w; i < len(order); i += workers {
-					res, err := p.Process(l.ctx, events[order[i]])
+					res, err := p.Process(l.Ctx, events[order[i]])
 					for err != nil && inbox.IsTransient(err) {
-						res, err = p.Process(l.ctx, events[order[i]])
+						res, err = p.Process(l.Ctx, events[order[i]])
 					}
 					if err != nil {
 						t.Errorf("%s: %v", name, err)
@@ -63,17 +64,17 @@ func TestTwoProjectionsOnOneSchemaEachApplyEveryEvent(t *testing.T) {
 	}
 	wg.Wait()
 	for _, name := range consumers {
-		applied := l.count(fmt.Sprintf(`SELECT count(*) FROM applied_%s`, name))
-		distinct := l.count(fmt.Sprintf(`SELECT count(DISTINCT event_id) FROM applied_%s`, name))
+		applied := l.Count(fmt.Sprintf(`SELECT count(*) FROM applied_%s`, name))
+		distinct := l.Count(fmt.Sprintf(`SELECT count(DISTINCT event_id) FROM applied_%s`, name))
 		want(t, name+" events applied", applied, int64(len(events)))
 		want(t, name+" distinct events applied", distinct, int64(len(events)))
 		want(t, name+" duplicates", outcomes[name][inbox.Duplicate].Load(), 0)
-		want(t, name+" inbox rows applied", l.count(`SELECT count(*) FROM inbox.inbox
+		want(t, name+" inbox rows applied", l.Count(`SELECT count(*) FROM inbox.inbox
 			WHERE consumer = $1 AND status = 'applied'`, name), int64(len(events)))
-		want(t, name+" parked left", l.count(`SELECT count(*) FROM inbox.parked WHERE consumer = $1`, name), 0)
+		want(t, name+" parked left", l.Count(`SELECT count(*) FROM inbox.parked WHERE consumer = $1`, name), 0)
 		wrong := 0
 		for id, amount := range balances {
-			if got := l.count(fmt.Sprintf(`SELECT coalesce((SELECT amount FROM projection_%s WHERE id = $1), 0)`, name), id); got != amount {
+			if got := l.Count(fmt.Sprintf(`SELECT coalesce((SELECT amount FROM projection_%s WHERE id = $1), 0)`, name), id); got != amount {
 				wrong++
 			}
 		}

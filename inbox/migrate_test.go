@@ -5,8 +5,9 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/cdc-router/cdc-router/inbox"
 	"github.com/jackc/pgx/v5"
+
+	"github.com/cdc-router/cdc-router/inbox"
 )
 
 // Migrate may run at every start, from several consumers at once, into any schema.

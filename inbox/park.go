@@ -5,8 +5,9 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/cdc-router/cdc-router/internal/cdc"
 	"github.com/jackc/pgx/v5"
+
+	"github.com/cdc-router/cdc-router/internal/cdc"
 )
 
 // park stores an event that is ahead of a gap, whole, and marks its inbox row parked. A parked row is

@@ -6,8 +6,9 @@ import (
 	"errors"
 	"testing"
 
-	"github.com/cdc-router/cdc-router/inbox"
 	"github.com/jackc/pgx/v5"
+
+	"github.com/cdc-router/cdc-router/inbox"
 )
 
 // gapLab is an order whose versions 2 and 3 never arrive (dead-lettered, say): version 1 applies, 4
@@ -25,7 +26,7 @@ func gapLab(t *testing.T) (*lab, *inbox.Processor, []inbox.Event) {
 			ev.AggregateID, body.Delta, ev.AggregateVersion)
 		return err
 	}
-	p, err := inbox.New(l.db, add, inbox.Config{Consumer: "orders-projection"}, nil)
+	p, err := inbox.New(l.DB, add, inbox.Config{Consumer: "orders-projection"}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -44,7 +45,7 @@ func gapLab(t *testing.T) (*lab, *inbox.Processor, []inbox.Event) {
 // it in one transaction; a missing version arriving afterwards is Stale.
 func TestParkedEventsRetryAndResolve(t *testing.T) {
 	l, p, evs := gapLab(t)
-	parked, err := p.ParkedEvents(l.ctx, 10)
+	parked, err := p.ParkedEvents(l.Ctx, 10)
 	if err != nil || len(parked) != 2 {
 		t.Fatalf("ParkedEvents = %+v, %v; want two", parked, err)
 	}
@@ -54,30 +55,30 @@ func TestParkedEventsRetryAndResolve(t *testing.T) {
 	want(t, "trace header kept", parked[0].Event.Headers["trace_id"], "t-1")
 	want(t, "commit LSN kept", parked[0].Event.CommitLSN, evs[3].CommitLSN)
 
-	res, err := p.RetryParked(l.ctx, evs[3].ID)
+	res, err := p.RetryParked(l.Ctx, evs[3].ID)
 	if err != nil {
 		t.Fatal(err)
 	}
 	want(t, "retry with the gap open", res, inbox.Result{Outcome: inbox.Parked, Version: 1})
-	want(t, "amount after the retry", l.amount("42"), 10)
+	want(t, "amount after the retry", l.Amount("42"), 10)
 
-	res, err = p.ResolveParked(l.ctx, evs[3].ID, "versions 2 and 3 were dead-lettered: ticket 9")
+	res, err = p.ResolveParked(l.Ctx, evs[3].ID, "versions 2 and 3 were dead-lettered: ticket 9")
 	if err != nil {
 		t.Fatal(err)
 	}
 	want(t, "resolve", res, inbox.Result{Outcome: inbox.Applied, Version: 5, Unparked: 2})
-	want(t, "amount", l.amount("42"), 10+40+50)
-	if left, _ := p.ParkedEvents(l.ctx, 10); len(left) != 0 {
+	want(t, "amount", l.Amount("42"), 10+40+50)
+	if left, _ := p.ParkedEvents(l.Ctx, 10); len(left) != 0 {
 		t.Errorf("parked after the resolve: %+v", left)
 	}
 	want(t, "late v2", l.processOK(p, evs[1]).Outcome, inbox.Stale)
-	want(t, "amount after late v2", l.amount("42"), 100)
+	want(t, "amount after late v2", l.Amount("42"), 100)
 	want(t, "v5 again", l.processOK(p, evs[4]).Outcome, inbox.Duplicate)
 
-	if _, err := p.RetryParked(l.ctx, evs[3].ID); !errors.Is(err, inbox.ErrParkedNotFound) {
+	if _, err := p.RetryParked(l.Ctx, evs[3].ID); !errors.Is(err, inbox.ErrParkedNotFound) {
 		t.Errorf("RetryParked of an applied event: %v, want ErrParkedNotFound", err)
 	}
-	if _, err := p.ResolveParked(l.ctx, "no-such-id", ""); !errors.Is(err, inbox.ErrParkedNotFound) {
+	if _, err := p.ResolveParked(l.Ctx, "no-such-id", ""); !errors.Is(err, inbox.ErrParkedNotFound) {
 		t.Errorf("ResolveParked of an unknown id: %v, want ErrParkedNotFound", err)
 	}
 }
@@ -85,14 +86,14 @@ func TestParkedEventsRetryAndResolve(t *testing.T) {
 // Resolving the later of two parked events skips up to it: the earlier one becomes stale, never applied.
 func TestResolveParkedSkipsEarlierParkedEvents(t *testing.T) {
 	l, p, evs := gapLab(t)
-	res, err := p.ResolveParked(l.ctx, evs[4].ID, "")
+	res, err := p.ResolveParked(l.Ctx, evs[4].ID, "")
 	if err != nil {
 		t.Fatal(err)
 	}
 	want(t, "resolve v5", res, inbox.Result{Outcome: inbox.Applied, Version: 5, Unparked: 1})
-	want(t, "amount", l.amount("42"), 10+50)
-	want(t, "v4 stale", l.count(`SELECT count(*) FROM inbox.inbox WHERE event_id = $1 AND status = 'stale'`, evs[3].ID), 1)
-	if left, _ := p.ParkedEvents(l.ctx, 10); len(left) != 0 {
+	want(t, "amount", l.Amount("42"), 10+50)
+	want(t, "v4 stale", l.Count(`SELECT count(*) FROM inbox.inbox WHERE event_id = $1 AND status = 'stale'`, evs[3].ID), 1)
+	if left, _ := p.ParkedEvents(l.Ctx, 10); len(left) != 0 {
 		t.Errorf("parked after the resolve: %+v", left)
 	}
 }

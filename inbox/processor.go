@@ -44,7 +44,7 @@ var errGap = errors.New("event is ahead of a gap")
 // query bounded by checkTimeout, that the inbox tables exist in an up-to-date form (Check), and logs a
 // warning when the schema holds records from before consumer names (AdoptRecords). When PostgreSQL
 // does not answer (not started yet, starting up, unreachable) New logs it and returns the Processor
-// anyway: Runner.Run waits for PostgreSQL and runs both then, and Process runs them first and fails
+// anyway: runner.Runner.Run (package inbox/runner) waits for PostgreSQL and runs both then, and Process runs them first and fails
 // until they pass. A schema that is missing or out of date is refused either way. A nil logger
 // discards logs.
 func New(db Beginner, handler Handler, cfg Config, log *slog.Logger) (*Processor, error) {
@@ -62,8 +62,8 @@ func New(db Beginner, handler Handler, cfg Config, log *slog.Logger) (*Processor
 		timeouts: timeoutsSQL(cfg.LockTimeout, cfg.StatementTimeout), log: log}
 	ctx, cancel := context.WithTimeout(context.Background(), checkTimeout)
 	defer cancel()
-	if err := p.prepare(ctx); err != nil {
-		if !unreachable(err) {
+	if err := p.Prepare(ctx); err != nil {
+		if !Unreachable(err) {
 			return nil, err
 		}
 		log.Warn("inbox: PostgreSQL does not answer; the schema check waits for it", "consumer", cfg.Consumer,
@@ -81,7 +81,7 @@ func New(db Beginner, handler Handler, cfg Config, log *slog.Logger) (*Processor
 // in the failed table and returned as the Failed outcome.
 func (p *Processor) Process(ctx context.Context, ev Event) (Result, error) {
 	if !p.ready.Load() {
-		if err := p.prepare(ctx); err != nil {
+		if err := p.Prepare(ctx); err != nil {
 			return Result{}, err
 		}
 	}
@@ -175,3 +175,10 @@ func (p *Processor) apply(ctx context.Context, tx pgx.Tx, ev Event) (Result, err
 	}
 	return Result{Outcome: Applied, Version: applied, Unparked: n}, nil
 }
+
+// Config returns the Processor's configuration, with every default filled in.
+func (p *Processor) Config() Config { return p.cfg }
+
+// Logger returns the logger the Processor was built with (a discarding one for nil), for the loop
+// that feeds it deliveries.
+func (p *Processor) Logger() *slog.Logger { return p.log }

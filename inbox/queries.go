@@ -11,7 +11,7 @@ type queries struct {
 	listFailed, failedByID, resolveFailed, failedAgain                          string
 	listParked, parkedByID                                                      string
 	request, takeRequest, answerRequest, requestState                           string
-	check, unnamed                                                              string
+	check, unnamed, backlog                                                     string
 }
 
 // failedColumns are the columns listFailed and failedByID return, in scanFailed's order.
@@ -125,6 +125,10 @@ func newQueries(schema string) queries {
 			AND (table_name, column_name) IN (('inbox', 'consumer'), ('aggregate', 'consumer'),
 				('parked', 'consumer'), ('failed', 'consumer'), ('failed', 'resolved_at'), ('attempts', 'consumer'),
 				('requests', 'consumer'))`,
+		backlog: `SELECT
+			(SELECT count(*) FROM {schema}.parked WHERE consumer = $1),
+			(SELECT coalesce(extract(epoch FROM now() - min(parked_at)), 0)::float8 FROM {schema}.parked WHERE consumer = $1),
+			(SELECT count(*) FROM {schema}.failed WHERE consumer = $1 AND resolved_at IS NULL)`,
 		unnamed: `SELECT EXISTS (SELECT 1 FROM {schema}.aggregate WHERE consumer = '')
 			OR EXISTS (SELECT 1 FROM {schema}.inbox WHERE consumer = '')`,
 	}
@@ -132,7 +136,7 @@ func newQueries(schema string) queries {
 		&q.insertSkipped, &q.ensureAggregate, &q.lockAggregate, &q.setApplied, &q.state, &q.park, &q.takeParked,
 		&q.dropStaleParked, &q.fail, &q.repair, &q.prune, &q.pruneAttempts, &q.countAttempt, &q.attempts, &q.clearAttempts,
 		&q.listFailed, &q.failedByID, &q.resolveFailed, &q.failedAgain, &q.listParked, &q.parkedByID,
-		&q.request, &q.takeRequest, &q.answerRequest, &q.requestState, &q.unnamed} {
+		&q.request, &q.takeRequest, &q.answerRequest, &q.requestState, &q.unnamed, &q.backlog} {
 		*s = inSchema(*s, schema)
 	}
 	return q

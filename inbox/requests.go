@@ -29,7 +29,7 @@ type RequestState struct {
 }
 
 // Admin is the consumer's repair API without its handler: it lists the failed and parked events and
-// files Requests that a running Runner of the same consumer carries out (every RunnerConfig.RequestPoll).
+// files Requests that a running Runner of the same consumer carries out (package inbox/runner, every runner.Config.RequestPoll, through ServeRequest).
 type Admin struct{ p *Processor }
 
 // NewAdmin returns the Admin of cfg.Consumer's records in cfg.Schema; it checks the schema as New does.
@@ -114,9 +114,10 @@ func (a *Admin) Await(ctx context.Context, id int64, poll time.Duration) (Reques
 	}
 }
 
-// serveRequest takes one open request of this consumer and carries it out; it reports false when
-// there was none.
-func (p *Processor) serveRequest(ctx context.Context) (bool, error) {
+// ServeRequest takes one open request of this consumer (filed with Admin.Request) and carries it out
+// with the Processor's handler; it reports false when there was none. A Runner calls it every
+// RequestPoll; it answers the request even when carrying it out failed (Outcome "error").
+func (p *Processor) ServeRequest(ctx context.Context) (bool, error) {
 	var id int64
 	var r Request
 	err := p.inTx(ctx, func(tx pgx.Tx) error {
@@ -169,31 +170,4 @@ func (p *Processor) carryOut(ctx context.Context, r Request) (string, error) {
 		return "", err
 	}
 	return res.Outcome.String(), nil
-}
-
-// serveRequests carries out the consumer's requests every RequestPoll until ctx ends; a request in
-// progress finishes with its context intact. A failure to read them is logged once per run of failures.
-func (r *Runner) serveRequests(ctx context.Context) {
-	work := context.WithoutCancel(ctx)
-	failing := false
-	for {
-		for ctx.Err() == nil {
-			more, err := r.p.serveRequest(work)
-			if err != nil {
-				if !failing {
-					r.log.Warn("inbox runner cannot read its repair requests; it tries again", "error", err)
-				}
-				failing = true
-				break
-			}
-			failing = false
-			if !more {
-				break
-			}
-		}
-		sleep(ctx, r.cfg.RequestPoll)
-		if ctx.Err() != nil {
-			return
-		}
-	}
 }

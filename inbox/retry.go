@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"io"
-	"math/rand/v2"
 	"net"
 	"strings"
 	"time"
@@ -14,8 +13,8 @@ import (
 
 // IsTransient reports whether err is one that retrying the whole transaction later is expected to cure:
 // a serialization failure (40001), a deadlock (40P01), a lock or statement timeout, a server shutting
-// down or refusing connections, or a lost connection. Consume requeues every failed delivery that is
-// not permanent; this only decides whether it is logged as a warning or as an error.
+// down or refusing connections, or a lost connection. The runner (package inbox/runner) requeues every
+// failed delivery that is not permanent; this only decides whether it is logged as a warning or as an error.
 func IsTransient(err error) bool {
 	if err == nil {
 		return false
@@ -32,20 +31,6 @@ func IsTransient(err error) bool {
 	return errors.As(err, &netErr) || pgconn.SafeToRetry(err) || pgconn.Timeout(err) ||
 		errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, net.ErrClosed) ||
 		errors.Is(err, context.DeadlineExceeded)
-}
-
-// backoff is the wait before requeueing after the n-th consecutive failure (n >= 1): exponential from
-// lo, capped at hi, with the upper half jittered so that consumers do not retry in step.
-func backoff(n int, lo, hi time.Duration) time.Duration {
-	d := lo
-	for i := 1; i < n && d < hi; i++ {
-		d *= 2
-	}
-	d = min(d, hi)
-	if d <= 1 {
-		return d
-	}
-	return d/2 + rand.N(d/2+1)
 }
 
 // sleep waits d or until ctx is done.

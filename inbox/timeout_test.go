@@ -7,8 +7,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cdc-router/cdc-router/inbox"
 	"github.com/jackc/pgx/v5"
+
+	"github.com/cdc-router/cdc-router/inbox"
 )
 
 // A consumer frozen mid-transaction (SIGSTOP, a GC pause, a hung network) holds its aggregate's row
@@ -19,35 +20,35 @@ func TestFrozenConsumerStallsOnlyItsAggregate(t *testing.T) {
 	const lockTimeout, margin, others = time.Second, time.Second, 20
 	l := newLab(t)
 	cfg := inbox.Config{LockTimeout: lockTimeout}
-	p := l.processorOn(l.connect(), cfg) // one connection, so one processor, per goroutine
+	p := l.ProcessorOn(l.Connect(), cfg) // one connection, so one processor, per goroutine
 	l.processOK(p, order("42", 1, 10))
 
-	frozen, err := l.connect().Begin(l.ctx)
+	frozen, err := l.Connect().Begin(l.Ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer frozen.Rollback(context.Background())
-	if _, err := frozen.Exec(l.ctx, `SELECT 1 FROM inbox.aggregate WHERE consumer = 'orders-projection'
+	if _, err := frozen.Exec(l.Ctx, `SELECT 1 FROM inbox.aggregate WHERE consumer = 'orders-projection'
 		AND aggregate_type = 'order' AND aggregate_id = '42' FOR UPDATE`); err != nil {
 		t.Fatal(err)
 	}
 
 	procs := make([]*inbox.Processor, others)
 	for i := range procs {
-		procs[i] = l.processorOn(l.connect(), cfg)
+		procs[i] = l.ProcessorOn(l.Connect(), cfg)
 	}
 	var wg sync.WaitGroup
 	begun := time.Now()
 	var blockedErr error
 	var blockedTook time.Duration
 	wg.Go(func() {
-		_, blockedErr = p.Process(l.ctx, order("42", 2, 10))
+		_, blockedErr = p.Process(l.Ctx, order("42", 2, 10))
 		blockedTook = time.Since(begun)
 	})
 	tookOthers := make([]time.Duration, others)
 	for i := range others {
 		wg.Go(func() {
-			_, err := procs[i].Process(l.ctx, order(fmt.Sprint(i), 1, 1))
+			_, err := procs[i].Process(l.Ctx, order(fmt.Sprint(i), 1, 1))
 			if err != nil {
 				t.Errorf("aggregate %d: %v", i, err)
 			}
@@ -68,7 +69,7 @@ func TestFrozenConsumerStallsOnlyItsAggregate(t *testing.T) {
 	if blockedTook < lockTimeout || blockedTook > lockTimeout+margin {
 		t.Errorf("blocked event returned after %s, want within [%s, %s]", blockedTook, lockTimeout, lockTimeout+margin)
 	}
-	if err := frozen.Rollback(l.ctx); err != nil {
+	if err := frozen.Rollback(l.Ctx); err != nil {
 		t.Fatal(err)
 	}
 	res := l.processOK(p, order("42", 2, 10))
@@ -82,17 +83,17 @@ func TestFrozenConsumerStallsOnlyItsAggregate(t *testing.T) {
 func TestIdleInTransactionTimeoutFreesAFrozenAggregate(t *testing.T) {
 	const idle = time.Second
 	l := newLab(t)
-	p := l.processor(inbox.Config{LockTimeout: 3 * idle})
+	p := l.Processor(inbox.Config{LockTimeout: 3 * idle})
 	l.processOK(p, order("42", 1, 10))
-	c := l.connect()
-	if _, err := c.Exec(l.ctx, fmt.Sprintf(`SET idle_in_transaction_session_timeout = '%dms'`, idle.Milliseconds())); err != nil {
+	c := l.Connect()
+	if _, err := c.Exec(l.Ctx, fmt.Sprintf(`SET idle_in_transaction_session_timeout = '%dms'`, idle.Milliseconds())); err != nil {
 		t.Fatal(err)
 	}
-	frozen, err := c.Begin(l.ctx)
+	frozen, err := c.Begin(l.Ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := frozen.Exec(l.ctx, `SELECT 1 FROM inbox.aggregate WHERE consumer = 'orders-projection'
+	if _, err := frozen.Exec(l.Ctx, `SELECT 1 FROM inbox.aggregate WHERE consumer = 'orders-projection'
 		AND aggregate_id = '42' FOR UPDATE`); err != nil {
 		t.Fatal(err)
 	}
@@ -111,21 +112,21 @@ func TestIdleInTransactionTimeoutFreesAFrozenAggregate(t *testing.T) {
 func TestTransactionTimeouts(t *testing.T) {
 	l := newLab(t)
 	var lock, statement string
-	l.fault = func(ctx context.Context, tx pgx.Tx, _ inbox.Event) error {
+	l.Fault = func(ctx context.Context, tx pgx.Tx, _ inbox.Event) error {
 		return tx.QueryRow(ctx, `SELECT current_setting('lock_timeout'), current_setting('statement_timeout')`).
 			Scan(&lock, &statement)
 	}
-	l.processOK(l.processor(inbox.Config{}), order("1", 1, 1))
+	l.processOK(l.Processor(inbox.Config{}), order("1", 1, 1))
 	want(t, "default lock_timeout", lock, "5s")
 	want(t, "default statement_timeout", statement, "30s")
 
-	p := l.processor(inbox.Config{LockTimeout: 250 * time.Millisecond, StatementTimeout: 200 * time.Millisecond})
-	l.fault = func(ctx context.Context, tx pgx.Tx, _ inbox.Event) error {
+	p := l.Processor(inbox.Config{LockTimeout: 250 * time.Millisecond, StatementTimeout: 200 * time.Millisecond})
+	l.Fault = func(ctx context.Context, tx pgx.Tx, _ inbox.Event) error {
 		_, err := tx.Exec(ctx, `SELECT pg_sleep(2)`)
 		return err
 	}
 	begun := time.Now()
-	_, err := p.Process(l.ctx, order("2", 1, 1))
+	_, err := p.Process(l.Ctx, order("2", 1, 1))
 	took := time.Since(begun)
 	if err == nil || inbox.FailedAttempts(err) != 1 || took > time.Second {
 		t.Fatalf("overrunning handler: %v after %s (counted %d); want a counted failure well before 2s", err, took, inbox.FailedAttempts(err))

@@ -8,8 +8,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cdc-router/cdc-router/inbox"
 	"github.com/jackc/pgx/v5"
+
+	"github.com/cdc-router/cdc-router/inbox"
 )
 
 // schemaV1 is the inbox schema before consumer names, as released.
@@ -22,7 +23,7 @@ var schemaV1 string
 // event applies when the gap closes); New refuses the old schema with the fix.
 func TestMigrateUpgradesAnInboxWithoutConsumerNames(t *testing.T) {
 	l := newBareLab(t)
-	if _, err := l.db.Exec(l.ctx, strings.ReplaceAll(schemaV1, "{schema}", "inbox")); err != nil {
+	if _, err := l.DB.Exec(l.Ctx, strings.ReplaceAll(schemaV1, "{schema}", "inbox")); err != nil {
 		t.Fatalf("old schema: %v", err)
 	}
 	e3, e5 := order("42", 3, 1), order("42", 5, 100)
@@ -40,74 +41,74 @@ func TestMigrateUpgradesAnInboxWithoutConsumerNames(t *testing.T) {
 		{`INSERT INTO inbox.failed (event_id, reason, detail) VALUES ('x', 'permanent', 'old failure')`, nil},
 		{`INSERT INTO projection (id, amount, version) VALUES ('42', 3, 3)`, nil},
 	} {
-		if _, err := l.db.Exec(l.ctx, st.sql, st.args...); err != nil {
+		if _, err := l.DB.Exec(l.Ctx, st.sql, st.args...); err != nil {
 			t.Fatalf("old rows: %v", err)
 		}
 	}
-	_, err := inbox.New(l.db, l.handle, inbox.Config{Consumer: "orders-projection"}, nil)
+	_, err := inbox.New(l.DB, l.Handle, inbox.Config{Consumer: "orders-projection"}, nil)
 	if !errors.Is(err, inbox.ErrNotMigrated) || !strings.Contains(err.Error(), "inbox.MigrateSchema") {
 		t.Fatalf("New on the old schema = %v, want ErrNotMigrated naming inbox.MigrateSchema", err)
 	}
 	for range 2 {
-		if err := inbox.Migrate(l.ctx, l.db); err != nil {
+		if err := inbox.Migrate(l.Ctx, l.DB); err != nil {
 			t.Fatalf("upgrade: %v", err)
 		}
 	}
 	for table, pk := range map[string]string{"inbox": "PRIMARY KEY (consumer, event_id)",
 		"aggregate": "PRIMARY KEY (consumer, aggregate_type, aggregate_id)", "parked": "PRIMARY KEY (consumer, event_id)"} {
 		var def string
-		if err := l.db.QueryRow(l.ctx, `SELECT pg_get_constraintdef(oid) FROM pg_constraint
+		if err := l.DB.QueryRow(l.Ctx, `SELECT pg_get_constraintdef(oid) FROM pg_constraint
 			WHERE conrelid = ('inbox.' || $1)::regclass AND contype = 'p'`, table).Scan(&def); err != nil {
 			t.Fatal(err)
 		}
 		want(t, table+" primary key", def, pk)
 	}
-	want(t, "unnamed rows", l.count(`SELECT (SELECT count(*) FROM inbox.inbox WHERE consumer = '')
+	want(t, "unnamed rows", l.Count(`SELECT (SELECT count(*) FROM inbox.inbox WHERE consumer = '')
 		+ (SELECT count(*) FROM inbox.failed WHERE consumer = '')`), 3)
 
-	p := l.processor(inbox.Config{})
-	moved, err := inbox.AdoptRecords(l.ctx, l.db, inbox.DefaultSchema, "orders-projection")
+	p := l.Processor(inbox.Config{})
+	moved, err := inbox.AdoptRecords(l.Ctx, l.DB, inbox.DefaultSchema, "orders-projection")
 	if err != nil {
 		t.Fatal(err)
 	}
 	want(t, "inbox rows adopted", moved, 2)
-	again, err := inbox.AdoptRecords(l.ctx, l.db, inbox.DefaultSchema, "orders-projection")
+	again, err := inbox.AdoptRecords(l.Ctx, l.DB, inbox.DefaultSchema, "orders-projection")
 	if err != nil {
 		t.Fatal(err)
 	}
 	want(t, "adopted again", again, 0)
-	res, err := p.Process(l.ctx, e3)
+	res, err := p.Process(l.Ctx, e3)
 	if err != nil {
 		t.Fatal(err)
 	}
 	want(t, "adopted E3 again", res.Outcome, inbox.Duplicate)
-	res, err = p.Process(l.ctx, order("42", 4, 10))
+	res, err = p.Process(l.Ctx, order("42", 4, 10))
 	if err != nil {
 		t.Fatal(err)
 	}
 	want(t, "E4 closes the adopted gap", res, inbox.Result{Outcome: inbox.Applied, Version: 5, Unparked: 1})
-	want(t, "amount", l.amount("42"), 113)
-	want(t, "failed row adopted", l.count(`SELECT count(*) FROM inbox.failed WHERE consumer = 'orders-projection'`), 1)
-	summary(t, "old rows=5 migrations=2 adopted=%d then=0 E3=duplicate E4=applied unparked=1 amount=%d", moved, l.amount("42"))
+	want(t, "amount", l.Amount("42"), 113)
+	want(t, "failed row adopted", l.Count(`SELECT count(*) FROM inbox.failed WHERE consumer = 'orders-projection'`), 1)
+	summary(t, "old rows=5 migrations=2 adopted=%d then=0 E3=duplicate E4=applied unparked=1 amount=%d", moved, l.Amount("42"))
 }
 
 // A migration of an up-to-date schema takes no table lock, so a consumer starting while another one's
 // transaction is stuck does not queue a lock request that would stall every consumer behind it.
 func TestMigrateOfAnUpToDateSchemaTakesNoLock(t *testing.T) {
 	l := newLab(t)
-	stuck, err := l.connect().Begin(l.ctx)
+	stuck, err := l.Connect().Begin(l.Ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer stuck.Rollback(context.Background())
-	if _, err := stuck.Exec(l.ctx, `INSERT INTO inbox.aggregate (consumer, aggregate_type, aggregate_id)
+	if _, err := stuck.Exec(l.Ctx, `INSERT INTO inbox.aggregate (consumer, aggregate_type, aggregate_id)
 		VALUES ('c', 'order', '1'); LOCK TABLE inbox.inbox, inbox.parked, inbox.failed, inbox.attempts IN ROW EXCLUSIVE MODE`); err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithTimeout(l.ctx, 5*time.Second)
+	ctx, cancel := context.WithTimeout(l.Ctx, 5*time.Second)
 	defer cancel()
 	begun := time.Now()
-	if err := inbox.Migrate(ctx, l.connect()); err != nil {
+	if err := inbox.Migrate(ctx, l.Connect()); err != nil {
 		t.Fatalf("Migrate beside a stuck transaction: %v", err)
 	}
 	summary(t, "migrate beside a transaction holding row-exclusive locks on every table took %s",

@@ -13,23 +13,23 @@ import (
 // deliveries reach the consumer; exactly one changes the projection.
 func TestBrokerDuplicateWindow(t *testing.T) {
 	l := newLab(t)
-	p := l.processor(inbox.Config{})
+	p := l.Processor(inbox.Config{})
 	e1 := order("42", 1, 10)
 	published := 0
 	for range 2 {
-		l.publish(e1)
+		l.Publish(e1)
 		published++
 	}
-	ch := l.channel()
+	ch := l.Channel()
 	deliveries, applied, redelivered := 0, 0, 0
 	var outcomes []inbox.Outcome
 	for i := range 3 {
-		d := l.get(ch)
+		d := l.Get(ch)
 		deliveries++
 		if d.Redelivered {
 			redelivered++
 		}
-		res := l.process(p, d)
+		res := l.Process(p, d)
 		outcomes = append(outcomes, res.Outcome)
 		if res.Outcome == inbox.Applied {
 			applied++
@@ -43,14 +43,14 @@ func TestBrokerDuplicateWindow(t *testing.T) {
 		}
 		d.Ack(false)
 	}
-	inboxRows, amount := l.count(`SELECT count(*) FROM inbox.inbox`), l.amount("42")
+	inboxRows, amount := l.Count(`SELECT count(*) FROM inbox.inbox`), l.Amount("42")
 	want(t, "outcomes", len(outcomes), 3)
 	want(t, "first", outcomes[0], inbox.Applied)
 	want(t, "second", outcomes[1], inbox.Duplicate)
 	want(t, "third", outcomes[2], inbox.Duplicate)
 	want(t, "redelivered", redelivered, 1)
-	want(t, "queue", l.ready(), 0)
-	want(t, "applied_log", l.count(`SELECT count(*) FROM applied_log`), 1)
+	want(t, "queue", l.Ready(), 0)
+	want(t, "applied_log", l.Count(`SELECT count(*) FROM applied_log`), 1)
 	line := fmt.Sprintf("published=%d deliveries=%d applied=%d inbox=%d amount=%d",
 		published, deliveries, applied, inboxRows, amount)
 	want(t, "summary", line, "published=2 deliveries=3 applied=1 inbox=1 amount=10")

@@ -6,11 +6,17 @@
 //
 // Invariants, each pinned by a test:
 //   - A new slot's rows are read in the slot's own exported snapshot, so that the stream from the consistent
-//     point adds every later row, none twice (cmd/cdc-router's snapshot tests).
+//     point adds every later row, none twice (e2e's snapshot tests).
 //   - A copy resumed in a new snapshot may publish rows twice, never lose one; it resumes with the predicate
 //     it started with (TestSIGTERMDuringTheSnapshot, TestMergedSnapshotResumesAfterKill).
 //   - An unfinished initial snapshot is never skipped: without --snapshot=initial, or for a table this run
-//     does not read, the start is refused naming the fix (TestSnapshotOfTwoOutboxesResumesPerTable).
+//     does not read, the start is refused naming the fix (TestDue, TestSnapshotOfTwoOutboxesResumesPerTable).
+//   - Due copies every table's rows only for a slot with neither a stored position nor any snapshot
+//     record, resumes an unfinished job with the predicate it began with, and never copies a finished one
+//     again (TestDue); each table of several is a job of its own, and a router of one table keeps the job
+//     name it had before (TestJobNames, TestForTable).
+//   - The jobs are recorded, with the snapshot the copy reads in, before the position the stream starts
+//     from, so a crash between the two leaves jobs to resume (TestRecordStoresTheJobsThenThePosition).
 //
 // It never touches the replication connection: the stream creates the slot and hands over the name of its
 // exported snapshot before it uses that connection again.

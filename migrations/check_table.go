@@ -10,7 +10,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/cdc-router/cdc-router/decode"
+	"github.com/cdc-router/cdc-router/decode/mapping"
 )
 
 // columnTypes lists, per outbox column, the types the decoder accepts (pg_type names).
@@ -174,7 +174,7 @@ func checkMappedTable(cfg Config, have map[string]outboxColumn) error {
 		got, ok := have[r.Column]
 		switch {
 		case !ok && r.Required:
-			bad = append(bad, fmt.Sprintf("column %s named by %s is missing%s", r.Column, r.Option, decode.CaseHint(r.Column, r.Option, slices.Sorted(maps.Keys(have)))))
+			bad = append(bad, fmt.Sprintf("column %s named by %s is missing%s", r.Column, r.Option, mapping.CaseHint(r.Column, r.Option, slices.Sorted(maps.Keys(have)))))
 		case ok && len(r.Types) > 0 && !slices.Contains(r.Types, got.typ) && r.IfTyped:
 			if cfg.Notice != nil {
 				cfg.Notice(r.Unused(cfg.Table, got.typ))

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/cdc-router/cdc-router/decode"
+	"github.com/cdc-router/cdc-router/decode/mapping"
 	"github.com/cdc-router/cdc-router/internal/cdc"
 )
 
@@ -31,7 +32,7 @@ func TestMappedShape(t *testing.T) {
 // and its commit time as the timestamp (the quarantine time only for a record without one); a row that
 // still fails, a value cut when stored and a dropped tombstone are refused.
 func TestReplayMapped(t *testing.T) {
-	m, err := decode.ParseMapping("route.tombstone.on.empty.payload=true\namqp.tombstone=drop\n")
+	m, err := mapping.ParseMapping("route.tombstone.on.empty.payload=true\namqp.tombstone=drop\n")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -55,7 +56,7 @@ func TestReplayMapped(t *testing.T) {
 		got[2] != (cdc.Header{Name: HeaderReplayedFrom, Value: int64(1700000000000)}) {
 		t.Errorf("replay headers %v", got)
 	}
-	if !ev.Mapped.Timestamp.Equal(committed) || !hasHeader(hs, decode.HeaderTimestampInMs, committed.UnixMilli()) {
+	if !ev.Mapped.Timestamp.Equal(committed) || !hasHeader(hs, mapping.HeaderTimestampInMs, committed.UnixMilli()) {
 		t.Errorf("replayed timestamp %v, headers %v; want the commit time %v", ev.Mapped.Timestamp, hs, committed)
 	}
 	old := rec

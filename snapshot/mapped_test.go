@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/cdc-router/cdc-router/decode"
+	"github.com/cdc-router/cdc-router/decode/mapping"
 )
 
 // setupMapped makes a database with the router's tables and the table that ddl creates, and returns a
@@ -27,10 +28,10 @@ func setupMapped(t *testing.T, ddl string) (read, state *pgx.Conn) {
 	return read, state
 }
 
-// mappedConfig reads table through mapping (a --config file's text).
-func mappedConfig(t *testing.T, table, mapping string) Config {
+// mappedConfig reads table through options (a --config file's text).
+func mappedConfig(t *testing.T, table, options string) Config {
 	t.Helper()
-	m, err := decode.ParseMapping(mapping)
+	m, err := mapping.ParseMapping(options)
 	if err != nil {
 		t.Fatal(err)
 	}

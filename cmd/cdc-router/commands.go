@@ -16,6 +16,7 @@ import (
 
 	"github.com/cdc-router/cdc-router/admin"
 	"github.com/cdc-router/cdc-router/decode"
+	"github.com/cdc-router/cdc-router/decode/mapping"
 	"github.com/cdc-router/cdc-router/inbox"
 	"github.com/cdc-router/cdc-router/internal/cdc"
 	"github.com/cdc-router/cdc-router/metrics"
@@ -470,7 +471,7 @@ func loadMappings(paths, tables []string, shard string) (map[string]*decode.Mapp
 // loadMapping reads one of the --config files of run or backfill and refuses the settings a mapped table
 // cannot have: shards split the native shape's aggregate columns.
 func loadMapping(path, shard string) (*decode.Mapping, error) {
-	m, err := decode.LoadMapping(path)
+	m, err := mapping.LoadMapping(path)
 	if err != nil {
 		return nil, usageError{err}
 	}

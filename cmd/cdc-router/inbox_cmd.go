@@ -17,8 +17,8 @@ const inboxUsage = `Usage: cdc-router inbox <subcommand> --consumer NAME [flags]
 
 The consumer side: the failed and parked events of one consumer of the inbox package, in the database
 of its projection (--pg-url). Retrying or resolving runs the consumer's handler, which only the consumer
-has: the command files a request that a running inbox.Runner of that consumer carries out (within
-RunnerConfig.RequestPoll, 1 s by default) and waits --wait for its outcome.
+has: the command files a request that a running runner.Runner (package inbox/runner) of that consumer
+carries out (within runner.Config.RequestPoll, 1 s by default) and waits --wait for its outcome.
 
 Subcommands:
   list                 the unresolved failed events (id, time, event id, aggregate, version, reason,
@@ -194,7 +194,7 @@ func fileAndAwait(ctx context.Context, a *inbox.Admin, r inbox.Request, wait tim
 		return fmt.Errorf("%s %s: request %d was taken by a consumer but not answered within %v: it may still "+
 			"be running, or the consumer stopped; see `cdc-router inbox list` and the consumer's log", r.Kind, r.Target, id, wait)
 	case !st.Done:
-		return fmt.Errorf("%s %s: request %d was not carried out within %v: is an inbox.Runner of this consumer "+
+		return fmt.Errorf("%s %s: request %d was not carried out within %v: is an inbox runner (runner.Runner) of this consumer "+
 			"running? It stays filed and a Runner that starts carries it out", r.Kind, r.Target, id, wait)
 	case st.Outcome == "error":
 		return fmt.Errorf("%s %s: %s", r.Kind, r.Target, st.Error)

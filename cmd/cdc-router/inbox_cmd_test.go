@@ -14,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/cdc-router/cdc-router/inbox"
+	"github.com/cdc-router/cdc-router/inbox/runner"
 	"github.com/cdc-router/cdc-router/internal/testenv"
 )
 
@@ -83,11 +84,11 @@ func TestInboxCommand(t *testing.T) {
 	failedID := strings.Fields(strings.Split(stdout, "\n")[2])[0]
 
 	_, stderr, code = inboxCLI("retry", "--parked", b3.ID, "--consumer", consumer, "--wait", "1s")
-	if code != 1 || !strings.Contains(stderr, "is an inbox.Runner of this consumer running?") {
+	if code != 1 || !strings.Contains(stderr, "is an inbox runner (runner.Runner) of this consumer running?") {
 		t.Errorf("retry without a running consumer: exit %d, stderr %q", code, stderr)
 	}
 
-	r, err := inbox.NewRunner(p, inbox.RunnerConfig{URLs: []string{testenv.AMQPURL(t)}, Exchange: testenv.Name(t),
+	r, err := runner.New(p, runner.Config{URLs: []string{testenv.AMQPURL(t)}, Exchange: testenv.Name(t),
 		Queue: testenv.Name(t), Bindings: []string{"#"}, RequestPoll: 100 * time.Millisecond}, nil)
 	if err != nil {
 		t.Fatal(err)

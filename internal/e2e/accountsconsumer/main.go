@@ -35,6 +35,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/cdc-router/cdc-router/inbox"
+	"github.com/cdc-router/cdc-router/inbox/runner"
 )
 
 // projectionSQL creates the projection's tables; the advisory lock lets instances start together.
@@ -162,7 +163,7 @@ func run(ctx context.Context, c config, log *slog.Logger) error {
 		return err
 	}
 	var o outcomes
-	r, err := inbox.NewRunner(p, inbox.RunnerConfig{URLs: []string{c.amqpURL}, Exchange: c.exchange, Queue: c.queue,
+	r, err := runner.New(p, runner.Config{URLs: []string{c.amqpURL}, Exchange: c.exchange, Queue: c.queue,
 		Bindings: []string{c.binding}, Workers: c.workers, DrainTimeout: 10 * time.Second,
 		RetryMin: 50 * time.Millisecond, RetryMax: time.Second, ReconnectMin: 200 * time.Millisecond,
 		ReconnectMax: 2 * time.Second, OnOutcome: o.report}, log)
