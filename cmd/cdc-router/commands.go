@@ -183,15 +183,15 @@ func runMigrate(ctx context.Context, args []string, env func(string) string, std
 		mappingFile = s.String("config", "", "the --config file run reads the table with: migrate then names the exchanges its topics route to (amqp.topic.target=exchange), which it does not declare; the file is checked as run checks it (off when empty)")
 	}
 	return withConn(ctx, "migrate", args, env, stderr, flags, func(conn *pgx.Conn, pg pgFlags) error {
-		var mapping *decode.Mapping
+		var mapped *decode.Mapping
 		if *mappingFile != "" {
 			mappings, err := loadMappings([]string{*mappingFile}, []string{pg.table()}, "")
 			if err != nil {
 				return err
 			}
-			mapping = mappings[decode.QualifiedTable(pg.table())]
+			mapped = mappings[decode.QualifiedTable(pg.table())]
 		}
-		byTopic := mapping != nil && mapping.TopicTarget == decode.TargetExchange
+		byTopic := mapped != nil && mapped.TopicTarget == mapping.TargetExchange
 		mcfg := pg.migrations()
 		mcfg.Partitioned, mcfg.PartitionInterval, mcfg.PartitionsAhead = *partitioned, *interval, *ahead
 		mcfg.EmitFunction, mcfg.MessagePrefix = *emitFunction, *messagePrefix
@@ -238,7 +238,7 @@ func runMigrate(ctx context.Context, args []string, env func(string) string, std
 			fmt.Fprintln(stdout, declaredLine(rcfg, !byTopic))
 		}
 		if byTopic {
-			fmt.Fprintln(stdout, topicExchangesLine(decode.QualifiedTable(pg.table()), mapping))
+			fmt.Fprintln(stdout, topicExchangesLine(decode.QualifiedTable(pg.table()), mapped))
 		}
 		if !*withInbox {
 			return nil

@@ -5,6 +5,7 @@ import (
 	"strings"
 
 	"github.com/cdc-router/cdc-router/decode"
+	"github.com/cdc-router/cdc-router/decode/mapping"
 	"github.com/cdc-router/cdc-router/route"
 )
 
@@ -15,7 +16,7 @@ func destinations(tables []string, mappings map[string]*decode.Mapping, messageP
 	toExchange = messagePrefix != ""
 	for _, t := range tables {
 		m := mappings[decode.QualifiedTable(t)]
-		if m != nil && m.TopicTarget == decode.TargetExchange {
+		if m != nil && m.TopicTarget == mapping.TargetExchange {
 			byTopic = append(byTopic, decode.QualifiedTable(t))
 		} else {
 			toExchange = true

@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/cdc-router/cdc-router/decode"
+	"github.com/cdc-router/cdc-router/decode/mapping"
 	"github.com/cdc-router/cdc-router/route"
 )
 
@@ -38,11 +39,11 @@ func TestDeclaredLineNamesWhatWasDeclared(t *testing.T) {
 // --exchange (a native table, a mapped table routing by routing key, emitted messages), and
 // exchange_by_topic naming the tables whose topics name the exchanges.
 func TestStartingLineNamesTheExchangesUsed(t *testing.T) {
-	byTopic, err := decode.ParseMapping("amqp.topic.target=exchange\n")
+	byTopic, err := mapping.ParseMapping("amqp.topic.target=exchange\n")
 	if err != nil {
 		t.Fatal(err)
 	}
-	byKey, err := decode.ParseMapping("route.by.field=topic\n")
+	byKey, err := mapping.ParseMapping("route.by.field=topic\n")
 	if err != nil {
 		t.Fatal(err)
 	}
