@@ -303,6 +303,7 @@ func runRun(ctx context.Context, args []string, env func(string) string, stdout,
 	broker := addBrokerFlags(s)
 	lanes := s.Int("lanes", route.DefaultLanes, "confirm-mode channels; an aggregate always uses the same one")
 	window := s.Int("window", route.DefaultWindow, "unconfirmed messages allowed per channel")
+	aggWindow := s.Int("aggregate-window", route.DefaultAggregateWindow, "unconfirmed events allowed per aggregate: 1 keeps an aggregate's first deliveries in commit order even when the broker refuses one (a nack, a return); more pipelines a hot aggregate (faster bulk runs of one aggregate), at the cost that after a refusal up to N-1 later events of it may arrive before the refused one (see docs/operations.md, Hot aggregates)")
 	confirmTimeout := s.Duration("confirm-timeout", route.DefaultConfirmTimeout, "a message unconfirmed for this long restarts the stream from the acknowledged position (raise it if broker alarms last longer)")
 	snap := s.String("snapshot", "initial", "initial: a new slot first publishes the rows already in the table, read in the slot's own snapshot; never: stream only")
 	snapWhere := s.String("snapshot-where", "", "SQL predicate restricting the initial snapshot, e.g. \"published_at IS NULL\" when taking over from a polling publisher")
@@ -369,7 +370,7 @@ func runRun(ctx context.Context, args []string, env func(string) string, stdout,
 	for _, f := range []struct {
 		name  string
 		value int
-	}{{"lanes", *lanes}, {"window", *window}} {
+	}{{"lanes", *lanes}, {"window", *window}, {"aggregate-window", *aggWindow}} {
 		if f.value < 1 {
 			return usageError{fmt.Errorf("--%s %d (%s): use 1 or more", f.name, f.value, envName(f.name))}
 		}
@@ -378,7 +379,7 @@ func runRun(ctx context.Context, args []string, env func(string) string, stdout,
 		return err
 	}
 	rcfg := broker.route("cdc-router")
-	rcfg.Lanes, rcfg.Window, rcfg.ConfirmTimeout = *lanes, *window, *confirmTimeout
+	rcfg.Lanes, rcfg.Window, rcfg.ConfirmTimeout, rcfg.AggregateWindow = *lanes, *window, *confirmTimeout, *aggWindow
 	rcfg.Metrics = routeMetrics
 	if err := rcfg.Validate(); err != nil {
 		return usageError{err}
