@@ -1,6 +1,12 @@
 package route
 
-import "sync"
+import (
+	"sync"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/cdc-router/cdc-router/internal/cdc"
+)
 
 // holds keeps at most perAggregate events per aggregate unconfirmed in a lane (one by default, ADR
 // 0006). An aggregate is busy from the moment one of its events is let through to be written until every
@@ -10,7 +16,8 @@ import "sync"
 // channel), no later event of its aggregate has been written, and the restart from the acknowledged
 // position cannot put a later version before it.
 //
-// Held events wait aside (ADR 0009): they take no slot of the lane's window, so a long run of one
+// Held events wait aside (ADR 0009): they keep their event, not its message (rebuilt when let through),
+// and take no slot of the lane's window, so a long run of one
 // aggregate does not stop the others. Their number across the Router is bounded by room (Config.MaxHeld),
 // their bytes by the Router's budget like every unresolved event; admit reports noRoom when room is out.
 //
@@ -58,10 +65,19 @@ func (h *holds) admit(p *publishing) verdict {
 	if a.head == nil && a.unconfirmed < h.perAggregate {
 		a.unconfirmed++
 		h.busy[p.agg] = a
+		p.ev = cdc.Event{}
 		return letThrough
 	}
 	if !h.room.tryAcquire(1) {
 		return noRoom
+	}
+	// Held: keep the event, not its message (an amqp091 header table is most of a held event's memory);
+	// the lane builds it again when it is let through. Under the lock, so that next sees it so.
+	p.msg, p.rebuild = amqp.Publishing{}, true
+	if p.ev.Mapped != nil && p.ev.Mapped.Columns != nil {
+		m := *p.ev.Mapped
+		m.Columns = nil // the row as sent, for the caller's quarantine records; not part of the message
+		p.ev.Mapped = &m
 	}
 	if a.tail == nil {
 		a.head = p

@@ -17,7 +17,9 @@ type publishing struct {
 	key      string
 	agg      uint64          // aggregateHash of the event: the lane, and the aggregate for holds
 	next     *publishing     // the next held publishing of the same aggregate
-	msg      amqp.Publishing // released once written
+	msg      amqp.Publishing // released once written, and while held (rebuilt from ev)
+	ev       cdc.Event       // set while held: the message is rebuilt from it when it is let through
+	rebuild  bool            // msg was dropped while held
 	size     int             // body and content header bytes, held in the Router's budget until resolved
 	done     func()
 	confirm  *amqp.DeferredConfirmation
@@ -189,6 +191,17 @@ func (l *lane) write(p *publishing) bool {
 	if l.r.Err() != nil {
 		l.r.bytes.release(p.size)
 		return false
+	}
+	if p.rebuild {
+		// Held, its message was dropped to keep held events small; build gives the same message again
+		// (it passed the same checks in Publish), so an error here is a defect, never a silent loss.
+		_, msg, _, err := l.r.build(p.ev)
+		if err != nil {
+			l.r.bytes.release(p.size)
+			l.r.fail(fmt.Errorf("lane %d: rebuild held event %s: %w", l.id, p.eventID, err), l.id, p.eventID)
+			return false
+		}
+		p.msg, p.ev, p.rebuild = msg, cdc.Event{}, false
 	}
 	dc, err := l.ch.PublishWithDeferredConfirm(p.exchange, p.key, true, false, p.msg)
 	p.msg = amqp.Publishing{}

@@ -183,7 +183,7 @@ func (r *Router) Publish(ctx context.Context, ev cdc.Event, done func()) error {
 		<-l.slots
 		return err
 	}
-	p := &publishing{eventID: ev.ID, exchange: exchange, key: key, agg: agg, msg: msg, done: done, size: size}
+	p := &publishing{eventID: ev.ID, exchange: exchange, key: key, agg: agg, msg: msg, ev: ev, done: done, size: size}
 	r.track(1) // before admit: a held p can be written and confirmed before admit returns
 	for {
 		switch l.holds.admit(p) {
