@@ -16,7 +16,7 @@ func (e *env) insertRun(n int, id string, spread bool) time.Time {
 		agg, version = `$2::text || '-' || g`, `1`
 	}
 	e.exec(`INSERT INTO outbox (id, aggregate_type, aggregate_id, aggregate_version, event_type, payload)
-		SELECT gen_random_uuid(), 'account', `+agg+`, `+version+`, 'credited', jsonb_build_object('n', g)
+		SELECT gen_random_uuid(), 'account', `+agg+`, `+version+`, 'credited', jsonb_build_object('n', g, 'pad', repeat('x', 480))
 		FROM generate_series(1, $1::int) g`, n, id)
 	return time.Now()
 }

@@ -278,7 +278,7 @@ func hotBurst(ctx context.Context, c config, dbURL string, cons *consumer, m ext
 	start := time.Now().UnixNano()
 	if err == nil {
 		if err = cons.waitOthers(m.n, c.timeout, m.name()+", "+router); err != nil {
-			err = fmt.Errorf("%w\n%v", err, proc.failure())
+			err = fmt.Errorf("%w\nthe router's log:\n%s", err, tail(proc.Output()))
 		}
 	}
 	if err == nil {
