@@ -52,7 +52,7 @@ func TestCorkConn(t *testing.T) {
 	c.cork()
 	big := bytes.Repeat([]byte("x"), corkLimit/2+1)
 	c.Write(big)
-	c.Write(big) // over the limit: the first goes out, the second is gathered
+	c.Write(big)                                    // over the limit: the first goes out, the second is gathered
 	c.Write(bytes.Repeat([]byte("y"), corkLimit+1)) // larger than the limit: written through
 	c.uncork()
 	var all []byte

@@ -3,7 +3,8 @@
 //
 // What it owns: the AMQP connection of the router (its own, never shared), the topology it publishes to
 // (a durable topic exchange whose alternate exchange is a durable fanout exchange feeding a durable queue
-// of the same name), the mapping of a cdc.Event to an AMQP message, and Lanes confirm-mode channels.
+// of the same name), and Lanes confirm-mode channels. The mapping of a cdc.Event to an AMQP message and
+// the checks of what RabbitMQ would refuse are route/message's; route adds the connection's frame_max.
 // Each lane is one channel, written by one goroutine and confirmed by another; an aggregate
 // (aggregate_type, aggregate_id) always goes through the same lane, and has at most one event
 // unconfirmed in it (hold.go).
@@ -22,7 +23,7 @@
 //   - A held event takes no slot of its lane's window (it takes over its predecessor's when that one is
 //     confirmed), so a run of one aggregate longer than the window does not stop the other aggregates;
 //     at most MaxHeld events are held across the Router, and their bytes count in MaxInflightBytes.
-//   - An event RabbitMQ would refuse deterministically is never published: Check (static, no connection
+//   - An event RabbitMQ would refuse deterministically is never published: message.Check (static, no connection
 //     needed) and Publish (which adds the connection's negotiated frame_max) refuse it with an error
 //     wrapping ErrInvalidEvent, which is cdc.ErrUnpublishable, naming the reason, and the Router goes on.
 //     Refused: a routing key, message id or header name over 255 bytes (AMQP short strings); an empty

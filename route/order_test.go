@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cdc-router/cdc-router/route/message"
+
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/cdc-router/cdc-router/internal/cdc"
@@ -279,7 +281,7 @@ func TestHotAggregateDoesNotHoldUpOthers(t *testing.T) {
 		if d.MessageId == other.ID {
 			continue
 		}
-		v := d.Headers[HeaderAggregateVersion].(int64)
+		v := d.Headers[message.HeaderAggregateVersion].(int64)
 		if v <= last {
 			t.Fatalf("version %d delivered after %d", v, last)
 		}
@@ -316,7 +318,7 @@ func TestOneAggregateBurst(t *testing.T) {
 		if aggregates == 1 {
 			last := int64(-1)
 			for _, d := range b.consume(q.Name, 1000, 10*time.Second) {
-				v := d.Headers[HeaderAggregateVersion].(int64)
+				v := d.Headers[message.HeaderAggregateVersion].(int64)
 				if v <= last {
 					t.Fatalf("version %d delivered after %d", v, last)
 				}

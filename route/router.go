@@ -12,6 +12,7 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/cdc-router/cdc-router/internal/cdc"
+	"github.com/cdc-router/cdc-router/route/message"
 )
 
 // Close bounds: the connection.close handshake gets closeHandshake, then the socket is closed; the
@@ -114,7 +115,7 @@ func open(cfg Config, logger *slog.Logger, uri amqp.URI, conn *amqp.Connection, 
 	r := &Router{cfg: cfg, log: logger, conn: conn, sock: sock, failed: make(chan struct{}), idle: make(chan struct{}),
 		frameMax: conn.Config.FrameSize, bytes: newBudget(cfg.MaxInflightBytes), held: newBudget(cfg.MaxHeld)}
 	if r.frameMax <= 0 {
-		r.frameMax = defaultFrameMax
+		r.frameMax = message.DefaultFrameMax
 	}
 	close(r.idle)
 	cfg.Metrics.opened(r)
@@ -218,19 +219,19 @@ func (r *Router) Publish(ctx context.Context, ev cdc.Event, done func()) error {
 // connection's frame_max; it returns the size of the content header frame as well.
 func (r *Router) build(ev cdc.Event) (string, amqp.Publishing, int, error) {
 	if r.unchecked {
-		key, msg := message(ev)
-		n, _, _ := contentHeaderSize(msg)
-		return key, msg, n + frameOverhead, nil
+		key, msg := message.Unchecked(ev)
+		n, _, _ := message.ContentHeaderSize(msg)
+		return key, msg, n + message.FrameOverhead, nil
 	}
-	key, msg, err := build(ev)
+	key, msg, err := message.Build(ev)
 	if err != nil {
 		return "", amqp.Publishing{}, 0, err
 	}
-	fix := nativeFrameFix
+	fix := message.NativeFrameFix
 	if ev.Mapped != nil {
-		fix = mappedFrameFix
+		fix = message.MappedFrameFix
 	}
-	n, err := checkFrameFix(msg, r.frameMax, fix)
+	n, err := message.CheckFrameFix(msg, r.frameMax, fix)
 	if err != nil {
 		return "", amqp.Publishing{}, 0, err
 	}

@@ -24,6 +24,7 @@ import (
 	"github.com/cdc-router/cdc-router/pubcheck"
 	"github.com/cdc-router/cdc-router/replication"
 	"github.com/cdc-router/cdc-router/route"
+	"github.com/cdc-router/cdc-router/route/message"
 )
 
 // pgFlags are the PostgreSQL settings every command shares.
@@ -93,7 +94,7 @@ func (b brokerFlags) route(connectionName string) route.Config {
 }
 
 func (b brokerFlags) decode(table string) decode.Config {
-	return decode.Config{Table: table, MaxPayloadBytes: *b.maxPayload, Check: route.Check}
+	return decode.Config{Table: table, MaxPayloadBytes: *b.maxPayload, Check: message.Check}
 }
 
 func (b brokerFlags) logger(stderr io.Writer) (*slog.Logger, error) {
@@ -457,7 +458,7 @@ func loadMapping(path, shard string) (*decode.Mapping, error) {
 		return nil, usageError{err}
 	}
 	for _, h := range m.HeaderNames() {
-		if err := route.CheckHeaderName(h[0]); err != nil {
+		if err := message.CheckHeaderName(h[0]); err != nil {
 			return nil, usageError{fmt.Errorf("--config %s: %s: %w; choose another name", path, h[1], err)}
 		}
 	}
