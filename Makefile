@@ -50,10 +50,10 @@ fuzz:
 	$(GO) test -run='^$$' -fuzz=FuzzDecode -fuzztime=60s ./decode/
 	$(GO) test -run='^$$' -fuzz=FuzzRow -fuzztime=30s ./decode/
 	$(GO) test -run='^$$' -fuzz=FuzzTracker -fuzztime=30s ./offsets/
-	$(GO) test -run='^$$' -fuzz=FuzzHeaders -fuzztime=30s ./route/
+	$(GO) test -run='^$$' -fuzz=FuzzHeaders -fuzztime=30s ./route/message/
 
 bench:
-	$(GO) test -run='^$$' -bench=. -benchmem -count=5 ./decode/ ./offsets/ ./route/
+	$(GO) test -run='^$$' -bench=. -benchmem -count=5 ./decode/ ./offsets/ ./route/ ./route/message/
 
 # N = 1, 2, 4 sharded routers draining the same events: events/s and PostgreSQL CPU per event (docs/scaling.md).
 bench-shards: services

@@ -64,7 +64,7 @@ func (ev *Event) check() error {
 }
 
 // reservedHeader reports whether RabbitMQ gives header name k a meaning of its own; the router quarantines
-// such rows (route.Check). Names are compared byte for byte, as RabbitMQ does.
+// such rows (route/message.Check). Names are compared byte for byte, as RabbitMQ does.
 func reservedHeader(k string) bool {
 	switch k {
 	case "CC", "BCC", "x-death", "x-first-death-queue", "x-first-death-reason", "x-first-death-exchange",

@@ -10,6 +10,7 @@ import (
 
 	"github.com/cdc-router/cdc-router/internal/cdc"
 	"github.com/cdc-router/cdc-router/internal/testenv"
+	"github.com/cdc-router/cdc-router/route/message"
 )
 
 // perMessage is how the caller (replication) detects a refusal one message can cause.
@@ -59,8 +60,8 @@ func TestBroker406IsPerMessage(t *testing.T) {
 	r := uncheckedRouter(t, b)
 	good, bad := event("cc", "1", 1), event("cc", "1", 2)
 	bad.Headers = []byte(`{"CC":"x"}`)
-	if err := Check(bad); !errors.Is(err, ErrInvalidEvent) {
-		t.Fatalf("Check(CC) = %v, want a refusal", err)
+	if err := message.Check(bad); !errors.Is(err, ErrInvalidEvent) {
+		t.Fatalf("message.Check(CC) = %v, want a refusal", err)
 	}
 	publishAll(t, r, newCounter(), good)
 	if err := r.Drain(context.Background()); err != nil {
@@ -82,7 +83,7 @@ func TestBroker406IsPerMessage(t *testing.T) {
 func TestBroker501IsPerMessage(t *testing.T) {
 	b := newBroker(t)
 	r := uncheckedRouter(t, b)
-	bad := paddedTo(t, "too-large", r.frameMax+frameOverhead+1) // one byte over what RabbitMQ tolerates
+	bad := paddedTo(t, "too-large", r.frameMax+message.FrameOverhead+1) // one byte over what RabbitMQ tolerates
 	publishAll(t, r, newCounter(), bad)
 	err := waitFailed(t, r, 5*time.Second)
 	var ce *ClosedError

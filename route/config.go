@@ -16,6 +16,12 @@ const (
 	DefaultConnectionName = "cdc-router"
 	// DefaultMaxInflightBytes bounds the bytes of unconfirmed messages held across all lanes: 64 MiB.
 	DefaultMaxInflightBytes = 64 << 20
+	// DefaultAggregateWindow is the number of unconfirmed events an aggregate may have: one, so that a
+	// refused event has no later event of its aggregate routed before it (ADR 0006).
+	DefaultAggregateWindow = 1
+	// DefaultMaxHeld bounds the events held behind their aggregate across the lanes (ADR 0009): enough for
+	// a 30,000-event run of one aggregate to wait aside while the others go on.
+	DefaultMaxHeld = 32 << 10
 	// UnroutableSuffix is appended to Exchange to name the default alternate exchange and its queue.
 	UnroutableSuffix = ".unroutable"
 	// QueueTypeClassic and QueueTypeQuorum are the types the unroutable queue can be declared with.
@@ -24,6 +30,7 @@ const (
 
 	maxLanes  = 1024    // well below RabbitMQ's default channel_max (2047)
 	maxWindow = 1 << 16 // a window larger than this only holds memory
+	maxHeld   = 1 << 20
 )
 
 // Config configures a Router. The zero value of every field but URL means its default.
@@ -50,6 +57,17 @@ type Config struct {
 	Lanes int
 	// Window is the number of unconfirmed messages allowed per lane; default 512.
 	Window int
+	// AggregateWindow is the number of unconfirmed events one aggregate may have in flight; default 1.
+	// With 1, an event the broker refuses (a nack, a return) has no later event of its aggregate written
+	// before it, so consumers first see the aggregate's events in order even after the restart (ADR 0006),
+	// and one aggregate moves at one event per confirm round trip. More lets a hot aggregate's events be
+	// pipelined: after a refusal, up to AggregateWindow-1 later events of it may reach the queue before the
+	// refused one is published again (consumers that check versions, like the inbox, then hold or park them).
+	AggregateWindow int
+	// MaxHeld bounds the events held behind an unconfirmed event of their aggregate, across all lanes;
+	// default DefaultMaxHeld. Held events take no slot of a lane's window, so other aggregates go on
+	// past a long run of one; Publish of an event that would be held waits while MaxHeld are.
+	MaxHeld int
 	// ConfirmTimeout is how long a published message may stay unconfirmed before the Router fails;
 	// default 60 s. Keep it above the heartbeat timeout.
 	ConfirmTimeout time.Duration
@@ -84,6 +102,12 @@ func (c Config) withDefaults() Config {
 	}
 	if c.Window == 0 {
 		c.Window = DefaultWindow
+	}
+	if c.AggregateWindow == 0 {
+		c.AggregateWindow = DefaultAggregateWindow
+	}
+	if c.MaxHeld == 0 {
+		c.MaxHeld = DefaultMaxHeld
 	}
 	if c.ConfirmTimeout == 0 {
 		c.ConfirmTimeout = DefaultConfirmTimeout
@@ -123,6 +147,10 @@ func (c Config) Validate() error {
 		return fmt.Errorf("%w: lanes is %d: choose between 1 and %d", ErrInvalidConfig, c.Lanes, maxLanes)
 	case c.Window < 0 || c.Window > maxWindow:
 		return fmt.Errorf("%w: window is %d: choose between 1 and %d", ErrInvalidConfig, c.Window, maxWindow)
+	case c.AggregateWindow < 0 || c.AggregateWindow > c.Window:
+		return fmt.Errorf("%w: aggregate window is %d: choose between 1 and the window (%d)", ErrInvalidConfig, c.AggregateWindow, c.Window)
+	case c.MaxHeld < 0 || c.MaxHeld > maxHeld:
+		return fmt.Errorf("%w: max held events is %d: choose between 1 and %d", ErrInvalidConfig, c.MaxHeld, maxHeld)
 	case c.ConfirmTimeout < 0:
 		return fmt.Errorf("%w: confirm timeout is %s: choose a positive duration", ErrInvalidConfig, c.ConfirmTimeout)
 	case c.MaxInflightBytes < 0:

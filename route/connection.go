@@ -23,7 +23,7 @@ const (
 // it when the AMQP close handshake cannot complete (stalled broker, full socket buffers).
 type socket struct {
 	mu   sync.Mutex
-	conn net.Conn
+	conn *corkConn
 }
 
 // dial opens the TCP connection within ctx, with a deadline for the handshake that amqp091 clears once
@@ -40,11 +40,23 @@ func (s *socket) dial(ctx context.Context) func(network, addr string) (net.Conn,
 			c.Close()
 			return nil, err
 		}
+		cc := &corkConn{Conn: c}
 		s.mu.Lock()
-		s.conn = c
+		s.conn = cc
 		s.mu.Unlock()
-		return c, nil
+		return cc, nil
 	}
+}
+
+// cork and uncork bracket a lane's batch of writes (corkConn).
+func (s *socket) cork() { s.current().cork() }
+
+func (s *socket) uncork() error { return s.current().uncork() }
+
+func (s *socket) current() *corkConn {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.conn
 }
 
 func (s *socket) close() error {

@@ -14,7 +14,7 @@ func TestConfigDefaultsAndValidate(t *testing.T) {
 	c := Config{URL: "amqp://u:p@h/"}.withDefaults()
 	want := Config{URL: "amqp://u:p@h/", Exchange: "outbox", AlternateExchange: "outbox.unroutable", Lanes: 4,
 		Window: 512, ConfirmTimeout: 60 * time.Second, ConnectionName: "cdc-router", MaxInflightBytes: 64 << 20,
-		UnroutableQueueType: "classic"}
+		UnroutableQueueType: "classic", AggregateWindow: 1, MaxHeld: 32 << 10}
 	if c != want {
 		t.Fatalf("defaults = %+v, want %+v", c, want)
 	}
@@ -28,6 +28,10 @@ func TestConfigDefaultsAndValidate(t *testing.T) {
 		{URL: "amqp://h/", Window: maxWindow + 1},
 		{URL: "amqp://h/", ConfirmTimeout: -time.Second},
 		{URL: "amqp://h/", MaxInflightBytes: -1},
+		{URL: "amqp://h/", AggregateWindow: -1},
+		{URL: "amqp://h/", Window: 8, AggregateWindow: 9},
+		{URL: "amqp://h/", MaxHeld: -1},
+		{URL: "amqp://h/", MaxHeld: maxHeld + 1},
 		{URL: "amqp://h/", Exchange: strings.Repeat("e", 256)},
 		{URL: "amqp://h/", UnroutableQueueType: "stream"},
 	}

@@ -3,27 +3,27 @@
 //
 // What it owns: the AMQP connection of the router (its own, never shared), the topology it publishes to
 // (a durable topic exchange whose alternate exchange is a durable fanout exchange feeding a durable queue
-// of the same name), the mapping of a cdc.Event to an AMQP message, and Lanes confirm-mode channels.
+// of the same name), and Lanes confirm-mode channels. The mapping of a cdc.Event to an AMQP message and
+// the checks of what RabbitMQ would refuse are route/message's; route adds the connection's frame_max.
 // Each lane is one channel, written by one goroutine and confirmed by another; an aggregate
 // (aggregate_type, aggregate_id) always goes through the same lane, and has at most one event
 // unconfirmed in it (hold.go).
 //
 // What it guarantees, each pinned by a test:
 //   - The events of one aggregate are written in the order of the Publish calls, so they reach every queue
-//     in the order the caller handed them over, and at most one of them is unconfirmed at a time: while
-//     an earlier event of its aggregate is unconfirmed, an event is held in the lane, not written, and it
-//     is written once that one is confirmed positively and not returned. So when the broker refuses an
-//     event (a nack, a return, a channel close, a confirm timeout), no later event of its aggregate has
-//     been written, and after the caller's restart from its acknowledged position the aggregate's events
-//     are first delivered in order. Events of other aggregates go on being written meanwhile: the write
-//     order of a lane is the Publish order within each aggregate, no longer across aggregates.
-//     The cost (measured in docs/adr/0006): one aggregate moves at one event per confirm round trip (a
-//     burst of 1,000 events of one aggregate runs at about a third of its former rate end to end, while
-//     many aggregates show no loss); and a held event takes its slot of the window and its bytes of
-//     MaxInflightBytes like a written one, so a run of more than Window events of one aggregate fills
-//     its lane and Publish waits on it, and a sequential caller with it (the snapshot, which publishes in
-//     key order, lost about 40 % with 1,000 rows per aggregate).
-//   - An event RabbitMQ would refuse deterministically is never published: Check (static, no connection
+//     in the order the caller handed them over, and at most AggregateWindow of them (one by default) are
+//     unconfirmed at a time: while that many earlier events of its aggregate are unconfirmed, an event is
+//     held aside, not written, and it is written once one of them is confirmed positively and not
+//     returned. So with the default, when the broker refuses an event (a nack, a return, a channel close,
+//     a confirm timeout), no later event of its aggregate has been written, and after the caller's restart
+//     from its acknowledged position the aggregate's events are first delivered in order (ADR 0006); with
+//     AggregateWindow N, up to N-1 later events may have been (ADR 0009). Events of other aggregates go on
+//     being written meanwhile: the write order of a lane is the Publish order within each aggregate, not
+//     across aggregates. One aggregate moves at AggregateWindow events per confirm round trip.
+//   - A held event takes no slot of its lane's window (it takes over its predecessor's when that one is
+//     confirmed), so a run of one aggregate longer than the window does not stop the other aggregates;
+//     at most MaxHeld events are held across the Router, and their bytes count in MaxInflightBytes.
+//   - An event RabbitMQ would refuse deterministically is never published: message.Check (static, no connection
 //     needed) and Publish (which adds the connection's negotiated frame_max) refuse it with an error
 //     wrapping ErrInvalidEvent, which is cdc.ErrUnpublishable, naming the reason, and the Router goes on.
 //     Refused: a routing key, message id or header name over 255 bytes (AMQP short strings); an empty
@@ -42,9 +42,10 @@
 //     empty, over 255 bytes, not UTF-8 or holds control characters is refused by Check. The first finding
 //     of each such exchange is logged at INFO once per Dialer, not again by the Routers it dials after a
 //     restart (TestMappedExchangeLoggedOncePerDialer).
-//   - A lane keeps at most Window events unresolved (written and unconfirmed, or held), and the Router
-//     holds at most MaxInflightBytes of unresolved messages (body and content header) across its lanes,
-//     except one event larger than that, which goes alone. Publish blocks while either is full and returns
+//   - A lane keeps at most Window events queued or written and unconfirmed, the Router at most MaxHeld
+//     held, and at most MaxInflightBytes of unresolved messages (body and content header, held ones
+//     included) across its lanes, except one event larger than that, which goes alone. Publish blocks
+//     while the one it needs is full and returns
 //     ctx.Err() without enqueueing when ctx ends first. A message's body is dropped as soon as it is
 //     written; its bytes go back to the window when it is confirmed, or when the Router fails or is
 //     closed, held events included (a failure or Close also ends every Publish and Drain that waits).

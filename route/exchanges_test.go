@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cdc-router/cdc-router/route/message/messagetest"
+
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/cdc-router/cdc-router/internal/cdc"
@@ -38,7 +40,7 @@ func TestPublishToMappedExchange(t *testing.T) {
 		t.Fatal(err)
 	}
 	to := func(exchange, key string, i int) (ev cdc.Event) {
-		ev = mappedEvent()
+		ev = messagetest.MappedEvent()
 		ev.ID, ev.AggregateID = fmt.Sprintf("%s-%d", key, i), key
 		ev.Mapped.ByExchange, ev.Mapped.Exchange, ev.Mapped.RoutingKey = true, exchange, key
 		return ev
@@ -103,7 +105,7 @@ func TestDeletedMappedExchange(t *testing.T) {
 		t.Fatal(err)
 	}
 	ev := func(i int) cdc.Event {
-		ev := mappedEvent()
+		ev := messagetest.MappedEvent()
 		ev.ID = fmt.Sprintf("g-%d", i)
 		ev.Mapped.ByExchange, ev.Mapped.Exchange = true, gone
 		return ev
@@ -141,7 +143,7 @@ func TestMappedHeaderTypesReachTheBroker(t *testing.T) {
 	b := newBroker(t)
 	r := b.dial(b.config(""))
 	q := b.queue("#", nil)
-	ev := mappedEvent()
+	ev := messagetest.MappedEvent()
 	ev.Mapped.Headers = append(ev.Mapped.Headers, cdc.Header{Name: "key", Value: []byte{0, 0xff}}, cdc.Header{Name: "n", Value: int16(-2)})
 	ev.Mapped.RoutingKey = "\x00\xff.k"
 	publishAll(t, r, newCounter(), ev)
@@ -178,7 +180,7 @@ func TestMappedExchangeLoggedOncePerDialer(t *testing.T) {
 	})
 	d := NewDialer(b.config(""), slog.New(slog.NewTextHandler(b.logs, nil)))
 	to := func(exchange string, i int) (ev cdc.Event) {
-		ev = mappedEvent()
+		ev = messagetest.MappedEvent()
 		ev.ID, ev.AggregateID = fmt.Sprintf("%s-%d", exchange, i), "k"
 		ev.Mapped.ByExchange, ev.Mapped.Exchange = true, exchange
 		return ev

@@ -10,9 +10,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cdc-router/cdc-router/route/message/messagetest"
+
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/cdc-router/cdc-router/internal/cdc"
+	"github.com/cdc-router/cdc-router/route/message"
 )
 
 // recordingConn keeps every byte amqp091 writes to the broker.
@@ -104,9 +107,9 @@ func TestContentHeaderSizeIsWhatAmqp091Writes(t *testing.T) {
 			ev.Headers = []byte(`{"` + strings.Repeat("k", 255) + `":"` + strings.Repeat("v", 70000) + `"}`)
 		},
 	} {
-		ev := sampleEvent()
+		ev := messagetest.NativeEvent()
 		edit(&ev)
-		_, msg, err := build(ev)
+		_, msg, err := message.Build(ev)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -119,7 +122,7 @@ func TestContentHeaderSizeIsWhatAmqp091Writes(t *testing.T) {
 	})
 	var want []int
 	for _, m := range msgs {
-		n, _, err := contentHeaderSize(m)
+		n, _, err := message.ContentHeaderSize(m)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -151,17 +154,17 @@ func TestContentHeaderSizeIsWhatAmqp091Writes(t *testing.T) {
 // (framing included) exactly frame bytes.
 func paddedTo(t testing.TB, id string, frame int) cdc.Event {
 	t.Helper()
-	ev := sampleEvent()
+	ev := messagetest.NativeEvent()
 	ev.ID = id
 	ev.Headers = []byte(`{"pad":""}`)
-	_, msg, err := build(ev)
+	_, msg, err := message.Build(ev)
 	if err != nil {
 		t.Fatal(err)
 	}
-	base, _, _ := contentHeaderSize(msg)
-	pad := frame - frameOverhead - base
+	base, _, _ := message.ContentHeaderSize(msg)
+	pad := frame - message.FrameOverhead - base
 	if pad < 0 {
-		t.Fatalf("frame %d is below the event's minimum %d", frame, base+frameOverhead)
+		t.Fatalf("frame %d is below the event's minimum %d", frame, base+message.FrameOverhead)
 	}
 	ev.Headers = []byte(`{"pad":"` + strings.Repeat("p", pad) + `"}`)
 	return ev
@@ -210,14 +213,14 @@ func TestBrokerFrameTolerance(t *testing.T) {
 	b := newBroker(t)
 	publish := func(payload int) (bool, *amqp.Error) {
 		ch, _, fm := recordingDial(t, b.url)
-		if fm != defaultFrameMax {
-			t.Fatalf("negotiated frame_max %d, this test expects RabbitMQ's default %d", fm, defaultFrameMax)
+		if fm != message.DefaultFrameMax {
+			t.Fatalf("negotiated frame_max %d, this test expects RabbitMQ's default %d", fm, message.DefaultFrameMax)
 		}
 		closes := ch.NotifyClose(make(chan *amqp.Error, 1))
 		msg := amqp.Publishing{Headers: amqp.Table{"pad": ""}}
-		base, _, _ := contentHeaderSize(msg)
+		base, _, _ := message.ContentHeaderSize(msg)
 		msg.Headers["pad"] = strings.Repeat("p", payload-base)
-		if n, _, _ := contentHeaderSize(msg); n != payload {
+		if n, _, _ := message.ContentHeaderSize(msg); n != payload {
 			t.Fatalf("padding gave %d bytes, want %d", n, payload)
 		}
 		dc, err := ch.PublishWithDeferredConfirm("", "nowhere."+b.exchange, false, false, msg)
@@ -237,13 +240,13 @@ func TestBrokerFrameTolerance(t *testing.T) {
 			return false, nil
 		}
 	}
-	frameMax := defaultFrameMax
+	frameMax := message.DefaultFrameMax
 	for _, tc := range []struct {
 		payload int
 		ok      bool
-	}{{frameMax - frameOverhead, true}, {frameMax, true}, {frameMax + 1, false}} {
+	}{{frameMax - message.FrameOverhead, true}, {frameMax, true}, {frameMax + 1, false}} {
 		ok, e := publish(tc.payload)
-		t.Logf("content header payload %d (frame %d): acked=%v close=%v", tc.payload, tc.payload+frameOverhead, ok, e)
+		t.Logf("content header payload %d (frame %d): acked=%v close=%v", tc.payload, tc.payload+message.FrameOverhead, ok, e)
 		if ok != tc.ok {
 			t.Errorf("payload %d: acked=%v, want %v", tc.payload, ok, tc.ok)
 		}

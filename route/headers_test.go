@@ -11,9 +11,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cdc-router/cdc-router/route/message/messagetest"
+
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/cdc-router/cdc-router/internal/cdc"
+	"github.com/cdc-router/cdc-router/route/message"
 )
 
 // headerGen produces random headers columns (JSON objects as text) of the kinds users write and of the
@@ -116,12 +119,12 @@ func (g headerGen) headers(ev cdc.Event, frameMax int) []byte {
 	case 1, 2:
 		obj := g.object(g.rng.IntN(4), 1)
 		ev.Headers = []byte(obj[:len(obj)-1] + sep(obj) + `"pad":""}`)
-		_, msg, err := build(ev)
+		_, msg, err := message.Build(ev)
 		if err != nil {
 			return ev.Headers // refused statically anyway
 		}
-		n, _, _ := contentHeaderSize(msg)
-		pad := frameMax - frameOverhead - n + g.rng.IntN(3) - 1 // one byte under, at, or one byte over
+		n, _, _ := message.ContentHeaderSize(msg)
+		pad := frameMax - message.FrameOverhead - n + g.rng.IntN(3) - 1 // one byte under, at, or one byte over
 		return []byte(obj[:len(obj)-1] + sep(obj) + `"pad":"` + strings.Repeat("p", max(pad, 0)) + `"}`)
 	default:
 		return []byte(g.object(g.rng.IntN(12), 1))
@@ -150,7 +153,7 @@ func TestRandomHeadersBrokerAcceptsOrMappingRefuses(t *testing.T) {
 	var accepted, refused, boundary, atLimit int
 	reasons := map[string]int{}
 	for i := range cases {
-		ev := sampleEvent()
+		ev := messagetest.NativeEvent()
 		ev.ID = fmt.Sprintf("random-%03d", i)
 		ev.AggregateID = fmt.Sprint(i % 17)
 		ev.Headers = g.headers(ev, r.frameMax)
@@ -176,7 +179,7 @@ func TestRandomHeadersBrokerAcceptsOrMappingRefuses(t *testing.T) {
 			t.Fatalf("case %d: the mapping let through headers the broker did not confirm (Drain: %v): %.300s", i, err, ev.Headers)
 		}
 		accepted++
-		if _, msg, _ := build(ev); mustFrame(t, msg, r.frameMax) == r.frameMax {
+		if _, msg, _ := message.Build(ev); mustFrame(t, msg, r.frameMax) == r.frameMax {
 			atLimit++
 		}
 	}
@@ -189,7 +192,7 @@ func TestRandomHeadersBrokerAcceptsOrMappingRefuses(t *testing.T) {
 
 func mustFrame(t *testing.T, msg amqp.Publishing, frameMax int) int {
 	t.Helper()
-	n, err := checkFrame(msg, frameMax)
+	n, err := message.CheckFrame(msg, frameMax)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,68 +1,118 @@
 package route
 
-import "sync"
+import (
+	"sync"
 
-// holds keeps at most one event per aggregate unconfirmed in a lane. An aggregate is busy from the moment
-// one of its events is let through to be written until that event is confirmed; an event of a busy
-// aggregate is held, in the order it came, and let through when its predecessor is confirmed. So when the
-// broker refuses an event (a nack, a return, a closed channel), no later event of its aggregate has been
-// written, and the restart from the acknowledged position cannot put a later version before it.
+	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/cdc-router/cdc-router/internal/cdc"
+)
+
+// holds keeps at most perAggregate events per aggregate unconfirmed in a lane (one by default, ADR
+// 0006). An aggregate is busy from the moment one of its events is let through to be written until every
+// event of it let through is confirmed; an event of an aggregate that has perAggregate events
+// unconfirmed, or events held already, is held, in the order it came, and let through when a predecessor
+// is confirmed. So with perAggregate 1, when the broker refuses an event (a nack, a return, a closed
+// channel), no later event of its aggregate has been written, and the restart from the acknowledged
+// position cannot put a later version before it.
+//
+// Held events wait aside (ADR 0009): they keep their event, not its message (rebuilt when let through),
+// and take no slot of the lane's window, so a long run of one
+// aggregate does not stop the others. Their number across the Router is bounded by room (Config.MaxHeld),
+// their bytes by the Router's budget like every unresolved event; admit reports noRoom when room is out.
 //
 // Aggregates are told apart by the 64-bit hash that also picks their lane (aggregateHash). Two aggregates
 // whose hashes collide are serialised as if they were one: slower, never out of order.
 //
-// publishLoop calls admit for each queued publishing; confirmLoop calls next for each confirmed one, and
-// hands the publishing it returns back to publishLoop; discard takes what is still held once the lane
-// has stopped. A held publishing keeps its slot of the window and its bytes of the budget.
+// Publish calls admit for each event; confirmLoop calls next for each confirmed one, and hands the
+// publishing it returns, which takes over the confirmed one's window slot, to publishLoop; discard takes
+// what is still held once the lane has stopped. Lock order: holds, then room.
 type holds struct {
+	perAggregate int
+	room         *budget // held events across the Router, one unit each
+
 	mu   sync.Mutex
-	busy map[uint64]heldList // presence: the aggregate has an event between admit and its confirm
-	n    int                 // publishings held, for tests
+	busy map[uint64]aggregate // presence: the aggregate has an event between admit and its confirm
+	n    int                  // publishings held in this lane
 }
 
-// heldList is the queue of the held publishings of one aggregate, linked through publishing.next.
-type heldList struct{ head, tail *publishing }
+// aggregate is the state of one busy aggregate: its events let through and not yet confirmed, and the
+// queue of its held publishings, linked through publishing.next.
+type aggregate struct {
+	unconfirmed int
+	head, tail  *publishing
+}
 
-func newHolds() *holds { return &holds{busy: make(map[uint64]heldList)} }
+// verdict is admit's answer.
+type verdict int
 
-// admit reports whether p may be written now; if not, p is held behind the events of its aggregate.
-func (h *holds) admit(p *publishing) bool {
+const (
+	letThrough verdict = iota // write it now
+	holdBack                  // held behind the events of its aggregate
+	noRoom                    // would be held, but room is out: nothing changed
+)
+
+func newHolds(perAggregate int, room *budget) *holds {
+	return &holds{perAggregate: perAggregate, room: room, busy: make(map[uint64]aggregate)}
+}
+
+// admit decides whether p is written now or held behind the events of its aggregate (or, with no room
+// for one more held event, neither).
+func (h *holds) admit(p *publishing) verdict {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	q, busy := h.busy[p.agg]
-	if !busy {
-		h.busy[p.agg] = heldList{}
-		return true
+	a := h.busy[p.agg]
+	if a.head == nil && a.unconfirmed < h.perAggregate {
+		a.unconfirmed++
+		h.busy[p.agg] = a
+		p.ev = cdc.Event{}
+		return letThrough
 	}
-	if q.tail == nil {
-		q.head = p
+	if !h.room.tryAcquire(1) {
+		return noRoom
+	}
+	// Held: keep the event, not its message (an amqp091 header table is most of a held event's memory);
+	// the lane builds it again when it is let through. Under the lock, so that next sees it so.
+	p.msg, p.rebuild = amqp.Publishing{}, true
+	if p.ev.Mapped != nil && p.ev.Mapped.Columns != nil {
+		m := *p.ev.Mapped
+		m.Columns = nil // the row as sent, for the caller's quarantine records; not part of the message
+		p.ev.Mapped = &m
+	}
+	if a.tail == nil {
+		a.head = p
 	} else {
-		q.tail.next = p
+		a.tail.next = p
 	}
-	q.tail = p
-	h.busy[p.agg] = q
+	a.tail = p
+	h.busy[p.agg] = a
 	h.n++
-	return false
+	return holdBack
 }
 
-// next is called once p is confirmed. It returns the next held publishing of p's aggregate, which the
-// aggregate stays busy for and which must be written next, or nil when none is held, and the aggregate is
-// then free.
+// next is called once p is confirmed. It returns the next held publishing of p's aggregate, which is let
+// through and must be written next (in p's window slot), or nil when none is held; the aggregate is free
+// once none of its events is unconfirmed.
 func (h *holds) next(p *publishing) *publishing {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	q := h.busy[p.agg]
-	if q.head == nil {
-		delete(h.busy, p.agg)
+	a := h.busy[p.agg]
+	n := a.head
+	if n == nil {
+		if a.unconfirmed--; a.unconfirmed <= 0 {
+			delete(h.busy, p.agg)
+		} else {
+			h.busy[p.agg] = a
+		}
 		return nil
 	}
-	n := q.head
-	q.head, n.next = n.next, nil
-	if q.head == nil {
-		q.tail = nil
+	a.head, n.next = n.next, nil
+	if a.head == nil {
+		a.tail = nil
 	}
-	h.busy[p.agg] = q
+	h.busy[p.agg] = a // unconfirmed stays: p's place goes to n
 	h.n--
+	h.room.release(1)
 	return n
 }
 
@@ -70,8 +120,8 @@ func (h *holds) next(p *publishing) *publishing {
 func (h *holds) discard(release func(*publishing)) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	for agg, q := range h.busy {
-		for p := q.head; p != nil; {
+	for agg, a := range h.busy {
+		for p := a.head; p != nil; {
 			n := p.next
 			p.next = nil
 			release(p)
@@ -79,6 +129,7 @@ func (h *holds) discard(release func(*publishing)) {
 		}
 		delete(h.busy, agg)
 	}
+	h.room.release(h.n)
 	h.n = 0
 }
 

@@ -14,13 +14,13 @@ func held(agg uint64, n int) *publishing {
 // TestHolds: the second and third event of an aggregate are held until their predecessor is confirmed,
 // in order; another aggregate is let through meanwhile; a confirmed last event frees its aggregate.
 func TestHolds(t *testing.T) {
-	h := newHolds()
+	h := newHolds(1, newBudget(DefaultMaxHeld))
 	a1, a2, a3, b1 := held(1, 1), held(1, 2), held(1, 3), held(2, 1)
 	for _, step := range []struct {
 		p    *publishing
 		want bool
 	}{{a1, true}, {a2, false}, {b1, true}, {a3, false}} {
-		if got := h.admit(step.p); got != step.want {
+		if got := h.admit(step.p) == letThrough; got != step.want {
 			t.Fatalf("admit(%s) = %v, want %v", step.p.eventID, got, step.want)
 		}
 	}
@@ -35,14 +35,14 @@ func TestHolds(t *testing.T) {
 	if len(h.busy) != 0 || h.held() != 0 {
 		t.Fatalf("after every confirm: %d aggregates busy, %d held", len(h.busy), h.held())
 	}
-	if !h.admit(held(1, 4)) {
+	if h.admit(held(1, 4)) != letThrough {
 		t.Fatal("an aggregate whose events are all confirmed is still held")
 	}
 }
 
 // TestHoldsDiscard: discard releases every held publishing once and forgets the aggregates.
 func TestHoldsDiscard(t *testing.T) {
-	h := newHolds()
+	h := newHolds(1, newBudget(DefaultMaxHeld))
 	for n := range 5 {
 		for agg := range uint64(3) {
 			h.admit(held(agg, n))
@@ -60,44 +60,75 @@ func TestHoldsDiscard(t *testing.T) {
 	}
 }
 
-// TestHoldsModel drives holds as a lane does, with confirms in random order (the broker may confirm
-// the written events of different aggregates in any order, and a lane's confirms come late or early),
-// against the reference: at most one unconfirmed event per aggregate, every aggregate's events written in
-// the order they were handed over, every event written exactly once, and nothing held at the end.
+// TestHoldsModel drives holds as a lane and Publish do, with confirms in random order (the broker may
+// confirm the written events of different aggregates in any order, and a lane's confirms come late or
+// early), for windows of 1 to 5 events per aggregate and a small bound on held events, against the
+// reference: at most perAggregate unconfirmed events per aggregate, every aggregate's events written in
+// the order they were handed over, every event written exactly once, never more held than the bound
+// (an event refused for room is handed over again later, as Publish waits and admits it again), and
+// nothing held at the end.
 func TestHoldsModel(t *testing.T) {
-	for seed := range uint64(200) {
+	for seed := range uint64(400) {
 		rng := rand.New(rand.NewPCG(seed, 7))
 		aggs := 1 + rng.IntN(8)
-		h := newHolds()
+		perAggregate := []int{1, 1, 2, 3, 5}[rng.IntN(5)]
+		maxHeld := 1 + rng.IntN(20)
+		room := newBudget(maxHeld)
+		h := newHolds(perAggregate, room)
 		var unconfirmed []*publishing // written, in write order
+		var waiting *publishing       // refused for room: Publish waits with it
 		perAgg := map[uint64]int{}    // events handed over per aggregate
 		written := map[uint64][]int{} // write order per aggregate
-		busy := map[uint64]bool{}
+		inflight := map[uint64]int{}
 		write := func(p *publishing) {
-			if busy[p.agg] {
-				t.Fatalf("seed %d: %s written while its aggregate has an unconfirmed event", seed, p.eventID)
+			if inflight[p.agg]++; inflight[p.agg] > perAggregate {
+				t.Fatalf("seed %d: %s written while its aggregate has %d unconfirmed events (window %d)", seed, p.eventID, inflight[p.agg]-1, perAggregate)
 			}
-			busy[p.agg] = true
 			var n int
 			fmt.Sscanf(p.eventID[len(fmt.Sprint(p.agg))+1:], "%d", &n)
 			written[p.agg] = append(written[p.agg], n)
 			unconfirmed = append(unconfirmed, p)
 		}
+		admit := func(p *publishing) {
+			switch h.admit(p) {
+			case letThrough:
+				write(p)
+			case noRoom:
+				waiting = p
+			}
+			if used, _ := room.usage(); used > maxHeld || h.held() != used {
+				t.Fatalf("seed %d: %d held, room says %d, bound %d", seed, h.held(), used, maxHeld)
+			}
+		}
 		total := 0
-		for step := 0; step < 500 || len(unconfirmed) > 0; step++ {
-			if step < 500 && (len(unconfirmed) == 0 || rng.IntN(3) > 0) {
+		for step := 0; step < 500 || len(unconfirmed) > 0 || waiting != nil; step++ {
+			if waiting != nil && rng.IntN(2) == 0 {
+				p := waiting
+				waiting = nil
+				admit(p)
+				continue
+			}
+			if step < 500 && waiting == nil && (len(unconfirmed) == 0 || rng.IntN(3) > 0) {
 				agg := uint64(rng.IntN(aggs))
 				perAgg[agg]++
 				total++
-				if p := held(agg, perAgg[agg]); h.admit(p) {
-					write(p)
-				}
+				admit(held(agg, perAgg[agg]))
 				continue
 			}
+			if len(unconfirmed) == 0 {
+				continue
+			}
+			// Confirms come in write order within a lane, so the oldest unconfirmed event of the aggregate.
 			i := rng.IntN(len(unconfirmed))
+			for j := range i {
+				if unconfirmed[j].agg == unconfirmed[i].agg {
+					i = j
+					break
+				}
+			}
 			p := unconfirmed[i]
 			unconfirmed = append(unconfirmed[:i], unconfirmed[i+1:]...)
-			busy[p.agg] = false
+			inflight[p.agg]--
 			if n := h.next(p); n != nil {
 				write(n)
 			}
@@ -111,8 +142,8 @@ func TestHoldsModel(t *testing.T) {
 				}
 			}
 		}
-		if count != total || h.held() != 0 || len(h.busy) != 0 {
-			t.Fatalf("seed %d: %d of %d written, %d still held, %d aggregates busy", seed, count, total, h.held(), len(h.busy))
+		if used, _ := room.usage(); count != total || h.held() != 0 || len(h.busy) != 0 || used != 0 {
+			t.Fatalf("seed %d: %d of %d written, %d still held, %d aggregates busy, room %d", seed, count, total, h.held(), len(h.busy), used)
 		}
 	}
 }
@@ -120,7 +151,7 @@ func TestHoldsModel(t *testing.T) {
 // BenchmarkHolds is the bookkeeping the mechanism adds per event on the hot path (admit when written,
 // next when confirmed), for events of 1,000 aggregates with up to 512 unconfirmed, as in a lane.
 func BenchmarkHolds(b *testing.B) {
-	h := newHolds()
+	h := newHolds(1, newBudget(DefaultMaxHeld))
 	ps := make([]*publishing, 512)
 	for i := range ps {
 		ps[i] = held(uint64(i*7919%1000), i)
@@ -129,7 +160,7 @@ func BenchmarkHolds(b *testing.B) {
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
 		p := ps[i%len(ps)]
-		if h.admit(p) {
+		if h.admit(p) == letThrough {
 			if n := h.next(p); n != nil {
 				b.Fatal("a held publishing behind a free aggregate")
 			}

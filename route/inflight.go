@@ -10,7 +10,8 @@ import (
 var errFailed = errors.New("router failed while waiting for the publish window")
 
 // budget bounds the bytes of the unresolved publishings of a Router, across its lanes: each holds the size
-// of its body and content header from Publish until it is confirmed or discarded. An acquire that does
+// of its body and content header from Publish until it is confirmed or discarded. (The same type counts
+// the Router's held events, one unit each: Config.MaxHeld.) An acquire that does
 // not fit waits, except when nothing is held, so that one publishing larger than the whole budget still
 // goes through, alone.
 type budget struct {
@@ -47,6 +48,27 @@ func (b *budget) acquire(ctx context.Context, failed <-chan struct{}, n int) err
 			return errFailed
 		}
 	}
+}
+
+// tryAcquire takes n if they fit now (or nothing is held), without waiting, and reports whether it did.
+func (b *budget) tryAcquire(n int) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.used != 0 && b.used+n > b.max {
+		return false
+	}
+	b.used += n
+	b.peak = max(b.peak, b.used)
+	return true
+}
+
+// freedCh returns the channel that the next release closes, and makes that release close it: a caller
+// that found no room takes it, tries once more, and waits on it, so no release between the two is missed.
+func (b *budget) freedCh() <-chan struct{} {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.waiting = true
+	return b.freed
 }
 
 // release gives back n bytes and wakes the waiting acquires.

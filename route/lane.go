@@ -17,7 +17,9 @@ type publishing struct {
 	key      string
 	agg      uint64          // aggregateHash of the event: the lane, and the aggregate for holds
 	next     *publishing     // the next held publishing of the same aggregate
-	msg      amqp.Publishing // released once written
+	msg      amqp.Publishing // released once written, and while held (rebuilt from ev)
+	ev       cdc.Event       // set while held: the message is rebuilt from it when it is let through
+	rebuild  bool            // msg was dropped while held
 	size     int             // body and content header bytes, held in the Router's budget until resolved
 	done     func()
 	confirm  *amqp.DeferredConfirmation
@@ -27,22 +29,22 @@ type publishing struct {
 
 // lane is one confirm-mode channel. publishLoop is the only writer of the channel; confirmLoop is the
 // only reader of its notifications and resolves the publishings in the order they were written.
-// publishLoop writes a publishing only when no other event of its aggregate is unconfirmed (holds); a
-// held one is written once confirmLoop has resolved its predecessor positively and handed it back on
-// ready. A publishing holds one slot from Publish until it is resolved, whether queued, held, ready or
-// sent, so queued, ready and sent never fill up and at most Window messages are unresolved (written or
-// held); returns holds at most one return per held slot, so the reader goroutine of amqp091 never waits
-// on it. A publishing also holds its bytes in the Router's budget until it is resolved or, once the
+// Publish queues a publishing only when holds lets it through (fewer than AggregateWindow events of its
+// aggregate unconfirmed); a held one is handed to publishLoop on ready once confirmLoop has resolved a
+// predecessor positively. A publishing holds one slot of the window while queued, ready or sent, not
+// while held (a held one takes over the slot of the predecessor whose confirm lets it through), so
+// queued, ready and sent never fill up and at most Window messages are queued or written; returns holds
+// at most one return per slot, so the reader goroutine of amqp091 never waits on it. A publishing also holds its bytes in the Router's budget until it is resolved or, once the
 // Router has failed, discarded by the goroutine that holds it.
 type lane struct {
 	r        *Router
 	id       int
 	ch       *amqp.Channel
-	slots    chan struct{}          // the window: one token per unresolved publishing
+	slots    chan struct{}          // the window: one token per queued, ready or sent publishing
 	queued   chan *publishing       // Publish → publishLoop, in call order
 	ready    chan *publishing       // confirmLoop → publishLoop: held publishings whose predecessor is confirmed
 	sent     chan *publishing       // publishLoop → confirmLoop, in delivery-tag order
-	holds    *holds                 // at most one unconfirmed event per aggregate
+	holds    *holds                 // at most AggregateWindow unconfirmed events per aggregate
 	returns  chan amqp.Return       // basic.return, drained before each confirmation is acted on
 	closes   chan *amqp.Error       // the channel's close (a connection close closes it too)
 	returned map[string]amqp.Return // by message id: returns not yet matched to their confirmation
@@ -66,7 +68,7 @@ func openLane(r *Router, id int) (*lane, error) {
 		queued:   make(chan *publishing, w),
 		ready:    make(chan *publishing, w),
 		sent:     make(chan *publishing, w),
-		holds:    newHolds(),
+		holds:    newHolds(r.cfg.AggregateWindow, r.held),
 		returns:  ch.NotifyReturn(make(chan amqp.Return, w+1)),
 		closes:   ch.NotifyClose(make(chan *amqp.Error, 1)),
 		returned: make(map[string]amqp.Return),
@@ -125,29 +127,62 @@ func (l *lane) discard() {
 	}
 }
 
-// publishLoop writes the publishings with mandatory set until the Router fails: a queued one in Publish
-// order unless another event of its aggregate is unconfirmed (it is then held), and a ready one (held
-// until its predecessor was confirmed) first. A write that fails (the channel or the connection is closed
-// or lost) fails the Router; the message body is dropped as soon as it is written.
+// publishLoop writes the publishings with mandatory set until the Router fails: a ready one (held until
+// a predecessor was confirmed) first, then a queued one (let through by Publish) in Publish order. While
+// more are waiting behind the one it writes, it corks the connection, so that a burst goes out in few
+// socket writes; it uncorks as soon as none is waiting, so a lone event is written at once. A write that
+// fails (the channel or the connection is closed or lost) fails the Router; the message body is dropped
+// as soon as it is written.
 func (l *lane) publishLoop() {
+	corked := false
+	defer func() {
+		if corked {
+			_ = l.r.sock.uncork() // the Router has failed: what is left is never confirmed
+		}
+	}()
 	for {
-		var p *publishing
-		select {
-		case p = <-l.ready: // the older events go first
-		default:
+		p := l.waiting()
+		if p == nil {
+			if corked {
+				corked = false
+				if err := l.r.sock.uncork(); err != nil {
+					select { // as in write: let the connection's watcher report the broker's reason first
+					case <-l.r.failed:
+					case <-time.After(time.Second):
+						l.r.fail(fmt.Errorf("lane %d: write to RabbitMQ: %w", l.id, err), l.id, "")
+					}
+					return
+				}
+			}
 			select {
 			case <-l.r.failed:
 				return
 			case p = <-l.ready:
 			case p = <-l.queued:
-				if !l.holds.admit(p) {
-					continue
-				}
 			}
+		}
+		if !corked && len(l.ready)+len(l.queued) > 0 {
+			l.r.sock.cork()
+			corked = true
 		}
 		if !l.write(p) {
 			return
 		}
+	}
+}
+
+// waiting returns a ready or a queued publishing without waiting, the ready first; nil if none is.
+func (l *lane) waiting() *publishing {
+	select {
+	case p := <-l.ready:
+		return p
+	default:
+	}
+	select {
+	case p := <-l.queued:
+		return p
+	default:
+		return nil
 	}
 }
 
@@ -156,6 +191,17 @@ func (l *lane) write(p *publishing) bool {
 	if l.r.Err() != nil {
 		l.r.bytes.release(p.size)
 		return false
+	}
+	if p.rebuild {
+		// Held, its message was dropped to keep held events small; build gives the same message again
+		// (it passed the same checks in Publish), so an error here is a defect, never a silent loss.
+		_, msg, _, err := l.r.build(p.ev)
+		if err != nil {
+			l.r.bytes.release(p.size)
+			l.r.fail(fmt.Errorf("lane %d: rebuild held event %s: %w", l.id, p.eventID, err), l.id, p.eventID)
+			return false
+		}
+		p.msg, p.ev, p.rebuild = msg, cdc.Event{}, false
 	}
 	dc, err := l.ch.PublishWithDeferredConfirm(p.exchange, p.key, true, false, p.msg)
 	p.msg = amqp.Publishing{}
@@ -243,9 +289,10 @@ func (l *lane) resolve(p *publishing, timer *time.Timer) bool {
 	l.r.bytes.release(p.size) // before track, so that the bytes are back once Drain returns
 	p.size = 0
 	if n := l.holds.next(p); n != nil {
-		l.ready <- n // n holds a slot: ready has room
+		l.ready <- n // n takes p's slot: ready has room
+	} else {
+		<-l.slots
 	}
-	<-l.slots
 	l.r.track(-1)
 	return true
 }

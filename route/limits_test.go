@@ -8,9 +8,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cdc-router/cdc-router/route/message/messagetest"
+
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/cdc-router/cdc-router/internal/cdc"
+	"github.com/cdc-router/cdc-router/route/message"
 )
 
 func TestCheckReservedAndShortStrings(t *testing.T) {
@@ -35,46 +38,46 @@ func TestCheckReservedAndShortStrings(t *testing.T) {
 		{`{"` + long + `":1}`, `header name "kkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkk"... is 256 bytes, AMQP allows 255`},
 	}
 	for _, tt := range tests {
-		ev := sampleEvent()
+		ev := messagetest.NativeEvent()
 		ev.Headers = []byte(tt.headers)
-		err := Check(ev)
+		err := message.Check(ev)
 		switch {
 		case tt.want == "" && err != nil:
-			t.Errorf("Check(%.60s) = %v, want nil", tt.headers, err)
+			t.Errorf("message.Check(%.60s) = %v, want nil", tt.headers, err)
 		case tt.want != "" && (err == nil || !strings.Contains(err.Error(), tt.want)):
-			t.Errorf("Check(%.60s) = %v, want a reason containing %q", tt.headers, err, tt.want)
+			t.Errorf("message.Check(%.60s) = %v, want a reason containing %q", tt.headers, err, tt.want)
 		case err != nil && !errors.Is(err, cdc.ErrUnpublishable):
-			t.Errorf("Check(%.60s) = %v, does not match cdc.ErrUnpublishable", tt.headers, err)
+			t.Errorf("message.Check(%.60s) = %v, does not match cdc.ErrUnpublishable", tt.headers, err)
 		}
 	}
-	ev := sampleEvent()
+	ev := messagetest.NativeEvent()
 	ev.AggregateType, ev.EventType = strings.Repeat("a", 200), strings.Repeat("e", 55)
-	if err := Check(ev); err == nil || !strings.Contains(err.Error(), "is 256 bytes, AMQP allows 255: shorten aggregate_type or event_type") {
+	if err := message.Check(ev); err == nil || !strings.Contains(err.Error(), "is 256 bytes, AMQP allows 255: shorten aggregate_type or event_type") {
 		t.Errorf("Check of a 256-byte routing key = %v", err)
 	}
 }
 
 func TestCheckFrame(t *testing.T) {
-	ev := sampleEvent()
-	_, msg, err := build(ev)
+	ev := messagetest.NativeEvent()
+	_, msg, err := message.Build(ev)
 	if err != nil {
 		t.Fatal(err)
 	}
-	base, _, _ := contentHeaderSize(msg)
+	base, _, _ := message.ContentHeaderSize(msg)
 	for _, tt := range []struct {
 		frameMax int
 		ok       bool
 	}{
-		{base + frameOverhead, true},
-		{base + frameOverhead - 1, false},
+		{base + message.FrameOverhead, true},
+		{base + message.FrameOverhead - 1, false},
 		{0, true}, // no limit negotiated: RabbitMQ's default
 	} {
-		n, err := checkFrame(msg, tt.frameMax)
+		n, err := message.CheckFrame(msg, tt.frameMax)
 		if (err == nil) != tt.ok {
 			t.Errorf("checkFrame with frame_max %d = %d, %v; want ok=%v", tt.frameMax, n, err, tt.ok)
 		}
-		if err == nil && n != base+frameOverhead {
-			t.Errorf("checkFrame = %d, want %d", n, base+frameOverhead)
+		if err == nil && n != base+message.FrameOverhead {
+			t.Errorf("checkFrame = %d, want %d", n, base+message.FrameOverhead)
 		}
 		if err != nil && !errors.Is(err, ErrInvalidEvent) {
 			t.Errorf("checkFrame error %v does not match ErrInvalidEvent", err)
@@ -82,8 +85,8 @@ func TestCheckFrame(t *testing.T) {
 	}
 	// A 200 KB aggregate_id and 10,000 headers: both far over the default frame_max, each named.
 	ev.AggregateID = strings.Repeat("i", 200_000)
-	_, msg, _ = build(ev)
-	if _, err := checkFrame(msg, 0); err == nil || !strings.Contains(err.Error(), `(5 headers; the largest, "aggregate_id", takes 200,018 bytes)`) {
+	_, msg, _ = message.Build(ev)
+	if _, err := message.CheckFrame(msg, 0); err == nil || !strings.Contains(err.Error(), `(5 headers; the largest, "aggregate_id", takes 200,018 bytes)`) {
 		t.Errorf("checkFrame of a 200 KB aggregate_id = %v", err)
 	}
 	var h strings.Builder
@@ -95,10 +98,10 @@ func TestCheckFrame(t *testing.T) {
 		fmt.Fprintf(&h, `"header_%04d":"value"`, i)
 	}
 	h.WriteString("}")
-	ev = sampleEvent()
+	ev = messagetest.NativeEvent()
 	ev.Headers = []byte(h.String())
-	_, msg, _ = build(ev)
-	if _, err := checkFrame(msg, 0); err == nil || !strings.Contains(err.Error(), "over the broker's frame_max of 131,072") ||
+	_, msg, _ = message.Build(ev)
+	if _, err := message.CheckFrame(msg, 0); err == nil || !strings.Contains(err.Error(), "over the broker's frame_max of 131,072") ||
 		!strings.Contains(err.Error(), "(10,005 headers;") {
 		t.Errorf("checkFrame of 10,000 headers (%d bytes of JSON) = %v", h.Len(), err)
 	} else {
@@ -106,7 +109,7 @@ func TestCheckFrame(t *testing.T) {
 	}
 	// Value types the mapping never produces are refused rather than sent.
 	msg.Headers = amqp.Table{"a": []any{"x"}}
-	if _, err := checkFrame(msg, 0); err == nil || !strings.Contains(err.Error(), "[]interface {}") {
+	if _, err := message.CheckFrame(msg, 0); err == nil || !strings.Contains(err.Error(), "[]interface {}") {
 		t.Errorf("checkFrame of an array value = %v, want a refusal naming the type", err)
 	}
 }
@@ -114,8 +117,8 @@ func TestCheckFrame(t *testing.T) {
 func TestThousands(t *testing.T) {
 	for n, want := range map[int]string{0: "0", 7: "7", 999: "999", 1000: "1,000", 131072: "131,072", 180345: "180,345",
 		1234567: "1,234,567", -4096: "-4,096"} {
-		if got := thousands(n); got != want {
-			t.Errorf("thousands(%d) = %q, want %q", n, got, want)
+		if got := message.Thousands(n); got != want {
+			t.Errorf("message.Thousands(%d) = %q, want %q", n, got, want)
 		}
 	}
 }

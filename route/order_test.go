@@ -7,8 +7,11 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/cdc-router/cdc-router/route/message"
 
 	amqp "github.com/rabbitmq/amqp091-go"
 
@@ -71,6 +74,29 @@ func TestNackedEventHoldsItsAggregate(t *testing.T) {
 	if used, _ := r.bytes.usage(); used != 0 || heldEvents(r) != 0 {
 		t.Fatalf("after Close: %d bytes, %d events still held", used, heldEvents(r))
 	}
+}
+
+// TestAggregateWindowTradesOrderUnderNack is the trade AggregateWindow documents: with 2, the nacked v1's
+// successor v2 was written before the nack came, so it is in the queue ahead of v1's republication.
+func TestAggregateWindowTradesOrderUnderNack(t *testing.T) {
+	b := newBroker(t)
+	cfg := b.config("")
+	cfg.Lanes, cfg.AggregateWindow = 1, 2
+	r := b.dial(cfg)
+	q := b.queue("#", amqp.Table{"x-max-length-bytes": int32(4096), "x-overflow": "reject-publish"})
+	v1, v2 := event("order", "1", 1), event("order", "1", 2)
+	v1.Payload = fmt.Appendf(nil, `{"pad":%q}`, strings.Repeat("x", 8192))
+	publishAll(t, r, newCounter(), v1, v2)
+	err := waitFailed(t, r, 10*time.Second)
+	var pe *PublishError
+	if !errors.As(err, &pe) || pe.EventID != v1.ID {
+		t.Fatalf("Err = %v, want a nack of %s", err, v1.ID)
+	}
+	time.Sleep(200 * time.Millisecond)
+	if got := b.queued(q); len(got) != 1 || got[0] != v2.ID {
+		t.Fatalf("queue holds %q, want v2 (%s), written in the same round trip as the nacked v1", got, v2.ID)
+	}
+	closePromptly(t, r)
 }
 
 // TestReturnedEventHoldsItsAggregate: without the alternate exchange, v1 (routing key order.lost, bound
@@ -157,33 +183,45 @@ func indexOf(ids []string, id string) int {
 	return -1
 }
 
-// TestHeldEventsCountTowardTheWindow: with the broker stalled, Window events of one aggregate (one
-// written, the rest held) fill the lane: a Publish returns on its context, one without a deadline returns
-// ErrClosed on Close, and Close releases every held event's bytes; done is never called.
-func TestHeldEventsCountTowardTheWindow(t *testing.T) {
+// TestHeldEventsWaitAside: with the broker stalled, a run of one aggregate (one written, the rest held)
+// takes one slot of the lane's window, so Window-1 events of other aggregates are still written behind
+// it; then a Publish on the full window returns on its context, and so does one that would be held past
+// MaxHeld; one without a deadline returns ErrClosed on Close, and Close releases every held event's bytes;
+// done is never called.
+func TestHeldEventsWaitAside(t *testing.T) {
 	b := newBroker(t)
 	p := b.proxy()
 	cfg := b.config(b.viaProxy(p))
-	cfg.Lanes, cfg.Window = 1, 8
+	cfg.Lanes, cfg.Window, cfg.MaxHeld = 1, 8, 20
 	r := b.dial(cfg)
 	b.queue("#", nil)
 	c := newCounter()
 	p.Pause()
-	for i := range cfg.Window {
-		ev := event("window", "1", i)
+	for i := range cfg.MaxHeld + 1 {
+		ev := event("hot", "1", i)
 		ev.Payload = bytes.Repeat([]byte("x"), 1000)
-		publishAll(t, r, c, ev)
+		publishAll(t, r, c, ev) // fails the test if it does not return at once
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
-	defer cancel()
-	if err := r.Publish(ctx, event("window", "2", 1), nil); !errors.Is(err, context.DeadlineExceeded) {
-		t.Fatalf("Publish on a window full of held events = %v, want context.DeadlineExceeded", err)
+	for i := range cfg.Window - 1 {
+		publishAll(t, r, c, event("cold", fmt.Sprint(i), 1))
 	}
-	if n := heldEvents(r); n != cfg.Window-1 {
-		t.Fatalf("held %d, want %d", n, cfg.Window-1)
+	if n := heldEvents(r); n != cfg.MaxHeld {
+		t.Fatalf("held %d, want %d", n, cfg.MaxHeld)
+	}
+	for what, ev := range map[string]cdc.Event{"a window full of written events": event("cold", "x", 1),
+		"MaxHeld events held": event("hot", "1", cfg.MaxHeld+1)} {
+		ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+		err := r.Publish(ctx, ev, nil)
+		cancel()
+		if !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("Publish with %s = %v, want context.DeadlineExceeded", what, err)
+		}
+	}
+	if n := heldEvents(r); n != cfg.MaxHeld {
+		t.Fatalf("after the refused Publish calls: held %d, want %d", n, cfg.MaxHeld)
 	}
 	waiting := make(chan error, 1)
-	go func() { waiting <- r.Publish(context.Background(), event("window", "3", 1), nil) }()
+	go func() { waiting <- r.Publish(context.Background(), event("hot", "1", 99), nil) }()
 	time.Sleep(100 * time.Millisecond)
 	drained := make(chan error, 1)
 	go func() { drained <- r.Drain(context.Background()) }()
@@ -200,6 +238,54 @@ func TestHeldEventsCountTowardTheWindow(t *testing.T) {
 	}
 	if used, _ := r.bytes.usage(); used != 0 || heldEvents(r) != 0 || c.t.Load() != 0 {
 		t.Fatalf("after Close: %d bytes, %d held, %d done", used, heldEvents(r), c.t.Load())
+	}
+}
+
+// TestHotAggregateDoesNotHoldUpOthers: 5,000 events of one aggregate are handed over at once, then one
+// event of another aggregate; that one is confirmed before half of the hot aggregate's run is, and the
+// hot aggregate still arrives in order. Before held events waited aside, they filled the lane's window and the other event
+// waited behind the whole run.
+func TestHotAggregateDoesNotHoldUpOthers(t *testing.T) {
+	b := newBroker(t)
+	cfg := b.config("")
+	cfg.Lanes = 1
+	r := b.dial(cfg)
+	q := b.queue("#", nil)
+	const n = 5000
+	var hotDone atomic.Int64
+	var otherAfter atomic.Int64
+	otherAfter.Store(-1)
+	start := time.Now()
+	for i := range n {
+		if err := r.Publish(context.Background(), event("hot", "1", i), func() { hotDone.Add(1) }); err != nil {
+			t.Fatal(err)
+		}
+	}
+	handedOver := time.Since(start)
+	other := event("other", "1", 1)
+	if err := r.Publish(context.Background(), other, func() { otherAfter.Store(hotDone.Load()) }); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	if err := r.Drain(ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("%d events of one aggregate handed over in %s; the other aggregate's event was confirmed after %d of them, all in %s",
+		n, handedOver.Round(time.Millisecond), otherAfter.Load(), time.Since(start).Round(time.Millisecond))
+	if got := otherAfter.Load(); got < 0 || got > n/2 {
+		t.Fatalf("the other aggregate's event was confirmed after %d of the hot aggregate's %d: it waited behind the run", got, n)
+	}
+	last := int64(-1)
+	for _, d := range b.consume(q, n+1, 20*time.Second) {
+		if d.MessageId == other.ID {
+			continue
+		}
+		v := d.Headers[message.HeaderAggregateVersion].(int64)
+		if v <= last {
+			t.Fatalf("version %d delivered after %d", v, last)
+		}
+		last = v
 	}
 }
 
@@ -232,7 +318,7 @@ func TestOneAggregateBurst(t *testing.T) {
 		if aggregates == 1 {
 			last := int64(-1)
 			for _, d := range b.consume(q.Name, 1000, 10*time.Second) {
-				v := d.Headers[HeaderAggregateVersion].(int64)
+				v := d.Headers[message.HeaderAggregateVersion].(int64)
 				if v <= last {
 					t.Fatalf("version %d delivered after %d", v, last)
 				}

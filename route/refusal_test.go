@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cdc-router/cdc-router/route/message/messagetest"
+
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/cdc-router/cdc-router/internal/cdc"
@@ -51,7 +53,7 @@ func TestWriteRefusedOnMappedExchangeIsPerMessage(t *testing.T) {
 	cfg := b.config(testenv.RabbitMQUser(t, "^(?!"+regexp.QuoteMeta(target)+"$).*"))
 	cfg.Lanes = 1
 	r := b.dial(cfg)
-	ev := mappedEvent()
+	ev := messagetest.MappedEvent()
 	ev.Mapped.ByExchange, ev.Mapped.Exchange, ev.Mapped.RoutingKey = true, target, "k-1"
 	if err := r.Publish(context.Background(), ev, nil); err != nil {
 		t.Fatal(err)

@@ -12,6 +12,7 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/cdc-router/cdc-router/internal/cdc"
+	"github.com/cdc-router/cdc-router/route/message"
 )
 
 // Close bounds: the connection.close handshake gets closeHandshake, then the socket is closed; the
@@ -42,6 +43,7 @@ type Router struct {
 
 	frameMax int          // the connection's negotiated frame_max (RabbitMQ's default when it set none)
 	bytes    *budget      // Config.MaxInflightBytes
+	held     *budget      // Config.MaxHeld: events held behind their aggregate, across the lanes
 	admit    sync.RWMutex // read-held by Publish while it enqueues; a lane write-locks it once to stop enqueues after failure
 
 	blocked atomic.Bool // RabbitMQ blocks the connection (connection.blocked), for Metrics
@@ -111,9 +113,10 @@ func open(cfg Config, logger *slog.Logger, uri amqp.URI, conn *amqp.Connection, 
 		return nil, err
 	}
 	r := &Router{cfg: cfg, log: logger, conn: conn, sock: sock, failed: make(chan struct{}), idle: make(chan struct{}),
-		frameMax: conn.Config.FrameSize, bytes: newBudget(cfg.MaxInflightBytes), exchanges: exchanges{logged: logged}}
+		frameMax: conn.Config.FrameSize, bytes: newBudget(cfg.MaxInflightBytes), held: newBudget(cfg.MaxHeld),
+		exchanges: exchanges{logged: logged}}
 	if r.frameMax <= 0 {
-		r.frameMax = defaultFrameMax
+		r.frameMax = message.DefaultFrameMax
 	}
 	close(r.idle)
 	cfg.Metrics.opened(r)
@@ -133,10 +136,11 @@ func open(cfg Config, logger *slog.Logger, uri amqp.URI, conn *amqp.Connection, 
 }
 
 // Publish hands ev to its lane (chosen by aggregate_type and aggregate_id) and returns without waiting
-// for the confirm. While an earlier event of the same aggregate is unconfirmed, ev is held in the lane and
-// written once that one is confirmed (never if it is refused). It blocks while that lane's window (written
-// and held events) is full or while the event's bytes do not fit MaxInflightBytes next to those of the
-// events in flight; if ctx ends first it returns ctx.Err() and ev is not enqueued. It returns the Router's error once the Router has failed. An event that can never become
+// for the confirm. While AggregateWindow earlier events of the same aggregate are unconfirmed (one by
+// default), ev is held aside and written once one of them is confirmed (never if it is refused). It
+// blocks while that lane's window (written events) is full, while the event's bytes do not fit
+// MaxInflightBytes next to those of the events in flight, or while it would be held and MaxHeld events
+// are held already; if ctx ends first it returns ctx.Err() and ev is not enqueued. It returns the Router's error once the Router has failed. An event that can never become
 // a message the broker accepts (it fails Check, or its properties and headers do not fit the connection's
 // frame_max) is refused with an error wrapping ErrInvalidEvent (cdc.ErrUnpublishable), and the Router
 // goes on. done, which may be nil, is called once, from a route goroutine, when the broker confirmed the
@@ -181,28 +185,54 @@ func (r *Router) Publish(ctx context.Context, ev cdc.Event, done func()) error {
 		<-l.slots
 		return err
 	}
-	r.track(1)
-	l.queued <- &publishing{eventID: ev.ID, exchange: exchange, key: key, agg: agg, msg: msg, done: done, size: size} // a held slot guarantees room
-	return nil
+	p := &publishing{eventID: ev.ID, exchange: exchange, key: key, agg: agg, msg: msg, ev: ev, done: done, size: size}
+	r.track(1) // before admit: a held p can be written and confirmed before admit returns
+	for {
+		switch l.holds.admit(p) {
+		case letThrough:
+			l.queued <- p // a held slot guarantees room
+			return nil
+		case holdBack: // it waits aside, without a slot; it takes its predecessor's when that one is confirmed
+			<-l.slots
+			return nil
+		}
+		// noRoom: as many events are held as MaxHeld allows; wait for one to be let through
+		freed := r.held.freedCh()
+		if l.holds.admit(p) != noRoom {
+			continue // room appeared before freed was taken: admit again (the same verdict, now kept)
+		}
+		select {
+		case <-freed:
+			continue
+		case <-ctx.Done():
+			err = ctx.Err()
+		case <-r.failed:
+			err = r.Err()
+		}
+		r.bytes.release(size)
+		<-l.slots
+		r.track(-1)
+		return err
+	}
 }
 
 // build maps ev to its message after the static checks (Check) and the frame check against the
 // connection's frame_max; it returns the size of the content header frame as well.
 func (r *Router) build(ev cdc.Event) (string, amqp.Publishing, int, error) {
 	if r.unchecked {
-		key, msg := message(ev)
-		n, _, _ := contentHeaderSize(msg)
-		return key, msg, n + frameOverhead, nil
+		key, msg := message.Unchecked(ev)
+		n, _, _ := message.ContentHeaderSize(msg)
+		return key, msg, n + message.FrameOverhead, nil
 	}
-	key, msg, err := build(ev)
+	key, msg, err := message.Build(ev)
 	if err != nil {
 		return "", amqp.Publishing{}, 0, err
 	}
-	fix := nativeFrameFix
+	fix := message.NativeFrameFix
 	if ev.Mapped != nil {
-		fix = mappedFrameFix
+		fix = message.MappedFrameFix
 	}
-	n, err := checkFrameFix(msg, r.frameMax, fix)
+	n, err := message.CheckFrameFix(msg, r.frameMax, fix)
 	if err != nil {
 		return "", amqp.Publishing{}, 0, err
 	}

@@ -10,6 +10,7 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/cdc-router/cdc-router/internal/cdc"
+	"github.com/cdc-router/cdc-router/route/message"
 )
 
 // TestPublishAllInOrder: 5,000 events of 50 aggregates through 4 lanes: every done once, every message
@@ -51,7 +52,7 @@ func TestPublishAllInOrder(t *testing.T) {
 			t.Fatalf("unexpected message %q", d.MessageId)
 		}
 		checkDelivery(t, ev, d)
-		agg := d.Headers[HeaderAggregateID].(string)
+		agg := d.Headers[message.HeaderAggregateID].(string)
 		if v, seen := last[agg]; seen && ev.AggregateVersion <= v {
 			t.Fatalf("aggregate %s: version %d delivered after %d", agg, ev.AggregateVersion, v)
 		}
@@ -66,7 +67,7 @@ func TestPublishAllInOrder(t *testing.T) {
 // checkDelivery compares what the consumer got with what the mapping says, header by header.
 func checkDelivery(t *testing.T, ev cdc.Event, d amqp.Delivery) {
 	t.Helper()
-	key, m := message(ev)
+	key, m := message.Unchecked(ev)
 	got := []any{d.RoutingKey, d.ContentType, d.DeliveryMode, d.MessageId, d.Type, d.Timestamp.Unix(), string(d.Body)}
 	exp := []any{key, m.ContentType, m.DeliveryMode, m.MessageId, m.Type, m.Timestamp.Unix(), string(m.Body)}
 	if !reflect.DeepEqual(got, exp) || !reflect.DeepEqual(d.Headers, m.Headers) {

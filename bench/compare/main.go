@@ -49,6 +49,8 @@ type config struct {
 	snapshotPerAgg []int // rows per aggregate, one snapshot mode each
 	backlog        int   // backlog of this many 1-row transactions
 	bigTxn         int   // one transaction of this many rows
+	hotBurst       int   // one transaction of this many rows of one aggregate, beside a trickle of others
+	hotWindows     []int // --aggregate-window of the router, one hot-burst mode each
 }
 
 func main() {
@@ -75,6 +77,8 @@ func main() {
 	perAgg := flag.String("snapshot-per-aggregate", "1,10", "snapshot mode: rows per aggregate, one snapshot mode per value, comma-separated")
 	flag.IntVar(&c.backlog, "backlog", 0, "backlog mode: events (1-row transactions) written while the router is stopped (e.g. 1000000); 0: skip")
 	flag.IntVar(&c.bigTxn, "big-txn", 0, "one-transaction mode: rows of one INSERT ... SELECT committed while the router streams (e.g. 100000); 0: skip")
+	flag.IntVar(&c.hotBurst, "hot-burst", 0, "hot-aggregate mode: one transaction of this many rows of one aggregate (e.g. 20000), committed while 1-row transactions of other aggregates trickle in at 50/s; its row's latency is the trickle's; 0: skip")
+	hotWindows := flag.String("hot-aggregate-windows", "1,64", "hot-aggregate mode: the router's --aggregate-window, one mode per value, comma-separated")
 	flag.Parse()
 	c.routerFlags = strings.Fields(*routerFlags)
 	if v, err := parsePerAggregate(*perAgg); err != nil {
@@ -82,6 +86,12 @@ func main() {
 		os.Exit(2)
 	} else {
 		c.snapshotPerAgg = v
+	}
+	if v, err := parsePerAggregate(*hotWindows); err != nil {
+		fmt.Fprintln(os.Stderr, "compare:", strings.Replace(err.Error(), "-snapshot-per-aggregate", "-hot-aggregate-windows", 1))
+		os.Exit(2)
+	} else {
+		c.hotWindows = v
 	}
 
 	var err error

@@ -24,6 +24,7 @@ type extraMode struct {
 	kind   string // "snapshot", "backlog" or "big txn"
 	n      int    // rows or events
 	perAgg int    // snapshot: rows per aggregate (versions 1..perAgg of each aggregate)
+	window int    // hot burst: the router's --aggregate-window
 }
 
 func (m extraMode) name() string {
@@ -35,6 +36,8 @@ func (m extraMode) name() string {
 		return fmt.Sprintf("snapshot, %d rows/aggregate", m.perAgg)
 	case "big txn":
 		return "one transaction"
+	case "hot burst":
+		return fmt.Sprintf("hot aggregate, --aggregate-window %d", m.window)
 	}
 	return m.kind
 }
@@ -52,6 +55,11 @@ func extraModes(c config) []extraMode {
 	}
 	if c.bigTxn > 0 {
 		ms = append(ms, extraMode{kind: "big txn", n: c.bigTxn, perAgg: 1})
+	}
+	if c.hotBurst > 0 {
+		for _, w := range c.hotWindows {
+			ms = append(ms, extraMode{kind: "hot burst", n: c.hotBurst, perAgg: c.hotBurst, window: w})
+		}
 	}
 	return ms
 }
@@ -174,6 +182,10 @@ func runRouterExtra(c config, pg *testenv.Postgres, pm int, m extraMode, name, p
 		if proc, err = startRouter(c, dbURL, name, exchange, profDir); err != nil {
 			return res, err
 		}
+	case "hot burst":
+		if proc, err = startRouterUntil(c, dbURL, name, exchange, profDir, "msg=streaming ", "--aggregate-window", strconv.Itoa(m.window)); err != nil {
+			return res, err
+		}
 	}
 	defer proc.stop()
 	proc.profile(profDir)
@@ -184,7 +196,13 @@ func runRouterExtra(c config, pg *testenv.Postgres, pm int, m extraMode, name, p
 		}
 		start = time.Now().UnixNano()
 	}
-	if err := cons.wait(m.n, c.timeout, m.name()+", "+router); err != nil {
+	trickled := 0
+	if m.kind == "hot burst" {
+		if trickled, start, err = hotBurst(ctx, c, dbURL, cons, m, proc); err != nil {
+			return res, err
+		}
+	}
+	if err := cons.wait(m.n+trickled, c.timeout, m.name()+", "+router); err != nil {
 		return res, fmt.Errorf("%w\n%v", err, proc.failure())
 	}
 	res.cpuPerEvent = (testenv.CPUSeconds(proc.pid()) - cpu0) * 1e6 / float64(m.n)
@@ -208,6 +226,13 @@ func runRouterExtra(c config, pg *testenv.Postgres, pm int, m extraMode, name, p
 		return res, err
 	}
 	res.recv, res.lat = cons.results()
+	if m.kind == "hot burst" {
+		var last int64
+		res.lat, last = cons.trickle()
+		res.rate = float64(m.n) / (float64(last-start) / 1e9)
+		fmt.Fprintf(c.log, " [%d trickle events, p99 %s ms]", len(res.lat), ms(pct(res.lat, 0.99)))
+		return res, nil
+	}
 	if start == 0 {
 		start = res.recv[0]
 	} else {
@@ -215,6 +240,55 @@ func runRouterExtra(c config, pg *testenv.Postgres, pm int, m extraMode, name, p
 	}
 	res.rate = float64(m.n) / (float64(res.recv[len(res.recv)-1]-start) / 1e9)
 	return res, nil
+}
+
+// hotBurst runs the hot-aggregate mode on a streaming router: 1-row transactions of other aggregates
+// (aggregate_type trickle, one aggregate each) at 50 per second from half a second before the burst to a
+// second after it has arrived; the burst, n rows of one aggregate in one transaction. It returns how many
+// trickle events were written and when the burst committed (unix ns).
+func hotBurst(ctx context.Context, c config, dbURL string, cons *consumer, m extraMode, proc *child) (int, int64, error) {
+	db, err := pgx.Connect(ctx, dbURL)
+	if err != nil {
+		return 0, 0, fmt.Errorf("hot burst: trickle: %w", err)
+	}
+	defer db.Close(context.Background())
+	stop := make(chan struct{})
+	done := make(chan error, 1)
+	written := 0
+	go func() {
+		tick := time.NewTicker(20 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			select {
+			case <-stop:
+				done <- nil
+				return
+			case <-tick.C:
+			}
+			if _, err := db.Exec(ctx, `INSERT INTO outbox (id, aggregate_type, aggregate_id, aggregate_version, event_type, payload)
+				VALUES (gen_random_uuid(), 'trickle', $1::text, 1, 'created', $2::jsonb)`, strconv.Itoa(written), payload(c.size, time.Now())); err != nil {
+				done <- fmt.Errorf("hot burst: trickle: %w", err)
+				return
+			}
+			written++
+		}
+	}()
+	time.Sleep(500 * time.Millisecond)
+	err = writeRows(ctx, dbURL, m.n, m.n, c.size, m.n, false)
+	start := time.Now().UnixNano()
+	if err == nil {
+		if err = cons.waitOthers(m.n, c.timeout, m.name()+", "+router); err != nil {
+			err = fmt.Errorf("%w\nthe router's log:\n%s", err, tail(proc.Output()))
+		}
+	}
+	if err == nil {
+		time.Sleep(time.Second)
+	}
+	close(stop)
+	if terr := <-done; err == nil {
+		err = terr
+	}
+	return written, start, err
 }
 
 // logLine is the first line of the router's log containing marker, or "".

@@ -48,6 +48,12 @@ type consumer struct {
 	mu   sync.Mutex
 	recv []int64 // arrival, unix ns
 	lat  []int64 // ns
+
+	// The hot-burst mode's trickle (routing keys trickle.*), apart from the rest: their latencies, and
+	// the rest's count and last arrival.
+	trickleLat []int64
+	others     int
+	lastOther  int64
 }
 
 // results copies the arrival times, in arrival order, and the latencies, sorted.
@@ -84,6 +90,12 @@ func consume(url, queue string, expect int) (*consumer, error) {
 			c.mu.Lock()
 			c.recv = append(c.recv, now)
 			c.lat = append(c.lat, now-sentNS(m.Body))
+			if strings.HasPrefix(m.RoutingKey, "trickle.") {
+				c.trickleLat = append(c.trickleLat, now-sentNS(m.Body))
+			} else {
+				c.others++
+				c.lastOther = now
+			}
 			c.mu.Unlock()
 		}
 	}()
@@ -94,6 +106,33 @@ func (c *consumer) count() int {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return len(c.recv)
+}
+
+// trickle returns the trickle's latencies, sorted, and the last arrival of the other messages.
+func (c *consumer) trickle() (lat []int64, lastOther int64) {
+	c.mu.Lock()
+	lat = append([]int64(nil), c.trickleLat...)
+	lastOther = c.lastOther
+	c.mu.Unlock()
+	sort.Slice(lat, func(i, j int) bool { return lat[i] < lat[j] })
+	return lat, lastOther
+}
+
+// waitOthers waits until n messages other than the trickle's arrived.
+func (c *consumer) waitOthers(n int, timeout time.Duration, what string) error {
+	deadline := time.Now().Add(timeout)
+	for {
+		c.mu.Lock()
+		got := c.others
+		c.mu.Unlock()
+		if got >= n {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%s: %d of %d events reached the consumer within %v (raise -timeout on a slow machine)", what, got, n, timeout)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 }
 
 // wait waits until n messages arrived, or fails naming how many did.

@@ -25,6 +25,7 @@ import (
 	"github.com/cdc-router/cdc-router/pubcheck"
 	"github.com/cdc-router/cdc-router/replication"
 	"github.com/cdc-router/cdc-router/route"
+	"github.com/cdc-router/cdc-router/route/message"
 )
 
 // pgFlags are the PostgreSQL settings every command shares.
@@ -94,7 +95,7 @@ func (b brokerFlags) route(connectionName string) route.Config {
 }
 
 func (b brokerFlags) decode(table string) decode.Config {
-	return decode.Config{Table: table, MaxPayloadBytes: *b.maxPayload, Check: route.Check}
+	return decode.Config{Table: table, MaxPayloadBytes: *b.maxPayload, Check: message.Check}
 }
 
 func (b brokerFlags) logger(stderr io.Writer) (*slog.Logger, error) {
@@ -317,6 +318,7 @@ func runRun(ctx context.Context, args []string, env func(string) string, stdout,
 	broker := addBrokerFlags(s)
 	lanes := s.Int("lanes", route.DefaultLanes, "confirm-mode channels; an aggregate always uses the same one")
 	window := s.Int("window", route.DefaultWindow, "unconfirmed messages allowed per channel")
+	aggWindow := s.Int("aggregate-window", route.DefaultAggregateWindow, "unconfirmed events allowed per aggregate: 1 keeps an aggregate's first deliveries in commit order even when the broker refuses one (a nack, a return); more pipelines a hot aggregate (faster bulk runs of one aggregate), at the cost that after a refusal up to N-1 later events of it may arrive before the refused one (see docs/operations.md, Hot aggregates)")
 	confirmTimeout := s.Duration("confirm-timeout", route.DefaultConfirmTimeout, "a message unconfirmed for this long restarts the stream from the acknowledged position (raise it if broker alarms last longer)")
 	snap := s.String("snapshot", "initial", "initial: a new slot first publishes the rows already in the table, read in the slot's own snapshot; never: stream only")
 	snapWhere := s.String("snapshot-where", "", "SQL predicate restricting the initial snapshot, e.g. \"published_at IS NULL\" when taking over from a polling publisher")
@@ -383,7 +385,7 @@ func runRun(ctx context.Context, args []string, env func(string) string, stdout,
 	for _, f := range []struct {
 		name  string
 		value int
-	}{{"lanes", *lanes}, {"window", *window}} {
+	}{{"lanes", *lanes}, {"window", *window}, {"aggregate-window", *aggWindow}} {
 		if f.value < 1 {
 			return usageError{fmt.Errorf("--%s %d (%s): use 1 or more", f.name, f.value, envName(f.name))}
 		}
@@ -392,7 +394,7 @@ func runRun(ctx context.Context, args []string, env func(string) string, stdout,
 		return err
 	}
 	rcfg := broker.route("cdc-router")
-	rcfg.Lanes, rcfg.Window, rcfg.ConfirmTimeout = *lanes, *window, *confirmTimeout
+	rcfg.Lanes, rcfg.Window, rcfg.ConfirmTimeout, rcfg.AggregateWindow = *lanes, *window, *confirmTimeout, *aggWindow
 	rcfg.Metrics = routeMetrics
 	if err := rcfg.Validate(); err != nil {
 		return usageError{err}
@@ -476,7 +478,7 @@ func loadMapping(path, shard string) (*decode.Mapping, error) {
 		return nil, usageError{err}
 	}
 	for _, h := range m.HeaderNames() {
-		if err := route.CheckHeaderName(h[0]); err != nil {
+		if err := message.CheckHeaderName(h[0]); err != nil {
 			return nil, usageError{fmt.Errorf("--config %s: %s: %w; choose another name", path, h[1], err)}
 		}
 	}

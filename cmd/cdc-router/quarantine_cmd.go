@@ -19,6 +19,7 @@ import (
 	"github.com/cdc-router/cdc-router/pgserver"
 	"github.com/cdc-router/cdc-router/quarantine"
 	"github.com/cdc-router/cdc-router/route"
+	"github.com/cdc-router/cdc-router/route/message"
 	"github.com/cdc-router/cdc-router/snapshot"
 )
 
@@ -295,7 +296,7 @@ func quarantineReplay(s *settings) func(context.Context, *pgx.Conn, opsFlags, []
 				failed = append(failed, strconv.FormatInt(id, 10))
 				continue
 			}
-			exchange, key := route.Destination(ev, *broker.exchange)
+			exchange, key := message.Destination(ev, *broker.exchange)
 			fmt.Fprintf(stdout, "record %d replayed from %s: event %s published to %s (routing key %s)\n", rec.ID,
 				source, ev.ID, exchange, key)
 		}

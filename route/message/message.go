@@ -1,4 +1,4 @@
-package route
+package message
 
 import (
 	"bytes"
@@ -27,7 +27,7 @@ func RoutingKey(ev cdc.Event) string { return ev.AggregateType + "." + ev.EventT
 
 // build checks ev (as Check does) and maps it to its routing key and AMQP message, converting the
 // headers column once.
-func build(ev cdc.Event) (string, amqp.Publishing, error) {
+func Build(ev cdc.Event) (string, amqp.Publishing, error) {
 	if ev.Mapped != nil {
 		if err := checkMapped(ev); err != nil {
 			return "", amqp.Publishing{}, err
@@ -47,7 +47,7 @@ func build(ev cdc.Event) (string, amqp.Publishing, error) {
 // type = event_type, timestamp = occurred_at, content type application/json, the payload as the body
 // unchanged, and the headers described by the Header* constants on top of the user headers (see
 // userHeaders). An event that fails Check gets no user headers.
-func message(ev cdc.Event) (string, amqp.Publishing) {
+func Unchecked(ev cdc.Event) (string, amqp.Publishing) {
 	if ev.Mapped != nil {
 		return mappedMessage(ev)
 	}

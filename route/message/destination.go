@@ -1,4 +1,4 @@
-package route
+package message
 
 import "github.com/cdc-router/cdc-router/internal/cdc"
 

@@ -1,4 +1,4 @@
-package route
+package message
 
 import (
 	"fmt"
@@ -8,11 +8,11 @@ import (
 )
 
 const (
-	// defaultFrameMax is RabbitMQ's default frame_max, used when the connection negotiated no limit (0).
-	defaultFrameMax = 131072
-	// frameOverhead is what a frame adds to its payload: type (1), channel (2), size (4) and the frame-end
+	// DefaultFrameMax is RabbitMQ's default frame_max, used when the connection negotiated no limit (0).
+	DefaultFrameMax = 131072
+	// FrameOverhead is what a frame adds to its payload: type (1), channel (2), size (4) and the frame-end
 	// octet (1). A frame of payload n takes n+8 bytes and must fit frame_max.
-	frameOverhead = 8
+	FrameOverhead = 8
 )
 
 // contentHeaderSize is the exact payload size of the content header frame amqp091 writes for msg
@@ -20,7 +20,7 @@ const (
 // then each property that is set, in the same conditions as amqp091 sets its flag. The second result is
 // the header that takes the most bytes and its size, for the refusal's reason. Only the value types the
 // mapping produces are accepted (string, int64, int32, int16, float64, bool, []byte); any other is an error.
-func contentHeaderSize(msg amqp.Publishing) (int, headerShare, error) {
+func ContentHeaderSize(msg amqp.Publishing) (int, HeaderShare, error) {
 	n := 2 + 2 + 8 + 2
 	shortstr := func(s string) int {
 		if s == "" {
@@ -29,11 +29,11 @@ func contentHeaderSize(msg amqp.Publishing) (int, headerShare, error) {
 		return 1 + len(s)
 	}
 	n += shortstr(msg.ContentType) + shortstr(msg.ContentEncoding)
-	var largest headerShare
+	var largest HeaderShare
 	if len(msg.Headers) > 0 {
 		t, l, err := tableSize(msg.Headers)
 		if err != nil {
-			return 0, headerShare{}, err
+			return 0, HeaderShare{}, err
 		}
 		n += t
 		largest = l
@@ -52,8 +52,8 @@ func contentHeaderSize(msg amqp.Publishing) (int, headerShare, error) {
 	return n, largest, nil
 }
 
-// headerShare is one header's part of the encoded table.
-type headerShare struct {
+// HeaderShare is one header's part of the encoded table.
+type HeaderShare struct {
 	name  string
 	bytes int
 }
@@ -62,12 +62,12 @@ type headerShare struct {
 // length (4), then per entry the name as a shortstr (1 + length) and the value as a type octet plus
 // 'S' long length (4) + bytes, 'l' int64 (8), 'I' int32 (4), 's' int16 (2), 'd' float64 (8), 't' bool (1),
 // 'x' byte array: long length (4) + bytes.
-func tableSize(t amqp.Table) (int, headerShare, error) {
+func tableSize(t amqp.Table) (int, HeaderShare, error) {
 	n := 4
-	var largest headerShare
+	var largest HeaderShare
 	for k, v := range t {
 		if len(k) > maxShortString {
-			return 0, headerShare{}, fmt.Errorf("header name %q... is %d bytes, AMQP allows 255", k[:32], len(k))
+			return 0, HeaderShare{}, fmt.Errorf("header name %q... is %d bytes, AMQP allows 255", k[:32], len(k))
 		}
 		e := 1 + len(k) + 1
 		switch v := v.(type) {
@@ -84,11 +84,11 @@ func tableSize(t amqp.Table) (int, headerShare, error) {
 		case bool:
 			e++
 		default:
-			return 0, headerShare{}, fmt.Errorf("header %q has a value of Go type %T, which the router never sends", k, v)
+			return 0, HeaderShare{}, fmt.Errorf("header %q has a value of Go type %T, which the router never sends", k, v)
 		}
 		n += e
 		if e > largest.bytes || (e == largest.bytes && k < largest.name) { // ties by name: the reason is stable
-			largest = headerShare{name: k, bytes: e}
+			largest = HeaderShare{name: k, bytes: e}
 		}
 	}
 	return n, largest, nil
@@ -97,36 +97,36 @@ func tableSize(t amqp.Table) (int, headerShare, error) {
 // checkFrame checks that the content header frame of msg fits frameMax (0: RabbitMQ's default) and
 // returns its size, framing included. The broker closes the connection with 501 FRAME_ERROR for a frame
 // that does not fit, and no setting of the router can change that for this message.
-func checkFrame(msg amqp.Publishing, frameMax int) (int, error) {
-	return checkFrameFix(msg, frameMax, nativeFrameFix)
+func CheckFrame(msg amqp.Publishing, frameMax int) (int, error) {
+	return CheckFrameFix(msg, frameMax, NativeFrameFix)
 }
 
 // Fixes checkFrameFix names for a message over frame_max: of a native event, and of a mapped one.
 const (
-	nativeFrameFix = "shorten aggregate_id, aggregate_type, event_type or the headers column"
-	mappedFrameFix = "shorten the key, type or id column, or the columns placed in headers (table.fields.additional.placement)"
+	NativeFrameFix = "shorten aggregate_id, aggregate_type, event_type or the headers column"
+	MappedFrameFix = "shorten the key, type or id column, or the columns placed in headers (table.fields.additional.placement)"
 )
 
 // checkFrameFix is checkFrame with the fix its refusal names.
-func checkFrameFix(msg amqp.Publishing, frameMax int, fix string) (int, error) {
+func CheckFrameFix(msg amqp.Publishing, frameMax int, fix string) (int, error) {
 	if frameMax <= 0 {
-		frameMax = defaultFrameMax
+		frameMax = DefaultFrameMax
 	}
-	payload, largest, err := contentHeaderSize(msg)
+	payload, largest, err := ContentHeaderSize(msg)
 	if err != nil {
 		return 0, fmt.Errorf("%w: %w", ErrInvalidEvent, err)
 	}
-	if payload+frameOverhead <= frameMax {
-		return payload + frameOverhead, nil
+	if payload+FrameOverhead <= frameMax {
+		return payload + FrameOverhead, nil
 	}
 	return 0, fmt.Errorf("%w: the message's properties and headers take %s bytes (%s with framing), over the broker's frame_max of %s: "+
 		"%s (%s headers; the largest, %q, takes %s bytes)",
-		ErrInvalidEvent, thousands(payload), thousands(payload+frameOverhead), thousands(frameMax), fix,
-		thousands(len(msg.Headers)), largest.name, thousands(largest.bytes))
+		ErrInvalidEvent, Thousands(payload), Thousands(payload+FrameOverhead), Thousands(frameMax), fix,
+		Thousands(len(msg.Headers)), largest.name, Thousands(largest.bytes))
 }
 
 // thousands formats n with commas between groups of three digits: 131,072.
-func thousands(n int) string {
+func Thousands(n int) string {
 	s := strconv.Itoa(n)
 	neg := n < 0
 	if neg {

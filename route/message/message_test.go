@@ -1,4 +1,4 @@
-package route
+package message
 
 import (
 	"errors"
@@ -13,26 +13,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cdc-router/cdc-router/route/message/messagetest"
+
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/cdc-router/cdc-router/internal/cdc"
 )
 
 var update = flag.Bool("update", false, "rewrite the golden files in testdata/")
-
-func sampleEvent() cdc.Event {
-	return cdc.Event{
-		ID:               "0190f3c2-7a1e-7c3b-9a51-2f1f4d3b8e01",
-		AggregateType:    "order",
-		AggregateID:      "42",
-		AggregateVersion: 7,
-		EventType:        "created",
-		SchemaVersion:    2,
-		Payload:          []byte(`{"total": 12.5, "items": [1, 2]}`),
-		OccurredAt:       time.Date(2026, 3, 14, 15, 9, 26, 0, time.UTC),
-		CommitLSN:        0x16_B374D848,
-	}
-}
 
 // describe renders a message deterministically for the golden files.
 func describe(key string, m amqp.Publishing) string {
@@ -65,12 +53,12 @@ func TestMessageGolden(t *testing.T) {
 	}
 	for name, edit := range cases {
 		t.Run(name, func(t *testing.T) {
-			ev := sampleEvent()
+			ev := messagetest.NativeEvent()
 			edit(&ev)
 			if err := Check(ev); err != nil {
 				t.Fatalf("Check: %v", err)
 			}
-			key, msg := message(ev)
+			key, msg := Unchecked(ev)
 			if err := msg.Headers.Validate(); err != nil {
 				t.Fatalf("headers do not validate: %v", err)
 			}
@@ -83,7 +71,7 @@ func TestMessageGolden(t *testing.T) {
 			}
 			want, err := os.ReadFile(path)
 			if err != nil {
-				t.Fatalf("%v (run go test ./route -run TestMessageGolden -update)", err)
+				t.Fatalf("%v (run go test ./route/message -run TestMessageGolden -update)", err)
 			}
 			if got != string(want) {
 				t.Errorf("message differs from %s (rerun with -update if intended):\ngot:\n%s\nwant:\n%s", path, got, want)
@@ -93,9 +81,9 @@ func TestMessageGolden(t *testing.T) {
 }
 
 func TestMessageBodyUnchanged(t *testing.T) {
-	ev := sampleEvent()
+	ev := messagetest.NativeEvent()
 	ev.Payload = []byte("{ \"spaces\" :  true }")
-	_, msg := message(ev)
+	_, msg := Unchecked(ev)
 	if string(msg.Body) != string(ev.Payload) {
 		t.Fatalf("body = %q, want the payload unchanged", msg.Body)
 	}
@@ -167,7 +155,7 @@ func TestCheck(t *testing.T) {
 		{"headers empty", func(ev *cdc.Event) { ev.Headers = nil }, true},
 	}
 	for _, tt := range tests {
-		ev := sampleEvent()
+		ev := messagetest.NativeEvent()
 		tt.edit(&ev)
 		err := Check(ev)
 		if (err == nil) != tt.ok {
@@ -186,7 +174,7 @@ func FuzzHeaders(f *testing.F) {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, raw []byte) {
-		ev := sampleEvent()
+		ev := messagetest.NativeEvent()
 		ev.Headers = raw
 		h, err := userHeaders(raw)
 		if err == nil {
@@ -194,14 +182,14 @@ func FuzzHeaders(f *testing.F) {
 				t.Fatalf("userHeaders(%q) = %#v does not validate: %v", raw, h, verr)
 			}
 		}
-		key, msg := message(ev) // must not panic, even for headers that fail Check
+		key, msg := Unchecked(ev) // must not panic, even for headers that fail Check
 		if err := msg.Headers.Validate(); err != nil {
 			t.Fatalf("message headers do not validate: %v", err)
 		}
 		if key != "order.created" || msg.Headers[HeaderAggregateID] != "42" {
 			t.Fatalf("router keys lost: %q %#v", key, msg.Headers)
 		}
-		if _, _, err := build(ev); (err == nil) != (Check(ev) == nil) {
+		if _, _, err := Build(ev); (err == nil) != (Check(ev) == nil) {
 			t.Fatalf("build and Check disagree: %v", err)
 		}
 		if Check(ev) == nil {
@@ -218,7 +206,7 @@ func FuzzHeaders(f *testing.F) {
 					t.Fatalf("header %q has a value of type %T, which RabbitMQ may refuse", k, v)
 				}
 			}
-			if _, err := checkFrame(msg, 0); err != nil && !errors.Is(err, ErrInvalidEvent) {
+			if _, err := CheckFrame(msg, 0); err != nil && !errors.Is(err, ErrInvalidEvent) {
 				t.Fatalf("checkFrame = %v, want nil or ErrInvalidEvent", err)
 			}
 		}
@@ -227,22 +215,22 @@ func FuzzHeaders(f *testing.F) {
 
 // BenchmarkMessageDefaultHeaders: the headers column's default ({}), most rows' case.
 func BenchmarkMessageDefaultHeaders(b *testing.B) {
-	ev := sampleEvent()
+	ev := messagetest.NativeEvent()
 	ev.Headers = []byte(`{}`)
 	b.ReportAllocs()
 	for b.Loop() {
-		if _, _, err := build(ev); err != nil {
+		if _, _, err := Build(ev); err != nil {
 			b.Fatal(err)
 		}
 	}
 }
 
 func BenchmarkMessage(b *testing.B) {
-	ev := sampleEvent()
+	ev := messagetest.NativeEvent()
 	ev.Headers = []byte(`{"trace_id":"4bf92f3577b34da6a3ce929d0e0e4736","tenant":17,"sampled":true,"ctx":{"region":"eu"}}`)
 	b.ReportAllocs()
 	for b.Loop() {
-		if _, _, err := build(ev); err != nil {
+		if _, _, err := Build(ev); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -257,14 +245,14 @@ func BenchmarkCheckAndBuild(b *testing.B) {
 			name = "user"
 		}
 		b.Run(name, func(b *testing.B) {
-			ev := sampleEvent()
+			ev := messagetest.NativeEvent()
 			ev.Headers = []byte(h)
 			b.ReportAllocs()
 			for b.Loop() {
 				if err := Check(ev); err != nil {
 					b.Fatal(err)
 				}
-				if _, _, err := build(ev); err != nil {
+				if _, _, err := Build(ev); err != nil {
 					b.Fatal(err)
 				}
 			}

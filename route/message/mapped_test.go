@@ -1,30 +1,23 @@
-package route
+package message
 
 import (
 	"errors"
 	"reflect"
 	"strings"
 	"testing"
-	"time"
+
+	"github.com/cdc-router/cdc-router/route/message/messagetest"
 
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/cdc-router/cdc-router/internal/cdc"
 )
 
-func mappedEvent() cdc.Event {
-	ts := time.Date(2025, 3, 4, 5, 6, 7, 891e6, time.UTC)
-	return cdc.Event{ID: "42", AggregateType: "Order", AggregateID: "o-1", EventType: "OrderCreated", Payload: []byte(`{"a":1}`),
-		OccurredAt: ts, CommitLSN: 0x1_0000_0010, Mapped: &cdc.Mapped{RoutingKey: "outbox.event.Order", ContentType: "application/json",
-			Timestamp: ts, Headers: []cdc.Header{{Name: "id", Value: int64(42)}, {Name: "key", Value: "o-1"},
-				{Name: "timestamp_in_ms", Value: ts.UnixMilli()}, {Name: "id", Value: "placed"}, {Name: "raw", Value: []byte{0, 1}}}}}
-}
-
 // A mapped event's message: properties from the mapping, typed headers in order (a later one of the same
 // name wins), commit_lsn, and none of the native aggregate headers.
 func TestMappedMessage(t *testing.T) {
-	ev := mappedEvent()
-	key, msg, err := build(ev)
+	ev := messagetest.MappedEvent()
+	key, msg, err := Build(ev)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -39,11 +32,11 @@ func TestMappedMessage(t *testing.T) {
 		t.Errorf("headers do not encode: %v", err)
 	}
 	ev.Mapped.ContentEncoding, ev.Mapped.CorrelationID, ev.Mapped.ReplyTo, ev.Mapped.AppID = "gzip", "corr-1", "replies", "billing"
-	if _, msg, _ = build(ev); msg.ContentEncoding != "gzip" || msg.CorrelationId != "corr-1" || msg.ReplyTo != "replies" || msg.AppId != "billing" {
+	if _, msg, _ = Build(ev); msg.ContentEncoding != "gzip" || msg.CorrelationId != "corr-1" || msg.ReplyTo != "replies" || msg.AppId != "billing" {
 		t.Errorf("row properties: %+v", msg)
 	}
 	ev.Mapped.JSONHeaders = []byte(`{"PARTITION_ID": "o-9", "n": 2, "big": 1e400, "obj": {"a": [1]}, "gone": null, "id": "from-json"}`)
-	_, msg, err = build(ev)
+	_, msg, err = Build(ev)
 	if err != nil || msg.Headers["PARTITION_ID"] != "o-9" || msg.Headers["n"] != int64(2) || msg.Headers["obj"] != `{"a":[1]}` ||
 		msg.Headers["big"] != "1e400" || msg.Headers["id"] != "placed" || msg.Headers["key"] != "o-1" {
 		t.Errorf("amqp.headers.json: %v %v", err, msg.Headers)
@@ -53,7 +46,7 @@ func TestMappedMessage(t *testing.T) {
 	}
 	ev.Mapped.JSONHeaders = nil
 	ev.Mapped.Tombstone, ev.Payload, ev.Backfill = true, nil, true
-	_, msg, _ = build(ev)
+	_, msg, _ = Build(ev)
 	if msg.Headers["tombstone"] != true || len(msg.Body) != 0 || msg.Headers["x-backfill"] != true {
 		t.Errorf("tombstone message %+v", msg)
 	}
@@ -76,14 +69,14 @@ func TestCheckMapped(t *testing.T) {
 		}, `header name "BCC" is reserved`},
 	}
 	for _, tt := range tests {
-		ev := mappedEvent()
+		ev := messagetest.MappedEvent()
 		tt.change(&ev)
 		err := Check(ev)
 		if !errors.Is(err, ErrInvalidEvent) || !strings.Contains(err.Error(), tt.want) {
 			t.Errorf("Check = %v, want %q", err, tt.want)
 		}
 	}
-	if err := Check(mappedEvent()); err != nil {
+	if err := Check(messagetest.MappedEvent()); err != nil {
 		t.Errorf("Check of a valid mapped event: %v", err)
 	}
 }
@@ -95,13 +88,13 @@ func TestMappedHeaderTypesFitTheFrameCheck(t *testing.T) {
 	if want := 4 + (1 + 1 + 1 + 4 + 3) + (1 + 1 + 1 + 2); err != nil || n != want {
 		t.Errorf("tableSize = %d, %v; want %d", n, err, want)
 	}
-	ev := mappedEvent()
+	ev := messagetest.MappedEvent()
 	ev.Mapped.Headers = append(ev.Mapped.Headers, cdc.Header{Name: "key", Value: []byte{0, 0xff}}, cdc.Header{Name: "n", Value: int16(2)})
-	_, msg, err := build(ev)
+	_, msg, err := Build(ev)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := checkFrame(msg, 0); err != nil {
+	if _, err := CheckFrame(msg, 0); err != nil {
 		t.Errorf("checkFrame of bytea and int2 headers: %v", err)
 	}
 }
