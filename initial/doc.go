@@ -9,6 +9,9 @@
 //     point adds every later row, none twice (cmd/cdc-router's snapshot tests).
 //   - A copy resumed in a new snapshot may publish rows twice, never lose one; it resumes with the predicate
 //     it started with (TestSIGTERMDuringTheSnapshot, TestMergedSnapshotResumesAfterKill).
+//   - A stop during the copy ends within Config.StopBy's bounds (run's --shutdown-timeout), the reader's
+//     transaction and connection closed by then, and the next start resumes the copy
+//     (TestShutdownTimeoutBoundsAStopDuringTheSnapshot).
 //   - An unfinished initial snapshot is never skipped: without --snapshot=initial, or for a table this run
 //     does not read, the start is refused naming the fix (TestSnapshotOfTwoOutboxesResumesPerTable).
 //

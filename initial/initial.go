@@ -35,6 +35,29 @@ type Config struct {
 	RefusalRetry     time.Duration
 	// Renew replaces a publisher that a per-message refusal failed (snapshot.Config.Renew); nil: none.
 	Renew func(context.Context) (snapshot.Publisher, error)
+	// StopBy bounds a copy that a stop interrupted (snapshot.Config.StopBy), and the reader's close after
+	// it; nil: snapshot's defaults.
+	StopBy func() (settle, end time.Time)
+}
+
+// closeContext bounds the end of the reader's transaction and connection: by the stop's end during a
+// stop, by a few seconds otherwise (pgconn closes the socket even when it expires).
+func (c Config) closeContext(ctx context.Context) (context.Context, context.CancelFunc) {
+	if ctx.Err() != nil && c.StopBy != nil {
+		_, end := c.StopBy()
+		return context.WithDeadline(context.Background(), end)
+	}
+	return context.WithTimeout(context.Background(), 5*time.Second)
+}
+
+// closeReader ends tx and closes reader within closeContext.
+func (c Config) closeReader(ctx context.Context, reader *pgx.Conn, tx pgx.Tx) {
+	cctx, cancel := c.closeContext(ctx)
+	defer cancel()
+	if tx != nil {
+		tx.Rollback(cctx)
+	}
+	reader.Close(cctx)
 }
 
 // outboxTables lists the outbox tables, Table first, then Decode.MoreTables, as --table gave them.
@@ -83,7 +106,7 @@ type Job struct {
 // snapshotConfig is the copy configuration of the initial snapshot.
 func (c Config) snapshotConfig() snapshot.Config {
 	return snapshot.Config{Table: c.Table, Schema: c.Schema, Slot: c.Slot, Where: c.SnapshotWhere,
-		PageSize: c.SnapshotPageSize, Decode: c.Decode, RefusalRetry: c.RefusalRetry}
+		PageSize: c.SnapshotPageSize, Decode: c.Decode, RefusalRetry: c.RefusalRetry, StopBy: c.StopBy}
 }
 
 // Copy records the initial snapshot of every outbox table and copies the rows visible in the slot's exported
@@ -100,12 +123,12 @@ func Copy(ctx context.Context, cfg Config, log *slog.Logger, stats *metrics.Stat
 	if err != nil {
 		return err
 	}
-	defer reader.Close(context.Background())
 	tx, err := reader.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly})
 	if err != nil {
+		cfg.closeReader(ctx, reader, nil)
 		return fmt.Errorf("begin snapshot transaction: %w", err)
 	}
-	defer tx.Rollback(context.Background())
+	defer func() { cfg.closeReader(ctx, reader, tx) }() // a commit first makes the rollback a no-op
 	if _, err := tx.Exec(ctx, "SET TRANSACTION SNAPSHOT '"+strings.ReplaceAll(snapshotName, "'", "''")+"'"); err != nil {
 		return fmt.Errorf("import the slot's snapshot: %w", err)
 	}
@@ -139,12 +162,12 @@ func resumeSnapshot(ctx context.Context, cfg Config, log *slog.Logger, stats *me
 	if err != nil {
 		return err
 	}
-	defer reader.Close(context.Background())
 	tx, err := reader.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly})
 	if err != nil {
+		cfg.closeReader(ctx, reader, nil)
 		return fmt.Errorf("begin snapshot transaction: %w", err)
 	}
-	defer tx.Rollback(context.Background())
+	defer func() { cfg.closeReader(ctx, reader, tx) }() // a commit first makes the rollback a no-op
 	for _, j := range todo {
 		msg := "resuming the initial snapshot in a new snapshot: rows committed since the slot was created may be published twice"
 		if j.job.ReadSnapshot != "" {

@@ -230,7 +230,7 @@ func runOnce(ctx context.Context, cfg Config, dial Dialer, log *slog.Logger, sta
 			log.Warn("the RabbitMQ connection did not close within the shutdown timeout; exiting without waiting for it")
 		}
 	}()
-	start, err := p.execute(ctx, cfg, log, stats, conn, sql, store, sys, pub)
+	start, err := p.execute(ctx, cfg, log, stats, conn, sql, store, sys, pub, stop)
 	if err != nil {
 		return false, err
 	}
@@ -323,14 +323,14 @@ func planStart(ctx context.Context, cfg Config, sql *pgx.Conn, store *offsets.St
 	if d.create {
 		return p, nil
 	}
-	p.jobs, p.fresh, err = initial.Due(ctx, cfg.initialConfig(nil), sql, d.start, hasStored)
+	p.jobs, p.fresh, err = initial.Due(ctx, cfg.initialConfig(nil, nil), sql, d.start, hasStored)
 	return p, err
 }
 
 // execute creates the slot (with its snapshot) or finishes a snapshot, and returns the position to
 // stream from.
 func (p plan) execute(ctx context.Context, cfg Config, log *slog.Logger, stats *metrics.Stats, conn *pgconn.PgConn,
-	sql *pgx.Conn, store *offsets.Store, sys pglogrepl.IdentifySystemResult, pub Publisher) (cdc.LSN, error) {
+	sql *pgx.Conn, store *offsets.Store, sys pglogrepl.IdentifySystemResult, pub Publisher, stop *stopClock) (cdc.LSN, error) {
 	pos := func(l cdc.LSN) offsets.Position {
 		return offsets.Position{LSN: l, SystemID: sys.SystemID, Timeline: sys.Timeline}
 	}
@@ -344,7 +344,7 @@ func (p plan) execute(ctx context.Context, cfg Config, log *slog.Logger, stats *
 			}
 		}
 		if p.decision.create && cfg.Snapshot == "initial" {
-			return initial.CheckTables(ctx, cfg.initialConfig(pub), sql)
+			return initial.CheckTables(ctx, cfg.initialConfig(pub, stop), sql)
 		}
 		return nil
 	})
@@ -353,7 +353,7 @@ func (p plan) execute(ctx context.Context, cfg Config, log *slog.Logger, stats *
 	}
 	switch {
 	case p.decision.create && cfg.Snapshot == "initial":
-		return createWithSnapshot(ctx, cfg, log, stats, conn, sql, store, pos, pub)
+		return createWithSnapshot(ctx, cfg, log, stats, conn, sql, store, pos, pub, stop)
 	case p.decision.create:
 		stop := pgserver.WatchCreation(ctx, cfg.PGURL, cfg.Slot, cfg.PGTimeout, log, stats.WaitFor)
 		point, err := pgserver.CreateSlot(ctx, conn, cfg.Slot, cfg.FailoverSlot)
@@ -365,7 +365,7 @@ func (p plan) execute(ctx context.Context, cfg Config, log *slog.Logger, stats *
 		// Store the position at once: from now on a vanished slot is detected instead of silently replaced.
 		return point, store.Save(ctx, pos(point), true)
 	case len(p.jobs) > 0:
-		if err := initial.Finish(ctx, cfg.initialConfig(pub), log, stats, sql, store, pos(p.decision.start), p.jobs, p.fresh,
+		if err := initial.Finish(ctx, cfg.initialConfig(pub, stop), log, stats, sql, store, pos(p.decision.start), p.jobs, p.fresh,
 			pub); err != nil {
 			return 0, err
 		}
@@ -377,14 +377,14 @@ func (p plan) execute(ctx context.Context, cfg Config, log *slog.Logger, stats *
 // visible in it (initial.Copy) before the replication connection runs anything else; it returns the slot's
 // consistent point, where the stream starts.
 func createWithSnapshot(ctx context.Context, cfg Config, log *slog.Logger, stats *metrics.Stats, conn *pgconn.PgConn,
-	sql *pgx.Conn, store *offsets.Store, pos func(cdc.LSN) offsets.Position, pub Publisher) (cdc.LSN, error) {
-	stop := pgserver.WatchCreation(ctx, cfg.PGURL, cfg.Slot, cfg.PGTimeout, log, stats.WaitFor)
+	sql *pgx.Conn, store *offsets.Store, pos func(cdc.LSN) offsets.Position, pub Publisher, stop *stopClock) (cdc.LSN, error) {
+	unwatch := pgserver.WatchCreation(ctx, cfg.PGURL, cfg.Slot, cfg.PGTimeout, log, stats.WaitFor)
 	point, snapshotName, err := pgserver.CreateSlotWithSnapshot(ctx, conn, cfg.Slot, cfg.FailoverSlot)
-	stop()
+	unwatch()
 	if err != nil {
 		return 0, err
 	}
-	if err := initial.Copy(ctx, cfg.initialConfig(pub), log, stats, sql, store, pos(point), snapshotName, pub); err != nil {
+	if err := initial.Copy(ctx, cfg.initialConfig(pub, stop), log, stats, sql, store, pos(point), snapshotName, pub); err != nil {
 		return 0, err
 	}
 	return point, nil
