@@ -286,6 +286,21 @@ type unroutableDepth interface {
 	UnroutableMessages() (n int, ok bool)
 }
 
+// Unfinished describes the slot's initial snapshot when one is recorded and not done ("4000 of 10000
+// rows stored as done"; the first such table's with several), and is "" otherwise.
+func Unfinished(ctx context.Context, cfg Config, sql *pgx.Conn) (string, error) {
+	all, err := snapshot.NewJobs(sql, cfg.Schema).All(ctx)
+	if err != nil {
+		return "", err
+	}
+	for _, j := range all {
+		if snapshot.IsInitialOf(j.Name, cfg.Slot) && !j.Done() {
+			return fmt.Sprintf("%d of %d rows stored as done", j.RowsDone, j.RowsTotal), nil
+		}
+	}
+	return "", nil
+}
+
 // Due finds the initial snapshots still to copy: the unfinished ones, or, for a slot with neither a
 // stored position nor any snapshot record and --snapshot=initial, every table's (fresh). An unfinished one
 // without --snapshot=initial, or of a table this run does not read, is refused: streaming on would never

@@ -57,7 +57,10 @@
 //     (pgserver.WatchCreation).
 //   - A promoted standby (the same system identifier, a later timeline) is streamed from only through the
 //     slot it has (a failover slot's synchronized copy), never a new one; the timeline is recorded with the
-//     position, and a stored position past the end of its timeline on that server is refused.
+//     position, and a stored position past the end of its timeline on that server is refused. A promotion during
+//     the initial snapshot (whose slot no standby has: PostgreSQL 17 synchronizes a slot only once it streams)
+//     is refused naming the unfinished snapshot and reset (TestDecideStartAfterPromotion,
+//     TestPromotionDuringTheInitialSnapshotPG17).
 //   - With Decode.MessagePrefix the stream starts only with the emit keys loaded (a missing or unreadable key
 //     is refused naming the fix, TestMessagePrefixWithoutEmitKeyIsRefused) and reloads them at least every
 //     EmitKeyInterval while it runs, so a rotated key is held before it signs (TestEmitKeyRotationWhileRunning).

@@ -314,7 +314,13 @@ func planStart(ctx context.Context, cfg Config, sql *pgx.Conn, store *offsets.St
 	if err != nil {
 		return plan{}, err
 	}
-	d, err := decideStart(cfg, sys, slot, stored, hasStored)
+	var unfinished string
+	if !slot.Exists && hasStored {
+		if unfinished, err = initial.Unfinished(ctx, cfg.initialConfig(nil, nil), sql); err != nil {
+			return plan{}, err
+		}
+	}
+	d, err := decideStart(cfg, sys, slot, stored, hasStored, unfinished)
 	if err != nil {
 		return plan{}, err
 	}
