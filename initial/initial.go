@@ -2,13 +2,16 @@ package initial
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/cdc-router/cdc-router/decode"
 	"github.com/cdc-router/cdc-router/internal/cdc"
@@ -91,7 +94,7 @@ func (c Config) forTable(table string) Config {
 func CheckTables(ctx context.Context, cfg Config, sql *pgx.Conn) error {
 	for _, t := range cfg.outboxTables() {
 		if err := snapshot.CheckTable(ctx, cfg.forTable(t).snapshotConfig(), sql); err != nil {
-			return &cdc.Fatal{Msg: err.Error()}
+			return refusal(err)
 		}
 	}
 	return nil
@@ -258,7 +261,7 @@ func prepareCopy(ctx context.Context, scfg snapshot.Config, term io.Writer, log 
 	job snapshot.Job) (snapshot.Job, *snapshot.Reporter, error) {
 	left, err := snapshot.Count(ctx, scfg, tx, job.LastKey)
 	if err != nil {
-		return job, nil, &cdc.Fatal{Msg: err.Error()}
+		return job, nil, refusal(err)
 	}
 	job.RowsTotal = job.RowsDone + left
 	if err := jobs.Total(ctx, job.Name, job.RowsTotal); err != nil {
@@ -284,6 +287,25 @@ func sum(xs []int64) int64 {
 // consumer bound a queue.
 type unroutableDepth interface {
 	UnroutableMessages() (n int, ok bool)
+}
+
+// refusal makes err, from a check of a table or of its predicate, a refusal (cdc.Fatal: the table does not
+// fit, the predicate does not work), unless the connection failed it (the network, PostgreSQL shutting down
+// or out of resources): the run is then retried like any other whose connection broke.
+func refusal(err error) error {
+	var pgErr *pgconn.PgError
+	var connErr *pgconn.ConnectError
+	var netErr net.Error
+	switch {
+	case errors.As(err, &pgErr):
+		if class := pgErr.Code[:2]; class == "08" || class == "53" || class == "57" || class == "58" {
+			return err
+		}
+	case errors.As(err, &connErr) || errors.As(err, &netErr) || pgconn.Timeout(err) || errors.Is(err, pgconn.ErrConnClosed) ||
+		errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF):
+		return err
+	}
+	return &cdc.Fatal{Msg: err.Error()}
 }
 
 // Unfinished describes the slot's initial snapshot when one is recorded and not done ("4000 of 10000
@@ -358,7 +380,7 @@ func Finish(ctx context.Context, cfg Config, log *slog.Logger, stats *metrics.St
 	pos offsets.Position, todo []Job, fresh bool, pub snapshot.Publisher) error {
 	for _, j := range todo { // before a fresh job is recorded: the refusal's fix then works as it says
 		if err := snapshot.CheckTable(ctx, cfg.forTable(j.table).snapshotConfig(), sql); err != nil {
-			return &cdc.Fatal{Msg: err.Error()}
+			return refusal(err)
 		}
 	}
 	jobs := snapshot.NewJobs(sql, cfg.Schema)

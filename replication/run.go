@@ -44,7 +44,9 @@ func permanentSetupError(err error) error {
 }
 
 // startupGrace is how long connection failures are retried before the first successful start; after it,
-// the router gives up with the last error instead of retrying a setup that never worked.
+// the router gives up with the last error instead of retrying a setup that never worked. A run that got as
+// far as the initial snapshot's copy has a setup that works: its failures are retried as a streaming
+// router's are, however long the copy took.
 const startupGrace = 30 * time.Second
 
 // errSlotBusy marks a slot held by another router (its advisory lock) or walsender (55006 at
@@ -74,6 +76,7 @@ func Run(ctx context.Context, cfg Config, dial Dialer, log *slog.Logger, stats *
 	stop := newStopClock(ctx, cfg.ShutdownTimeout)
 	began := time.Now()
 	started, standby := false, false
+	copied := false // a run reached the initial snapshot's copy: the setup works
 	backoff := 100 * time.Millisecond
 	net := newSafetyNet(cfg.RefusalRetry)
 	resume := &resumePoint{build: buildID()}
@@ -83,7 +86,7 @@ func Run(ctx context.Context, cfg Config, dial Dialer, log *slog.Logger, stats *
 		return nil
 	}
 	for {
-		progressed, err := runOnce(ctx, cfg, dial, log, stats, &started, net, resume, stop)
+		progressed, err := runOnce(ctx, cfg, dial, log, stats, &started, &copied, net, resume, stop)
 		if err == nil || (ctx.Err() != nil && !IsFatal(err)) {
 			return stopped()
 		}
@@ -108,7 +111,7 @@ func Run(ctx context.Context, cfg Config, dial Dialer, log *slog.Logger, stats *
 			continue
 		}
 		standby = false
-		if !started && time.Since(began) > startupGrace {
+		if !started && !copied && time.Since(began) > startupGrace {
 			return &Fatal{Msg: err.Error()}
 		}
 		if progressed {
@@ -119,7 +122,7 @@ func Run(ctx context.Context, cfg Config, dial Dialer, log *slog.Logger, stats *
 				"at a time, and one refused "+fmt.Sprint(strikesToQuarantine)+" times in a row is quarantined (a return "+
 				"or a nack only once --refusal-retry has passed since the first)", "lsn", net.until, "refusal_retry", net.strikes.Period)
 		}
-		wait := withinGrace(backoff/2+rand.N(backoff/2+1), began, started)
+		wait := withinGrace(backoff/2+rand.N(backoff/2+1), began, started || copied)
 		if errors.Is(err, pgserver.ErrStandby) {
 			// A failover in progress: look for the promoted standby every second instead of backing off further.
 			wait = min(wait, standbyRetry)
@@ -151,7 +154,7 @@ func sleep(ctx context.Context, d time.Duration) bool {
 
 // runOnce is one stream run: checks, slot decision, publisher, START_REPLICATION, stream. It reports
 // whether the acknowledged position moved.
-func runOnce(ctx context.Context, cfg Config, dial Dialer, log *slog.Logger, stats *metrics.Stats, started *bool,
+func runOnce(ctx context.Context, cfg Config, dial Dialer, log *slog.Logger, stats *metrics.Stats, started, copied *bool,
 	net *safetyNet, resume *resumePoint, stop *stopClock) (bool, error) {
 	host := pgserver.Host(cfg.PGURL)
 	stats.WaitFor("PostgreSQL at " + host + " to accept the router's ordinary connection")
@@ -230,6 +233,9 @@ func runOnce(ctx context.Context, cfg Config, dial Dialer, log *slog.Logger, sta
 			log.Warn("the RabbitMQ connection did not close within the shutdown timeout; exiting without waiting for it")
 		}
 	}()
+	if p.decision.create && cfg.Snapshot == "initial" || len(p.jobs) > 0 {
+		*copied = true
+	}
 	start, err := p.execute(ctx, cfg, log, stats, conn, sql, store, sys, pub, stop)
 	if err != nil {
 		return false, err
