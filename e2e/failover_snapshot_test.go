@@ -24,7 +24,7 @@ func TestPromotionDuringTheInitialSnapshotPG17(t *testing.T) {
 	e, pair := newPairEnv(t, 17)
 	c := e.consume(e.queue)
 	w := newWriter(t, e.pgURL, 50)
-	w.prefill(10_000, "")
+	w.prefill(5000, "")
 	p := testenv.NewProxy(t, strings.TrimSuffix(e.amqpURL[strings.Index(e.amqpURL, "@")+1:], "/"))
 	r := e.start("amqp://guest:guest@"+p.Addr+"/", "--failover-slot", "--window", "64", "--lanes", "2")
 	deadline := time.Now().Add(60 * time.Second)
@@ -70,7 +70,7 @@ func TestPromotionDuringTheInitialSnapshotPG17(t *testing.T) {
 	w.write(100, 5, 0)
 	got := c.waitFor(t, w.rows, 120*time.Second)
 	dups, _ := duplicates(got)
-	t.Logf("promotion during the initial snapshot: %d rows (10,000 before the slot, 100 during the copy, 100 after "+
+	t.Logf("promotion during the initial snapshot: %d rows (5,000 before the slot, 100 during the copy, 100 after "+
 		"the promotion), %d delivered at the crash, %d deliveries, %d duplicates", len(w.rows), atCrash, len(got), dups)
 	checkOrder(t, got)
 	if extra := unexpected(got, w.rows); len(extra) > 0 {

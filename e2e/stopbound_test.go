@@ -76,17 +76,17 @@ func TestShutdownTimeoutBoundsAStopDuringTheSnapshot(t *testing.T) {
 			e := newStreamEnv(t)
 			c := e.consume(e.queue)
 			w := newWriter(t, e.pgURL, 50)
-			w.prefill(12_000, "")
+			w.prefill(8000, "")
 			pgp, pgURL := e.pgProxy()
 			amqpp := testenv.NewProxy(t, strings.TrimSuffix(e.amqpURL[strings.Index(e.amqpURL, "@")+1:], "/"))
 			// Small pages and window: the copy is still in its first pages when it stalls.
 			r := e.startVia(pgURL, "amqp://guest:guest@"+amqpp.Addr+"/", "--shutdown-timeout", stopTimeout.String(),
 				"--window", "64", "--lanes", "2")
 			deadline := time.Now().Add(60 * time.Second)
-			for len(c.snapshot()) < 2000 && time.Now().Before(deadline) {
+			for len(c.snapshot()) < 1000 && time.Now().Before(deadline) {
 				time.Sleep(20 * time.Millisecond)
 			}
-			if len(c.snapshot()) < 2000 {
+			if len(c.snapshot()) < 1000 {
 				t.Fatalf("the initial snapshot delivered %d rows in 60 s", len(c.snapshot()))
 			}
 			if stall == "broker" {
