@@ -108,9 +108,10 @@ func TestShutdownTimeoutBoundsAStopDuringTheSnapshot(t *testing.T) {
 }
 
 // TestStopBoundsPostgreSQLWaits stops a router while it waits on PostgreSQL: slot creation waiting for a
-// transaction that was running when it began, and a PostgreSQL that accepts TCP but no longer answers (the
-// proxy stops forwarding), while streaming and while starting. Each SIGTERM must end the process within
-// --shutdown-timeout plus a second.
+// transaction that was running when it began, a quarantine record waiting for a lock on the quarantine
+// table (written after the restart), and a PostgreSQL that accepts TCP but no longer answers (the proxy
+// stops forwarding), while streaming, while starting and between restarts. Each SIGTERM must end the
+// process within --shutdown-timeout plus a second.
 func TestStopBoundsPostgreSQLWaits(t *testing.T) {
 	t.Setenv("GORACE", strings.TrimSpace(os.Getenv("GORACE")+" atexit_sleep_ms=0"))
 	t.Run("slot creation waits for a transaction", func(t *testing.T) {
@@ -149,6 +150,44 @@ func TestStopBoundsPostgreSQLWaits(t *testing.T) {
 			if time.Now().After(deadline) {
 				t.Fatalf("2 s after the stop the interrupted creation's slot is still there: %s", e.scalar(
 					`SELECT active::text || ' ' || coalesce(active_pid::text, '-') FROM pg_replication_slots WHERE slot_name = $1`, e.slot))
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	})
+	t.Run("a quarantine record waits for a lock", func(t *testing.T) {
+		e := newStreamEnv(t)
+		r := e.startStreaming("--shutdown-timeout", stopTimeout.String(), "--max-payload-bytes", "100")
+		ctx := context.Background()
+		holder, err := pgx.Connect(ctx, e.pgURL)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer holder.Close(ctx)
+		tx, err := holder.Begin(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer tx.Rollback(ctx)
+		if _, err := tx.Exec(ctx, `LOCK TABLE cdc_router.quarantine IN EXCLUSIVE MODE`); err != nil {
+			t.Fatal(err)
+		}
+		e.exec(`INSERT INTO outbox (id, aggregate_type, aggregate_id, aggregate_version, event_type, payload, headers)
+			VALUES (gen_random_uuid(), 'order', 'big', 1, 'created', jsonb_build_object('x', repeat('a', 500)), '{}')`)
+		deadline := time.Now().Add(20 * time.Second)
+		for e.scalar(`SELECT count(*)::text FROM pg_stat_activity WHERE datname = current_database()
+			AND wait_event_type = 'Lock' AND query LIKE 'INSERT INTO%quarantine%'`) == "0" {
+			if time.Now().After(deadline) {
+				t.Fatalf("the router's quarantine record does not wait for the lock:\n%s", tail(r.Output(), 20))
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+		stopWithin(t, r, "a quarantine record waiting for a lock")
+		tx.Rollback(ctx)
+		e.startStreaming("--max-payload-bytes", "100")
+		deadline = time.Now().Add(20 * time.Second)
+		for e.scalar(`SELECT count(*)::text FROM cdc_router.quarantine`) != "1" {
+			if time.Now().After(deadline) {
+				t.Fatal("the oversized row was not quarantined after the restart")
 			}
 			time.Sleep(50 * time.Millisecond)
 		}
