@@ -291,7 +291,8 @@ type unroutableDepth interface {
 
 // refusal makes err, from a check of a table or of its predicate, a refusal (cdc.Fatal: the table does not
 // fit, the predicate does not work), unless the connection failed it (the network, PostgreSQL shutting down
-// or out of resources): the run is then retried like any other whose connection broke.
+// or out of resources, a timeout) or a stop ended it: the run is then retried like any other whose
+// connection broke, or stops.
 func refusal(err error) error {
 	var pgErr *pgconn.PgError
 	var connErr *pgconn.ConnectError
@@ -302,7 +303,7 @@ func refusal(err error) error {
 			return err
 		}
 	case errors.As(err, &connErr) || errors.As(err, &netErr) || pgconn.Timeout(err) || errors.Is(err, pgconn.ErrConnClosed) ||
-		errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF):
+		errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF) || errors.Is(err, context.Canceled):
 		return err
 	}
 	return &cdc.Fatal{Msg: err.Error()}

@@ -1,6 +1,7 @@
 package initial
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -26,6 +27,7 @@ func TestRefusalOnlyForTheTable(t *testing.T) {
 		{fmt.Errorf("read public.outbox: %w", &net.OpError{Op: "read", Err: errors.New("connection reset by peer")}), false},
 		{fmt.Errorf("read public.outbox: %w", &pgconn.PgError{Code: "57P01", Message: "terminating connection due to administrator command"}), false},
 		{fmt.Errorf("read public.outbox: %w", pgconn.ErrConnClosed), false},
+		{fmt.Errorf("read the columns of public.outbox: %w", context.Canceled), false}, // a stop
 	} {
 		err := refusal(tc.err)
 		var f *cdc.Fatal
