@@ -15,6 +15,11 @@
 //     database and no router starts meanwhile; it touches nothing of other slots, backfills or quarantine
 //     records.
 //
+// With shards (migrate --shards N), status and reset take --shard I/N (or I alone when there is one count
+// of shards) and then work on that shard's slot and publication only; a shard whose publication and slot
+// both do not exist is refused naming those that do, and status without --shard lists every shard found
+// (Shards, ResolveShard, StatusOfShards; e2e's TestStatusAndResetOfAShard).
+//
 // It reads and writes over an ordinary connection only, never the replication connection, and never runs
 // the stream.
 package admin

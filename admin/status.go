@@ -50,6 +50,13 @@ type Report struct {
 	Quarantined int64             // records of this slot and of this database's backfills
 	Handled     int64             // of those, the ones replayed or discarded (`cdc-router quarantine`)
 	Jobs        []snapshot.Job    // the slot's initial snapshot and this database's backfills, finished or not
+
+	// Publication is the publication the pending events were counted with (the shard's with Shard).
+	Publication string
+	// Shard is the shard this is the report of (status --shard); nil for the unsharded slot.
+	Shard *Shard
+	// Shards are, in the report of the unsharded slot, the shards of this database (StatusOfShards).
+	Shards []ShardReport
 }
 
 // Status reads the slot, the stored position, the quarantine counts and the jobs over an ordinary
@@ -116,6 +123,9 @@ func Status(ctx context.Context, conn *pgx.Conn, slot, schema string) (Report, e
 // String renders the report for a terminal, one fact per line.
 func (r Report) String() string {
 	s := fmt.Sprintf("slot:             %s\n", r.Slot)
+	if r.Shard != nil {
+		s += fmt.Sprintf("shard:            %s (publication %s)\n", r.Shard.Name(), r.Shard.Publication)
+	}
 	switch {
 	case r.SlotDatabase != "":
 		s += fmt.Sprintf("slot exists:      no, not in this database (%s): a slot of that name belongs to database %s, "+
@@ -170,7 +180,7 @@ func (r Report) String() string {
 	for _, j := range r.Jobs {
 		s += "snapshot:         " + jobLine(j) + "\n"
 	}
-	return s
+	return s + shardsText(r.Shards, r.Slot)
 }
 
 // initial is the slot's first unfinished initial snapshot (of its one outbox table, or of one of several),

@@ -32,6 +32,22 @@ type statusJSON struct {
 	StoredPosition    *storedJSON    `json:"stored_position"`
 	Quarantine        quarantineJSON `json:"quarantine"`
 	Jobs              []jobJSON      `json:"jobs"`
+	Publication       string         `json:"publication"`
+	Shard             *string        `json:"shard"`
+	Shards            []shardJSON    `json:"shards"`
+}
+
+// shardJSON is one shard in the report of the unsharded slot: its summary (status --shard has the rest).
+type shardJSON struct {
+	Shard         string  `json:"shard"`
+	Slot          string  `json:"slot"`
+	Publication   string  `json:"publication"`
+	SlotExists    bool    `json:"slot_exists"`
+	RouterRunning bool    `json:"router_running"`
+	Active        *bool   `json:"active"`
+	LagBytes      *int64  `json:"lag_bytes"`
+	PendingEvents *int64  `json:"pending_events"`
+	StoredLSN     *string `json:"stored_lsn"`
 }
 
 type storedJSON struct {
@@ -65,7 +81,7 @@ func rfc3339(t time.Time) string { return t.UTC().Format(time.RFC3339) }
 // MarshalJSON writes the report in the documented schema (StatusSchemaVersion).
 func (r Report) MarshalJSON() ([]byte, error) {
 	j := statusJSON{SchemaVersion: StatusSchemaVersion, Slot: r.Slot, Database: r.Database, SlotExists: r.SlotExists,
-		RouterRunning: r.Locked, Jobs: []jobJSON{},
+		RouterRunning: r.Locked, Jobs: []jobJSON{}, Publication: r.Publication, Shards: []shardJSON{},
 		Quarantine: quarantineJSON{Total: r.Quarantined, Handled: r.Handled, Unhandled: r.Quarantined - r.Handled}}
 	if r.SlotDatabase != "" {
 		j.SlotDatabase = ptr(r.SlotDatabase)
@@ -97,6 +113,26 @@ func (r Report) MarshalJSON() ([]byte, error) {
 			jj.Error = ptr(job.Error)
 		}
 		j.Jobs = append(j.Jobs, jj)
+	}
+	if r.Shard != nil {
+		j.Shard = ptr(r.Shard.Name())
+	}
+	for _, sh := range r.Shards {
+		sj := shardJSON{Shard: sh.Name(), Slot: sh.Slot, Publication: sh.Publication, SlotExists: sh.Report.SlotExists,
+			RouterRunning: sh.Report.Locked}
+		if sh.Report.SlotExists {
+			sj.Active = ptr(sh.Report.Active)
+			if sh.Report.ConfirmedFlush != 0 {
+				sj.LagBytes = ptr(sh.Report.LagBytes)
+			}
+			if p := sh.Report.Pending; p != nil && !p.AtLeast {
+				sj.PendingEvents = ptr(p.Events())
+			}
+		}
+		if sh.Report.Stored != nil {
+			sj.StoredLSN = ptr(sh.Report.Stored.LSN.String())
+		}
+		j.Shards = append(j.Shards, sj)
 	}
 	return json.Marshal(j)
 }

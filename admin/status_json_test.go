@@ -22,13 +22,15 @@ func TestStatusJSONOfAMissingOrForeignSlot(t *testing.T) {
 		}
 		for _, key := range []string{"active", "confirmed_flush_lsn", "lag_bytes", "lag_seconds", "wal_status",
 			"retained_wal_bytes", "safe_wal_size_bytes", "stored_position", "failover", "synced", "invalidation_reason",
-			"pending_events"} {
+			"pending_events", "shard"} {
 			if v, ok := got[key]; !ok || v != nil {
 				t.Errorf("%s: %s = %#v (present %v), want null", b, key, v, ok)
 			}
 		}
-		if jobs, ok := got["jobs"].([]any); !ok || len(jobs) != 0 {
-			t.Errorf("%s: jobs = %#v, want []", b, got["jobs"])
+		for _, key := range []string{"jobs", "shards"} {
+			if list, ok := got[key].([]any); !ok || len(list) != 0 {
+				t.Errorf("%s: %s = %#v, want []", b, key, got[key])
+			}
 		}
 		if got["schema_version"] != float64(StatusSchemaVersion) || got["slot_exists"] != false {
 			t.Errorf("%s", b)

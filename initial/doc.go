@@ -9,6 +9,11 @@
 //     point adds every later row, none twice (e2e's snapshot tests).
 //   - A copy resumed in a new snapshot may publish rows twice, never lose one; it resumes with the predicate
 //     it started with (TestSIGTERMDuringTheSnapshot, TestMergedSnapshotResumesAfterKill).
+//   - A stop during the copy ends within Config.StopBy's bounds (run's --shutdown-timeout), the reader's
+//     transaction and connection closed by then, and the next start resumes the copy
+//     (TestShutdownTimeoutBoundsAStopDuringTheSnapshot).
+//   - A table or predicate that cannot be copied is refused (cdc.Fatal); a check that fails on the connection
+//     is not, and the run is retried (TestRefusalOnlyForTheTable, TestLongSnapshotSurvivesAPostgreSQLCut).
 //   - An unfinished initial snapshot is never skipped: without --snapshot=initial, or for a table this run
 //     does not read, the start is refused naming the fix (TestDue, TestSnapshotOfTwoOutboxesResumesPerTable).
 //   - Due copies every table's rows only for a slot with neither a stored position nor any snapshot

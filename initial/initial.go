@@ -2,13 +2,16 @@ package initial
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/cdc-router/cdc-router/decode"
 	"github.com/cdc-router/cdc-router/internal/cdc"
@@ -35,6 +38,29 @@ type Config struct {
 	RefusalRetry     time.Duration
 	// Renew replaces a publisher that a per-message refusal failed (snapshot.Config.Renew); nil: none.
 	Renew func(context.Context) (snapshot.Publisher, error)
+	// StopBy bounds a copy that a stop interrupted (snapshot.Config.StopBy), and the reader's close after
+	// it; nil: snapshot's defaults.
+	StopBy func() (settle, end time.Time)
+}
+
+// closeContext bounds the end of the reader's transaction and connection: by the stop's end during a
+// stop, by a few seconds otherwise (pgconn closes the socket even when it expires).
+func (c Config) closeContext(ctx context.Context) (context.Context, context.CancelFunc) {
+	if ctx.Err() != nil && c.StopBy != nil {
+		_, end := c.StopBy()
+		return context.WithDeadline(context.Background(), end)
+	}
+	return context.WithTimeout(context.Background(), 5*time.Second)
+}
+
+// closeReader ends tx and closes reader within closeContext.
+func (c Config) closeReader(ctx context.Context, reader *pgx.Conn, tx pgx.Tx) {
+	cctx, cancel := c.closeContext(ctx)
+	defer cancel()
+	if tx != nil {
+		tx.Rollback(cctx)
+	}
+	reader.Close(cctx)
 }
 
 // outboxTables lists the outbox tables, Table first, then Decode.MoreTables, as --table gave them.
@@ -68,7 +94,7 @@ func (c Config) forTable(table string) Config {
 func CheckTables(ctx context.Context, cfg Config, sql *pgx.Conn) error {
 	for _, t := range cfg.outboxTables() {
 		if err := snapshot.CheckTable(ctx, cfg.forTable(t).snapshotConfig(), sql); err != nil {
-			return &cdc.Fatal{Msg: err.Error()}
+			return refusal(err)
 		}
 	}
 	return nil
@@ -83,7 +109,7 @@ type Job struct {
 // snapshotConfig is the copy configuration of the initial snapshot.
 func (c Config) snapshotConfig() snapshot.Config {
 	return snapshot.Config{Table: c.Table, Schema: c.Schema, Slot: c.Slot, Where: c.SnapshotWhere,
-		PageSize: c.SnapshotPageSize, Decode: c.Decode, RefusalRetry: c.RefusalRetry}
+		PageSize: c.SnapshotPageSize, Decode: c.Decode, RefusalRetry: c.RefusalRetry, StopBy: c.StopBy}
 }
 
 // Copy records the initial snapshot of every outbox table and copies the rows visible in the slot's exported
@@ -100,12 +126,12 @@ func Copy(ctx context.Context, cfg Config, log *slog.Logger, stats *metrics.Stat
 	if err != nil {
 		return err
 	}
-	defer reader.Close(context.Background())
 	tx, err := reader.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly})
 	if err != nil {
+		cfg.closeReader(ctx, reader, nil)
 		return fmt.Errorf("begin snapshot transaction: %w", err)
 	}
-	defer tx.Rollback(context.Background())
+	defer func() { cfg.closeReader(ctx, reader, tx) }() // a commit first makes the rollback a no-op
 	if _, err := tx.Exec(ctx, "SET TRANSACTION SNAPSHOT '"+strings.ReplaceAll(snapshotName, "'", "''")+"'"); err != nil {
 		return fmt.Errorf("import the slot's snapshot: %w", err)
 	}
@@ -139,12 +165,12 @@ func resumeSnapshot(ctx context.Context, cfg Config, log *slog.Logger, stats *me
 	if err != nil {
 		return err
 	}
-	defer reader.Close(context.Background())
 	tx, err := reader.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly})
 	if err != nil {
+		cfg.closeReader(ctx, reader, nil)
 		return fmt.Errorf("begin snapshot transaction: %w", err)
 	}
-	defer tx.Rollback(context.Background())
+	defer func() { cfg.closeReader(ctx, reader, tx) }() // a commit first makes the rollback a no-op
 	for _, j := range todo {
 		msg := "resuming the initial snapshot in a new snapshot: rows committed since the slot was created may be published twice"
 		if j.job.ReadSnapshot != "" {
@@ -235,7 +261,7 @@ func prepareCopy(ctx context.Context, scfg snapshot.Config, term io.Writer, log 
 	job snapshot.Job) (snapshot.Job, *snapshot.Reporter, error) {
 	left, err := snapshot.Count(ctx, scfg, tx, job.LastKey)
 	if err != nil {
-		return job, nil, &cdc.Fatal{Msg: err.Error()}
+		return job, nil, refusal(err)
 	}
 	job.RowsTotal = job.RowsDone + left
 	if err := jobs.Total(ctx, job.Name, job.RowsTotal); err != nil {
@@ -261,6 +287,41 @@ func sum(xs []int64) int64 {
 // consumer bound a queue.
 type unroutableDepth interface {
 	UnroutableMessages() (n int, ok bool)
+}
+
+// refusal makes err, from a check of a table or of its predicate, a refusal (cdc.Fatal: the table does not
+// fit, the predicate does not work), unless the connection failed it (the network, PostgreSQL shutting down
+// or out of resources, a timeout) or a stop ended it: the run is then retried like any other whose
+// connection broke, or stops.
+func refusal(err error) error {
+	var pgErr *pgconn.PgError
+	var connErr *pgconn.ConnectError
+	var netErr net.Error
+	switch {
+	case errors.As(err, &pgErr):
+		if class := pgErr.Code[:2]; class == "08" || class == "53" || class == "57" || class == "58" {
+			return err
+		}
+	case errors.As(err, &connErr) || errors.As(err, &netErr) || pgconn.Timeout(err) || errors.Is(err, pgconn.ErrConnClosed) ||
+		errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF) || errors.Is(err, context.Canceled):
+		return err
+	}
+	return &cdc.Fatal{Msg: err.Error()}
+}
+
+// Unfinished describes the slot's initial snapshot when one is recorded and not done ("4000 of 10000
+// rows stored as done"; the first such table's with several), and is "" otherwise.
+func Unfinished(ctx context.Context, cfg Config, sql *pgx.Conn) (string, error) {
+	all, err := snapshot.NewJobs(sql, cfg.Schema).All(ctx)
+	if err != nil {
+		return "", err
+	}
+	for _, j := range all {
+		if snapshot.IsInitialOf(j.Name, cfg.Slot) && !j.Done() {
+			return fmt.Sprintf("%d of %d rows stored as done", j.RowsDone, j.RowsTotal), nil
+		}
+	}
+	return "", nil
 }
 
 // Due finds the initial snapshots still to copy: the unfinished ones, or, for a slot with neither a
@@ -320,7 +381,7 @@ func Finish(ctx context.Context, cfg Config, log *slog.Logger, stats *metrics.St
 	pos offsets.Position, todo []Job, fresh bool, pub snapshot.Publisher) error {
 	for _, j := range todo { // before a fresh job is recorded: the refusal's fix then works as it says
 		if err := snapshot.CheckTable(ctx, cfg.forTable(j.table).snapshotConfig(), sql); err != nil {
-			return &cdc.Fatal{Msg: err.Error()}
+			return refusal(err)
 		}
 	}
 	jobs := snapshot.NewJobs(sql, cfg.Schema)

@@ -72,6 +72,10 @@ func ParseShard(s string) (i, n int, err error) {
 	a, b, ok := strings.Cut(s, "/")
 	i, err1 := strconv.Atoi(strings.TrimSpace(a))
 	n, err2 := strconv.Atoi(strings.TrimSpace(b))
+	if ok && err1 == nil && err2 == nil && n >= 2 && n <= MaxShards && (i < 0 || i >= n) {
+		return 0, 0, fmt.Errorf("--shard %q is out of range: the %d shards of %d are numbered from 0 to %d (--shard 0/%d ... "+
+			"--shard %d/%d)", s, n, n, n-1, n, n-1, n)
+	}
 	if !ok || err1 != nil || err2 != nil || n < 2 || n > MaxShards || i < 0 || i >= n {
 		return 0, 0, fmt.Errorf("--shard %q is not i/N: write the shard's number i from 0 to N-1 and the number of "+
 			"shards N from 2 to %d, e.g. --shard 0/4 ... --shard 3/4", s, MaxShards)

@@ -20,9 +20,14 @@ func TestParseShard(t *testing.T) {
 			t.Errorf("ParseShard(%q) = %d, %d, %v; want %d, %d", ok.in, i, n, err, ok.i, ok.n)
 		}
 	}
-	for _, bad := range []string{"", "1", "4/4", "-1/4", "0/1", "0/65", "a/b", "1/4/2"} {
+	for _, bad := range []string{"", "1", "-1/4", "0/1", "0/65", "a/b", "1/4/2"} {
 		if _, _, err := ParseShard(bad); err == nil || !strings.Contains(err.Error(), "--shard 0/4 ... --shard 3/4") {
 			t.Errorf("ParseShard(%q) = %v, want the form named", bad, err)
+		}
+	}
+	for _, out := range []string{"4/4", "7/4"} {
+		if _, _, err := ParseShard(out); err == nil || !strings.Contains(err.Error(), "out of range: the 4 shards of 4 are numbered from 0 to 3") {
+			t.Errorf("ParseShard(%q) = %v, want the range named", out, err)
 		}
 	}
 }

@@ -111,13 +111,14 @@ func (w *Watch) table() string {
 	return pgx.Identifier{w.cfg.Schema, "publication_checks"}.Sanitize()
 }
 
-// Due runs the check over the ordinary connection sql when its interval has passed.
-func (w *Watch) Due(sql *pgx.Conn) error {
+// Due runs the check over the ordinary connection sql when its interval has passed, within ctx (the caller
+// bounds it: at most 10 s more).
+func (w *Watch) Due(ctx context.Context, sql *pgx.Conn) error {
 	if time.Now().Before(w.next) {
 		return nil
 	}
 	w.next = time.Now().Add(w.cfg.Interval)
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	problem, err := publicationProblem(ctx, sql, w.cfg)
 	if err != nil {

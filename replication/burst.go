@@ -1,7 +1,6 @@
 package replication
 
 import (
-	"context"
 	"fmt"
 	"strings"
 	"time"
@@ -114,7 +113,7 @@ func (o *burst) write(s *session) error {
 		q.Reason = fmt.Sprintf("%s (one record for %d such messages in %v, up to LSN %s, %d bytes of content in all; "+
 			"only the first is stored)", q.Reason, o.count, time.Since(o.began).Round(time.Millisecond), o.last, o.bytes)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	ctx, cancel := s.stop.bounded(30 * time.Second)
 	defer cancel()
 	if err := s.quar.Write(ctx, q); err != nil {
 		return fmt.Errorf("quarantine messages at %s: %w", q.LSN, err)

@@ -2,6 +2,7 @@ package replication
 
 import (
 	"errors"
+	"io"
 	"net"
 	"strings"
 
@@ -24,7 +25,8 @@ func (e *causedError) Error() string { return e.err.Error() }
 func (e *causedError) Unwrap() error { return e.err }
 
 // causeOf classifies a stream failure: marked ones by their mark, PostgreSQL's errors, failed network
-// connections, timeouts, connections pgx closed after one and PostgreSQL's refusals of a connection
+// connections, timeouts, connections pgx closed after one, a connection that ended in the middle of a
+// message (io.ErrUnexpectedEOF; the broker's are marked) and PostgreSQL's refusals of a connection
 // (only PostgreSQL's are not marked) as postgres, anything else as other.
 func causeOf(err error) string {
 	var c *causedError
@@ -38,7 +40,7 @@ func causeOf(err error) string {
 	var connErr *pgconn.ConnectError
 	var netErr net.Error
 	if errors.As(err, &pgErr) || errors.As(err, &connErr) || errors.As(err, &netErr) || pgconn.Timeout(err) ||
-		errors.Is(err, pgconn.ErrConnClosed) {
+		errors.Is(err, pgconn.ErrConnClosed) || errors.Is(err, io.ErrUnexpectedEOF) {
 		return metrics.CausePostgres
 	}
 	// pgserver's explainConnect words a refusal it has no fix for ("the database system is starting up",

@@ -135,11 +135,14 @@ func (c Config) pubcheckConfig() pubcheck.Config {
 }
 
 // initialConfig is what the initial snapshot needs of c; pub, when it is the run's renewable publisher,
-// lends it the safety net's renewal.
-func (c Config) initialConfig(pub Publisher) initial.Config {
+// lends it the safety net's renewal, and stop, when set, bounds the copy's stop by the run's.
+func (c Config) initialConfig(pub Publisher, stop *stopClock) initial.Config {
 	ic := initial.Config{PGURL: c.PGURL, PGTimeout: c.PGTimeout, Slot: c.Slot, Schema: c.Schema, Table: c.Table,
 		Decode: c.Decode, Snapshot: c.Snapshot, SnapshotWhere: c.SnapshotWhere, SnapshotPageSize: c.SnapshotPageSize,
 		Progress: c.Progress, RefusalRetry: c.RefusalRetry}
+	if stop != nil {
+		ic.StopBy = stop.copyBounds
+	}
 	if r, ok := pub.(*renewable); ok {
 		ic.Renew = r.renew
 	}

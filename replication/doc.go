@@ -26,8 +26,14 @@
 //     mark fails the session and is then published whole. The LSN reported is still the whole-transaction
 //     watermark (TestResumeMarkIsAppliedOnlyWhereItHolds, TestReplayResumesPastItsMark, and end to end
 //     TestLargeTransactionCompletesUnderRepeatedCuts and TestSIGKILLInsideLargeTransactionResumesPastConfirmed).
-//   - A stop ends within the shutdown timeout of its request, whatever the stream waits for then (a full
-//     publish window, confirms that never come, the publisher's close).
+//   - A stop ends within the shutdown timeout of its request, whatever the router waits for then (a full
+//     publish window, confirms that never come, the publisher's close; the initial snapshot's confirms and
+//     its progress store, through initial.Config.StopBy; and any wait on PostgreSQL: slot creation waiting
+//     for running transactions, the start-up checks, a connection attempt, a quarantine record, the checks
+//     due while streaming, each ended by the stop through stopClock.bounded or the run's context)
+//     (TestStopClockBoundsTheStop, TestStopClockBoundsPostgreSQLWaits; end to end
+//     TestShutdownTimeoutBoundsAStopWhileTheBrokerStalls, TestShutdownTimeoutBoundsAStopDuringTheSnapshot,
+//     TestStopBoundsPostgreSQLWaits).
 //   - A router that finds its slot held by another router stands by (metrics.StateStandby, retried every second),
 //     which is neither a failure nor a restart.
 //   - While only standbys answer (pgserver.ErrStandby: a failover in progress) the router looks for a primary
@@ -43,7 +49,7 @@
 //     --pg-timeout): each connection attempt (ordinary, replication, reader; a shorter connect_timeout in the
 //     URL wins), each group of start-up checks, START_REPLICATION, and the stream's silence (a status update
 //     asks for a reply after half of it). Each such failure is a restart with cause postgres whose message
-//     names the server; only slot creation and the snapshot copy wait without a bound.
+//     names the server; only slot creation and the snapshot copy wait without this bound (a stop still ends them).
 //   - A router that cannot read WAL shows it: once the walsender has been silent for longer than the bound, the
 //     lag in time is at least the time since it last spoke (not before the first stream, not in standby).
 //   - While starting or restarting, metrics.Stats.Waiting names what the router waits for (/readyz's problem);
@@ -51,7 +57,10 @@
 //     (pgserver.WatchCreation).
 //   - A promoted standby (the same system identifier, a later timeline) is streamed from only through the
 //     slot it has (a failover slot's synchronized copy), never a new one; the timeline is recorded with the
-//     position, and a stored position past the end of its timeline on that server is refused.
+//     position, and a stored position past the end of its timeline on that server is refused. A promotion during
+//     the initial snapshot (whose slot no standby has: PostgreSQL 17 synchronizes a slot only once it streams)
+//     is refused naming the unfinished snapshot and reset (TestDecideStartAfterPromotion,
+//     TestPromotionDuringTheInitialSnapshotPG17).
 //   - With Decode.MessagePrefix the stream starts only with the emit keys loaded (a missing or unreadable key
 //     is refused naming the fix, TestMessagePrefixWithoutEmitKeyIsRefused) and reloads them at least every
 //     EmitKeyInterval while it runs, so a rotated key is held before it signs (TestEmitKeyRotationWhileRunning).

@@ -1,7 +1,6 @@
 package replication
 
 import (
-	"context"
 	"log/slog"
 	"maps"
 	"time"
@@ -36,7 +35,7 @@ func (w *emitKeyWatch) due(s *session) {
 		return
 	}
 	w.next = time.Now().Add(w.interval)
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	ctx, cancel := s.stop.bounded(10 * time.Second)
 	defer cancel()
 	keys, err := migrations.LoadEmitKeys(ctx, s.sql, w.schema)
 	if err != nil {

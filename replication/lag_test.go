@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"testing"
 	"time"
@@ -64,6 +65,7 @@ func TestCauseOf(t *testing.T) {
 		{fmt.Errorf("receive: %w", &net.OpError{Op: "read", Err: errors.New("connection reset")}), metrics.CausePostgres},
 		{fmt.Errorf("check publication: failed to deallocate cached statement(s): %w", pgconn.ErrConnClosed), metrics.CausePostgres},
 		{fmt.Errorf("store position: %w", context.DeadlineExceeded), metrics.CausePostgres},
+		{fmt.Errorf("read the columns of public.outbox: %w", io.ErrUnexpectedEOF), metrics.CausePostgres},
 		{errors.New("PostgreSQL at a:5432 refused the connection: the database system is starting up (SQLSTATE 57P03)"), metrics.CausePostgres},
 		// The snapshot's publisher lost its connection (a write to RabbitMQ reset: a net.Error like PostgreSQL's).
 		{fmt.Errorf("initial snapshot: %w", cdc.BrokerFailure(fmt.Errorf("publish: %w", &net.OpError{Op: "write", Err: errors.New("connection reset by peer")}))), metrics.CauseBroker},

@@ -144,7 +144,7 @@ func (s *session) quarantine(q cdc.Quarantined, class string) error {
 		s.bursts.add(s, q, kind, class, -1)
 		return nil
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	ctx, cancel := s.stop.bounded(30 * time.Second)
 	defer cancel()
 	if err := s.quar.Write(ctx, q); err != nil {
 		return fmt.Errorf("quarantine row at %s: %w", q.LSN, err)

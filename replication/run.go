@@ -44,7 +44,9 @@ func permanentSetupError(err error) error {
 }
 
 // startupGrace is how long connection failures are retried before the first successful start; after it,
-// the router gives up with the last error instead of retrying a setup that never worked.
+// the router gives up with the last error instead of retrying a setup that never worked. A run that got as
+// far as the initial snapshot's copy has a setup that works: its failures are retried as a streaming
+// router's are, however long the copy took.
 const startupGrace = 30 * time.Second
 
 // errSlotBusy marks a slot held by another router (its advisory lock) or walsender (55006 at
@@ -74,6 +76,7 @@ func Run(ctx context.Context, cfg Config, dial Dialer, log *slog.Logger, stats *
 	stop := newStopClock(ctx, cfg.ShutdownTimeout)
 	began := time.Now()
 	started, standby := false, false
+	copied := false // a run reached the initial snapshot's copy: the setup works
 	backoff := 100 * time.Millisecond
 	net := newSafetyNet(cfg.RefusalRetry)
 	resume := &resumePoint{build: buildID()}
@@ -83,7 +86,7 @@ func Run(ctx context.Context, cfg Config, dial Dialer, log *slog.Logger, stats *
 		return nil
 	}
 	for {
-		progressed, err := runOnce(ctx, cfg, dial, log, stats, &started, net, resume, stop)
+		progressed, err := runOnce(ctx, cfg, dial, log, stats, &started, &copied, net, resume, stop)
 		if err == nil || (ctx.Err() != nil && !IsFatal(err)) {
 			return stopped()
 		}
@@ -108,7 +111,7 @@ func Run(ctx context.Context, cfg Config, dial Dialer, log *slog.Logger, stats *
 			continue
 		}
 		standby = false
-		if !started && time.Since(began) > startupGrace {
+		if !started && !copied && time.Since(began) > startupGrace {
 			return &Fatal{Msg: err.Error()}
 		}
 		if progressed {
@@ -119,7 +122,7 @@ func Run(ctx context.Context, cfg Config, dial Dialer, log *slog.Logger, stats *
 				"at a time, and one refused "+fmt.Sprint(strikesToQuarantine)+" times in a row is quarantined (a return "+
 				"or a nack only once --refusal-retry has passed since the first)", "lsn", net.until, "refusal_retry", net.strikes.Period)
 		}
-		wait := withinGrace(backoff/2+rand.N(backoff/2+1), began, started)
+		wait := withinGrace(backoff/2+rand.N(backoff/2+1), began, started || copied)
 		if errors.Is(err, pgserver.ErrStandby) {
 			// A failover in progress: look for the promoted standby every second instead of backing off further.
 			wait = min(wait, standbyRetry)
@@ -151,7 +154,7 @@ func sleep(ctx context.Context, d time.Duration) bool {
 
 // runOnce is one stream run: checks, slot decision, publisher, START_REPLICATION, stream. It reports
 // whether the acknowledged position moved.
-func runOnce(ctx context.Context, cfg Config, dial Dialer, log *slog.Logger, stats *metrics.Stats, started *bool,
+func runOnce(ctx context.Context, cfg Config, dial Dialer, log *slog.Logger, stats *metrics.Stats, started, copied *bool,
 	net *safetyNet, resume *resumePoint, stop *stopClock) (bool, error) {
 	host := pgserver.Host(cfg.PGURL)
 	stats.WaitFor("PostgreSQL at " + host + " to accept the router's ordinary connection")
@@ -230,7 +233,10 @@ func runOnce(ctx context.Context, cfg Config, dial Dialer, log *slog.Logger, sta
 			log.Warn("the RabbitMQ connection did not close within the shutdown timeout; exiting without waiting for it")
 		}
 	}()
-	start, err := p.execute(ctx, cfg, log, stats, conn, sql, store, sys, pub)
+	if p.decision.create && cfg.Snapshot == "initial" || len(p.jobs) > 0 {
+		*copied = true
+	}
+	start, err := p.execute(ctx, cfg, log, stats, conn, sql, store, sys, pub, stop)
 	if err != nil {
 		return false, err
 	}
@@ -314,7 +320,13 @@ func planStart(ctx context.Context, cfg Config, sql *pgx.Conn, store *offsets.St
 	if err != nil {
 		return plan{}, err
 	}
-	d, err := decideStart(cfg, sys, slot, stored, hasStored)
+	var unfinished string
+	if !slot.Exists && hasStored {
+		if unfinished, err = initial.Unfinished(ctx, cfg.initialConfig(nil, nil), sql); err != nil {
+			return plan{}, err
+		}
+	}
+	d, err := decideStart(cfg, sys, slot, stored, hasStored, unfinished)
 	if err != nil {
 		return plan{}, err
 	}
@@ -323,14 +335,14 @@ func planStart(ctx context.Context, cfg Config, sql *pgx.Conn, store *offsets.St
 	if d.create {
 		return p, nil
 	}
-	p.jobs, p.fresh, err = initial.Due(ctx, cfg.initialConfig(nil), sql, d.start, hasStored)
+	p.jobs, p.fresh, err = initial.Due(ctx, cfg.initialConfig(nil, nil), sql, d.start, hasStored)
 	return p, err
 }
 
 // execute creates the slot (with its snapshot) or finishes a snapshot, and returns the position to
 // stream from.
 func (p plan) execute(ctx context.Context, cfg Config, log *slog.Logger, stats *metrics.Stats, conn *pgconn.PgConn,
-	sql *pgx.Conn, store *offsets.Store, sys pglogrepl.IdentifySystemResult, pub Publisher) (cdc.LSN, error) {
+	sql *pgx.Conn, store *offsets.Store, sys pglogrepl.IdentifySystemResult, pub Publisher, stop *stopClock) (cdc.LSN, error) {
 	pos := func(l cdc.LSN) offsets.Position {
 		return offsets.Position{LSN: l, SystemID: sys.SystemID, Timeline: sys.Timeline}
 	}
@@ -344,7 +356,7 @@ func (p plan) execute(ctx context.Context, cfg Config, log *slog.Logger, stats *
 			}
 		}
 		if p.decision.create && cfg.Snapshot == "initial" {
-			return initial.CheckTables(ctx, cfg.initialConfig(pub), sql)
+			return initial.CheckTables(ctx, cfg.initialConfig(pub, stop), sql)
 		}
 		return nil
 	})
@@ -353,7 +365,7 @@ func (p plan) execute(ctx context.Context, cfg Config, log *slog.Logger, stats *
 	}
 	switch {
 	case p.decision.create && cfg.Snapshot == "initial":
-		return createWithSnapshot(ctx, cfg, log, stats, conn, sql, store, pos, pub)
+		return createWithSnapshot(ctx, cfg, log, stats, conn, sql, store, pos, pub, stop)
 	case p.decision.create:
 		stop := pgserver.WatchCreation(ctx, cfg.PGURL, cfg.Slot, cfg.PGTimeout, log, stats.WaitFor)
 		point, err := pgserver.CreateSlot(ctx, conn, cfg.Slot, cfg.FailoverSlot)
@@ -365,7 +377,7 @@ func (p plan) execute(ctx context.Context, cfg Config, log *slog.Logger, stats *
 		// Store the position at once: from now on a vanished slot is detected instead of silently replaced.
 		return point, store.Save(ctx, pos(point), true)
 	case len(p.jobs) > 0:
-		if err := initial.Finish(ctx, cfg.initialConfig(pub), log, stats, sql, store, pos(p.decision.start), p.jobs, p.fresh,
+		if err := initial.Finish(ctx, cfg.initialConfig(pub, stop), log, stats, sql, store, pos(p.decision.start), p.jobs, p.fresh,
 			pub); err != nil {
 			return 0, err
 		}
@@ -377,14 +389,14 @@ func (p plan) execute(ctx context.Context, cfg Config, log *slog.Logger, stats *
 // visible in it (initial.Copy) before the replication connection runs anything else; it returns the slot's
 // consistent point, where the stream starts.
 func createWithSnapshot(ctx context.Context, cfg Config, log *slog.Logger, stats *metrics.Stats, conn *pgconn.PgConn,
-	sql *pgx.Conn, store *offsets.Store, pos func(cdc.LSN) offsets.Position, pub Publisher) (cdc.LSN, error) {
-	stop := pgserver.WatchCreation(ctx, cfg.PGURL, cfg.Slot, cfg.PGTimeout, log, stats.WaitFor)
+	sql *pgx.Conn, store *offsets.Store, pos func(cdc.LSN) offsets.Position, pub Publisher, stop *stopClock) (cdc.LSN, error) {
+	unwatch := pgserver.WatchCreation(ctx, cfg.PGURL, cfg.Slot, cfg.PGTimeout, log, stats.WaitFor)
 	point, snapshotName, err := pgserver.CreateSlotWithSnapshot(ctx, conn, cfg.Slot, cfg.FailoverSlot)
-	stop()
+	unwatch()
 	if err != nil {
 		return 0, err
 	}
-	if err := initial.Copy(ctx, cfg.initialConfig(pub), log, stats, sql, store, pos(point), snapshotName, pub); err != nil {
+	if err := initial.Copy(ctx, cfg.initialConfig(pub, stop), log, stats, sql, store, pos(point), snapshotName, pub); err != nil {
 		return 0, err
 	}
 	return point, nil

@@ -6,10 +6,11 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/cdc-router/cdc-router/metrics"
-	"github.com/cdc-router/cdc-router/pgserver"
 	"github.com/jackc/pglogrepl"
 	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/cdc-router/cdc-router/metrics"
+	"github.com/cdc-router/cdc-router/pgserver"
 )
 
 // liveness finds a replication connection whose server stopped answering although the connection stays

@@ -50,7 +50,7 @@ func TestDecideStart(t *testing.T) {
 			if tc.stored != nil {
 				stored = *tc.stored
 			}
-			d, err := decideStart(cfg, sys, tc.slot, stored, tc.stored != nil)
+			d, err := decideStart(cfg, sys, tc.slot, stored, tc.stored != nil, "")
 			if tc.wantErr != "" {
 				if err == nil || !strings.Contains(err.Error(), tc.wantErr) || !IsFatal(err) {
 					t.Fatalf("err = %v, want a Fatal containing %q", err, tc.wantErr)
@@ -94,7 +94,7 @@ func TestDecideStartAfterPromotion(t *testing.T) {
 	stored := offsets.Position{LSN: 90, SystemID: "42", Timeline: 1}
 	synced := pgserver.SlotInfo{Exists: true, Plugin: "pgoutput", Database: "app", ConfirmedFlush: 80, WALStatus: "reserved",
 		Failover: true, Synced: true}
-	d, err := decideStart(Config{Slot: "s1"}, sys, synced, stored, true)
+	d, err := decideStart(Config{Slot: "s1"}, sys, synced, stored, true, "")
 	if err != nil || d.create || d.start != 90 {
 		t.Fatalf("synced slot after a promotion: %+v, %v; want start at the stored 90", d, err)
 	}
@@ -105,16 +105,23 @@ func TestDecideStartAfterPromotion(t *testing.T) {
 		{false, "run the router with --failover-slot"},
 		{true, "check sync_replication_slots = on"},
 	} {
-		_, err := decideStart(Config{Slot: "s1", FailoverSlot: tc.failover}, sys, pgserver.SlotInfo{}, stored, true)
+		_, err := decideStart(Config{Slot: "s1", FailoverSlot: tc.failover}, sys, pgserver.SlotInfo{}, stored, true, "")
 		if err == nil || !IsFatal(err) || !strings.Contains(err.Error(), "does not exist but a position") ||
 			!strings.Contains(err.Error(), "cdc-router reset --slot s1") || !strings.Contains(err.Error(), tc.want) ||
 			!strings.Contains(err.Error(), "timeline 2, the position is of timeline 1") {
 			t.Errorf("slot missing after a promotion (failover %v): %v; want the slot-lost refusal with %q", tc.failover, err, tc.want)
 		}
 	}
+	// Promoted during the initial snapshot: no standby had the slot, whatever the settings.
+	_, err = decideStart(Config{Slot: "s1", FailoverSlot: true}, sys, pgserver.SlotInfo{}, stored, true, "4000 of 10000 rows")
+	if err == nil || !IsFatal(err) || !strings.Contains(err.Error(), "cdc-router reset --slot s1") ||
+		!strings.Contains(err.Error(), "initial snapshot was unfinished (4000 of 10000 rows)") ||
+		strings.Contains(err.Error(), "check sync_replication_slots") {
+		t.Errorf("slot missing after a promotion during the initial snapshot: %v", err)
+	}
 	same := stored
 	same.Timeline = 2
-	if _, err := decideStart(Config{Slot: "s1"}, sys, pgserver.SlotInfo{}, same, true); err == nil ||
+	if _, err := decideStart(Config{Slot: "s1"}, sys, pgserver.SlotInfo{}, same, true, ""); err == nil ||
 		strings.Contains(err.Error(), "promoted") {
 		t.Errorf("slot missing on the same timeline: %v; want the refusal without the promotion hint", err)
 	}

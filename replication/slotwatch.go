@@ -1,7 +1,6 @@
 package replication
 
 import (
-	"context"
 	"fmt"
 	"time"
 
@@ -24,7 +23,7 @@ func (w *slotWatch) due(s *session) error {
 		return nil
 	}
 	w.next = time.Now().Add(pgserver.SlotHealthInterval)
-	ctx, cancel := context.WithTimeout(context.Background(), s.bounded(5*time.Second))
+	ctx, cancel := s.stop.bounded(s.bounded(5 * time.Second))
 	defer cancel()
 	h, err := pgserver.ReadSlotHealth(ctx, s.sql, s.cfg.Slot)
 	if err != nil && s.sql.IsClosed() {

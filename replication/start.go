@@ -17,8 +17,10 @@ type startDecision struct {
 }
 
 // decideStart applies the refusal rules: a stored position is only trusted on the cluster that stored it,
-// and a slot that vanished or lost WAL behind a stored position means events may be gone.
-func decideStart(cfg Config, sys pglogrepl.IdentifySystemResult, slot pgserver.SlotInfo, stored offsets.Position, hasStored bool) (startDecision, error) {
+// and a slot that vanished or lost WAL behind a stored position means events may be gone. unfinished
+// describes the slot's initial snapshot when one is recorded and not done ("" otherwise), for the refusal.
+func decideStart(cfg Config, sys pglogrepl.IdentifySystemResult, slot pgserver.SlotInfo, stored offsets.Position, hasStored bool,
+	unfinished string) (startDecision, error) {
 	reset := fmt.Sprintf("`cdc-router reset --slot %s` then `cdc-router run` (which re-snapshots the outbox table)", cfg.Slot)
 	if hasStored && stored.SystemID != sys.SystemID {
 		return startDecision{}, fatalf("the stored position %s of slot %s was written by PostgreSQL cluster %s, but this "+
@@ -29,7 +31,7 @@ func decideStart(cfg Config, sys pglogrepl.IdentifySystemResult, slot pgserver.S
 		if hasStored {
 			return startDecision{}, fatalf("replication slot %s does not exist but a position (%s) is stored for it: the "+
 				"slot was dropped and the events written since then may be gone from WAL, so the router refuses to create "+
-				"a new slot and skip them; to re-snapshot run %s%s", cfg.Slot, stored.LSN, reset, promotedHint(cfg, sys, stored))
+				"a new slot and skip them; to re-snapshot run %s%s", cfg.Slot, stored.LSN, reset, promotedHint(cfg, sys, stored, unfinished))
 		}
 		return startDecision{create: true}, nil
 	}
@@ -55,10 +57,22 @@ func decideStart(cfg Config, sys pglogrepl.IdentifySystemResult, slot pgserver.S
 }
 
 // promotedHint adds to the slot-lost refusal, when the position was stored on an earlier timeline of this
-// cluster (a promoted standby), how to keep the slot through the next failover.
-func promotedHint(cfg Config, sys pglogrepl.IdentifySystemResult, stored offsets.Position) string {
+// cluster (a promoted standby), why the slot is missing and how to keep it through the next failover.
+func promotedHint(cfg Config, sys pglogrepl.IdentifySystemResult, stored offsets.Position, unfinished string) string {
 	if stored.Timeline == 0 || stored.Timeline == sys.Timeline {
 		return ""
+	}
+	if unfinished != "" {
+		// PostgreSQL 17's slot synchronization persists a standby's copy only once the primary's slot has
+		// advanced past the standby's own horizon (restart_lsn, catalog_xmin), which a new slot does only by
+		// streaming; during the initial snapshot it does not stream.
+		return fmt.Sprintf(". This server was promoted (timeline %d, the position is of timeline %d) while the slot's initial "+
+			"snapshot was unfinished (%s): a standby keeps a synchronized copy of a failover slot only once the slot has "+
+			"streamed past the standby's position, which a slot does after its initial snapshot, so no standby had it. "+
+			"Nothing was published from the stream yet; reset and run copy the table again in a new slot's snapshot on "+
+			"this server: rows already published come again, and rows deleted from the table since the old slot was "+
+			"created (an outbox that deletes after insert) are not in it (docs/operations.md, Failover slots)",
+			sys.Timeline, stored.Timeline, unfinished)
 	}
 	if cfg.FailoverSlot {
 		return fmt.Sprintf(". This server was promoted (timeline %d, the position is of timeline %d) without a "+

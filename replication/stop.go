@@ -57,6 +57,24 @@ func (c *stopClock) end() time.Time {
 	return at.Add(c.timeout)
 }
 
+// copyBounds bounds a snapshot copy that a stop interrupted (snapshot.Config.StopBy): it waits for the
+// confirms of the rows already published until settle, and stores how far they reach by end, which leaves
+// the rest of the shutdown timeout to closing the publisher and the connections. Called only once the stop
+// was requested.
+func (c *stopClock) copyBounds() (settle, end time.Time) {
+	by := c.readBy()
+	return by.Add(-c.closeReserve()), by
+}
+
+// bounded is the context of one query the stream waits on (a quarantine record, a check due while
+// streaming): it ends after d, and at the stop's end once a stop is requested, so that a PostgreSQL that
+// stopped answering holds up no stop for longer than its bound.
+func (c *stopClock) bounded(d time.Duration) (context.Context, context.CancelFunc) {
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	unwatch := context.AfterFunc(c.ctx, func() { time.AfterFunc(time.Until(c.end()), cancel) })
+	return ctx, func() { unwatch(); cancel() }
+}
+
 // closeContext bounds closing a connection: by the stop's end during a stop, by a few seconds otherwise
 // (a restart must not hang on a dead peer either). pgconn closes the socket even when it expires.
 func (c *stopClock) closeContext() (context.Context, context.CancelFunc) {

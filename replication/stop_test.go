@@ -41,3 +41,37 @@ func TestStopClockBoundsTheStop(t *testing.T) {
 		t.Errorf("close reserve %v, want a fifth of the shutdown timeout", d)
 	}
 }
+
+// TestStopClockBoundsPostgreSQLWaits: a query the stream waits on ends after its own bound while no stop
+// is requested, and at the stop's end once one is, whichever comes first.
+func TestStopClockBoundsPostgreSQLWaits(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	c := newStopClock(ctx, 500*time.Millisecond)
+	short, done := c.bounded(100 * time.Millisecond)
+	<-short.Done()
+	done()
+	long, done := c.bounded(30 * time.Second)
+	defer done()
+	select {
+	case <-long.Done():
+		t.Fatal("a bounded wait ended before its bound and without a stop")
+	case <-time.After(200 * time.Millisecond):
+	}
+	began := time.Now()
+	cancel()
+	select {
+	case <-long.Done():
+		if took := time.Since(began); took < 400*time.Millisecond || took > 800*time.Millisecond {
+			t.Errorf("the wait ended %v after the stop request, want the stop's end (500 ms)", took)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("a wait of 30 s outlived the stop's end")
+	}
+	after, done := c.bounded(30 * time.Second) // begun during the stop
+	defer done()
+	select {
+	case <-after.Done():
+	case <-time.After(time.Second):
+		t.Fatal("a wait begun during the stop outlived the stop's end")
+	}
+}

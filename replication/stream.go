@@ -16,6 +16,13 @@ import (
 	"github.com/cdc-router/cdc-router/pgserver"
 )
 
+// publicationDue runs the publication check when it is due, bounded as the stream's other queries are.
+func (s *session) publicationDue() error {
+	ctx, cancel := s.stop.bounded(10 * time.Second)
+	defer cancel()
+	return s.watch.Due(ctx, s.sql)
+}
+
 // errAbandoned ends a stop that could not reach the commit of the open transaction in time; its events are
 // published again after the restart (duplicates, never loss).
 var errAbandoned = errors.New("stop: the open transaction did not reach its commit in time")
@@ -53,7 +60,7 @@ func (s *session) stream() error {
 		if err := s.status(false); err != nil {
 			return err
 		}
-		if err := s.watch.Due(s.sql); err != nil {
+		if err := s.publicationDue(); err != nil {
 			return err
 		}
 		if err := s.bursts.due(s, false); err != nil {

@@ -63,6 +63,32 @@ func TestBackfillFailureIsRecordedAndTheJobLocked(t *testing.T) {
 	}
 }
 
+// TestBackfillLogsSayBackfill: the log lines of a backfill name it a backfill, never a snapshot; an
+// initial snapshot's reporter still says snapshot.
+func TestBackfillLogsSayBackfill(t *testing.T) {
+	ctx := context.Background()
+	read, state := setup(t, 2, 3)
+	var out strings.Builder
+	log := slog.New(slog.NewTextHandler(&out, nil))
+	job, err := Backfill(ctx, Config{}, read, state, "words", false, &fakePublisher{}, log, nil)
+	if err != nil || !job.Done() {
+		t.Fatalf("Backfill = %+v, %v", job, err)
+	}
+	if !strings.Contains(out.String(), `msg="backfill finished" job=backfill:words rows_done=6`) {
+		t.Errorf("no backfill finished line:\n%s", out.String())
+	}
+	for _, line := range strings.Split(strings.TrimSpace(out.String()), "\n") {
+		if msg := line[strings.Index(line, "msg="):]; strings.Contains(strings.SplitN(msg, " job=", 2)[0], "snapshot") {
+			t.Errorf("a backfill's log line says snapshot: %s", line)
+		}
+	}
+	out.Reset()
+	NewReporter(log, nil, InitialName("slot1"), 0).Finish(6)
+	if !strings.Contains(out.String(), `msg="snapshot finished" job=initial:slot1`) {
+		t.Errorf("an initial snapshot's reporter logs %q", out.String())
+	}
+}
+
 // setupConn opens another session on the database of conn.
 func setupConn(t *testing.T, conn *pgx.Conn) *pgx.Conn {
 	t.Helper()

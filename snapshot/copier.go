@@ -66,7 +66,7 @@ func (c *copier) run(ctx context.Context) error {
 	for {
 		err := c.copyAll(ctx)
 		if err != nil && ctx.Err() != nil {
-			c.settle(5 * time.Second)
+			c.settle(c.cfg.stopBounds())
 		}
 		if err == nil || ctx.Err() != nil {
 			return err
@@ -81,10 +81,10 @@ func (c *copier) run(ctx context.Context) error {
 	}
 }
 
-// settle is the stop path: it lets the confirms of the pages already read arrive (bounded) and stores how
-// far they reach, so that the next start resumes as late as possible.
-func (c *copier) settle(bound time.Duration) {
-	deadline := time.Now().Add(bound)
+// settle is the stop path: it lets the confirms of the pages already read arrive until by and stores how
+// far they reach before end, so that the next start resumes as late as possible.
+func (c *copier) settle(by, end time.Time) {
+	deadline := by
 	for c.pages.Watermark() < c.page+1 && time.Now().Before(deadline) {
 		select {
 		case <-c.pub.Failed():
@@ -93,7 +93,7 @@ func (c *copier) settle(bound time.Duration) {
 		case <-time.After(100 * time.Millisecond):
 		}
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	ctx, cancel := context.WithDeadline(context.Background(), end)
 	defer cancel()
 	c.progress(ctx, true)
 }

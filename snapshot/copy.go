@@ -50,6 +50,19 @@ type Config struct {
 	// then leaves out the rows that snapshot did not see, which the stream delivers (see unseen).
 	SeenBy    string
 	SeenSince time.Time
+	// StopBy bounds a copy that ends because its ctx ended (a stop): it waits for the confirms of the rows
+	// already published until settle and stores how far they reach by end (run passes the bounds of its
+	// --shutdown-timeout). Nil: 5 s for each, counted from when the copy sees the stop.
+	StopBy func() (settle, end time.Time)
+}
+
+// stopBounds are the bounds of a stopping copy (StopBy, or its default).
+func (c Config) stopBounds() (settle, end time.Time) {
+	if c.StopBy != nil {
+		return c.StopBy()
+	}
+	now := time.Now()
+	return now.Add(5 * time.Second), now.Add(10 * time.Second)
 }
 
 func (c Config) withDefaults() Config {

@@ -40,6 +40,11 @@
 // stored as {"primary_key": [...]}, its quarantined rows keep the table's own name, column names and key
 // values. Per key, its rows come in primary-key order, which is write order only for a sequence id.
 //
+// A copy that ends because its context ended (a stop) waits for the confirms of the rows already published
+// and stores how far they reach, within Config.StopBy's bounds (run's --shutdown-timeout; 5 s each without):
+// rows whose confirms come later are published again by the next start, never lost
+// (TestShutdownTimeoutBoundsAStopDuringTheSnapshot in e2e).
+//
 // It never touches the replication connection: the caller creates the slot and hands over the name of its
 // exported snapshot.
 package snapshot

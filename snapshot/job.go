@@ -116,6 +116,15 @@ func IsInitialOf(name, slot string) bool {
 	return name == InitialName(slot) || strings.HasPrefix(name, InitialName(slot)+"/")
 }
 
+// word is what the logs and errors call job name: "backfill" for a backfill, "snapshot" for an initial
+// snapshot.
+func word(name string) string {
+	if strings.HasPrefix(name, BackfillName("")) {
+		return "backfill"
+	}
+	return "snapshot"
+}
+
 // Jobs reads and writes the snapshots table of the router's schema.
 type Jobs struct {
 	conn  *pgx.Conn
@@ -140,7 +149,7 @@ func (s *Jobs) Load(ctx context.Context, name string) (j Job, ok bool, err error
 		return Job{}, false, nil
 	}
 	if err != nil {
-		return Job{}, false, fmt.Errorf("load snapshot progress: %w", err)
+		return Job{}, false, fmt.Errorf("load %s progress: %w", word(name), err)
 	}
 	if jobErr != nil {
 		j.Error = *jobErr
@@ -217,7 +226,7 @@ func (s *Jobs) Start(ctx context.Context, tx pgx.Tx, j Job) error {
 			started_at = now(), updated_at = now(), finished_at = NULL`,
 		j.Name, j.Kind, j.Predicate, j.ReadLSN.String())
 	if err != nil {
-		return fmt.Errorf("record snapshot start: %w", err)
+		return fmt.Errorf("record %s start: %w", word(j.Name), err)
 	}
 	if j.ReadSnapshot != "" { // only an initial snapshot's: a backfill's start needs no migration 012
 		if _, err := tx.Exec(ctx, `UPDATE `+s.table+` SET read_snapshot = $2 WHERE name = $1`, j.Name, j.ReadSnapshot); err != nil {
@@ -241,7 +250,7 @@ func (s *Jobs) progress(ctx context.Context, name string, last *Key, done, total
 	_, err := s.conn.Exec(ctx, `UPDATE `+s.table+` SET last_key = coalesce($2, last_key), rows_done = $3,
 		rows_total = $4, updated_at = now() WHERE name = $1`, name, key, done, total)
 	if err != nil {
-		return fmt.Errorf("store snapshot progress: %w", err)
+		return fmt.Errorf("store %s progress: %w", word(name), err)
 	}
 	return nil
 }
@@ -257,7 +266,7 @@ func (s *Jobs) Finish(ctx context.Context, name string, done int64) error {
 	_, err := s.conn.Exec(ctx, `UPDATE `+s.table+` SET state = 'done', rows_done = $2, updated_at = now(),
 		finished_at = now() WHERE name = $1`, name, done)
 	if err != nil {
-		return fmt.Errorf("finish snapshot: %w", err)
+		return fmt.Errorf("finish %s: %w", word(name), err)
 	}
 	return nil
 }

@@ -69,9 +69,10 @@ func CopyMerged(ctx context.Context, cfgs []Config, q Querier, jobs *Jobs, list 
 		m.add(c, list[i].LastKey, list[i].RowsDone, list[i].RowsTotal-list[i].RowsDone)
 	}
 	err := m.run(ctx)
-	if err != nil && ctx.Err() != nil {
+	if err != nil && ctx.Err() != nil && len(m.cs) > 0 {
+		by, end := m.cs[0].cfg.stopBounds()
 		for _, c := range m.cs {
-			c.settle(5 * time.Second / time.Duration(len(m.cs)))
+			c.settle(by, end)
 		}
 	}
 	return err

@@ -8,7 +8,8 @@ import (
 )
 
 // Reporter shows a job's progress: rows done, total, rate and time left, as a progress line on a terminal
-// and as one log line every few seconds.
+// and as one log line every few seconds ("snapshot progress", "snapshot finished" for an initial snapshot,
+// "backfill progress", "backfill finished" for a backfill).
 type Reporter struct {
 	// Observe, when set, is called with every update (for health and metrics endpoints).
 	Observe func(done, total int64)
@@ -63,7 +64,7 @@ func (r *Reporter) Update(done, total int64) {
 		r.lastTerm = now
 	}
 	if now.Sub(r.lastLog) >= r.every {
-		r.log.Info("snapshot progress", "job", r.name, "rows_done", done, "rows_total", total,
+		r.log.Info(word(r.name)+" progress", "job", r.name, "rows_done", done, "rows_total", total,
 			"rows_per_second", int64(rate), "time_left", eta(done, total, rate).String())
 		r.lastLog = now
 	}
@@ -74,6 +75,6 @@ func (r *Reporter) Finish(done int64) {
 	if r.term != nil {
 		fmt.Fprintln(r.term)
 	}
-	r.log.Info("snapshot finished", "job", r.name, "rows_done", done, "rows_per_second", int64(r.rate(done)),
+	r.log.Info(word(r.name)+" finished", "job", r.name, "rows_done", done, "rows_per_second", int64(r.rate(done)),
 		"took", time.Since(r.began).Round(time.Millisecond).String())
 }

@@ -252,19 +252,46 @@ func runMigrate(ctx context.Context, args []string, env func(string) string, std
 	})
 }
 
+// shardFlag is the --shard of status and reset: I/N as run takes it, or I alone when one count of shards exists.
+const shardFlag = "I/N or I: the shard I of N (migrate --shards N), whose slot is <slot>_shard_I_of_N and publication <publication>_shard_I_of_N, as run --shard I/N; I alone when the database has one count of shards"
+
+// resolveShard points pg at the shard that value names (slot and publication), or, when value is empty,
+// returns the shards the database has. A shard that does not exist is refused naming those that do.
+func resolveShard(ctx context.Context, conn *pgx.Conn, pg pgFlags, value string) (*admin.Shard, []admin.Shard, error) {
+	found, err := admin.Shards(ctx, conn, *pg.slot, *pg.publication)
+	if err != nil || value == "" {
+		return nil, found, err
+	}
+	shard, err := admin.ResolveShard(value, found, *pg.slot, *pg.publication)
+	if err != nil {
+		return nil, nil, usageError{err}
+	}
+	*pg.slot, *pg.publication = shard.Slot, shard.Publication
+	return &shard, nil, nil
+}
+
 func runStatus(ctx context.Context, args []string, env func(string) string, stdout, stderr io.Writer) error {
 	var asJSON *bool
-	var messagePrefix *string
+	var messagePrefix, shardValue *string
 	flags := func(s *settings) {
 		asJSON = s.Bool("json", false, "print the report as one JSON object (the stable schema in docs/operations.md) instead of text")
 		messagePrefix = s.String("message-prefix", "", "the --message-prefix the router runs with, so that the logical decoding messages waiting in a stopped router's slot are counted too")
+		shardValue = s.String("shard", "", shardFlag+"; without it, status lists the shards after the unsharded slot's report")
 	}
 	return withConn(ctx, "status", args, env, stderr, flags, func(conn *pgx.Conn, pg pgFlags) error {
+		shard, found, err := resolveShard(ctx, conn, pg, *shardValue)
+		if err != nil {
+			return err
+		}
 		r, err := admin.Status(ctx, conn, *pg.slot, *pg.schema)
 		if err != nil {
 			return err
 		}
+		r.Publication, r.Shard = *pg.publication, shard
 		admin.CountPending(ctx, conn, &r, admin.ResetOptions{Publication: *pg.publication, MessagePrefix: *messagePrefix})
+		if r.Shards, err = admin.StatusOfShards(ctx, conn, found, *pg.schema, *messagePrefix); err != nil {
+			return err
+		}
 		if *asJSON {
 			enc := json.NewEncoder(stdout)
 			enc.SetIndent("", "  ")
@@ -282,18 +309,16 @@ func runReset(ctx context.Context, args []string, env func(string) string, stdou
 	var peekTimeout *time.Duration
 	flags := func(s *settings) {
 		force = s.Bool("force", false, "drop the slot even when it still holds unpublished events (reset names how many), or when they cannot be counted")
-		shard = s.String("shard", "", "i/N: reset shard i of N, the slot <slot>_shard_i_of_N read with the publication <publication>_shard_i_of_N, as run --shard i/N")
+		shard = s.String("shard", "", shardFlag+"; reset resets that shard's slot only, counting its unpublished events with its publication")
 		messagePrefix = s.String("message-prefix", "", "the --message-prefix the router runs with, so that the logical decoding messages it would publish are counted too")
 		peekLimit = s.Int("peek-limit", admin.DefaultPeekLimit, "decode at most this many of the slot's pending changes to count the unpublished events (past it: \"at least\")")
 		peekTimeout = s.Duration("peek-timeout", admin.DefaultPeekTimeout, "bound on the time spent counting the slot's unpublished events")
 	}
 	return withConn(ctx, "reset", args, env, stderr, flags, func(conn *pgx.Conn, pg pgFlags) error {
 		if *shard != "" {
-			i, n, err := migrations.ParseShard(*shard)
-			if err != nil {
-				return usageError{err}
+			if _, _, err := resolveShard(ctx, conn, pg, *shard); err != nil {
+				return err
 			}
-			*pg.publication, *pg.slot = migrations.ShardPublication(*pg.publication, i, n), migrations.ShardSlot(*pg.slot, i, n)
 		}
 		dropped, err := admin.Reset(ctx, conn, *pg.slot, *pg.schema, admin.ResetOptions{Publication: *pg.publication,
 			MessagePrefix: *messagePrefix, Force: *force, PeekLimit: *peekLimit, PeekTimeout: *peekTimeout})
@@ -322,7 +347,7 @@ func runRun(ctx context.Context, args []string, env func(string) string, stdout,
 	confirmTimeout := s.Duration("confirm-timeout", route.DefaultConfirmTimeout, "a message unconfirmed for this long restarts the stream from the acknowledged position (raise it if broker alarms last longer)")
 	snap := s.String("snapshot", "initial", "initial: a new slot first publishes the rows already in the table, read in the slot's own snapshot; never: stream only")
 	snapWhere := s.String("snapshot-where", "", "SQL predicate restricting the initial snapshot, e.g. \"published_at IS NULL\" when taking over from a polling publisher")
-	shutdown := s.Duration("shutdown-timeout", 30*time.Second, "bound on finishing the open transaction and waiting for confirms at stop")
+	shutdown := s.Duration("shutdown-timeout", 30*time.Second, "bound on the whole stop: finishing the open transaction and waiting for confirms (also those of the initial snapshot, whose progress is stored within it) and any wait on PostgreSQL")
 	pgTimeout := s.Duration("pg-timeout", pgserver.DefaultPGTimeout, "bound on waiting for a PostgreSQL that accepts TCP but does not answer: each connection attempt (a shorter connect_timeout in --pg-url wins), the start-up checks, and the stream's silence (after half of it a status update asks for a reply); then the router restarts (cause postgres)")
 	httpAddr := s.String("http-addr", "", "serve /healthz, /readyz and /metrics on this address, e.g. :8080 (off when empty)")
 	progress := s.Duration("progress-interval", metrics.DefaultProgressInterval, "how often to log, at info level, how many events were published and quarantined since the last such line (nothing when nothing moved)")

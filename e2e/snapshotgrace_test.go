@@ -1,0 +1,52 @@
+package e2e
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/cdc-router/cdc-router/internal/testenv"
+)
+
+// TestLongSnapshotSurvivesAPostgreSQLCut: an initial snapshot that has run for longer than the start-up
+// grace (30 s; held up here by a stalled broker connection, which the router also loses at its heartbeat
+// timeout) loses its PostgreSQL connections. The router restarts and resumes the copy, as a streaming router
+// would, instead of giving up as if its setup had never worked (nor refusing the table because the check of
+// its columns met the cut); every row is then delivered, first deliveries in order per aggregate.
+func TestLongSnapshotSurvivesAPostgreSQLCut(t *testing.T) {
+	e := newStreamEnv(t)
+	c := e.consume(e.queue)
+	w := newWriter(t, e.pgURL, 50)
+	w.prefill(6000, "")
+	pgp, pgURL := e.pgProxy()
+	amqpp := testenv.NewProxy(t, strings.TrimSuffix(e.amqpURL[strings.Index(e.amqpURL, "@")+1:], "/"))
+	began := time.Now()
+	r := e.startVia(pgURL, "amqp://guest:guest@"+amqpp.Addr+"/", "--window", "64", "--lanes", "2")
+	deadline := time.Now().Add(30 * time.Second)
+	for len(c.snapshot()) < 500 {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d deliveries of the initial snapshot within 30 s:\n%s", len(c.snapshot()), tail(r.Output(), 20))
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	amqpp.Pause()
+	time.Sleep(time.Until(began.Add(32 * time.Second))) // past the start-up grace, still copying
+	if strings.Contains(r.Output(), `msg="snapshot finished"`) {
+		t.Fatalf("the snapshot finished before the cut; nothing was tested")
+	}
+	pgp.Cut()
+	amqpp.Resume()
+	deadline = time.Now().Add(60 * time.Second)
+	for !strings.Contains(r.Output(), "msg=streaming ") {
+		if code, exited := r.Wait(100 * time.Millisecond); exited {
+			t.Fatalf("the router exited %d after the cut instead of resuming the snapshot:\n%s", code, tail(r.Output(), 10))
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the router did not stream within 60 s of the cut:\n%s", tail(r.Output(), 20))
+		}
+	}
+	if !strings.Contains(r.Output(), "cause=postgres") || !strings.Contains(r.Output(), "resuming the initial snapshot") {
+		t.Errorf("no restart with cause postgres and a resumed snapshot after the cut:\n%s", tail(r.Output(), 20))
+	}
+	expectEveryEventInOrder(t, c, w, "a PostgreSQL cut 32 s into the initial snapshot", 60*time.Second)
+}
