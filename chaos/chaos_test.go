@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cdc-router/cdc-router/chaos/check"
+	"github.com/cdc-router/cdc-router/chaos/gen"
 	"github.com/cdc-router/cdc-router/internal/testenv"
 )
 
@@ -39,11 +41,11 @@ func routerBinary(t testing.TB) string {
 	return testenv.Build{Pkg: testenv.RouterPackage}.MustPath(t)
 }
 
-func options() Options {
-	o := Options{Duration: *durFlag, KnownBroken: map[Kind]bool{}}
+func options() gen.Options {
+	o := gen.Options{Duration: *durFlag, KnownBroken: map[gen.Kind]bool{}}
 	for _, k := range strings.Split(*brokenFlag, ",") {
 		if k = strings.TrimSpace(k); k != "" {
-			o.KnownBroken[Kind(k)] = true
+			o.KnownBroken[gen.Kind(k)] = true
 		}
 	}
 	return o
@@ -77,25 +79,25 @@ func TestChaos(t *testing.T) {
 	began := time.Now()
 	var failed []int64
 	for _, seed := range seeds(t) {
-		plan := Generate(seed, o)
+		plan := gen.Generate(seed, o)
 		ok := t.Run(fmt.Sprintf("seed=%d", seed), func(t *testing.T) {
 			t.Logf("%s", plan.Describe())
 			t0 := time.Now()
 			h := Run(t, pg, bin, plan)
-			vs := Check(h, Limits{Stall: 20 * time.Second, RouterExits: 3, PayloadToken: fmt.Sprintf("chaos-payload-%d", seed)})
-			cov := Coverage(h)
+			vs := check.Check(h, check.Limits{Stall: 20 * time.Second, RouterExits: 3, PayloadToken: fmt.Sprintf("chaos-payload-%d", seed)})
+			cov := check.Coverage(h)
 			for k, n := range cov {
 				total[k] += n
 			}
 			t.Logf("seed %d: %d rows, %d deliveries, %d quarantined, %v; coverage: %s\n%s", seed, len(h.Rows), len(h.Deliv),
-				len(h.Quar), time.Since(t0).Round(time.Second), counts(cov), Applied(h))
+				len(h.Quar), time.Since(t0).Round(time.Second), gen.Counts(cov), check.Applied(h))
 			if len(vs) > 0 {
 				var b strings.Builder
 				for _, v := range vs {
 					fmt.Fprintf(&b, "  %s\n", v)
 				}
 				t.Errorf("seed %d broke %d invariants:\n%s\n%s\n%s\nthe whole history: %s\nreplay: make chaos SEED=%d%s", seed, len(vs),
-					b.String(), plan.Describe(), Shorten(h, vs), dump(h), seed, replayFlags())
+					b.String(), plan.Describe(), check.Shorten(h, vs), dump(h), seed, replayFlags())
 			}
 		})
 		if !ok {
@@ -115,7 +117,7 @@ func TestChaos(t *testing.T) {
 }
 
 // dump writes the whole history as JSON to a file in the temporary directory and returns its path.
-func dump(h *History) string {
+func dump(h *check.History) string {
 	f, err := os.CreateTemp("", fmt.Sprintf("chaos-seed-%d-*.json", h.Setup.Seed))
 	if err != nil {
 		return err.Error()

@@ -9,11 +9,14 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/cdc-router/cdc-router/chaos/check"
+	"github.com/cdc-router/cdc-router/chaos/gen"
 )
 
 // inject applies the faults at their times, one after another (a fault that is late starts at once). A
 // backfill runs beside the next faults; bg is done when every one has finished.
-func (w *world) inject(start time.Time, faults []Step, bg *sync.WaitGroup) {
+func (w *world) inject(start time.Time, faults []gen.Step, bg *sync.WaitGroup) {
 	for n, f := range faults {
 		base := start
 		if f.AfterHuge {
@@ -21,7 +24,7 @@ func (w *world) inject(start time.Time, faults []Step, bg *sync.WaitGroup) {
 			case <-w.hugeCommitted:
 				base = w.hugeAt
 			case <-time.After(time.Until(start.Add(w.plan.Setup.Duration))):
-				w.rec.event(Event{From: time.Now(), To: time.Now(), Kind: f.Kind, Note: "skipped: the huge transaction did not commit"})
+				w.rec.event(check.Event{From: time.Now(), To: time.Now(), Kind: f.Kind, Note: "skipped: the huge transaction did not commit"})
 				continue
 			}
 		}
@@ -29,50 +32,50 @@ func (w *world) inject(start time.Time, faults []Step, bg *sync.WaitGroup) {
 			time.Sleep(d)
 		}
 		from := time.Now()
-		if f.Kind == CmdBackfill {
+		if f.Kind == gen.CmdBackfill {
 			bg.Add(1)
 			go func() {
 				defer bg.Done()
 				note := w.backfill(n)
-				w.rec.event(Event{From: from, To: time.Now(), Kind: f.Kind, Note: note})
+				w.rec.event(check.Event{From: from, To: time.Now(), Kind: f.Kind, Note: note})
 			}()
 			continue
 		}
-		if f.Kind == CmdResetIdle {
+		if f.Kind == gen.CmdResetIdle {
 			w.resetIdle(f.Dur)
 			continue
 		}
 		note := w.apply(f)
-		w.rec.event(Event{From: from, To: time.Now(), Kind: f.Kind, Router: f.Router, Note: note})
+		w.rec.event(check.Event{From: from, To: time.Now(), Kind: f.Kind, Router: f.Router, Note: note})
 	}
 }
 
 // apply applies one fault or command and returns a note on its outcome.
-func (w *world) apply(f Step) string {
+func (w *world) apply(f gen.Step) string {
 	switch f.Kind {
-	case FaultKill:
+	case gen.FaultKill:
 		_, addr := w.stopRouter(f.Router, syscall.SIGKILL, 10*time.Second)
 		time.Sleep(f.Dur)
 		w.startRouter(f.Router, addr, nil)
-	case FaultTerm:
+	case gen.FaultTerm:
 		code, addr := w.stopRouter(f.Router, syscall.SIGTERM, 45*time.Second)
 		w.startRouter(f.Router, addr, nil)
 		return fmt.Sprintf("exit %d", code)
-	case FaultAMQPCut:
+	case gen.FaultAMQPCut:
 		w.mqProxy.Cut()
-	case FaultAMQPPause:
+	case gen.FaultAMQPPause:
 		w.mqProxy.Pause()
 		time.Sleep(f.Dur)
 		w.mqProxy.Resume()
-	case FaultPGCut:
+	case gen.FaultPGCut:
 		w.pgProxy.Cut()
-	case FaultPGPause, FaultPGHole:
+	case gen.FaultPGPause, gen.FaultPGHole:
 		w.pgProxy.Pause()
 		time.Sleep(f.Dur)
 		w.pgProxy.Resume()
-	case FaultPGFast, FaultPGCrash:
+	case gen.FaultPGFast, gen.FaultPGCrash:
 		mode := "fast"
-		if f.Kind == FaultPGCrash {
+		if f.Kind == gen.FaultPGCrash {
 			mode = "immediate"
 		}
 		w.pg.Stop(mode)
@@ -80,13 +83,13 @@ func (w *world) apply(f Step) string {
 		if err := w.pg.Start(); err != nil {
 			w.t.Errorf("PostgreSQL did not start again: %v", err)
 		}
-	case CmdResetLive:
+	case gen.CmdResetLive:
 		if !w.ready(f.Router) {
 			return "skipped: the router is not ready"
 		}
 		out, code := w.cli(time.Minute, "reset", "--slot", w.slot(f.Router))
 		return fmt.Sprintf("exit %d: %s", code, lastLine(out))
-	case FaultPubGap:
+	case gen.FaultPubGap:
 		return w.publicationGap(f.Dur)
 	}
 	return ""
@@ -97,11 +100,11 @@ func (w *world) apply(f Step) string {
 func (w *world) resetIdle(d time.Duration) {
 	from := time.Now()
 	code, addr := w.stopRouter(0, syscall.SIGTERM, 45*time.Second)
-	w.rec.event(Event{From: from, To: time.Now(), Kind: FaultTerm, Note: fmt.Sprintf("exit %d (before a reset)", code)})
+	w.rec.event(check.Event{From: from, To: time.Now(), Kind: gen.FaultTerm, Note: fmt.Sprintf("exit %d (before a reset)", code)})
 	time.Sleep(d)
 	from = time.Now()
 	out, code := w.cli(time.Minute, "reset", "--slot", w.slot(0))
-	w.rec.event(Event{From: from, To: time.Now(), Kind: CmdResetIdle, Note: fmt.Sprintf("exit %d: %s", code, lastLine(out))})
+	w.rec.event(check.Event{From: from, To: time.Now(), Kind: gen.CmdResetIdle, Note: fmt.Sprintf("exit %d: %s", code, lastLine(out))})
 	w.startRouter(0, addr, nil)
 }
 
@@ -132,5 +135,5 @@ func (w *world) publicationGap(d time.Duration) string {
 
 func lastLine(s string) string {
 	lines := strings.Split(strings.TrimSpace(s), "\n")
-	return trim(lines[len(lines)-1], 300)
+	return check.Trim(lines[len(lines)-1], 300)
 }

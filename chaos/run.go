@@ -8,6 +8,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/cdc-router/cdc-router/chaos/check"
+	"github.com/cdc-router/cdc-router/chaos/gen"
 	"github.com/cdc-router/cdc-router/internal/cdc"
 	"github.com/cdc-router/cdc-router/internal/testenv"
 )
@@ -23,7 +25,7 @@ const (
 
 // Run carries out plan against pg (a cluster of the harness's own, which faults stop and start) with the
 // router binary bin, and returns the recorded history.
-func Run(t testing.TB, pg *testenv.Postgres, bin string, plan Plan) *History {
+func Run(t testing.TB, pg *testenv.Postgres, bin string, plan gen.Plan) *check.History {
 	t.Helper()
 	w := newWorld(t, pg, bin, plan)
 	if err := w.setUp(); err != nil {
@@ -38,7 +40,7 @@ func Run(t testing.TB, pg *testenv.Postgres, bin string, plan Plan) *History {
 	}
 	// The initial snapshot's rows, written before any router starts.
 	for left := s.SnapshotRows; left > 0; left -= 100 {
-		writers[0].do(ctx, Step{Kind: OpMulti, N: min(left, 100)})
+		writers[0].do(ctx, gen.Step{Kind: gen.OpMulti, N: min(left, 100)})
 	}
 	stopConsumer, err := w.consume()
 	if err != nil {
@@ -105,7 +107,7 @@ func (w *world) allStreamed() bool {
 	w.rec.mu.Lock()
 	defer w.rec.mu.Unlock()
 	for i := range w.plan.Setup.Routers() {
-		if !streamedBefore(&w.rec.h, i, time.Now()) {
+		if !check.StreamedBefore(&w.rec.h, i, time.Now()) {
 			return false
 		}
 	}
@@ -125,8 +127,8 @@ func (w *world) waitStreaming() {
 
 // finalRows is the tables' content joined with what the writers recorded: a row is committed when the
 // table has it, whatever its writer saw.
-func (w *world) finalRows(writers []*writer) []Row {
-	byID := map[string]Row{}
+func (w *world) finalRows(writers []*writer) []check.Row {
+	byID := map[string]check.Row{}
 	for _, wr := range writers {
 		for _, r := range wr.rows {
 			byID[r.ID] = r
@@ -138,7 +140,7 @@ func (w *world) finalRows(writers []*writer) []Row {
 	ctx := context.Background()
 	c := w.connect(ctx)
 	defer c.Close(ctx)
-	var rows []Row
+	var rows []check.Row
 	for _, table := range w.plan.Setup.Tables {
 		rs, err := c.Query(ctx, `SELECT id::text FROM `+table)
 		if err != nil {
@@ -181,7 +183,7 @@ func (w *world) connect(ctx context.Context) *pgx.Conn {
 
 // settle waits until every row is delivered or quarantined, or settleTimeout passes, then a little more
 // so that late duplicates are recorded too.
-func (w *world) settle(rows []Row) {
+func (w *world) settle(rows []check.Row) {
 	deadline, limit, last := time.Now().Add(settleTimeout), time.Now().Add(settleCap), -1
 	for time.Now().Before(deadline) && time.Now().Before(limit) {
 		got := w.rec.delivered()
@@ -192,7 +194,7 @@ func (w *world) settle(rows []Row) {
 		left := 0
 		w.rec.mu.Lock()
 		for _, r := range rows {
-			if r.Refused && !quar[r.ID] || !got[r.ID] && !quar[r.ID] && !unpublishable(&w.rec.h, r) {
+			if r.Refused && !quar[r.ID] || !got[r.ID] && !quar[r.ID] && !check.Unpublishable(&w.rec.h, r) {
 				left++
 			}
 		}
@@ -208,7 +210,7 @@ func (w *world) settle(rows []Row) {
 	time.Sleep(2 * time.Second)
 }
 
-func (w *world) quarantine() []Quarantined {
+func (w *world) quarantine() []check.Quarantined {
 	ctx := context.Background()
 	c := w.connect(ctx)
 	defer c.Close(ctx)
@@ -217,9 +219,9 @@ func (w *world) quarantine() []Quarantined {
 		w.t.Fatalf("read the quarantine: %v", err)
 	}
 	defer rs.Close()
-	var qs []Quarantined
+	var qs []check.Quarantined
 	for rs.Next() {
-		var q Quarantined
+		var q check.Quarantined
 		rs.Scan(&q.EventID, &q.Reason)
 		qs = append(qs, q)
 	}

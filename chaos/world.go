@@ -14,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	amqp "github.com/rabbitmq/amqp091-go"
 
+	"github.com/cdc-router/cdc-router/chaos/gen"
 	"github.com/cdc-router/cdc-router/internal/testenv"
 	"github.com/cdc-router/cdc-router/migrations"
 )
@@ -23,7 +24,7 @@ import (
 // (writers and the consumer connect directly, so a fault hits only the router).
 type world struct {
 	t        testing.TB
-	plan     Plan
+	plan     gen.Plan
 	bin      string
 	pg       *testenv.Postgres
 	db       string // database name; also the slot and the base of every broker name
@@ -43,7 +44,7 @@ type world struct {
 	closing bool
 }
 
-func newWorld(t testing.TB, pg *testenv.Postgres, bin string, plan Plan) *world {
+func newWorld(t testing.TB, pg *testenv.Postgres, bin string, plan gen.Plan) *world {
 	t.Helper()
 	url := pg.NewDatabase(t)
 	w := &world{t: t, plan: plan, bin: bin, pg: pg, amqpURL: testenv.AMQPURL(t), rec: &recorder{},

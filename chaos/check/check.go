@@ -1,10 +1,12 @@
-package chaos
+package check
 
 import (
 	"fmt"
 	"sort"
 	"strings"
 	"time"
+
+	"github.com/cdc-router/cdc-router/chaos/gen"
 )
 
 // Violation is one invariant that did not hold, with what a reader needs to see why.
@@ -132,12 +134,12 @@ func missing(h *History, r Row) Violation {
 // between a reset that succeeded and router 0's next start of streaming.
 func slotless(h *History, t time.Time) bool {
 	for i := range h.Setup.Routers() {
-		if !streamedBefore(h, i, t) {
+		if !StreamedBefore(h, i, t) {
 			return true
 		}
 	}
 	for _, e := range h.Events {
-		if e.Kind == CmdResetIdle && strings.Contains(e.Note, "exit 0") && !t.Before(e.From) && !streamedBetween(h, 0, e.To, t) {
+		if e.Kind == gen.CmdResetIdle && strings.Contains(e.Note, "exit 0") && !t.Before(e.From) && !streamedBetween(h, 0, e.To, t) {
 			return true
 		}
 	}
@@ -150,7 +152,7 @@ func slotless(h *History, t time.Time) bool {
 // the router's ERROR naming the window.
 func inAnnouncedGap(h *History, t time.Time) bool {
 	for _, e := range h.Events {
-		if e.Kind != FaultPubGap || t.Before(e.From) || t.After(e.To.Add(200*time.Millisecond)) {
+		if e.Kind != gen.FaultPubGap || t.Before(e.From) || t.After(e.To.Add(200*time.Millisecond)) {
 			continue
 		}
 		for _, l := range h.Logs {
@@ -162,9 +164,9 @@ func inAnnouncedGap(h *History, t time.Time) bool {
 	return false
 }
 
-// unpublishable reports whether r is a row no router can ever publish: deleted by its own transaction while
+// Unpublishable reports whether r is a row no router can ever publish: deleted by its own transaction while
 // no slot existed, or inside an announced publication gap.
-func unpublishable(h *History, r Row) bool {
+func Unpublishable(h *History, r Row) bool {
 	return r.Deleted && (slotless(h, r.Committed) || inAnnouncedGap(h, r.Committed))
 }
 
@@ -182,7 +184,7 @@ func compress(vs []Violation, n int) []Violation {
 func backfillFrom(h *History) time.Time {
 	var t time.Time
 	for _, e := range h.Events {
-		if (e.Kind == CmdBackfill || e.Kind == CmdGapBackfill) && (t.IsZero() || e.From.Before(t)) {
+		if (e.Kind == gen.CmdBackfill || e.Kind == gen.CmdGapBackfill) && (t.IsZero() || e.From.Before(t)) {
 			t = e.From
 		}
 	}

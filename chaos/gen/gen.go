@@ -1,4 +1,4 @@
-package chaos
+package gen
 
 import (
 	"fmt"
@@ -282,4 +282,33 @@ func genFaults(r *rand.Rand, s Setup, o Options) []Step {
 	}
 	sort.SliceStable(fs, func(i, j int) bool { return fs[i].At < fs[j].At })
 	return fs
+}
+
+// Describe is the plan as a run prints it at its start: the setup, the operations per kind, the faults.
+func (p Plan) Describe() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "setup: %s\n", p.Setup)
+	ops := map[Kind]int{}
+	rows := 0
+	for _, w := range p.Ops {
+		for _, op := range w {
+			ops[op.Kind]++
+			rows += max(op.N, 1)
+		}
+	}
+	fmt.Fprintf(&b, "operations: %s (about %d rows)\nfaults:\n", Counts(ops), rows)
+	for _, f := range p.Faults {
+		fmt.Fprintf(&b, "  %s\n", f)
+	}
+	return b.String()
+}
+
+// Counts is m as "k=n ..." in key order.
+func Counts[K ~string](m map[K]int) string {
+	var parts []string
+	for k, n := range m {
+		parts = append(parts, fmt.Sprintf("%s=%d", k, n))
+	}
+	sort.Strings(parts)
+	return strings.Join(parts, " ")
 }

@@ -1,14 +1,15 @@
-package chaos
+package check
 
 import (
 	"time"
 
+	"github.com/cdc-router/cdc-router/chaos/gen"
 	"github.com/cdc-router/cdc-router/internal/cdc"
 )
 
 // History is everything one run recorded, the only input of the checker.
 type History struct {
-	Setup  Setup
+	Setup  gen.Setup
 	Start  time.Time // the schedule's time zero
 	End    time.Time // when recording stopped
 	Rows   []Row     // every row that committed: the tables' final content and the rows deleted in a transaction that committed
@@ -36,7 +37,7 @@ type Row struct {
 	Committed time.Time // when the writer saw its commit (the attempt, when the commit's outcome was unknown)
 	LSNAfter  cdc.LSN   // pg_current_wal_lsn() read after the commit: at or past the commit's end
 	Txn       int       // the writer's transaction number, for the shortened history
-	Op        Kind      // the operation that wrote it
+	Op        gen.Kind  // the operation that wrote it
 	Unknown   bool      // the commit's outcome was unknown to the writer (found in the table afterwards)
 }
 
@@ -61,13 +62,13 @@ type Quarantined struct {
 // own (Kind "router-exit").
 type Event struct {
 	From, To time.Time
-	Kind     Kind
+	Kind     gen.Kind
 	Router   int
 	Note     string // the outcome: exit code, the command's output's last line
 }
 
 // KindRouterExit marks a router process that exited without being told to.
-const KindRouterExit Kind = "router-exit"
+const KindRouterExit gen.Kind = "router-exit"
 
 // Sample is one /readyz answer of one router (Code 0: no answer).
 type Sample struct {
