@@ -35,6 +35,9 @@ func (w *world) routerArgs(i int) []string {
 	if w.plan.Setup.FullQueue {
 		args = append(args, "--refusal-retry", refusalRetry)
 	}
+	if s.Emit {
+		args = append(args, "--message-prefix", messagePrefix)
+	}
 	if d := w.plan.PublicationCheck; d > 0 {
 		args = append(args, "--publication-check-interval", d.String())
 	}

@@ -133,15 +133,21 @@ func (w *world) finalRows(writers []*writer) []check.Row {
 		for _, r := range wr.rows {
 			byID[r.ID] = r
 		}
-		if wr.conn != nil {
-			wr.conn.Close(context.Background())
+		for _, c := range []*pgx.Conn{wr.conn, wr.intruder} {
+			if c != nil {
+				c.Close(context.Background())
+			}
 		}
 	}
 	ctx := context.Background()
 	c := w.connect(ctx)
 	defer c.Close(ctx)
 	var rows []check.Row
-	for _, table := range w.plan.Setup.Tables {
+	tables := w.plan.Setup.Tables
+	if w.plan.Setup.Emit {
+		tables = append([]string{emitted}, tables...)
+	}
+	for _, table := range tables {
 		rs, err := c.Query(ctx, `SELECT id::text FROM `+table)
 		if err != nil {
 			w.t.Fatalf("read %s: %v", table, err)
@@ -158,8 +164,8 @@ func (w *world) finalRows(writers []*writer) []check.Row {
 		}
 		rs.Close()
 	}
-	for _, r := range byID { // deleted by its own transaction, which the writer saw commit
-		if r.Deleted && !r.Unknown {
+	for _, r := range byID { // deleted by its own transaction, which the writer saw commit; or forged
+		if r.Deleted && !r.Unknown || r.Forged {
 			rows = append(rows, r)
 		}
 	}
@@ -194,6 +200,9 @@ func (w *world) settle(rows []check.Row) {
 		left := 0
 		w.rec.mu.Lock()
 		for _, r := range rows {
+			if r.Forged {
+				continue
+			}
 			if r.Refused && !quar[r.ID] || !got[r.ID] && !quar[r.ID] && !check.Unpublishable(&w.rec.h, r) {
 				left++
 			}

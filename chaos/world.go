@@ -88,25 +88,36 @@ func (w *world) cli(timeout time.Duration, args ...string) (string, int) {
 // declares the consumer's queue bound to every routing key.
 func (w *world) setUp() error {
 	s := w.plan.Setup
-	args := []string{"migrate", "--amqp-url", w.amqpURL, "--unroutable-queue-type", s.UnroutableType}
-	if s.Shards > 0 {
-		args = append(args, "--shards", fmt.Sprint(s.Shards))
-	}
-	if out, code := w.cli(2*time.Minute, args...); code != 0 {
-		return fmt.Errorf("migrate exited %d: %s", code, out)
-	}
 	ctx := context.Background()
 	conn, err := pgx.Connect(ctx, w.directURL())
 	if err != nil {
 		return err
 	}
 	defer conn.Close(ctx)
+	args := []string{"migrate", "--amqp-url", w.amqpURL, "--unroutable-queue-type", s.UnroutableType}
+	if s.Shards > 0 {
+		args = append(args, "--shards", fmt.Sprint(s.Shards))
+	}
+	if s.Emit {
+		if err := w.createEmitRoles(ctx, conn); err != nil {
+			return err
+		}
+		args = append(args, "--emit-function", "--emit-role", w.writerRole())
+	}
+	if out, code := w.cli(2*time.Minute, args...); code != 0 {
+		return fmt.Errorf("migrate exited %d: %s", code, out)
+	}
 	for _, table := range s.Tables[1:] {
 		if _, err := conn.Exec(ctx, `CREATE TABLE `+table+` (LIKE public.outbox INCLUDING ALL)`); err != nil {
 			return err
 		}
 		if _, err := conn.Exec(ctx, `ALTER PUBLICATION cdc_router_outbox ADD TABLE `+table); err != nil {
 			return err
+		}
+	}
+	if s.Emit {
+		if err := w.grantWriter(ctx, conn); err != nil {
+			return fmt.Errorf("grant the writer role: %w", err)
 		}
 	}
 	c, err := amqp.Dial(w.amqpURL)

@@ -22,7 +22,9 @@ type writer struct {
 	w        *world
 	n        int
 	rng      *mrand.Rand
+	erng     *mrand.Rand // emitted events' choices (gen.Setup.Emit), apart so that rng's stay what they were
 	conn     *pgx.Conn
+	intruder *pgx.Conn // the role without EXECUTE on emit, for gen.OpForged
 	versions map[string]int64
 	txn      int
 	rows     []check.Row // every row attempted; the tables say which committed
@@ -31,7 +33,8 @@ type writer struct {
 const aggregatesPerWriter = 8
 
 func newWriter(w *world, n int) *writer {
-	return &writer{w: w, n: n, rng: mrand.New(mrand.NewPCG(uint64(w.plan.Setup.Seed), uint64(n)+1)), versions: map[string]int64{}}
+	return &writer{w: w, n: n, rng: mrand.New(mrand.NewPCG(uint64(w.plan.Setup.Seed), uint64(n)+1)),
+		erng: mrand.New(mrand.NewPCG(uint64(w.plan.Setup.Seed), 0xe417+uint64(n))), versions: map[string]int64{}}
 }
 
 func (wr *writer) run(ctx context.Context, start time.Time, ops []gen.Step) {
@@ -52,6 +55,18 @@ func (wr *writer) run(ctx context.Context, start time.Time, ops []gen.Step) {
 
 // do runs op as one transaction, reconnecting first if needed.
 func (wr *writer) do(ctx context.Context, op gen.Step) {
+	if op.Kind == gen.OpForged {
+		rows, calls := wr.forge(ctx, op)
+		now := time.Now()
+		for i := range rows {
+			rows[i].Committed = now
+		}
+		wr.rows = append(wr.rows, rows...)
+		for _, c := range calls {
+			wr.w.rec.event(check.Event{From: now, To: now, Kind: check.KindIntruderEmit, Note: c})
+		}
+		return
+	}
 	for wr.conn == nil {
 		if err := wr.connect(ctx); err != nil {
 			if ctx.Err() != nil {
@@ -92,7 +107,11 @@ func (wr *writer) do(ctx context.Context, op gen.Step) {
 // spent, whether its transaction committed, failed or is unknown (a gap is fine; a reused version would
 // be two events at one version, and a row deleted by its own transaction leaves no trace in the table).
 func (wr *writer) connect(ctx context.Context) error {
-	c, err := pgx.Connect(ctx, wr.w.directURL())
+	url := wr.w.directURL()
+	if wr.w.plan.Setup.Emit {
+		url = wr.w.roleURL(wr.w.writerRole())
+	}
+	c, err := pgx.Connect(ctx, url)
 	if err != nil {
 		return err
 	}
@@ -115,6 +134,9 @@ func (wr *writer) rowsFor(op gen.Step) []check.Row {
 		rows[i] = check.Row{ID: uuid(), Table: tables[wr.rng.IntN(len(tables))], Aggregate: "order/" + agg,
 			Version: wr.versions[agg], Txn: wr.txn, Op: op.Kind, Poison: op.Kind == gen.OpPoison && i == 0, Deleted: op.Kind == gen.OpDelete,
 			Refused: op.Kind == gen.OpRefused && i == 0}
+		if op.Kind == gen.OpEmit && wr.erng.IntN(2) == 0 {
+			rows[i].Emitted, rows[i].Table = true, "message:"+messagePrefix
+		}
 	}
 	return rows
 }
@@ -130,9 +152,12 @@ func (wr *writer) write(ctx context.Context, op gen.Step, rows []check.Row) erro
 				j++
 			}
 			var err error
-			if op.Kind == gen.OpCopy {
+			switch {
+			case rows[i].Emitted:
+				err = wr.emitRows(ctx, tx, rows[i:j])
+			case op.Kind == gen.OpCopy:
 				err = wr.copyRows(ctx, tx, rows[i].Table, rows[i:j])
-			} else {
+			default:
 				err = wr.insertRows(ctx, tx, rows[i].Table, rows[i:j])
 			}
 			if err != nil {

@@ -41,6 +41,7 @@ var invariants = []invariant{
 	{"no-restart-loop", checkExits},
 	{"reset-without-force-refused", checkReset},
 	{"logs-carry-no-payload", checkLogs},
+	{"unauthenticated-never-published", checkForged},
 }
 
 // Check judges h by every invariant.
@@ -79,6 +80,8 @@ func checkComplete(h *History, _ Limits) []Violation {
 		_, delivered := first[r.ID]
 		reason, quarantined := quar[r.ID]
 		switch {
+		case r.Forged:
+			// checkForged's: never published, quarantined as an unauthenticated emitted message.
 		case r.Refused && quarantined && strings.TrimSpace(reason) == "":
 			vs = append(vs, Violation{Detail: fmt.Sprintf("row %s was quarantined without a reason", r.ID)})
 		case r.Refused && quarantined:
@@ -95,8 +98,9 @@ func checkComplete(h *History, _ Limits) []Violation {
 		case !r.Poison && quarantined && !delivered:
 			vs = append(vs, Violation{Detail: fmt.Sprintf("valid row %s (%s v%d) was quarantined: %s", r.ID, r.Aggregate, r.Version, reason), Aggregate: r.Aggregate})
 		case delivered:
-		case r.Deleted && slotless(h, r.Committed):
-			// Deleted in its own transaction while no slot existed: nothing could ever have read it.
+		case (r.Deleted || r.Emitted) && slotless(h, r.Committed):
+			// Deleted in its own transaction, or emitted (in the WAL only), while no slot existed: nothing
+			// could ever have read it.
 		case r.Deleted && inAnnouncedGap(h, r.Committed):
 			// Deleted in its own transaction while its table was out of the publication: never decoded, and
 			// not in the table for the gap's backfill; the router named the gap (docs/operations.md).
@@ -164,10 +168,11 @@ func inAnnouncedGap(h *History, t time.Time) bool {
 	return false
 }
 
-// Unpublishable reports whether r is a row no router can ever publish: deleted by its own transaction while
-// no slot existed, or inside an announced publication gap.
+// Unpublishable reports whether r is a row no router can ever publish: deleted by its own transaction or
+// emitted while no slot existed, or deleted by its own transaction inside an announced publication gap
+// (emitted events do not depend on the publication).
 func Unpublishable(h *History, r Row) bool {
-	return r.Deleted && (slotless(h, r.Committed) || inAnnouncedGap(h, r.Committed))
+	return (r.Deleted || r.Emitted) && slotless(h, r.Committed) || r.Deleted && inAnnouncedGap(h, r.Committed)
 }
 
 // compress keeps the first n violations and counts the rest in one more.

@@ -34,6 +34,8 @@ type Row struct {
 	Poison    bool      // written so that the router must quarantine it
 	Refused   bool      // routed to the full queue: the broker nacks it, the router must quarantine it
 	Deleted   bool      // deleted by its own transaction: only the slot ever had it
+	Emitted   bool      // emitted through cdc_router.emit by a writer (a role with EXECUTE): no table has it, the slot only
+	Forged    bool      // a message with the prefix from a role without EXECUTE on emit: must never be published
 	Committed time.Time // when the writer saw its commit (the attempt, when the commit's outcome was unknown)
 	LSNAfter  cdc.LSN   // pg_current_wal_lsn() read after the commit: at or past the commit's end
 	Txn       int       // the writer's transaction number, for the shortened history
@@ -66,6 +68,10 @@ type Event struct {
 	Router   int
 	Note     string // the outcome: exit code, the command's output's last line
 }
+
+// KindIntruderEmit is a call of cdc_router.emit by a role without EXECUTE on it; Note says its outcome,
+// "refused: …" when PostgreSQL denied it.
+const KindIntruderEmit gen.Kind = "intruder-emit"
 
 // KindRouterExit marks a router process that exited without being told to.
 const KindRouterExit gen.Kind = "router-exit"

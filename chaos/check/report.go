@@ -27,6 +27,9 @@ func Coverage(h *History) map[string]int {
 	if s.FullQueue {
 		c["feature:full-queue"] = 1
 	}
+	if s.Emit {
+		c["feature:emit"] = 1
+	}
 	txns := map[string]bool{}
 	for _, r := range h.Rows {
 		key := fmt.Sprintf("%s/%d/%s", r.Op, r.Txn, r.Aggregate[:strings.IndexByte(r.Aggregate, '-')])
@@ -36,6 +39,10 @@ func Coverage(h *History) map[string]int {
 		}
 	}
 	for _, e := range h.Events {
+		if e.Kind == KindIntruderEmit {
+			c["op:"+string(e.Kind)]++ // an operation of the intruder role, not a fault
+			continue
+		}
 		c["fault:"+string(e.Kind)]++
 	}
 	for _, d := range h.Deliv {
@@ -44,6 +51,20 @@ func Coverage(h *History) map[string]int {
 		}
 	}
 	c["seen:quarantined"] += len(h.Quar)
+	delivered := map[string]bool{}
+	for _, d := range h.Deliv {
+		delivered[d.MessageID] = true
+	}
+	for _, r := range h.Rows {
+		if r.Emitted && delivered[r.ID] {
+			c["seen:emitted-delivered"]++
+		}
+	}
+	for _, q := range h.Quar {
+		if strings.Contains(q.Reason, unauthenticated) {
+			c["seen:unauthenticated-quarantined"]++
+		}
+	}
 	quar := map[string]string{}
 	for _, q := range h.Quar {
 		quar[q.EventID] = q.Reason

@@ -24,6 +24,11 @@ type Setup struct {
 	// reject-publish and one message in it: the broker nacks every event routed there (OpRefused), and
 	// the routers (--refusal-retry 2s) must quarantine it with the broker's reason.
 	FullQueue bool
+	// Emit sets emitted events up (migrate --emit-function --emit-role <db>_writer, run --message-prefix;
+	// never with shards, which refuse --message-prefix): the writers connect as that role, OpEmit
+	// transactions emit events through cdc_router.emit beside outbox rows, and OpForged ones, from a role
+	// without EXECUTE on emit, write messages with the prefix that no key signed and try emit itself.
+	Emit bool
 }
 
 // Routers is how many router processes the setup runs.
@@ -33,6 +38,9 @@ func (s Setup) String() string {
 	full := ""
 	if s.FullQueue {
 		full = " full_queue=true"
+	}
+	if s.Emit {
+		full += " emit=true"
 	}
 	return fmt.Sprintf("seed=%d tables=%s shards=%d queue=%s unroutable=%s lanes=%d window=%d snapshot_rows=%d writers=%d duration=%v%s",
 		s.Seed, strings.Join(s.Tables, ","), s.Shards, s.QueueType, s.UnroutableType, s.Lanes, s.Window,
@@ -53,6 +61,8 @@ const (
 	OpDelete  Kind = "insert-delete" // N rows inserted and deleted in the same transaction (the slot is their only copy)
 	OpHuge    Kind = "huge"          // one aggregate, tens of thousands of rows, in one transaction (known broken under cuts)
 	OpRefused Kind = "refused"       // a row routed to the full queue (Setup.FullQueue) among good ones: the broker nacks it
+	OpEmit    Kind = "emit"          // N events, each emitted through cdc_router.emit or inserted as a row, in one transaction (Setup.Emit)
+	OpForged  Kind = "forged"        // N messages with the prefix from a role without EXECUTE on emit: unsigned, a forged MAC, or a call of emit (Setup.Emit)
 )
 
 // Faults and operator commands.
@@ -172,6 +182,7 @@ func Generate(seed int64, o Options) Plan {
 	}
 	p.Faults = genFaults(r, s, o)
 	addRefusals(&p, seed)
+	addEmits(&p, seed)
 	for _, f := range p.Faults {
 		if f.Kind == FaultPubGap {
 			p.PublicationCheck = 2 * time.Second
@@ -214,6 +225,28 @@ func addRefusals(p *Plan, seed int64) {
 			}
 		}
 	}
+}
+
+// addEmits gives half of the seeds without shards emitted events: about one single-row transaction in 15
+// becomes OpEmit (1–6 events, some emitted, some rows), and writer 0 gets 2–5 OpForged steps. Like
+// addRefusals it draws from a generator of its own.
+func addEmits(p *Plan, seed int64) {
+	r := rand.New(rand.NewPCG(uint64(seed), 0xe417))
+	if p.Setup.Shards > 0 || r.IntN(2) != 0 {
+		return
+	}
+	p.Setup.Emit = true
+	for w := range p.Ops {
+		for i := range p.Ops[w] {
+			if op := &p.Ops[w][i]; op.Kind == OpSingle && r.IntN(15) == 0 {
+				op.Kind, op.N = OpEmit, 1+r.IntN(6)
+			}
+		}
+	}
+	for range 2 + r.IntN(4) {
+		p.Ops[0] = append(p.Ops[0], Step{At: time.Duration(r.Int64N(int64(p.Setup.Duration * 4 / 5))), Kind: OpForged, N: 1 + r.IntN(3)})
+	}
+	sort.SliceStable(p.Ops[0], func(i, j int) bool { return p.Ops[0][i].At < p.Ops[0][j].At })
 }
 
 func pick[T any](r *rand.Rand, xs ...T) T { return xs[r.IntN(len(xs))] }

@@ -39,7 +39,7 @@ func kindsIn(o Options) map[Kind]bool {
 
 func TestKnownBrokenKindsOnlyWhenAsked(t *testing.T) {
 	seen := kindsIn(Options{})
-	for _, k := range []Kind{FaultPubGap, OpHuge, CmdResetIdle, FaultPGHole, "multitable-snapshot", "snapshot-resume-deleted"} {
+	for _, k := range []Kind{FaultPubGap, OpHuge, CmdResetIdle, FaultPGHole, OpEmit, OpForged, "multitable-snapshot", "snapshot-resume-deleted"} {
 		if !seen[k] {
 			t.Errorf("%s is not in the default mix", k)
 		}
@@ -56,5 +56,22 @@ func TestKnownBrokenKindsOnlyWhenAsked(t *testing.T) {
 	}
 	if !kindsIn(Options{KnownBroken: map[Kind]bool{"all": true}})[FaultPubGap] {
 		t.Errorf("%s never generated with -chaos.known-broken=all", FaultPubGap)
+	}
+}
+
+// Emitted events never come with shards, which refuse --message-prefix.
+func TestEmitNeverWithShards(t *testing.T) {
+	n := 0
+	for seed := int64(1); seed <= 300; seed++ {
+		p := Generate(seed, Options{})
+		if p.Setup.Emit && p.Setup.Shards > 0 {
+			t.Fatalf("seed %d: emit with %d shards", seed, p.Setup.Shards)
+		}
+		if p.Setup.Emit {
+			n++
+		}
+	}
+	if n < 60 {
+		t.Fatalf("only %d of 300 seeds emit events", n)
 	}
 }

@@ -1,0 +1,46 @@
+package check
+
+import (
+	"testing"
+
+	"github.com/cdc-router/cdc-router/chaos/gen"
+)
+
+// An emitted event is held to what a row is: delivered, or excused only when it was emitted while no slot
+// existed (it is in the WAL only).
+func TestEmittedEventMustBePublishedOnceASlotExists(t *testing.T) {
+	h := clean()
+	h.Rows[2].Emitted = true
+	h.Deliv = h.Deliv[:2]
+	h.Logs = []LogLine{{At: at(0.5), Router: 0, Text: "level=INFO msg=streaming slot=s"}}
+	broken(t, h, "published-or-quarantined", "LOST")
+	h.Logs[0].At = at(2.5)
+	if vs := Check(h, limits); len(vs) != 0 {
+		t.Fatalf("an event emitted before any slot: %v", vs)
+	}
+}
+
+// A message from a role without the right to emit is never published, at least one of them is quarantined
+// as unauthenticated, and that role's call of emit is refused.
+func TestForgedMessagesNeverPublished(t *testing.T) {
+	h := clean()
+	h.Logs = []LogLine{{At: at(0), Router: 0, Text: "level=INFO msg=streaming slot=s"}}
+	h.End = at(30)
+	h.Rows = append(h.Rows, Row{ID: "f", Aggregate: "order/1", Version: 1_000_001, Forged: true, Op: gen.OpForged, Committed: at(4)})
+	h.Quar = []Quarantined{{Reason: "message:cdc-router.outbox: unauthenticated emitted message: it carries no MAC (one record for 2 such messages …)"}}
+	h.Events = []Event{{From: at(5), To: at(5), Kind: KindIntruderEmit, Note: "refused: ERROR: permission denied for function emit"}}
+	if vs := Check(h, limits); len(vs) != 0 {
+		t.Fatalf("violations: %v", vs)
+	}
+	h.Deliv = append(h.Deliv, Delivery{At: at(4.1), MessageID: "f", Aggregate: "order/1", Version: 1_000_001})
+	broken(t, h, "unauthenticated-never-published", "unauthenticated emitted message f (order/1 v1000001) was published")
+	h.Deliv = h.Deliv[:3]
+	h.Quar = nil
+	broken(t, h, "unauthenticated-never-published", `no quarantine record says "unauthenticated emitted message"`)
+	h.Rows[3].Committed = at(25) // too close to the end to require its record
+	if vs := Check(h, limits); len(vs) != 0 {
+		t.Fatalf("violations: %v", vs)
+	}
+	h.Events[0].Note = "succeeded: emit returned f"
+	broken(t, h, "unauthenticated-never-published", "a role without EXECUTE on emit called it")
+}
