@@ -45,6 +45,10 @@ func (w *world) inject(start time.Time, faults []gen.Step, bg *sync.WaitGroup) {
 			w.resetIdle(f.Dur)
 			continue
 		}
+		if f.Kind == gen.FaultBrokerRestart || f.Kind == gen.FaultMemAlarm {
+			w.brokerFault(f)
+			continue
+		}
 		note := w.apply(f)
 		w.rec.event(check.Event{From: from, To: time.Now(), Kind: f.Kind, Router: f.Router, Note: note})
 	}
@@ -91,6 +95,7 @@ func (w *world) apply(f gen.Step) string {
 		return fmt.Sprintf("exit %d: %s", code, lastLine(out))
 	case gen.FaultPubGap:
 		return w.publicationGap(f.Dur)
+
 	}
 	return ""
 }
@@ -136,4 +141,17 @@ func (w *world) publicationGap(d time.Duration) string {
 func lastLine(s string) string {
 	lines := strings.Split(strings.TrimSpace(s), "\n")
 	return check.Trim(lines[len(lines)-1], 300)
+}
+
+// brokerFault applies a restart or a memory alarm to the harness's own node and records it over the time
+// it lasted, as the node saw it.
+func (w *world) brokerFault(f gen.Step) {
+	var from, to time.Time
+	var note string
+	if f.Kind == gen.FaultBrokerRestart {
+		from, to, note = w.broker.restartApp(f.Dur)
+	} else {
+		from, to, note = w.broker.alarm(f.Dur)
+	}
+	w.rec.event(check.Event{From: from, To: to, Kind: f.Kind, Note: note})
 }

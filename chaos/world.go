@@ -20,7 +20,7 @@ import (
 )
 
 // world is one seed's environment: its own database on the harness's cluster, an exchange and a queue on
-// the shared broker named after the database, and a proxy in front of each server for the routers alone
+// the shared broker (or on a node of its own, gen.Setup.OwnBroker) named after the database, and a proxy in front of each server for the routers alone
 // (writers and the consumer connect directly, so a fault hits only the router).
 type world struct {
 	t        testing.TB
@@ -34,7 +34,8 @@ type world struct {
 	pgProxy  *testenv.Proxy
 	mqProxy  *testenv.Proxy
 	rec      *recorder
-	token    string // every payload carries it; no log line may
+	broker   *brokerNode // the harness's own RabbitMQ node (gen.Setup.OwnBroker), nil on the shared broker
+	token    string      // every payload carries it; no log line may
 
 	hugeCommitted chan struct{} // closed when the huge transaction committed, at hugeAt
 	hugeAt        time.Time
@@ -47,12 +48,19 @@ type world struct {
 func newWorld(t testing.TB, pg *testenv.Postgres, bin string, plan gen.Plan) *world {
 	t.Helper()
 	url := pg.NewDatabase(t)
-	w := &world{t: t, plan: plan, bin: bin, pg: pg, amqpURL: testenv.AMQPURL(t), rec: &recorder{},
+	w := &world{t: t, plan: plan, bin: bin, pg: pg, rec: &recorder{},
 		token: fmt.Sprintf("chaos-payload-%d", plan.Setup.Seed), hugeCommitted: make(chan struct{})}
 	w.db = url[strings.LastIndex(url, "/")+1 : strings.Index(url, "?")]
 	w.exchange, w.queue = "x_"+w.db, "q_"+w.db
 	w.pgProxy = testenv.NewProxy(t, fmt.Sprintf("127.0.0.1:%d", pg.Port))
-	w.mqProxy = testenv.NewProxy(t, testenv.AMQPAddr(t))
+	if plan.Setup.OwnBroker {
+		w.broker = startBrokerNode(t)
+		w.amqpURL = w.broker.URL()
+		w.mqProxy = testenv.NewProxy(t, w.broker.Addr())
+	} else {
+		w.amqpURL = testenv.AMQPURL(t)
+		w.mqProxy = testenv.NewProxy(t, testenv.AMQPAddr(t))
+	}
 	w.rec.h.Setup = plan.Setup
 	t.Cleanup(w.deleteTopology)
 	return w

@@ -42,6 +42,7 @@ var invariants = []invariant{
 	{"reset-without-force-refused", checkReset},
 	{"logs-carry-no-payload", checkLogs},
 	{"unauthenticated-never-published", checkForged},
+	{"broker-outage-bounded", checkBrokerOutages},
 }
 
 // Check judges h by every invariant.

@@ -30,6 +30,14 @@ func Coverage(h *History) map[string]int {
 	if s.Emit {
 		c["feature:emit"] = 1
 	}
+	if s.OwnBroker {
+		c["feature:own-broker"] = 1
+	}
+	for _, l := range h.Logs {
+		if l.Router >= 0 && strings.Contains(l.Text, "RabbitMQ blocked the connection") {
+			c["seen:broker-blocked"]++
+		}
+	}
 	txns := map[string]bool{}
 	for _, r := range h.Rows {
 		key := fmt.Sprintf("%s/%d/%s", r.Op, r.Txn, r.Aggregate[:strings.IndexByte(r.Aggregate, '-')])

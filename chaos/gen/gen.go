@@ -29,6 +29,9 @@ type Setup struct {
 	// transactions emit events through cdc_router.emit beside outbox rows, and OpForged ones, from a role
 	// without EXECUTE on emit, write messages with the prefix that no key signed and try emit itself.
 	Emit bool
+	// OwnBroker runs the world on a RabbitMQ node the harness starts itself (never the shared broker),
+	// so that FaultBrokerRestart and FaultMemAlarm may act on the whole broker.
+	OwnBroker bool
 }
 
 // Routers is how many router processes the setup runs.
@@ -41,6 +44,9 @@ func (s Setup) String() string {
 	}
 	if s.Emit {
 		full += " emit=true"
+	}
+	if s.OwnBroker {
+		full += " own_broker=true"
 	}
 	return fmt.Sprintf("seed=%d tables=%s shards=%d queue=%s unroutable=%s lanes=%d window=%d snapshot_rows=%d writers=%d duration=%v%s",
 		s.Seed, strings.Join(s.Tables, ","), s.Shards, s.QueueType, s.UnroutableType, s.Lanes, s.Window,
@@ -81,6 +87,9 @@ const (
 	FaultPubGap    Kind = "publication-gap" // drop the table from the publication and add it back within Dur
 	CmdGapBackfill Kind = "gap-backfill"    // the backfill a router's publication-gap ERROR names, run as the operator would
 	FaultPGHole    Kind = "pg-blackhole"    // forward nothing to or from PostgreSQL for Dur (30 s), past wal_sender_timeout
+	// On the harness's own RabbitMQ node only (Setup.OwnBroker):
+	FaultBrokerRestart Kind = "broker-restart" // rabbitmqctl stop_app, start_app after Dur: every connection closes
+	FaultMemAlarm      Kind = "memory-alarm"   // vm_memory_high_watermark 0 for Dur: the broker blocks every publisher
 )
 
 // knownBroken are the kinds that find an open finding on today's main, or whose operator flow the harness
@@ -183,6 +192,7 @@ func Generate(seed int64, o Options) Plan {
 	p.Faults = genFaults(r, s, o)
 	addRefusals(&p, seed)
 	addEmits(&p, seed)
+	addBrokerFaults(&p, seed)
 	for _, f := range p.Faults {
 		if f.Kind == FaultPubGap {
 			p.PublicationCheck = 2 * time.Second
@@ -247,6 +257,28 @@ func addEmits(p *Plan, seed int64) {
 		p.Ops[0] = append(p.Ops[0], Step{At: time.Duration(r.Int64N(int64(p.Setup.Duration * 4 / 5))), Kind: OpForged, N: 1 + r.IntN(3)})
 	}
 	sort.SliceStable(p.Ops[0], func(i, j int) bool { return p.Ops[0][i].At < p.Ops[0][j].At })
+}
+
+// addBrokerFaults moves a quarter of the seeds to a broker node of the harness's own and gives them one
+// or two broker restarts (1–6 s down) or memory alarms (2–30 s: some longer than the checker's stall
+// bound, which the router must then show on /readyz). Like addRefusals it draws from a generator of its
+// own.
+func addBrokerFaults(p *Plan, seed int64) {
+	r := rand.New(rand.NewPCG(uint64(seed), 0xb40c))
+	if r.IntN(4) != 0 {
+		return
+	}
+	p.Setup.OwnBroker = true
+	for range 1 + r.IntN(2) {
+		f := Step{At: time.Duration(r.Int64N(int64(p.Setup.Duration * 3 / 5))), Kind: pick(r, FaultBrokerRestart, FaultMemAlarm)}
+		if f.Kind == FaultBrokerRestart {
+			f.Dur = time.Duration(1000+r.IntN(5000)) * time.Millisecond
+		} else {
+			f.Dur = time.Duration(2000+r.IntN(28000)) * time.Millisecond
+		}
+		p.Faults = append(p.Faults, f)
+	}
+	sort.SliceStable(p.Faults, func(i, j int) bool { return p.Faults[i].At < p.Faults[j].At })
 }
 
 func pick[T any](r *rand.Rand, xs ...T) T { return xs[r.IntN(len(xs))] }

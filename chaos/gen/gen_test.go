@@ -39,7 +39,7 @@ func kindsIn(o Options) map[Kind]bool {
 
 func TestKnownBrokenKindsOnlyWhenAsked(t *testing.T) {
 	seen := kindsIn(Options{})
-	for _, k := range []Kind{FaultPubGap, OpHuge, CmdResetIdle, FaultPGHole, OpEmit, OpForged, "multitable-snapshot", "snapshot-resume-deleted"} {
+	for _, k := range []Kind{FaultPubGap, OpHuge, CmdResetIdle, FaultPGHole, OpEmit, OpForged, FaultBrokerRestart, FaultMemAlarm, "multitable-snapshot", "snapshot-resume-deleted"} {
 		if !seen[k] {
 			t.Errorf("%s is not in the default mix", k)
 		}
@@ -73,5 +73,17 @@ func TestEmitNeverWithShards(t *testing.T) {
 	}
 	if n < 60 {
 		t.Fatalf("only %d of 300 seeds emit events", n)
+	}
+}
+
+// The broker faults act on the whole broker: they come only with the harness's own node.
+func TestBrokerFaultsOnlyOnTheOwnNode(t *testing.T) {
+	for seed := int64(1); seed <= 300; seed++ {
+		p := Generate(seed, Options{})
+		for _, f := range p.Faults {
+			if (f.Kind == FaultBrokerRestart || f.Kind == FaultMemAlarm) && !p.Setup.OwnBroker {
+				t.Fatalf("seed %d: %s on the shared broker", seed, f.Kind)
+			}
+		}
 	}
 }

@@ -44,3 +44,18 @@ func TestForgedMessagesNeverPublished(t *testing.T) {
 	h.Events[0].Note = "succeeded: emit returned f"
 	broken(t, h, "unauthenticated-never-published", "a role without EXECUTE on emit called it")
 }
+
+// A broker outage's stall ends with it: rows pending at its end start arriving within the stall bound.
+func TestBrokerOutageEndsItsStall(t *testing.T) {
+	h := clean()
+	h.Events = []Event{{From: at(0.5), To: at(1.5), Kind: gen.FaultMemAlarm}}
+	h.Deliv[1].At, h.Deliv[2].At = at(6), at(6.1) // 4.5 s after the alarm, within the 5 s bound
+	if vs := Check(h, limits); len(vs) != 0 {
+		t.Fatalf("violations: %v", vs)
+	}
+	h.Deliv[1].At, h.Deliv[2].At = at(7), at(7.1)
+	h.End = at(20)
+	broken(t, h, "broker-outage-bounded", "memory-alarm from +0.50s to +1.50s ended with 1 rows pending; the next first delivery came 5.5s later")
+	h.Deliv = h.Deliv[:1]
+	broken(t, h, "broker-outage-bounded", "came never")
+}
