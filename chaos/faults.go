@@ -95,6 +95,10 @@ func (w *world) apply(f gen.Step) string {
 		return fmt.Sprintf("exit %d: %s", code, lastLine(out))
 	case gen.FaultPubGap:
 		return w.publicationGap(f.Dur)
+	case gen.FaultPartAttach:
+		return w.attachPartition()
+	case gen.FaultPartDetach, gen.FaultPartDrop:
+		return w.changePartition(f.Kind)
 
 	}
 	return ""

@@ -2,6 +2,7 @@ package chaos
 
 import (
 	"context"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -143,10 +144,11 @@ func (w *world) finalRows(writers []*writer) []check.Row {
 	c := w.connect(ctx)
 	defer c.Close(ctx)
 	var rows []check.Row
-	tables := w.plan.Setup.Tables
+	tables := slices.Concat(w.plan.Setup.Tables, w.parts.detachedTables())
 	if w.plan.Setup.Emit {
 		tables = append([]string{emitted}, tables...)
 	}
+	seen := map[string]bool{}
 	for _, table := range tables {
 		rs, err := c.Query(ctx, `SELECT id::text FROM `+table)
 		if err != nil {
@@ -161,11 +163,14 @@ func (w *world) finalRows(writers []*writer) []check.Row {
 				continue
 			}
 			rows = append(rows, r)
+			seen[id] = true
 		}
 		rs.Close()
 	}
-	for _, r := range byID { // deleted by its own transaction, which the writer saw commit; or forged
-		if r.Deleted && !r.Unknown || r.Forged {
+	for _, r := range byID {
+		// Deleted by its own transaction, or in a partition dropped since, which the writer saw commit; or
+		// forged.
+		if (r.Deleted || r.Partition > 0 && w.parts.dropped(r.Partition-1) && !seen[r.ID]) && !r.Unknown || r.Forged {
 			rows = append(rows, r)
 		}
 	}

@@ -35,6 +35,7 @@ type world struct {
 	mqProxy  *testenv.Proxy
 	rec      *recorder
 	broker   *brokerNode // the harness's own RabbitMQ node (gen.Setup.OwnBroker), nil on the shared broker
+	parts    partitions  // the harness's partitions of public.outbox (gen.Setup.Partitioned)
 	token    string      // every payload carries it; no log line may
 
 	hugeCommitted chan struct{} // closed when the huge transaction committed, at hugeAt
@@ -106,6 +107,9 @@ func (w *world) setUp() error {
 	if s.Shards > 0 {
 		args = append(args, "--shards", fmt.Sprint(s.Shards))
 	}
+	if s.Partitioned {
+		args = append(args, "--partitioned")
+	}
 	if s.Emit {
 		if err := w.createEmitRoles(ctx, conn); err != nil {
 			return err
@@ -121,6 +125,11 @@ func (w *world) setUp() error {
 		}
 		if _, err := conn.Exec(ctx, `ALTER PUBLICATION cdc_router_outbox ADD TABLE `+table); err != nil {
 			return err
+		}
+	}
+	if s.Partitioned {
+		if note := w.attachPartition(); !strings.HasPrefix(note, "public.") || strings.Contains(note, ":") {
+			return fmt.Errorf("attach the first partition: %s", note)
 		}
 	}
 	if s.Emit {

@@ -23,6 +23,7 @@ type writer struct {
 	n        int
 	rng      *mrand.Rand
 	erng     *mrand.Rand // emitted events' choices (gen.Setup.Emit), apart so that rng's stay what they were
+	prng     *mrand.Rand // partitions' choices (gen.Setup.Partitioned), apart for the same reason
 	conn     *pgx.Conn
 	intruder *pgx.Conn // the role without EXECUTE on emit, for gen.OpForged
 	versions map[string]int64
@@ -34,7 +35,8 @@ const aggregatesPerWriter = 8
 
 func newWriter(w *world, n int) *writer {
 	return &writer{w: w, n: n, rng: mrand.New(mrand.NewPCG(uint64(w.plan.Setup.Seed), uint64(n)+1)),
-		erng: mrand.New(mrand.NewPCG(uint64(w.plan.Setup.Seed), 0xe417+uint64(n))), versions: map[string]int64{}}
+		erng: mrand.New(mrand.NewPCG(uint64(w.plan.Setup.Seed), 0xe417+uint64(n))),
+		prng: mrand.New(mrand.NewPCG(uint64(w.plan.Setup.Seed), 0x9a47+uint64(n))), versions: map[string]int64{}}
 }
 
 func (wr *writer) run(ctx context.Context, start time.Time, ops []gen.Step) {
@@ -193,19 +195,26 @@ func (wr *writer) values(r check.Row) (id, aggID, event, payload, headers string
 	return r.ID, strings.TrimPrefix(r.Aggregate, "order/"), event, payload, headers
 }
 
+// insertRows inserts rs by one INSERT … SELECT FROM unnest; a row the partitions choose for (occurredAt)
+// gets an occurred_at in that partition's range, the others now().
 func (wr *writer) insertRows(ctx context.Context, tx pgx.Tx, table string, rs []check.Row) error {
 	cols := make([][]string, 5)
 	var versions []int64
-	for _, r := range rs {
+	var at []*time.Time
+	for k, r := range rs {
 		id, agg, ev, pl, hd := wr.values(r)
 		for i, v := range []string{id, agg, ev, pl, hd} {
 			cols[i] = append(cols[i], v)
 		}
 		versions = append(versions, r.Version)
+		g, t := wr.occurredAt()
+		rs[k].Partition = g + 1
+		at = append(at, t)
 	}
-	_, err := tx.Exec(ctx, `INSERT INTO `+table+` (id, aggregate_type, aggregate_id, aggregate_version, event_type, payload, headers)
-		SELECT i::uuid, 'order', a, v, e, p::jsonb, h::jsonb FROM unnest($1::text[], $2::text[], $3::bigint[], $4::text[], $5::text[], $6::text[])
-		AS u(i, a, v, e, p, h)`, cols[0], cols[1], versions, cols[2], cols[3], cols[4])
+	_, err := tx.Exec(ctx, `INSERT INTO `+table+` (id, aggregate_type, aggregate_id, aggregate_version, event_type, payload, headers, occurred_at)
+		SELECT i::uuid, 'order', a, v, e, p::jsonb, h::jsonb, coalesce(o, now())
+		FROM unnest($1::text[], $2::text[], $3::bigint[], $4::text[], $5::text[], $6::text[], $7::timestamptz[]) AS u(i, a, v, e, p, h, o)`,
+		cols[0], cols[1], versions, cols[2], cols[3], cols[4], at)
 	return err
 }
 

@@ -9,8 +9,8 @@ import (
 )
 
 // checkBrokerOutages holds a broker restart or memory alarm (on the harness's own node) to its length: the
-// stall it causes ends with it. When rows were pending as it ended, a row is first delivered within the
-// stall bound after its end. (While it lasts, the stall invariant asks /readyz to say 503 and a log line to
+// stall it causes ends with it. When rows were pending as it ended, and no other fault or command followed
+// within the bound, a row is first delivered within the stall bound after its end. (While it lasts, the stall invariant asks /readyz to say 503 and a log line to
 // name the cause once it is longer than the bound.)
 func checkBrokerOutages(h *History, l Limits) []Violation {
 	first := firstDeliveries(h)
@@ -26,6 +26,9 @@ func checkBrokerOutages(h *History, l Limits) []Violation {
 	var vs []Violation
 	for _, e := range h.Events {
 		if e.Kind != gen.FaultBrokerRestart && e.Kind != gen.FaultMemAlarm || e.Note != "" {
+			continue
+		}
+		if followed(h, e, l.Stall) {
 			continue
 		}
 		pending := 0
@@ -52,4 +55,19 @@ func checkBrokerOutages(h *History, l Limits) []Violation {
 			e.Kind, e.From.Sub(h.Start).Seconds(), e.To.Sub(h.Start).Seconds(), pending, next, l.Stall), At: e.To})
 	}
 	return vs
+}
+
+// followed reports whether another fault or command began while e lasted or within bound after it: the
+// stall is then that one's too (a publication gap's refusal, a PostgreSQL restart).
+func followed(h *History, e Event, bound time.Duration) bool {
+	for _, o := range h.Events {
+		switch o.Kind {
+		case KindRouterExit, KindIntruderEmit, "consumer-lost":
+			continue
+		}
+		if o != e && !o.From.Before(e.From) && !o.From.After(e.To.Add(bound)) {
+			return true
+		}
+	}
+	return false
 }

@@ -58,4 +58,11 @@ func TestBrokerOutageEndsItsStall(t *testing.T) {
 	broken(t, h, "broker-outage-bounded", "memory-alarm from +0.50s to +1.50s ended with 1 rows pending; the next first delivery came 5.5s later")
 	h.Deliv = h.Deliv[:1]
 	broken(t, h, "broker-outage-bounded", "came never")
+	// A publication gap right after it: the stall is the gap's too.
+	h.Events = append(h.Events, Event{From: at(3), To: at(3.5), Kind: gen.FaultPubGap})
+	for _, v := range Check(h, limits) {
+		if v.Invariant == "broker-outage-bounded" {
+			t.Fatalf("an outage followed by a gap: %v", v)
+		}
+	}
 }

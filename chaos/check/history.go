@@ -36,6 +36,7 @@ type Row struct {
 	Deleted   bool      // deleted by its own transaction: only the slot ever had it
 	Emitted   bool      // emitted through cdc_router.emit by a writer (a role with EXECUTE): no table has it, the slot only
 	Forged    bool      // a message with the prefix from a role without EXECUTE on emit: must never be published
+	Partition int       // with Setup.Partitioned: 1+g when written to the harness's partition g, 0 otherwise
 	Committed time.Time // when the writer saw its commit (the attempt, when the commit's outcome was unknown)
 	LSNAfter  cdc.LSN   // pg_current_wal_lsn() read after the commit: at or past the commit's end
 	Txn       int       // the writer's transaction number, for the shortened history

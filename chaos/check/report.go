@@ -33,6 +33,14 @@ func Coverage(h *History) map[string]int {
 	if s.OwnBroker {
 		c["feature:own-broker"] = 1
 	}
+	if s.Partitioned {
+		c["feature:partitioned"] = 1
+	}
+	for _, r := range h.Rows {
+		if r.Partition > 0 {
+			c["seen:rows-in-own-partitions"]++
+		}
+	}
 	for _, l := range h.Logs {
 		if l.Router >= 0 && strings.Contains(l.Text, "RabbitMQ blocked the connection") {
 			c["seen:broker-blocked"]++

@@ -32,6 +32,10 @@ type Setup struct {
 	// OwnBroker runs the world on a RabbitMQ node the harness starts itself (never the shared broker),
 	// so that FaultBrokerRestart and FaultMemAlarm may act on the whole broker.
 	OwnBroker bool
+	// Partitioned makes public.outbox partitioned (migrate --partitioned; one table, no shards): the
+	// writers put some rows into partitions the harness attaches for ranges of their own, and
+	// FaultPartAttach, FaultPartDetach and FaultPartDrop change them during the run.
+	Partitioned bool
 }
 
 // Routers is how many router processes the setup runs.
@@ -47,6 +51,9 @@ func (s Setup) String() string {
 	}
 	if s.OwnBroker {
 		full += " own_broker=true"
+	}
+	if s.Partitioned {
+		full += " partitioned=true"
 	}
 	return fmt.Sprintf("seed=%d tables=%s shards=%d queue=%s unroutable=%s lanes=%d window=%d snapshot_rows=%d writers=%d duration=%v%s",
 		s.Seed, strings.Join(s.Tables, ","), s.Shards, s.QueueType, s.UnroutableType, s.Lanes, s.Window,
@@ -90,6 +97,10 @@ const (
 	// On the harness's own RabbitMQ node only (Setup.OwnBroker):
 	FaultBrokerRestart Kind = "broker-restart" // rabbitmqctl stop_app, start_app after Dur: every connection closes
 	FaultMemAlarm      Kind = "memory-alarm"   // vm_memory_high_watermark 0 for Dur: the broker blocks every publisher
+	// With Setup.Partitioned:
+	FaultPartAttach Kind = "partition-attach" // create a partition for a new range and attach it: the writers' rows go there
+	FaultPartDetach Kind = "partition-detach" // detach the oldest attached partition of the harness's (the table stays)
+	FaultPartDrop   Kind = "partition-drop"   // drop the oldest partition of the harness's, attached or detached: its rows go with it
 )
 
 // knownBroken are the kinds that find an open finding on today's main, or whose operator flow the harness
@@ -99,7 +110,14 @@ const (
 // (11), publication-gap (1: the runner runs the backfill the router names, operator.go) and
 // snapshot-resume-deleted (a resumed initial snapshot leaves the rows its slot's snapshot did not see to the
 // stream, snapshot.Config.SeenBy); their original seeds are fixed cases (fixedCases in chaos_test.go).
-var knownBroken = map[Kind]string{}
+var knownBroken = map[Kind]string{
+	LongMemAlarm: "a memory alarm longer than the stall bound is a silent stall: /readyz answers 200 throughout " +
+		"(the router logs `RabbitMQ blocked the connection` and sets cdc_router_broker_blocked, but nothing makes it " +
+		"unready), seed 165",
+}
+
+// LongMemAlarm lets memory alarms last up to 30 s, past the checker's 20 s stall bound (knownBroken).
+const LongMemAlarm Kind = "long-memory-alarm"
 
 // Step is one operation or fault at offset At from the start of the schedule.
 type Step struct {
@@ -192,7 +210,8 @@ func Generate(seed int64, o Options) Plan {
 	p.Faults = genFaults(r, s, o)
 	addRefusals(&p, seed)
 	addEmits(&p, seed)
-	addBrokerFaults(&p, seed)
+	addBrokerFaults(&p, seed, o)
+	addPartitions(&p, seed)
 	for _, f := range p.Faults {
 		if f.Kind == FaultPubGap {
 			p.PublicationCheck = 2 * time.Second
@@ -260,10 +279,9 @@ func addEmits(p *Plan, seed int64) {
 }
 
 // addBrokerFaults moves a quarter of the seeds to a broker node of the harness's own and gives them one
-// or two broker restarts (1–6 s down) or memory alarms (2–30 s: some longer than the checker's stall
-// bound, which the router must then show on /readyz). Like addRefusals it draws from a generator of its
-// own.
-func addBrokerFaults(p *Plan, seed int64) {
+// or two broker restarts (1–6 s down) or memory alarms (2–12 s; up to 30 s, longer than the checker's
+// stall bound, only with LongMemAlarm). Like addRefusals it draws from a generator of its own.
+func addBrokerFaults(p *Plan, seed int64, o Options) {
 	r := rand.New(rand.NewPCG(uint64(seed), 0xb40c))
 	if r.IntN(4) != 0 {
 		return
@@ -275,8 +293,33 @@ func addBrokerFaults(p *Plan, seed int64) {
 			f.Dur = time.Duration(1000+r.IntN(5000)) * time.Millisecond
 		} else {
 			f.Dur = time.Duration(2000+r.IntN(28000)) * time.Millisecond
+			if f.Dur > 12*time.Second && !o.allowed(LongMemAlarm) {
+				f.Dur = 2*time.Second + f.Dur%(10*time.Second)
+			}
 		}
 		p.Faults = append(p.Faults, f)
+	}
+	sort.SliceStable(p.Faults, func(i, j int) bool { return p.Faults[i].At < p.Faults[j].At })
+}
+
+// addPartitions makes a third of the seeds with one table and no shards partitioned, with two to four
+// partition changes in the first four fifths (and a PostgreSQL cut instead of a publication gap). Like addRefusals it draws from a generator of its own.
+func addPartitions(p *Plan, seed int64) {
+	r := rand.New(rand.NewPCG(uint64(seed), 0x9a47))
+	if len(p.Setup.Tables) > 1 || p.Setup.Shards > 0 || r.IntN(3) != 0 {
+		return
+	}
+	p.Setup.Partitioned = true
+	for i, f := range p.Faults {
+		// A gap's backfill reads the window by occurred_at, which the rows written to the harness's
+		// partitions set far from now() (docs/operations.md#publication-gaps: not covered).
+		if f.Kind == FaultPubGap {
+			p.Faults[i].Kind, p.Faults[i].Dur = FaultPGCut, 0
+		}
+	}
+	for range 2 + r.IntN(3) {
+		p.Faults = append(p.Faults, Step{At: time.Duration(r.Int64N(int64(p.Setup.Duration * 4 / 5))),
+			Kind: pick(r, FaultPartAttach, FaultPartDetach, FaultPartDrop)})
 	}
 	sort.SliceStable(p.Faults, func(i, j int) bool { return p.Faults[i].At < p.Faults[j].At })
 }

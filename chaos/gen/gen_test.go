@@ -3,6 +3,7 @@ package gen
 import (
 	"reflect"
 	"testing"
+	"time"
 )
 
 func TestGenerateIsAFunctionOfTheSeed(t *testing.T) {
@@ -30,6 +31,11 @@ func kindsIn(o Options) map[Kind]bool {
 		if len(p.Setup.Tables) > 1 && (p.Setup.SnapshotRows > 0 || !p.WaitForStreaming) {
 			seen["multitable-snapshot"] = true
 		}
+		for _, f := range p.Faults {
+			if f.Kind == FaultMemAlarm && f.Dur > 12*time.Second {
+				seen[LongMemAlarm] = true
+			}
+		}
 		if p.DeleteDuringSnapshot {
 			seen["snapshot-resume-deleted"] = true
 		}
@@ -39,7 +45,7 @@ func kindsIn(o Options) map[Kind]bool {
 
 func TestKnownBrokenKindsOnlyWhenAsked(t *testing.T) {
 	seen := kindsIn(Options{})
-	for _, k := range []Kind{FaultPubGap, OpHuge, CmdResetIdle, FaultPGHole, OpEmit, OpForged, FaultBrokerRestart, FaultMemAlarm, "multitable-snapshot", "snapshot-resume-deleted"} {
+	for _, k := range []Kind{FaultPubGap, OpHuge, CmdResetIdle, FaultPGHole, OpEmit, OpForged, FaultBrokerRestart, FaultMemAlarm, FaultPartAttach, FaultPartDetach, FaultPartDrop, "multitable-snapshot", "snapshot-resume-deleted"} {
 		if !seen[k] {
 			t.Errorf("%s is not in the default mix", k)
 		}
