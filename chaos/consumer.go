@@ -91,8 +91,9 @@ func (w *world) receive(msgs <-chan amqp.Delivery, closed <-chan *amqp.Error, st
 			v, _ := m.Headers["aggregate_version"].(int64)
 			bf, _ := m.Headers["x-backfill"].(bool)
 			lsn, _ := m.Headers["commit_lsn"].(string)
+			replayed, _ := m.Headers["x-replayed"].(bool)
 			w.rec.delivery(check.Delivery{At: time.Now(), MessageID: m.MessageId, Aggregate: at + "/" + ai, Version: v,
-				Backfill: bf, CommitLSN: lsn, Redelivered: m.Redelivered})
+				Backfill: bf, CommitLSN: lsn, Redelivered: m.Redelivered, Replayed: replayed})
 			m.Ack(false)
 		}
 	}

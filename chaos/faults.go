@@ -45,6 +45,10 @@ func (w *world) inject(start time.Time, faults []gen.Step, bg *sync.WaitGroup) {
 			w.resetIdle(f.Dur)
 			continue
 		}
+		if f.Kind == gen.CmdReplay {
+			w.rec.event(w.replay())
+			continue
+		}
 		if f.Kind == gen.FaultBrokerRestart || f.Kind == gen.FaultMemAlarm {
 			w.brokerFault(f)
 			continue
@@ -158,4 +162,61 @@ func (w *world) brokerFault(f gen.Step) {
 		from, to, note = w.broker.alarm(f.Dur)
 	}
 	w.rec.event(check.Event{From: from, To: to, Kind: f.Kind, Note: note})
+}
+
+// replay plays the operator of docs/operations.md#quarantine: it fixes the rows of the open records in
+// place (headers not an object become {}; an UPDATE is no event) and replays their records, again while
+// the command fails (a fault may hit it), at most three times; then it replays the other open records
+// once: those of emitted messages (no row) and of events the full queue still refuses must be refused and
+// stay open. The event's IDs are the fixed rows, which must arrive replayed.
+func (w *world) replay() check.Event {
+	from := time.Now()
+	ctx := context.Background()
+	c := w.connect(ctx)
+	defer c.Close(ctx)
+	rs, err := c.Query(ctx, `SELECT id, coalesce(event_id, ''), table_name FROM cdc_router.quarantine WHERE handled_at IS NULL ORDER BY id`)
+	if err != nil {
+		return check.Event{From: from, To: time.Now(), Kind: gen.CmdReplay, Note: err.Error()}
+	}
+	type rec struct{ id, event, table string }
+	var recs []rec
+	for rs.Next() {
+		var r rec
+		var id int64
+		rs.Scan(&id, &r.event, &r.table)
+		r.id = fmt.Sprint(id)
+		recs = append(recs, r)
+	}
+	rs.Close()
+	var fixedIDs, fixedEvents, others []string
+	for _, r := range recs {
+		if r.event != "" && !strings.HasPrefix(r.table, "message:") {
+			tag, err := c.Exec(ctx, `UPDATE `+r.table+` SET headers = '{}' WHERE id = $1::uuid AND jsonb_typeof(headers) <> 'object'`, r.event)
+			if err == nil && tag.RowsAffected() > 0 {
+				fixedIDs, fixedEvents = append(fixedIDs, r.id), append(fixedEvents, r.event)
+				continue
+			}
+		}
+		others = append(others, r.id)
+	}
+	e := check.Event{From: from, Kind: gen.CmdReplay, IDs: fixedEvents}
+	if len(recs) == 0 {
+		e.To, e.Note = time.Now(), "skipped: no open record"
+		return e
+	}
+	var notes []string
+	for try := 0; len(fixedIDs) > 0 && try < 3; try++ {
+		out, code := w.cli(3*time.Minute, w.replayArgs(fixedIDs)...)
+		notes = append(notes, fmt.Sprintf("%d fixed: exit %d: %s", len(fixedIDs), code, outcome(out)))
+		if code == 0 {
+			break
+		}
+		time.Sleep(time.Second)
+	}
+	if len(others) > 0 {
+		out, code := w.cli(3*time.Minute, w.replayArgs(others)...)
+		notes = append(notes, fmt.Sprintf("%d others: exit %d: %s", len(others), code, outcome(out)))
+	}
+	e.To, e.Note = time.Now(), strings.Join(notes, "; ")
+	return e
 }

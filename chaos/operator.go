@@ -98,6 +98,12 @@ func (w *world) backfillFlags(args ...string) []string {
 	return args
 }
 
+// replayArgs is quarantine replay of records ids with the world's broker flags (before the ids: Go's flag
+// parsing stops at the first positional argument).
+func (w *world) replayArgs(ids []string) []string {
+	return append(w.backfillFlags("quarantine", "replay"), ids...)
+}
+
 // outcome is what a command printed on stdout (its lines that are not log lines), or its last line.
 func outcome(out string) string {
 	var said []string

@@ -24,11 +24,11 @@ func checkBrokerOutages(h *History, l Limits) []Violation {
 	}
 	sort.Slice(firsts, func(i, j int) bool { return firsts[i].Before(firsts[j]) })
 	var vs []Violation
-	for _, e := range h.Events {
+	for i, e := range h.Events {
 		if e.Kind != gen.FaultBrokerRestart && e.Kind != gen.FaultMemAlarm || e.Note != "" {
 			continue
 		}
-		if followed(h, e, l.Stall) {
+		if followed(h, i, l.Stall) {
 			continue
 		}
 		pending := 0
@@ -57,15 +57,16 @@ func checkBrokerOutages(h *History, l Limits) []Violation {
 	return vs
 }
 
-// followed reports whether another fault or command began while e lasted or within bound after it: the
+// followed reports whether another fault or command began while event i lasted or within bound after it: the
 // stall is then that one's too (a publication gap's refusal, a PostgreSQL restart).
-func followed(h *History, e Event, bound time.Duration) bool {
-	for _, o := range h.Events {
+func followed(h *History, i int, bound time.Duration) bool {
+	e := h.Events[i]
+	for j, o := range h.Events {
 		switch o.Kind {
 		case KindRouterExit, KindIntruderEmit, "consumer-lost":
 			continue
 		}
-		if o != e && !o.From.Before(e.From) && !o.From.After(e.To.Add(bound)) {
+		if j != i && !o.From.Before(e.From) && !o.From.After(e.To.Add(bound)) {
 			return true
 		}
 	}

@@ -66,3 +66,23 @@ func TestBrokerOutageEndsItsStall(t *testing.T) {
 		}
 	}
 }
+
+// A poison row fixed in place and replayed arrives once, marked x-replayed and out of order; a record marked
+// replayed whose event never came is a loss.
+func TestReplayPublishesWhatItMarks(t *testing.T) {
+	h := clean()
+	h.Rows[1].Poison = true
+	h.Quar = []Quarantined{{ID: 7, EventID: "b", Reason: "headers is not a JSON object", Handled: "replayed"}}
+	h.Deliv = []Delivery{h.Deliv[0], h.Deliv[2], {At: at(4), MessageID: "b", Aggregate: "order/1", Version: 2, Replayed: true}}
+	h.Events = []Event{{From: at(3.5), To: at(4.5), Kind: gen.CmdReplay, Note: "exit 0"}}
+	if vs := Check(h, limits); len(vs) != 0 {
+		t.Fatalf("violations: %v", vs)
+	}
+	h.Deliv[2].Replayed = false // the stream published the poison row
+	broken(t, h, "published-or-quarantined", "which the router must refuse, was published")
+	h.Deliv = h.Deliv[:2]
+	broken(t, h, "replayed-is-published", "quarantine record 7 (event b) is marked replayed, but its event never arrived")
+	h.Quar[0].Handled = "" // the replay failed: the record stays open, yet the row it fixed never came
+	h.Events[0].IDs = []string{"b"}
+	broken(t, h, "replayed-is-published", "event b, its row fixed, was replayed at +3.50s but never arrived replayed")
+}

@@ -53,12 +53,15 @@ type Delivery struct {
 	Backfill    bool   // header x-backfill: a snapshot or backfill copy
 	CommitLSN   string // header commit_lsn: for a copy, the position its snapshot or backfill read at (one per run)
 	Redelivered bool
+	Replayed    bool // header x-replayed: published by cdc-router quarantine replay
 }
 
 // Quarantined is one row of the quarantine table.
 type Quarantined struct {
+	ID      int64
 	EventID string
 	Reason  string
+	Handled string // handled_how: "replayed", "discarded" or "" (open)
 }
 
 // Event is a fault or operator command the runner applied (From..To), or something a router did on its
@@ -67,7 +70,8 @@ type Event struct {
 	From, To time.Time
 	Kind     gen.Kind
 	Router   int
-	Note     string // the outcome: exit code, the command's output's last line
+	Note     string   // the outcome: exit code, the command's output's last line
+	IDs      []string // the events a command acted on: for a replay, the rows it fixed (they must arrive replayed)
 }
 
 // KindIntruderEmit is a call of cdc_router.emit by a role without EXECUTE on it; Note says its outcome,

@@ -65,6 +65,9 @@ func Coverage(h *History) map[string]int {
 		if d.Backfill {
 			c["seen:backfill-copies"]++
 		}
+		if d.Replayed {
+			c["seen:replayed-delivered"]++
+		}
 	}
 	c["seen:quarantined"] += len(h.Quar)
 	delivered := map[string]bool{}

@@ -95,8 +95,9 @@ const (
 	CmdGapBackfill Kind = "gap-backfill"    // the backfill a router's publication-gap ERROR names, run as the operator would
 	FaultPGHole    Kind = "pg-blackhole"    // forward nothing to or from PostgreSQL for Dur (30 s), past wal_sender_timeout
 	// On the harness's own RabbitMQ node only (Setup.OwnBroker):
-	FaultBrokerRestart Kind = "broker-restart" // rabbitmqctl stop_app, start_app after Dur: every connection closes
-	FaultMemAlarm      Kind = "memory-alarm"   // vm_memory_high_watermark 0 for Dur: the broker blocks every publisher
+	FaultBrokerRestart Kind = "broker-restart"    // rabbitmqctl stop_app, start_app after Dur: every connection closes
+	FaultMemAlarm      Kind = "memory-alarm"      // vm_memory_high_watermark 0 for Dur: the broker blocks every publisher
+	CmdReplay          Kind = "quarantine-replay" // fix the open records' rows in place (headers), then cdc-router quarantine replay them all
 	// With Setup.Partitioned:
 	FaultPartAttach Kind = "partition-attach" // create a partition for a new range and attach it: the writers' rows go there
 	FaultPartDetach Kind = "partition-detach" // detach the oldest attached partition of the harness's (the table stays)
@@ -212,6 +213,7 @@ func Generate(seed int64, o Options) Plan {
 	addEmits(&p, seed)
 	addBrokerFaults(&p, seed, o)
 	addPartitions(&p, seed)
+	addReplays(&p, seed)
 	for _, f := range p.Faults {
 		if f.Kind == FaultPubGap {
 			p.PublicationCheck = 2 * time.Second
@@ -320,6 +322,20 @@ func addPartitions(p *Plan, seed int64) {
 	for range 2 + r.IntN(3) {
 		p.Faults = append(p.Faults, Step{At: time.Duration(r.Int64N(int64(p.Setup.Duration * 4 / 5))),
 			Kind: pick(r, FaultPartAttach, FaultPartDetach, FaultPartDrop)})
+	}
+	sort.SliceStable(p.Faults, func(i, j int) bool { return p.Faults[i].At < p.Faults[j].At })
+}
+
+// addReplays gives half of the seeds one or two quarantine replays at random moments between two and four
+// fifths of the duration. Like addRefusals it draws from a generator of its own.
+func addReplays(p *Plan, seed int64) {
+	r := rand.New(rand.NewPCG(uint64(seed), 0x4e91))
+	if r.IntN(2) != 0 {
+		return
+	}
+	for range 1 + r.IntN(2) {
+		// After two fifths, so that there are records to replay.
+		p.Faults = append(p.Faults, Step{At: p.Setup.Duration*2/5 + time.Duration(r.Int64N(int64(p.Setup.Duration*2/5))), Kind: CmdReplay})
 	}
 	sort.SliceStable(p.Faults, func(i, j int) bool { return p.Faults[i].At < p.Faults[j].At })
 }
