@@ -157,9 +157,9 @@ func (w *world) brokerFault(f gen.Step) {
 	var from, to time.Time
 	var note string
 	if f.Kind == gen.FaultBrokerRestart {
-		from, to, note = w.broker.restartApp(f.Dur)
+		from, to, note = w.broker.RestartApp(f.Dur)
 	} else {
-		from, to, note = w.broker.alarm(f.Dur)
+		from, to, note = w.broker.MemoryAlarm(f.Dur)
 	}
 	w.rec.event(check.Event{From: from, To: to, Kind: f.Kind, Note: note})
 }

@@ -34,9 +34,9 @@ type world struct {
 	pgProxy  *testenv.Proxy
 	mqProxy  *testenv.Proxy
 	rec      *recorder
-	broker   *brokerNode // the harness's own RabbitMQ node (gen.Setup.OwnBroker), nil on the shared broker
-	parts    partitions  // the harness's partitions of public.outbox (gen.Setup.Partitioned)
-	token    string      // every payload carries it; no log line may
+	broker   *testenv.RabbitMQNode // the harness's own RabbitMQ node (gen.Setup.OwnBroker), nil on the shared broker
+	parts    partitions            // the harness's partitions of public.outbox (gen.Setup.Partitioned)
+	token    string                // every payload carries it; no log line may
 
 	hugeCommitted chan struct{} // closed when the huge transaction committed, at hugeAt
 	hugeAt        time.Time
@@ -55,7 +55,7 @@ func newWorld(t testing.TB, pg *testenv.Postgres, bin string, plan gen.Plan) *wo
 	w.exchange, w.queue = "x_"+w.db, "q_"+w.db
 	w.pgProxy = testenv.NewProxy(t, fmt.Sprintf("127.0.0.1:%d", pg.Port))
 	if plan.Setup.OwnBroker {
-		w.broker = startBrokerNode(t)
+		w.broker = testenv.StartRabbitMQNode(t)
 		w.amqpURL = w.broker.URL()
 		w.mqProxy = testenv.NewProxy(t, w.broker.Addr())
 	} else {

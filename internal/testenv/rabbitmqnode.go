@@ -1,9 +1,8 @@
-package chaos
+package testenv
 
 import (
 	"context"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"os/user"
@@ -17,12 +16,12 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 )
 
-// brokerNode is a RabbitMQ node of the harness's own, beside the shared broker (gen.Setup.OwnBroker): its
-// own node name, AMQP and distribution ports, and data, log and configuration files in a temporary
-// directory, as internal/testenv/rabbitmq-cluster.sh starts its nodes. Restarts and memory alarms are
-// applied to it only; the shared broker on 5672 is never touched. As root it runs as the rabbitmq user,
+// RabbitMQNode is a RabbitMQ node of a test's own, beside the shared broker: its own node name, AMQP and
+// distribution ports, and data, log and configuration files in a temporary directory, as
+// rabbitmq-cluster.sh starts its nodes. A test may restart it and raise alarms on it (the randomized
+// harness, chaos, does); the shared broker on 5672 is never touched. As root it runs as the rabbitmq user,
 // whose Erlang cookie rabbitmqctl then uses too.
-type brokerNode struct {
+type RabbitMQNode struct {
 	t          testing.TB
 	name       string // node@localhost
 	port, dist int
@@ -31,9 +30,9 @@ type brokerNode struct {
 	cmd        *exec.Cmd
 }
 
-// startBrokerNode starts a node and waits until it accepts AMQP connections; the test's cleanup stops it
+// StartRabbitMQNode starts a node and waits until it accepts AMQP connections; the test's cleanup stops it
 // and removes its directory.
-func startBrokerNode(t testing.TB) *brokerNode {
+func StartRabbitMQNode(t testing.TB) *RabbitMQNode {
 	t.Helper()
 	sbin := "/usr/lib/rabbitmq/bin"
 	if _, err := os.Stat(filepath.Join(sbin, "rabbitmq-server")); err != nil {
@@ -43,39 +42,38 @@ func startBrokerNode(t testing.TB) *brokerNode {
 		}
 		sbin = filepath.Dir(p)
 	}
-	n := &brokerNode{t: t, sbin: sbin, port: freePort(t), dist: freePort(t)}
-	n.name = fmt.Sprintf("cdcchaos%d_%d@localhost", os.Getpid(), n.port)
-	dir, err := os.MkdirTemp("", "cdc-router-chaos-rabbitmq-")
+	port, err := freePort()
+	if err != nil {
+		t.Fatal(err)
+	}
+	dist, err := freePort()
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := &RabbitMQNode{t: t, sbin: sbin, port: port, dist: dist}
+	n.name = fmt.Sprintf("cdctest%d_%d@localhost", os.Getpid(), n.port)
+	dir, err := os.MkdirTemp("", "cdc-router-rabbitmq-node-")
 	if err != nil {
 		t.Fatal(err)
 	}
 	n.dir = dir
 	if err := n.prepare(); err != nil {
-		t.Fatalf("prepare the harness's RabbitMQ node: %v", err)
+		t.Fatalf("prepare a RabbitMQ node: %v", err)
 	}
 	t.Cleanup(n.stop)
 	if err := n.start(); err != nil {
-		t.Fatalf("start the harness's RabbitMQ node %s: %v (its log: %s)", n.name, err, filepath.Join(dir, "log"))
+		t.Fatalf("start RabbitMQ node %s: %v (its log: %s)", n.name, err, filepath.Join(dir, "log"))
 	}
 	return n
 }
 
-func freePort(t testing.TB) int {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
-}
-
 // URL is the node's AMQP URL (guest may connect from 127.0.0.1: loopback_users = none).
-func (n *brokerNode) URL() string { return fmt.Sprintf("amqp://guest:guest@127.0.0.1:%d/", n.port) }
+func (n *RabbitMQNode) URL() string { return fmt.Sprintf("amqp://guest:guest@127.0.0.1:%d/", n.port) }
 
 // Addr is the node's AMQP address, for the routers' proxy.
-func (n *brokerNode) Addr() string { return fmt.Sprintf("127.0.0.1:%d", n.port) }
+func (n *RabbitMQNode) Addr() string { return fmt.Sprintf("127.0.0.1:%d", n.port) }
 
-func (n *brokerNode) prepare() error {
+func (n *RabbitMQNode) prepare() error {
 	for _, d := range []string{"mnesia", "log"} {
 		if err := os.MkdirAll(filepath.Join(n.dir, d), 0o755); err != nil {
 			return err
@@ -108,7 +106,7 @@ func (n *brokerNode) prepare() error {
 const watermark = "0.4"
 
 // runAs is the rabbitmq user when the harness runs as root (nil otherwise).
-func (n *brokerNode) runAs() (*user.User, error) {
+func (n *RabbitMQNode) runAs() (*user.User, error) {
 	if os.Getuid() != 0 {
 		return nil, nil
 	}
@@ -116,7 +114,7 @@ func (n *brokerNode) runAs() (*user.User, error) {
 }
 
 // command runs prog of the node's sbin with the node's environment, as the rabbitmq user under root.
-func (n *brokerNode) command(ctx context.Context, prog string, args ...string) *exec.Cmd {
+func (n *RabbitMQNode) command(ctx context.Context, prog string, args ...string) *exec.Cmd {
 	env := []string{"RABBITMQ_NODENAME=" + n.name, "RABBITMQ_NODE_IP_ADDRESS=127.0.0.1",
 		fmt.Sprintf("RABBITMQ_NODE_PORT=%d", n.port), fmt.Sprintf("RABBITMQ_DIST_PORT=%d", n.dist),
 		"RABBITMQ_MNESIA_BASE=" + filepath.Join(n.dir, "mnesia"), "RABBITMQ_LOG_BASE=" + filepath.Join(n.dir, "log"),
@@ -135,7 +133,7 @@ func (n *brokerNode) command(ctx context.Context, prog string, args ...string) *
 }
 
 // ctl runs rabbitmqctl against the node alone (-n) and returns its output.
-func (n *brokerNode) ctl(timeout time.Duration, args ...string) (string, error) {
+func (n *RabbitMQNode) ctl(timeout time.Duration, args ...string) (string, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
 	out, err := n.command(ctx, "rabbitmqctl", append([]string{"-n", n.name}, args...)...).CombinedOutput()
@@ -143,7 +141,7 @@ func (n *brokerNode) ctl(timeout time.Duration, args ...string) (string, error) 
 }
 
 // start starts the node's Erlang VM (again, from its own data) and waits until it accepts connections.
-func (n *brokerNode) start() error {
+func (n *RabbitMQNode) start() error {
 	log, err := os.OpenFile(filepath.Join(n.dir, "log", "stdout"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
 		return err
@@ -160,7 +158,7 @@ func (n *brokerNode) start() error {
 }
 
 // await waits until the application runs and an AMQP connection opens.
-func (n *brokerNode) await(timeout time.Duration) error {
+func (n *RabbitMQNode) await(timeout time.Duration) error {
 	deadline := time.Now().Add(timeout)
 	for {
 		_, err := n.ctl(15*time.Second, "await_startup", "--timeout", "10")
@@ -178,10 +176,10 @@ func (n *brokerNode) await(timeout time.Duration) error {
 	}
 }
 
-// restartApp stops the RabbitMQ application of the node (every connection closes, the VM stays), waits
+// RestartApp stops the RabbitMQ application of the node (every connection closes, the VM stays), waits
 // d, and starts it again. It returns when the outage began (stop_app returned: rabbitmqctl itself takes
 // seconds on a loaded machine) and ended (the node accepts connections again), and a note on the outcome.
-func (n *brokerNode) restartApp(d time.Duration) (from, to time.Time, note string) {
+func (n *RabbitMQNode) RestartApp(d time.Duration) (from, to time.Time, note string) {
 	from = time.Now()
 	out, err := n.ctl(time.Minute, "stop_app")
 	if err != nil {
@@ -197,10 +195,10 @@ func (n *brokerNode) restartApp(d time.Duration) (from, to time.Time, note strin
 	return from, time.Now(), note
 }
 
-// alarm raises a memory alarm on the node (vm_memory_high_watermark 0: every publishing connection is
+// MemoryAlarm raises a memory alarm on the node (vm_memory_high_watermark 0: every publishing connection is
 // blocked) for d, then restores the node's watermark. It returns when the alarm was raised (set returned)
 // and lifted (restored), and a note on the outcome.
-func (n *brokerNode) alarm(d time.Duration) (from, to time.Time, note string) {
+func (n *RabbitMQNode) MemoryAlarm(d time.Duration) (from, to time.Time, note string) {
 	if out, err := n.ctl(time.Minute, "set_vm_memory_high_watermark", "0"); err != nil {
 		return time.Now(), time.Now(), fmt.Sprintf("raise: %v: %s", err, out)
 	}
@@ -212,7 +210,7 @@ func (n *brokerNode) alarm(d time.Duration) (from, to time.Time, note string) {
 			return from, time.Now(), ""
 		}
 		if i == 4 {
-			n.t.Errorf("the harness's RabbitMQ node %s keeps its memory alarm: %v: %s", n.name, err, out)
+			n.t.Errorf("RabbitMQ node %s keeps its memory alarm: %v: %s", n.name, err, out)
 			return from, time.Now(), fmt.Sprintf("restore: %v: %s", err, out)
 		}
 		time.Sleep(time.Second)
@@ -220,7 +218,7 @@ func (n *brokerNode) alarm(d time.Duration) (from, to time.Time, note string) {
 }
 
 // stop stops the node and removes its directory; the VM is killed if it does not stop within 30 s.
-func (n *brokerNode) stop() {
+func (n *RabbitMQNode) stop() {
 	if _, err := n.ctl(30*time.Second, "stop"); err != nil && n.cmd != nil && n.cmd.Process != nil {
 		syscall.Kill(-n.cmd.Process.Pid, syscall.SIGKILL)
 	}
