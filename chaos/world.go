@@ -159,7 +159,8 @@ func (w *world) setUp() error {
 }
 
 // declareFullQueue declares the run's own full queue (Setup.FullQueue): one message in it, at most one
-// allowed, further ones refused; bound to order.refused only.
+// allowed, further ones refused; bound to order.refused only. The message is persistent, so that a broker
+// restart (own_broker) does not empty the queue.
 func (w *world) declareFullQueue(ch *amqp.Channel) error {
 	args := amqp.Table{"x-max-length": int32(1), "x-overflow": "reject-publish"}
 	if _, err := ch.QueueDeclare(w.queue+"_full", true, false, false, false, args); err != nil {
@@ -168,7 +169,7 @@ func (w *world) declareFullQueue(ch *amqp.Channel) error {
 	if err := ch.Confirm(false); err != nil {
 		return err
 	}
-	c, err := ch.PublishWithDeferredConfirm("", w.queue+"_full", false, false, amqp.Publishing{Body: []byte("filler")})
+	c, err := ch.PublishWithDeferredConfirm("", w.queue+"_full", false, false, amqp.Publishing{Body: []byte("filler"), DeliveryMode: amqp.Persistent})
 	if err != nil {
 		return err
 	}
