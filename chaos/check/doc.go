@@ -3,7 +3,7 @@
 // run prints (coverage, the faults as applied, the shortened history of a failure). It knows nothing of
 // how the History was made, so it is tested on hand-made histories (check_test.go).
 //
-// Invariants, each pinned by a test in check_test.go:
+// Invariants, each pinned by a test in check_test.go or features_test.go:
 //  1. Every committed row is delivered or quarantined with a reason; a missing row is reported as lost
 //     when every slot acknowledged a position past its commit, as stuck otherwise.
 //  2. The first deliveries of each aggregate are in version (commit) order, backfill copies aside.
@@ -14,4 +14,10 @@
 //  5. A router never exits on its own more than a few times (no restart loop), and no log line carries a
 //     payload.
 //  6. A reset without --force, run while its router is ready, refuses.
+//  7. No message of a role without EXECUTE on emit is published, one is quarantined as unauthenticated,
+//     and that role's calls of emit are refused (features_test.go).
+//  8. A broker restart or memory alarm ends its stall: rows pending at its end arrive within the stall
+//     bound, unless another fault follows (features_test.go).
+//  9. A record quarantine replay marks replayed, and a row the operator fixed and replayed, arrived with
+//     x-replayed, and nothing arrives replayed that no record has (features_test.go).
 package check
