@@ -99,6 +99,8 @@ func (w *world) apply(f gen.Step) string {
 		return fmt.Sprintf("exit %d: %s", code, lastLine(out))
 	case gen.FaultPubGap:
 		return w.publicationGap(f.Dur)
+	case gen.FaultColumn:
+		return w.columnChange(f.N)
 	case gen.FaultPartAttach:
 		return w.attachPartition()
 	case gen.FaultPartDetach, gen.FaultPartDrop:

@@ -36,6 +36,7 @@ type world struct {
 	rec      *recorder
 	broker   *testenv.RabbitMQNode // the harness's own RabbitMQ node (gen.Setup.OwnBroker), nil on the shared broker
 	parts    partitions            // the harness's partitions of public.outbox (gen.Setup.Partitioned)
+	cols     columns               // the extra columns of public.outbox (gen.FaultColumn)
 	token    string                // every payload carries it; no log line may
 
 	hugeCommitted chan struct{} // closed when the huge transaction committed, at hugeAt

@@ -97,6 +97,7 @@ const (
 	// On the harness's own RabbitMQ node only (Setup.OwnBroker):
 	FaultBrokerRestart Kind = "broker-restart"    // rabbitmqctl stop_app, start_app after Dur: every connection closes
 	FaultMemAlarm      Kind = "memory-alarm"      // vm_memory_high_watermark 0 for Dur: the broker blocks every publisher
+	FaultColumn        Kind = "column-change"     // a change the router must not notice (docs/operations.md, schema changes): an extra column added, its nullability changed, dropped
 	CmdReplay          Kind = "quarantine-replay" // fix the open records' rows in place (headers), then cdc-router quarantine replay them all
 	// With Setup.Partitioned:
 	FaultPartAttach Kind = "partition-attach" // create a partition for a new range and attach it: the writers' rows go there
@@ -135,7 +136,10 @@ type Step struct {
 func (s Step) String() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "+%6.2fs %s", s.At.Seconds(), s.Kind)
-	if s.N > 0 {
+	switch {
+	case s.Kind == FaultColumn:
+		fmt.Fprintf(&b, " change=%d", s.N)
+	case s.N > 0:
 		fmt.Fprintf(&b, " rows=%d", s.N)
 	}
 	switch s.Kind {
@@ -214,6 +218,7 @@ func Generate(seed int64, o Options) Plan {
 	addBrokerFaults(&p, seed, o)
 	addPartitions(&p, seed)
 	addReplays(&p, seed)
+	addColumnChanges(&p, seed)
 	for _, f := range p.Faults {
 		if f.Kind == FaultPubGap {
 			p.PublicationCheck = 2 * time.Second
@@ -336,6 +341,19 @@ func addReplays(p *Plan, seed int64) {
 	for range 1 + r.IntN(2) {
 		// After two fifths, so that there are records to replay.
 		p.Faults = append(p.Faults, Step{At: p.Setup.Duration*2/5 + time.Duration(r.Int64N(int64(p.Setup.Duration*2/5))), Kind: CmdReplay})
+	}
+	sort.SliceStable(p.Faults, func(i, j int) bool { return p.Faults[i].At < p.Faults[j].At })
+}
+
+// addColumnChanges gives a third of the seeds two to four column changes of public.outbox in the first four
+// fifths. Like addRefusals it draws from a generator of its own.
+func addColumnChanges(p *Plan, seed int64) {
+	r := rand.New(rand.NewPCG(uint64(seed), 0xc01c))
+	if r.IntN(3) != 0 {
+		return
+	}
+	for range 2 + r.IntN(3) {
+		p.Faults = append(p.Faults, Step{At: time.Duration(r.Int64N(int64(p.Setup.Duration * 4 / 5))), Kind: FaultColumn, N: r.IntN(4)})
 	}
 	sort.SliceStable(p.Faults, func(i, j int) bool { return p.Faults[i].At < p.Faults[j].At })
 }
