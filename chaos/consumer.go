@@ -5,11 +5,14 @@ import (
 	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/cdc-router/cdc-router/chaos/check"
+	"github.com/cdc-router/cdc-router/chaos/gen"
 )
 
 // KindConsumerLost marks the harness's own consumer losing its channel or connection (the broker is shared
 // and busy): it reconnects at once, and the messages it had not acknowledged come again (duplicates).
-const KindConsumerLost Kind = "consumer-lost"
+const KindConsumerLost gen.Kind = "consumer-lost"
 
 // consume receives from the world's queue, straight from the broker, records each delivery and then
 // acknowledges it, and reconnects whenever it loses its channel. It returns a function that stops it.
@@ -30,7 +33,7 @@ func (w *world) consume() (func(), error) {
 				return
 			default:
 			}
-			w.rec.event(Event{From: time.Now(), To: time.Now(), Kind: KindConsumerLost, Note: reason})
+			w.rec.event(check.Event{From: time.Now(), To: time.Now(), Kind: KindConsumerLost, Note: reason})
 			for {
 				if c, msgs, closed, err = w.subscribe(); err == nil {
 					break
@@ -88,8 +91,9 @@ func (w *world) receive(msgs <-chan amqp.Delivery, closed <-chan *amqp.Error, st
 			v, _ := m.Headers["aggregate_version"].(int64)
 			bf, _ := m.Headers["x-backfill"].(bool)
 			lsn, _ := m.Headers["commit_lsn"].(string)
-			w.rec.delivery(Delivery{At: time.Now(), MessageID: m.MessageId, Aggregate: at + "/" + ai, Version: v,
-				Backfill: bf, CommitLSN: lsn, Redelivered: m.Redelivered})
+			replayed, _ := m.Headers["x-replayed"].(bool)
+			w.rec.delivery(check.Delivery{At: time.Now(), MessageID: m.MessageId, Aggregate: at + "/" + ai, Version: v,
+				Backfill: bf, CommitLSN: lsn, Redelivered: m.Redelivered, Replayed: replayed})
 			m.Ack(false)
 		}
 	}

@@ -9,11 +9,14 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/cdc-router/cdc-router/chaos/check"
+	"github.com/cdc-router/cdc-router/chaos/gen"
 )
 
 // inject applies the faults at their times, one after another (a fault that is late starts at once). A
 // backfill runs beside the next faults; bg is done when every one has finished.
-func (w *world) inject(start time.Time, faults []Step, bg *sync.WaitGroup) {
+func (w *world) inject(start time.Time, faults []gen.Step, bg *sync.WaitGroup) {
 	for n, f := range faults {
 		base := start
 		if f.AfterHuge {
@@ -21,7 +24,7 @@ func (w *world) inject(start time.Time, faults []Step, bg *sync.WaitGroup) {
 			case <-w.hugeCommitted:
 				base = w.hugeAt
 			case <-time.After(time.Until(start.Add(w.plan.Setup.Duration))):
-				w.rec.event(Event{From: time.Now(), To: time.Now(), Kind: f.Kind, Note: "skipped: the huge transaction did not commit"})
+				w.rec.event(check.Event{From: time.Now(), To: time.Now(), Kind: f.Kind, Note: "skipped: the huge transaction did not commit"})
 				continue
 			}
 		}
@@ -29,50 +32,58 @@ func (w *world) inject(start time.Time, faults []Step, bg *sync.WaitGroup) {
 			time.Sleep(d)
 		}
 		from := time.Now()
-		if f.Kind == CmdBackfill {
+		if f.Kind == gen.CmdBackfill {
 			bg.Add(1)
 			go func() {
 				defer bg.Done()
 				note := w.backfill(n)
-				w.rec.event(Event{From: from, To: time.Now(), Kind: f.Kind, Note: note})
+				w.rec.event(check.Event{From: from, To: time.Now(), Kind: f.Kind, Note: note})
 			}()
 			continue
 		}
-		if f.Kind == CmdResetIdle {
+		if f.Kind == gen.CmdResetIdle {
 			w.resetIdle(f.Dur)
 			continue
 		}
+		if f.Kind == gen.CmdReplay {
+			w.rec.event(w.replay())
+			continue
+		}
+		if f.Kind == gen.FaultBrokerRestart || f.Kind == gen.FaultMemAlarm {
+			w.brokerFault(f)
+			continue
+		}
 		note := w.apply(f)
-		w.rec.event(Event{From: from, To: time.Now(), Kind: f.Kind, Router: f.Router, Note: note})
+		w.rec.event(check.Event{From: from, To: time.Now(), Kind: f.Kind, Router: f.Router, Note: note})
 	}
 }
 
 // apply applies one fault or command and returns a note on its outcome.
-func (w *world) apply(f Step) string {
+func (w *world) apply(f gen.Step) string {
 	switch f.Kind {
-	case FaultKill:
+	case gen.FaultKill:
 		_, addr := w.stopRouter(f.Router, syscall.SIGKILL, 10*time.Second)
 		time.Sleep(f.Dur)
 		w.startRouter(f.Router, addr, nil)
-	case FaultTerm:
+	case gen.FaultTerm:
 		code, addr := w.stopRouter(f.Router, syscall.SIGTERM, 45*time.Second)
 		w.startRouter(f.Router, addr, nil)
 		return fmt.Sprintf("exit %d", code)
-	case FaultAMQPCut:
+	case gen.FaultAMQPCut:
 		w.mqProxy.Cut()
-	case FaultAMQPPause:
+	case gen.FaultAMQPPause:
 		w.mqProxy.Pause()
 		time.Sleep(f.Dur)
 		w.mqProxy.Resume()
-	case FaultPGCut:
+	case gen.FaultPGCut:
 		w.pgProxy.Cut()
-	case FaultPGPause, FaultPGHole:
+	case gen.FaultPGPause, gen.FaultPGHole:
 		w.pgProxy.Pause()
 		time.Sleep(f.Dur)
 		w.pgProxy.Resume()
-	case FaultPGFast, FaultPGCrash:
+	case gen.FaultPGFast, gen.FaultPGCrash:
 		mode := "fast"
-		if f.Kind == FaultPGCrash {
+		if f.Kind == gen.FaultPGCrash {
 			mode = "immediate"
 		}
 		w.pg.Stop(mode)
@@ -80,14 +91,21 @@ func (w *world) apply(f Step) string {
 		if err := w.pg.Start(); err != nil {
 			w.t.Errorf("PostgreSQL did not start again: %v", err)
 		}
-	case CmdResetLive:
+	case gen.CmdResetLive:
 		if !w.ready(f.Router) {
 			return "skipped: the router is not ready"
 		}
 		out, code := w.cli(time.Minute, "reset", "--slot", w.slot(f.Router))
 		return fmt.Sprintf("exit %d: %s", code, lastLine(out))
-	case FaultPubGap:
+	case gen.FaultPubGap:
 		return w.publicationGap(f.Dur)
+	case gen.FaultColumn:
+		return w.columnChange(f.N)
+	case gen.FaultPartAttach:
+		return w.attachPartition()
+	case gen.FaultPartDetach, gen.FaultPartDrop:
+		return w.changePartition(f.Kind)
+
 	}
 	return ""
 }
@@ -97,11 +115,11 @@ func (w *world) apply(f Step) string {
 func (w *world) resetIdle(d time.Duration) {
 	from := time.Now()
 	code, addr := w.stopRouter(0, syscall.SIGTERM, 45*time.Second)
-	w.rec.event(Event{From: from, To: time.Now(), Kind: FaultTerm, Note: fmt.Sprintf("exit %d (before a reset)", code)})
+	w.rec.event(check.Event{From: from, To: time.Now(), Kind: gen.FaultTerm, Note: fmt.Sprintf("exit %d (before a reset)", code)})
 	time.Sleep(d)
 	from = time.Now()
 	out, code := w.cli(time.Minute, "reset", "--slot", w.slot(0))
-	w.rec.event(Event{From: from, To: time.Now(), Kind: CmdResetIdle, Note: fmt.Sprintf("exit %d: %s", code, lastLine(out))})
+	w.rec.event(check.Event{From: from, To: time.Now(), Kind: gen.CmdResetIdle, Note: fmt.Sprintf("exit %d: %s", code, lastLine(out))})
 	w.startRouter(0, addr, nil)
 }
 
@@ -132,5 +150,75 @@ func (w *world) publicationGap(d time.Duration) string {
 
 func lastLine(s string) string {
 	lines := strings.Split(strings.TrimSpace(s), "\n")
-	return trim(lines[len(lines)-1], 300)
+	return check.Trim(lines[len(lines)-1], 300)
+}
+
+// brokerFault applies a restart or a memory alarm to the harness's own node and records it over the time
+// it lasted, as the node saw it.
+func (w *world) brokerFault(f gen.Step) {
+	var from, to time.Time
+	var note string
+	if f.Kind == gen.FaultBrokerRestart {
+		from, to, note = w.broker.RestartApp(f.Dur)
+	} else {
+		from, to, note = w.broker.MemoryAlarm(f.Dur)
+	}
+	w.rec.event(check.Event{From: from, To: to, Kind: f.Kind, Note: note})
+}
+
+// replay plays the operator of docs/operations.md#quarantine: it fixes the rows of the open records in
+// place (headers not an object become {}; an UPDATE is no event) and replays their records, again while
+// the command fails (a fault may hit it), at most three times; then it replays the other open records
+// once: those of emitted messages (no row) and of events the full queue still refuses must be refused and
+// stay open. The event's IDs are the fixed rows, which must arrive replayed.
+func (w *world) replay() check.Event {
+	from := time.Now()
+	ctx := context.Background()
+	c := w.connect(ctx)
+	defer c.Close(ctx)
+	rs, err := c.Query(ctx, `SELECT id, coalesce(event_id, ''), table_name FROM cdc_router.quarantine WHERE handled_at IS NULL ORDER BY id`)
+	if err != nil {
+		return check.Event{From: from, To: time.Now(), Kind: gen.CmdReplay, Note: err.Error()}
+	}
+	type rec struct{ id, event, table string }
+	var recs []rec
+	for rs.Next() {
+		var r rec
+		var id int64
+		rs.Scan(&id, &r.event, &r.table)
+		r.id = fmt.Sprint(id)
+		recs = append(recs, r)
+	}
+	rs.Close()
+	var fixedIDs, fixedEvents, others []string
+	for _, r := range recs {
+		if r.event != "" && !strings.HasPrefix(r.table, "message:") {
+			tag, err := c.Exec(ctx, `UPDATE `+r.table+` SET headers = '{}' WHERE id = $1::uuid AND jsonb_typeof(headers) <> 'object'`, r.event)
+			if err == nil && tag.RowsAffected() > 0 {
+				fixedIDs, fixedEvents = append(fixedIDs, r.id), append(fixedEvents, r.event)
+				continue
+			}
+		}
+		others = append(others, r.id)
+	}
+	e := check.Event{From: from, Kind: gen.CmdReplay, IDs: fixedEvents}
+	if len(recs) == 0 {
+		e.To, e.Note = time.Now(), "skipped: no open record"
+		return e
+	}
+	var notes []string
+	for try := 0; len(fixedIDs) > 0 && try < 3; try++ {
+		out, code := w.cli(3*time.Minute, w.replayArgs(fixedIDs)...)
+		notes = append(notes, fmt.Sprintf("%d fixed: exit %d: %s", len(fixedIDs), code, outcome(out)))
+		if code == 0 {
+			break
+		}
+		time.Sleep(time.Second)
+	}
+	if len(others) > 0 {
+		out, code := w.cli(3*time.Minute, w.replayArgs(others)...)
+		notes = append(notes, fmt.Sprintf("%d others: exit %d: %s", len(others), code, outcome(out)))
+	}
+	e.To, e.Note = time.Now(), strings.Join(notes, "; ")
+	return e
 }

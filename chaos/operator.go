@@ -6,6 +6,9 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/cdc-router/cdc-router/chaos/check"
+	"github.com/cdc-router/cdc-router/chaos/gen"
 )
 
 // gapBackfillRe finds the backfill a publication gap names, in the ERROR line a running router logs and in
@@ -13,7 +16,7 @@ import (
 var gapBackfillRe = regexp.MustCompile("publish them with `(cdc-router backfill [^`]+)`")
 
 // gapBackfills are the distinct backfill commands that the log lines of routers name, in order.
-func gapBackfills(lines []LogLine) []string {
+func gapBackfills(lines []check.LogLine) []string {
 	seen := map[string]bool{}
 	var out []string
 	for _, l := range lines {
@@ -69,7 +72,7 @@ func (w *world) operate(stop <-chan struct{}) {
 			args, ok := backfillArgs(cmd)
 			if !ok {
 				done[cmd] = 5
-				w.rec.event(Event{From: from, To: from, Kind: CmdGapBackfill, Note: "not run, a form the harness cannot run: " + cmd})
+				w.rec.event(check.Event{From: from, To: from, Kind: gen.CmdGapBackfill, Note: "not run, a form the harness cannot run: " + cmd})
 				continue
 			}
 			out, code := w.cli(3*time.Minute, w.backfillFlags(args...)...)
@@ -77,7 +80,7 @@ func (w *world) operate(stop <-chan struct{}) {
 			if code == 0 {
 				done[cmd] = -1
 			}
-			w.rec.event(Event{From: from, To: time.Now(), Kind: CmdGapBackfill, Note: fmt.Sprintf("exit %d: %s", code, outcome(out))})
+			w.rec.event(check.Event{From: from, To: time.Now(), Kind: gen.CmdGapBackfill, Note: fmt.Sprintf("exit %d: %s", code, outcome(out))})
 		}
 	}
 }
@@ -95,6 +98,12 @@ func (w *world) backfillFlags(args ...string) []string {
 	return args
 }
 
+// replayArgs is quarantine replay of records ids with the world's broker flags (before the ids: Go's flag
+// parsing stops at the first positional argument).
+func (w *world) replayArgs(ids []string) []string {
+	return append(w.backfillFlags("quarantine", "replay"), ids...)
+}
+
 // outcome is what a command printed on stdout (its lines that are not log lines), or its last line.
 func outcome(out string) string {
 	var said []string
@@ -106,5 +115,5 @@ func outcome(out string) string {
 	if len(said) == 0 {
 		return lastLine(out)
 	}
-	return trim(strings.Join(said, "; "), 300)
+	return check.Trim(strings.Join(said, "; "), 300)
 }

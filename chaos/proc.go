@@ -7,6 +7,8 @@ import (
 	"os/exec"
 	"syscall"
 	"time"
+
+	"github.com/cdc-router/cdc-router/chaos/check"
 )
 
 // proc is one run of a router process. A process that exits without the harness having asked for it is
@@ -32,6 +34,9 @@ func (w *world) routerArgs(i int) []string {
 	}
 	if w.plan.Setup.FullQueue {
 		args = append(args, "--refusal-retry", refusalRetry)
+	}
+	if s.Emit {
+		args = append(args, "--message-prefix", messagePrefix)
 	}
 	if d := w.plan.PublicationCheck; d > 0 {
 		args = append(args, "--publication-check-interval", d.String())
@@ -67,7 +72,7 @@ func (w *world) startRouter(i int, httpAddr string, prev *proc) {
 			return
 		}
 		now := time.Now()
-		w.rec.event(Event{From: now, To: now, Kind: KindRouterExit, Router: i,
+		w.rec.event(check.Event{From: now, To: now, Kind: check.KindRouterExit, Router: i,
 			Note: fmt.Sprintf("exit %d: %s", p.cmd.ProcessState.ExitCode(), p.out.lastError())})
 		time.Sleep(time.Second)
 		w.startRouter(i, httpAddr, p)
@@ -128,7 +133,7 @@ func (w *world) sampleReady(stop <-chan struct{}) {
 				code = resp.StatusCode
 				resp.Body.Close()
 			}
-			w.rec.sample(Sample{At: time.Now(), Router: i, Code: code})
+			w.rec.sample(check.Sample{At: time.Now(), Router: i, Code: code})
 		}
 	}
 }

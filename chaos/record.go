@@ -5,33 +5,35 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/cdc-router/cdc-router/chaos/check"
 )
 
 // recorder is the History being written by the runner's goroutines.
 type recorder struct {
 	mu sync.Mutex
-	h  History
+	h  check.History
 }
 
-func (r *recorder) event(e Event) {
+func (r *recorder) event(e check.Event) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.h.Events = append(r.h.Events, e)
 }
 
-func (r *recorder) delivery(d Delivery) {
+func (r *recorder) delivery(d check.Delivery) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.h.Deliv = append(r.h.Deliv, d)
 }
 
-func (r *recorder) sample(s Sample) {
+func (r *recorder) sample(s check.Sample) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.h.Ready = append(r.h.Ready, s)
 }
 
-func (r *recorder) log(l LogLine) {
+func (r *recorder) log(l check.LogLine) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.h.Logs = append(r.h.Logs, l)
@@ -93,8 +95,8 @@ func (w *logWriter) lastError() string {
 }
 
 // parseLine reads slog's text format: time=… level=… msg=…; a line without them is kept as it is.
-func parseLine(router int, s string) LogLine {
-	l := LogLine{At: time.Now(), Router: router, Text: s}
+func parseLine(router int, s string) check.LogLine {
+	l := check.LogLine{At: time.Now(), Router: router, Text: s}
 	if strings.HasPrefix(s, "time=") {
 		if end := strings.IndexByte(s, ' '); end > 5 {
 			if t, err := time.Parse(time.RFC3339Nano, s[5:end]); err == nil {

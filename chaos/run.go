@@ -2,12 +2,15 @@ package chaos
 
 import (
 	"context"
+	"slices"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/cdc-router/cdc-router/chaos/check"
+	"github.com/cdc-router/cdc-router/chaos/gen"
 	"github.com/cdc-router/cdc-router/internal/cdc"
 	"github.com/cdc-router/cdc-router/internal/testenv"
 )
@@ -23,7 +26,7 @@ const (
 
 // Run carries out plan against pg (a cluster of the harness's own, which faults stop and start) with the
 // router binary bin, and returns the recorded history.
-func Run(t testing.TB, pg *testenv.Postgres, bin string, plan Plan) *History {
+func Run(t testing.TB, pg *testenv.Postgres, bin string, plan gen.Plan) *check.History {
 	t.Helper()
 	w := newWorld(t, pg, bin, plan)
 	if err := w.setUp(); err != nil {
@@ -38,7 +41,7 @@ func Run(t testing.TB, pg *testenv.Postgres, bin string, plan Plan) *History {
 	}
 	// The initial snapshot's rows, written before any router starts.
 	for left := s.SnapshotRows; left > 0; left -= 100 {
-		writers[0].do(ctx, Step{Kind: OpMulti, N: min(left, 100)})
+		writers[0].do(ctx, gen.Step{Kind: gen.OpMulti, N: min(left, 100)})
 	}
 	stopConsumer, err := w.consume()
 	if err != nil {
@@ -105,7 +108,7 @@ func (w *world) allStreamed() bool {
 	w.rec.mu.Lock()
 	defer w.rec.mu.Unlock()
 	for i := range w.plan.Setup.Routers() {
-		if !streamedBefore(&w.rec.h, i, time.Now()) {
+		if !check.StreamedBefore(&w.rec.h, i, time.Now()) {
 			return false
 		}
 	}
@@ -125,21 +128,28 @@ func (w *world) waitStreaming() {
 
 // finalRows is the tables' content joined with what the writers recorded: a row is committed when the
 // table has it, whatever its writer saw.
-func (w *world) finalRows(writers []*writer) []Row {
-	byID := map[string]Row{}
+func (w *world) finalRows(writers []*writer) []check.Row {
+	byID := map[string]check.Row{}
 	for _, wr := range writers {
 		for _, r := range wr.rows {
 			byID[r.ID] = r
 		}
-		if wr.conn != nil {
-			wr.conn.Close(context.Background())
+		for _, c := range []*pgx.Conn{wr.conn, wr.intruder} {
+			if c != nil {
+				c.Close(context.Background())
+			}
 		}
 	}
 	ctx := context.Background()
 	c := w.connect(ctx)
 	defer c.Close(ctx)
-	var rows []Row
-	for _, table := range w.plan.Setup.Tables {
+	var rows []check.Row
+	tables := slices.Concat(w.plan.Setup.Tables, w.parts.detachedTables())
+	if w.plan.Setup.Emit {
+		tables = append([]string{emitted}, tables...)
+	}
+	seen := map[string]bool{}
+	for _, table := range tables {
 		rs, err := c.Query(ctx, `SELECT id::text FROM `+table)
 		if err != nil {
 			w.t.Fatalf("read %s: %v", table, err)
@@ -153,11 +163,14 @@ func (w *world) finalRows(writers []*writer) []Row {
 				continue
 			}
 			rows = append(rows, r)
+			seen[id] = true
 		}
 		rs.Close()
 	}
-	for _, r := range byID { // deleted by its own transaction, which the writer saw commit
-		if r.Deleted && !r.Unknown {
+	for _, r := range byID {
+		// Deleted by its own transaction, or in a partition dropped since, which the writer saw commit; or
+		// forged.
+		if (r.Deleted || r.Partition > 0 && w.parts.dropped(r.Partition-1) && !seen[r.ID]) && !r.Unknown || r.Forged {
 			rows = append(rows, r)
 		}
 	}
@@ -181,7 +194,7 @@ func (w *world) connect(ctx context.Context) *pgx.Conn {
 
 // settle waits until every row is delivered or quarantined, or settleTimeout passes, then a little more
 // so that late duplicates are recorded too.
-func (w *world) settle(rows []Row) {
+func (w *world) settle(rows []check.Row) {
 	deadline, limit, last := time.Now().Add(settleTimeout), time.Now().Add(settleCap), -1
 	for time.Now().Before(deadline) && time.Now().Before(limit) {
 		got := w.rec.delivered()
@@ -192,7 +205,10 @@ func (w *world) settle(rows []Row) {
 		left := 0
 		w.rec.mu.Lock()
 		for _, r := range rows {
-			if r.Refused && !quar[r.ID] || !got[r.ID] && !quar[r.ID] && !unpublishable(&w.rec.h, r) {
+			if r.Forged {
+				continue
+			}
+			if r.Refused && !quar[r.ID] || !got[r.ID] && !quar[r.ID] && !check.Unpublishable(&w.rec.h, r) {
 				left++
 			}
 		}
@@ -208,19 +224,19 @@ func (w *world) settle(rows []Row) {
 	time.Sleep(2 * time.Second)
 }
 
-func (w *world) quarantine() []Quarantined {
+func (w *world) quarantine() []check.Quarantined {
 	ctx := context.Background()
 	c := w.connect(ctx)
 	defer c.Close(ctx)
-	rs, err := c.Query(ctx, `SELECT coalesce(event_id, ''), reason FROM cdc_router.quarantine`)
+	rs, err := c.Query(ctx, `SELECT id, coalesce(event_id, ''), reason, coalesce(handled_how, '') FROM cdc_router.quarantine`)
 	if err != nil {
 		w.t.Fatalf("read the quarantine: %v", err)
 	}
 	defer rs.Close()
-	var qs []Quarantined
+	var qs []check.Quarantined
 	for rs.Next() {
-		var q Quarantined
-		rs.Scan(&q.EventID, &q.Reason)
+		var q check.Quarantined
+		rs.Scan(&q.ID, &q.EventID, &q.Reason, &q.Handled)
 		qs = append(qs, q)
 	}
 	return qs

@@ -14,16 +14,17 @@ import (
 	"github.com/jackc/pgx/v5"
 	amqp "github.com/rabbitmq/amqp091-go"
 
+	"github.com/cdc-router/cdc-router/chaos/gen"
 	"github.com/cdc-router/cdc-router/internal/testenv"
 	"github.com/cdc-router/cdc-router/migrations"
 )
 
 // world is one seed's environment: its own database on the harness's cluster, an exchange and a queue on
-// the shared broker named after the database, and a proxy in front of each server for the routers alone
+// the shared broker (or on a node of its own, gen.Setup.OwnBroker) named after the database, and a proxy in front of each server for the routers alone
 // (writers and the consumer connect directly, so a fault hits only the router).
 type world struct {
 	t        testing.TB
-	plan     Plan
+	plan     gen.Plan
 	bin      string
 	pg       *testenv.Postgres
 	db       string // database name; also the slot and the base of every broker name
@@ -33,7 +34,10 @@ type world struct {
 	pgProxy  *testenv.Proxy
 	mqProxy  *testenv.Proxy
 	rec      *recorder
-	token    string // every payload carries it; no log line may
+	broker   *testenv.RabbitMQNode // the harness's own RabbitMQ node (gen.Setup.OwnBroker), nil on the shared broker
+	parts    partitions            // the harness's partitions of public.outbox (gen.Setup.Partitioned)
+	cols     columns               // the extra columns of public.outbox (gen.FaultColumn)
+	token    string                // every payload carries it; no log line may
 
 	hugeCommitted chan struct{} // closed when the huge transaction committed, at hugeAt
 	hugeAt        time.Time
@@ -43,15 +47,22 @@ type world struct {
 	closing bool
 }
 
-func newWorld(t testing.TB, pg *testenv.Postgres, bin string, plan Plan) *world {
+func newWorld(t testing.TB, pg *testenv.Postgres, bin string, plan gen.Plan) *world {
 	t.Helper()
 	url := pg.NewDatabase(t)
-	w := &world{t: t, plan: plan, bin: bin, pg: pg, amqpURL: testenv.AMQPURL(t), rec: &recorder{},
+	w := &world{t: t, plan: plan, bin: bin, pg: pg, rec: &recorder{},
 		token: fmt.Sprintf("chaos-payload-%d", plan.Setup.Seed), hugeCommitted: make(chan struct{})}
 	w.db = url[strings.LastIndex(url, "/")+1 : strings.Index(url, "?")]
 	w.exchange, w.queue = "x_"+w.db, "q_"+w.db
 	w.pgProxy = testenv.NewProxy(t, fmt.Sprintf("127.0.0.1:%d", pg.Port))
-	w.mqProxy = testenv.NewProxy(t, testenv.AMQPAddr(t))
+	if plan.Setup.OwnBroker {
+		w.broker = testenv.StartRabbitMQNode(t)
+		w.amqpURL = w.broker.URL()
+		w.mqProxy = testenv.NewProxy(t, w.broker.Addr())
+	} else {
+		w.amqpURL = testenv.AMQPURL(t)
+		w.mqProxy = testenv.NewProxy(t, testenv.AMQPAddr(t))
+	}
 	w.rec.h.Setup = plan.Setup
 	t.Cleanup(w.deleteTopology)
 	return w
@@ -87,25 +98,44 @@ func (w *world) cli(timeout time.Duration, args ...string) (string, int) {
 // declares the consumer's queue bound to every routing key.
 func (w *world) setUp() error {
 	s := w.plan.Setup
-	args := []string{"migrate", "--amqp-url", w.amqpURL, "--unroutable-queue-type", s.UnroutableType}
-	if s.Shards > 0 {
-		args = append(args, "--shards", fmt.Sprint(s.Shards))
-	}
-	if out, code := w.cli(2*time.Minute, args...); code != 0 {
-		return fmt.Errorf("migrate exited %d: %s", code, out)
-	}
 	ctx := context.Background()
 	conn, err := pgx.Connect(ctx, w.directURL())
 	if err != nil {
 		return err
 	}
 	defer conn.Close(ctx)
+	args := []string{"migrate", "--amqp-url", w.amqpURL, "--unroutable-queue-type", s.UnroutableType}
+	if s.Shards > 0 {
+		args = append(args, "--shards", fmt.Sprint(s.Shards))
+	}
+	if s.Partitioned {
+		args = append(args, "--partitioned")
+	}
+	if s.Emit {
+		if err := w.createEmitRoles(ctx, conn); err != nil {
+			return err
+		}
+		args = append(args, "--emit-function", "--emit-role", w.writerRole())
+	}
+	if out, code := w.cli(2*time.Minute, args...); code != 0 {
+		return fmt.Errorf("migrate exited %d: %s", code, out)
+	}
 	for _, table := range s.Tables[1:] {
 		if _, err := conn.Exec(ctx, `CREATE TABLE `+table+` (LIKE public.outbox INCLUDING ALL)`); err != nil {
 			return err
 		}
 		if _, err := conn.Exec(ctx, `ALTER PUBLICATION cdc_router_outbox ADD TABLE `+table); err != nil {
 			return err
+		}
+	}
+	if s.Partitioned {
+		if note := w.attachPartition(); !strings.HasPrefix(note, "public.") || strings.Contains(note, ":") {
+			return fmt.Errorf("attach the first partition: %s", note)
+		}
+	}
+	if s.Emit {
+		if err := w.grantWriter(ctx, conn); err != nil {
+			return fmt.Errorf("grant the writer role: %w", err)
 		}
 	}
 	c, err := amqp.Dial(w.amqpURL)
@@ -130,7 +160,8 @@ func (w *world) setUp() error {
 }
 
 // declareFullQueue declares the run's own full queue (Setup.FullQueue): one message in it, at most one
-// allowed, further ones refused; bound to order.refused only.
+// allowed, further ones refused; bound to order.refused only. The message is persistent, so that a broker
+// restart (own_broker) does not empty the queue.
 func (w *world) declareFullQueue(ch *amqp.Channel) error {
 	args := amqp.Table{"x-max-length": int32(1), "x-overflow": "reject-publish"}
 	if _, err := ch.QueueDeclare(w.queue+"_full", true, false, false, false, args); err != nil {
@@ -139,7 +170,7 @@ func (w *world) declareFullQueue(ch *amqp.Channel) error {
 	if err := ch.Confirm(false); err != nil {
 		return err
 	}
-	c, err := ch.PublishWithDeferredConfirm("", w.queue+"_full", false, false, amqp.Publishing{Body: []byte("filler")})
+	c, err := ch.PublishWithDeferredConfirm("", w.queue+"_full", false, false, amqp.Publishing{Body: []byte("filler"), DeliveryMode: amqp.Persistent})
 	if err != nil {
 		return err
 	}

@@ -10,6 +10,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/cdc-router/cdc-router/chaos/check"
+	"github.com/cdc-router/cdc-router/chaos/gen"
 	"github.com/cdc-router/cdc-router/internal/cdc"
 )
 
@@ -20,19 +22,24 @@ type writer struct {
 	w        *world
 	n        int
 	rng      *mrand.Rand
+	erng     *mrand.Rand // emitted events' choices (gen.Setup.Emit), apart so that rng's stay what they were
+	prng     *mrand.Rand // partitions' choices (gen.Setup.Partitioned), apart for the same reason
 	conn     *pgx.Conn
+	intruder *pgx.Conn // the role without EXECUTE on emit, for gen.OpForged
 	versions map[string]int64
 	txn      int
-	rows     []Row // every row attempted; the tables say which committed
+	rows     []check.Row // every row attempted; the tables say which committed
 }
 
 const aggregatesPerWriter = 8
 
 func newWriter(w *world, n int) *writer {
-	return &writer{w: w, n: n, rng: mrand.New(mrand.NewPCG(uint64(w.plan.Setup.Seed), uint64(n)+1)), versions: map[string]int64{}}
+	return &writer{w: w, n: n, rng: mrand.New(mrand.NewPCG(uint64(w.plan.Setup.Seed), uint64(n)+1)),
+		erng: mrand.New(mrand.NewPCG(uint64(w.plan.Setup.Seed), 0xe417+uint64(n))),
+		prng: mrand.New(mrand.NewPCG(uint64(w.plan.Setup.Seed), 0x9a47+uint64(n))), versions: map[string]int64{}}
 }
 
-func (wr *writer) run(ctx context.Context, start time.Time, ops []Step) {
+func (wr *writer) run(ctx context.Context, start time.Time, ops []gen.Step) {
 	for _, op := range ops {
 		if d := time.Until(start.Add(op.At)); d > 0 {
 			select {
@@ -49,7 +56,19 @@ func (wr *writer) run(ctx context.Context, start time.Time, ops []Step) {
 }
 
 // do runs op as one transaction, reconnecting first if needed.
-func (wr *writer) do(ctx context.Context, op Step) {
+func (wr *writer) do(ctx context.Context, op gen.Step) {
+	if op.Kind == gen.OpForged {
+		rows, calls := wr.forge(ctx, op)
+		now := time.Now()
+		for i := range rows {
+			rows[i].Committed = now
+		}
+		wr.rows = append(wr.rows, rows...)
+		for _, c := range calls {
+			wr.w.rec.event(check.Event{From: now, To: now, Kind: check.KindIntruderEmit, Note: c})
+		}
+		return
+	}
 	for wr.conn == nil {
 		if err := wr.connect(ctx); err != nil {
 			if ctx.Err() != nil {
@@ -58,8 +77,8 @@ func (wr *writer) do(ctx context.Context, op Step) {
 			time.Sleep(200 * time.Millisecond)
 		}
 	}
-	if op.Kind == OpDelete && !wr.w.plan.DeleteDuringSnapshot && !wr.w.allStreamed() {
-		op.Kind = OpMulti // see Plan.DeleteDuringSnapshot
+	if op.Kind == gen.OpDelete && !wr.w.plan.DeleteDuringSnapshot && !wr.w.allStreamed() {
+		op.Kind = gen.OpMulti // see Plan.DeleteDuringSnapshot
 	}
 	wr.txn++
 	rows := wr.rowsFor(op)
@@ -76,7 +95,7 @@ func (wr *writer) do(ctx context.Context, op Step) {
 		rows[i].Committed, rows[i].LSNAfter, rows[i].Unknown = now, after, err != nil
 	}
 	wr.rows = append(wr.rows, rows...)
-	if op.Kind == OpHuge && err == nil {
+	if op.Kind == gen.OpHuge && err == nil {
 		wr.w.hugeAt = now
 		close(wr.w.hugeCommitted)
 	}
@@ -90,7 +109,11 @@ func (wr *writer) do(ctx context.Context, op Step) {
 // spent, whether its transaction committed, failed or is unknown (a gap is fine; a reused version would
 // be two events at one version, and a row deleted by its own transaction leaves no trace in the table).
 func (wr *writer) connect(ctx context.Context) error {
-	c, err := pgx.Connect(ctx, wr.w.directURL())
+	url := wr.w.directURL()
+	if wr.w.plan.Setup.Emit {
+		url = wr.w.roleURL(wr.w.writerRole())
+	}
+	c, err := pgx.Connect(ctx, url)
 	if err != nil {
 		return err
 	}
@@ -99,20 +122,23 @@ func (wr *writer) connect(ctx context.Context) error {
 }
 
 // rowsFor chooses op's rows: their table, aggregate and next version (from the writer's own generator).
-func (wr *writer) rowsFor(op Step) []Row {
+func (wr *writer) rowsFor(op gen.Step) []check.Row {
 	tables := wr.w.plan.Setup.Tables
 	n := max(op.N, 1)
 	one := fmt.Sprintf("w%d-%d", wr.n, wr.rng.IntN(aggregatesPerWriter))
-	rows := make([]Row, n)
+	rows := make([]check.Row, n)
 	for i := range rows {
 		agg := one
-		if op.Kind != OpBurst && op.Kind != OpHuge {
+		if op.Kind != gen.OpBurst && op.Kind != gen.OpHuge {
 			agg = fmt.Sprintf("w%d-%d", wr.n, wr.rng.IntN(aggregatesPerWriter))
 		}
 		wr.versions[agg]++
-		rows[i] = Row{ID: uuid(), Table: tables[wr.rng.IntN(len(tables))], Aggregate: "order/" + agg,
-			Version: wr.versions[agg], Txn: wr.txn, Op: op.Kind, Poison: op.Kind == OpPoison && i == 0, Deleted: op.Kind == OpDelete,
-			Refused: op.Kind == OpRefused && i == 0}
+		rows[i] = check.Row{ID: uuid(), Table: tables[wr.rng.IntN(len(tables))], Aggregate: "order/" + agg,
+			Version: wr.versions[agg], Txn: wr.txn, Op: op.Kind, Poison: op.Kind == gen.OpPoison && i == 0, Deleted: op.Kind == gen.OpDelete,
+			Refused: op.Kind == gen.OpRefused && i == 0}
+		if op.Kind == gen.OpEmit && wr.erng.IntN(2) == 0 {
+			rows[i].Emitted, rows[i].Table = true, "message:"+messagePrefix
+		}
 	}
 	return rows
 }
@@ -120,7 +146,7 @@ func (wr *writer) rowsFor(op Step) []Row {
 // write inserts rows in one transaction, in their order (versions ascending per aggregate, so the insert
 // order is the commit order the checker expects): each run of rows of one table by one COPY for OpCopy,
 // by one INSERT … SELECT FROM unnest otherwise.
-func (wr *writer) write(ctx context.Context, op Step, rows []Row) error {
+func (wr *writer) write(ctx context.Context, op gen.Step, rows []check.Row) error {
 	return pgx.BeginFunc(ctx, wr.conn, func(tx pgx.Tx) error {
 		for i := 0; i < len(rows); {
 			j := i + 1
@@ -128,9 +154,12 @@ func (wr *writer) write(ctx context.Context, op Step, rows []Row) error {
 				j++
 			}
 			var err error
-			if op.Kind == OpCopy {
+			switch {
+			case rows[i].Emitted:
+				err = wr.emitRows(ctx, tx, rows[i:j])
+			case op.Kind == gen.OpCopy:
 				err = wr.copyRows(ctx, tx, rows[i].Table, rows[i:j])
-			} else {
+			default:
 				err = wr.insertRows(ctx, tx, rows[i].Table, rows[i:j])
 			}
 			if err != nil {
@@ -138,7 +167,7 @@ func (wr *writer) write(ctx context.Context, op Step, rows []Row) error {
 			}
 			i = j
 		}
-		if op.Kind == OpDelete {
+		if op.Kind == gen.OpDelete {
 			for _, t := range wr.w.plan.Setup.Tables {
 				ids := make([]string, len(rows))
 				for k, r := range rows {
@@ -153,7 +182,7 @@ func (wr *writer) write(ctx context.Context, op Step, rows []Row) error {
 	})
 }
 
-func (wr *writer) values(r Row) (id, aggID, event, payload, headers string) {
+func (wr *writer) values(r check.Row) (id, aggID, event, payload, headers string) {
 	headers = `{"writer": "` + fmt.Sprint(wr.n) + `"}`
 	event = "created"
 	if r.Poison {
@@ -166,23 +195,30 @@ func (wr *writer) values(r Row) (id, aggID, event, payload, headers string) {
 	return r.ID, strings.TrimPrefix(r.Aggregate, "order/"), event, payload, headers
 }
 
-func (wr *writer) insertRows(ctx context.Context, tx pgx.Tx, table string, rs []Row) error {
+// insertRows inserts rs by one INSERT … SELECT FROM unnest; a row the partitions choose for (occurredAt)
+// gets an occurred_at in that partition's range, the others now().
+func (wr *writer) insertRows(ctx context.Context, tx pgx.Tx, table string, rs []check.Row) error {
 	cols := make([][]string, 5)
 	var versions []int64
-	for _, r := range rs {
+	var at []*time.Time
+	for k, r := range rs {
 		id, agg, ev, pl, hd := wr.values(r)
 		for i, v := range []string{id, agg, ev, pl, hd} {
 			cols[i] = append(cols[i], v)
 		}
 		versions = append(versions, r.Version)
+		g, t := wr.occurredAt()
+		rs[k].Partition = g + 1
+		at = append(at, t)
 	}
-	_, err := tx.Exec(ctx, `INSERT INTO `+table+` (id, aggregate_type, aggregate_id, aggregate_version, event_type, payload, headers)
-		SELECT i::uuid, 'order', a, v, e, p::jsonb, h::jsonb FROM unnest($1::text[], $2::text[], $3::bigint[], $4::text[], $5::text[], $6::text[])
-		AS u(i, a, v, e, p, h)`, cols[0], cols[1], versions, cols[2], cols[3], cols[4])
+	_, err := tx.Exec(ctx, `INSERT INTO `+table+` (id, aggregate_type, aggregate_id, aggregate_version, event_type, payload, headers, occurred_at)
+		SELECT i::uuid, 'order', a, v, e, p::jsonb, h::jsonb, coalesce(o, now())
+		FROM unnest($1::text[], $2::text[], $3::bigint[], $4::text[], $5::text[], $6::text[], $7::timestamptz[]) AS u(i, a, v, e, p, h, o)`,
+		cols[0], cols[1], versions, cols[2], cols[3], cols[4], at)
 	return err
 }
 
-func (wr *writer) copyRows(ctx context.Context, tx pgx.Tx, table string, rs []Row) error {
+func (wr *writer) copyRows(ctx context.Context, tx pgx.Tx, table string, rs []check.Row) error {
 	src := make([][]any, len(rs))
 	for i, r := range rs {
 		id, agg, ev, pl, hd := wr.values(r)

@@ -5,5 +5,7 @@
 // standby that synchronizes failover slots (Pair, Promote), and the pinned binaries of any supported major
 // version (PostgresBin, which runs fetch-postgres.sh); for the few tests that need a broker-wide RabbitMQ
 // setting, SetMemoryHighWatermark, which restores the value it found, and BrokerSettings to check that
-// something left them alone. A missing server fails the test; nothing here ever skips.
+// something left them alone; and a RabbitMQ node of a test's own (StartRabbitMQNode: own name, ports and
+// directories, beside the shared broker), which a test may restart or give a memory alarm. A missing server
+// fails the test; nothing here ever skips.
 package testenv

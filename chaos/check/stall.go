@@ -1,4 +1,4 @@
-package chaos
+package check
 
 import (
 	"fmt"
@@ -19,7 +19,7 @@ func checkStall(h *History, l Limits) []Violation {
 	type pend struct{ committed, delivered time.Time }
 	var ps []pend
 	for _, r := range h.Rows {
-		if quar[r.ID] || unpublishable(h, r) {
+		if quar[r.ID] || r.Forged || Unpublishable(h, r) {
 			continue
 		}
 		p := pend{committed: r.Committed, delivered: h.End}

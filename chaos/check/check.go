@@ -1,10 +1,12 @@
-package chaos
+package check
 
 import (
 	"fmt"
 	"sort"
 	"strings"
 	"time"
+
+	"github.com/cdc-router/cdc-router/chaos/gen"
 )
 
 // Violation is one invariant that did not hold, with what a reader needs to see why.
@@ -39,6 +41,9 @@ var invariants = []invariant{
 	{"no-restart-loop", checkExits},
 	{"reset-without-force-refused", checkReset},
 	{"logs-carry-no-payload", checkLogs},
+	{"unauthenticated-never-published", checkForged},
+	{"broker-outage-bounded", checkBrokerOutages},
+	{"replayed-is-published", checkReplays},
 }
 
 // Check judges h by every invariant.
@@ -77,6 +82,8 @@ func checkComplete(h *History, _ Limits) []Violation {
 		_, delivered := first[r.ID]
 		reason, quarantined := quar[r.ID]
 		switch {
+		case r.Forged:
+			// checkForged's: never published, quarantined as an unauthenticated emitted message.
 		case r.Refused && quarantined && strings.TrimSpace(reason) == "":
 			vs = append(vs, Violation{Detail: fmt.Sprintf("row %s was quarantined without a reason", r.ID)})
 		case r.Refused && quarantined:
@@ -85,6 +92,8 @@ func checkComplete(h *History, _ Limits) []Violation {
 		case r.Refused:
 			vs = append(vs, Violation{Detail: fmt.Sprintf("row %s (%s v%d), which the full queue refuses, was not quarantined "+
 				"(delivered to the consumer: %v)", r.ID, r.Aggregate, r.Version, delivered), Aggregate: r.Aggregate})
+		case r.Poison && delivered && replayedOnly(h, r.ID):
+			// Fixed in place and replayed from the quarantine by the operator (CmdReplay).
 		case r.Poison && delivered:
 			vs = append(vs, Violation{Detail: fmt.Sprintf("row %s (%s v%d), which the router must refuse, was published", r.ID, r.Aggregate, r.Version), Aggregate: r.Aggregate})
 		case r.Poison && quarantined && strings.TrimSpace(reason) == "":
@@ -93,8 +102,9 @@ func checkComplete(h *History, _ Limits) []Violation {
 		case !r.Poison && quarantined && !delivered:
 			vs = append(vs, Violation{Detail: fmt.Sprintf("valid row %s (%s v%d) was quarantined: %s", r.ID, r.Aggregate, r.Version, reason), Aggregate: r.Aggregate})
 		case delivered:
-		case r.Deleted && slotless(h, r.Committed):
-			// Deleted in its own transaction while no slot existed: nothing could ever have read it.
+		case (r.Deleted || r.Emitted) && slotless(h, r.Committed):
+			// Deleted in its own transaction, or emitted (in the WAL only), while no slot existed: nothing
+			// could ever have read it.
 		case r.Deleted && inAnnouncedGap(h, r.Committed):
 			// Deleted in its own transaction while its table was out of the publication: never decoded, and
 			// not in the table for the gap's backfill; the router named the gap (docs/operations.md).
@@ -132,12 +142,12 @@ func missing(h *History, r Row) Violation {
 // between a reset that succeeded and router 0's next start of streaming.
 func slotless(h *History, t time.Time) bool {
 	for i := range h.Setup.Routers() {
-		if !streamedBefore(h, i, t) {
+		if !StreamedBefore(h, i, t) {
 			return true
 		}
 	}
 	for _, e := range h.Events {
-		if e.Kind == CmdResetIdle && strings.Contains(e.Note, "exit 0") && !t.Before(e.From) && !streamedBetween(h, 0, e.To, t) {
+		if e.Kind == gen.CmdResetIdle && strings.Contains(e.Note, "exit 0") && !t.Before(e.From) && !streamedBetween(h, 0, e.To, t) {
 			return true
 		}
 	}
@@ -150,7 +160,7 @@ func slotless(h *History, t time.Time) bool {
 // the router's ERROR naming the window.
 func inAnnouncedGap(h *History, t time.Time) bool {
 	for _, e := range h.Events {
-		if e.Kind != FaultPubGap || t.Before(e.From) || t.After(e.To.Add(200*time.Millisecond)) {
+		if e.Kind != gen.FaultPubGap || t.Before(e.From) || t.After(e.To.Add(200*time.Millisecond)) {
 			continue
 		}
 		for _, l := range h.Logs {
@@ -162,10 +172,11 @@ func inAnnouncedGap(h *History, t time.Time) bool {
 	return false
 }
 
-// unpublishable reports whether r is a row no router can ever publish: deleted by its own transaction while
-// no slot existed, or inside an announced publication gap.
-func unpublishable(h *History, r Row) bool {
-	return r.Deleted && (slotless(h, r.Committed) || inAnnouncedGap(h, r.Committed))
+// Unpublishable reports whether r is a row no router can ever publish: deleted by its own transaction or
+// emitted while no slot existed, or deleted by its own transaction inside an announced publication gap
+// (emitted events do not depend on the publication).
+func Unpublishable(h *History, r Row) bool {
+	return (r.Deleted || r.Emitted) && slotless(h, r.Committed) || r.Deleted && inAnnouncedGap(h, r.Committed)
 }
 
 // compress keeps the first n violations and counts the rest in one more.
@@ -182,7 +193,7 @@ func compress(vs []Violation, n int) []Violation {
 func backfillFrom(h *History) time.Time {
 	var t time.Time
 	for _, e := range h.Events {
-		if (e.Kind == CmdBackfill || e.Kind == CmdGapBackfill) && (t.IsZero() || e.From.Before(t)) {
+		if (e.Kind == gen.CmdBackfill || e.Kind == gen.CmdGapBackfill) && (t.IsZero() || e.From.Before(t)) {
 			t = e.From
 		}
 	}
@@ -202,8 +213,8 @@ func checkOrder(h *History, _ Limits) []Violation {
 	last := map[string]int64{}
 	bad := map[string]bool{}
 	for _, d := range h.Deliv {
-		if d.Backfill && !bf.IsZero() && !d.At.Before(bf) {
-			continue // a backfill's copies go out beside the stream, in no order to it
+		if d.Backfill && !bf.IsZero() && !d.At.Before(bf) || d.Replayed {
+			continue // a backfill's copies and a replay go out beside the stream, in no order to it
 		}
 		if seen[d.MessageID] {
 			continue

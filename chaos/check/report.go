@@ -1,39 +1,13 @@
-package chaos
+package check
 
 import (
 	"fmt"
 	"sort"
 	"strings"
 	"time"
+
+	"github.com/cdc-router/cdc-router/chaos/gen"
 )
-
-// Describe is the plan as a run prints it at its start: the setup, the operations per kind, the faults.
-func (p Plan) Describe() string {
-	var b strings.Builder
-	fmt.Fprintf(&b, "setup: %s\n", p.Setup)
-	ops := map[Kind]int{}
-	rows := 0
-	for _, w := range p.Ops {
-		for _, op := range w {
-			ops[op.Kind]++
-			rows += max(op.N, 1)
-		}
-	}
-	fmt.Fprintf(&b, "operations: %s (about %d rows)\nfaults:\n", counts(ops), rows)
-	for _, f := range p.Faults {
-		fmt.Fprintf(&b, "  %s\n", f)
-	}
-	return b.String()
-}
-
-func counts[K ~string](m map[K]int) string {
-	var parts []string
-	for k, n := range m {
-		parts = append(parts, fmt.Sprintf("%s=%d", k, n))
-	}
-	sort.Strings(parts)
-	return strings.Join(parts, " ")
-}
 
 // Coverage is what a run exercised: features of its setup, operations that committed, faults and
 // commands applied, and what the routers did on their own.
@@ -53,6 +27,25 @@ func Coverage(h *History) map[string]int {
 	if s.FullQueue {
 		c["feature:full-queue"] = 1
 	}
+	if s.Emit {
+		c["feature:emit"] = 1
+	}
+	if s.OwnBroker {
+		c["feature:own-broker"] = 1
+	}
+	if s.Partitioned {
+		c["feature:partitioned"] = 1
+	}
+	for _, r := range h.Rows {
+		if r.Partition > 0 {
+			c["seen:rows-in-own-partitions"]++
+		}
+	}
+	for _, l := range h.Logs {
+		if l.Router >= 0 && strings.Contains(l.Text, "RabbitMQ blocked the connection") {
+			c["seen:broker-blocked"]++
+		}
+	}
 	txns := map[string]bool{}
 	for _, r := range h.Rows {
 		key := fmt.Sprintf("%s/%d/%s", r.Op, r.Txn, r.Aggregate[:strings.IndexByte(r.Aggregate, '-')])
@@ -62,14 +55,35 @@ func Coverage(h *History) map[string]int {
 		}
 	}
 	for _, e := range h.Events {
+		if e.Kind == KindIntruderEmit {
+			c["op:"+string(e.Kind)]++ // an operation of the intruder role, not a fault
+			continue
+		}
 		c["fault:"+string(e.Kind)]++
 	}
 	for _, d := range h.Deliv {
 		if d.Backfill {
 			c["seen:backfill-copies"]++
 		}
+		if d.Replayed {
+			c["seen:replayed-delivered"]++
+		}
 	}
 	c["seen:quarantined"] += len(h.Quar)
+	delivered := map[string]bool{}
+	for _, d := range h.Deliv {
+		delivered[d.MessageID] = true
+	}
+	for _, r := range h.Rows {
+		if r.Emitted && delivered[r.ID] {
+			c["seen:emitted-delivered"]++
+		}
+	}
+	for _, q := range h.Quar {
+		if strings.Contains(q.Reason, unauthenticated) {
+			c["seen:unauthenticated-quarantined"]++
+		}
+	}
 	quar := map[string]string{}
 	for _, q := range h.Quar {
 		quar[q.EventID] = q.Reason
@@ -91,11 +105,11 @@ func Applied(h *History) string {
 	for _, e := range events {
 		who := ""
 		switch e.Kind {
-		case FaultKill, FaultTerm, CmdResetLive, KindRouterExit:
+		case gen.FaultKill, gen.FaultTerm, gen.CmdResetLive, KindRouterExit:
 			who = fmt.Sprintf(" router=%d", e.Router)
 		}
 		fmt.Fprintf(&b, "  +%6.2fs..+%6.2fs %s%s %s\n", e.From.Sub(h.Start).Seconds(), e.To.Sub(h.Start).Seconds(),
-			e.Kind, who, trim(e.Note, 300))
+			e.Kind, who, Trim(e.Note, 300))
 	}
 	return b.String()
 }
@@ -140,7 +154,7 @@ func Shorten(h *History, vs []Violation) string {
 	for _, l := range h.Logs {
 		// A quarantined row is expected (the poison rows); the warnings that matter are the others.
 		if (l.Level == "WARN" || l.Level == "ERROR") && !strings.Contains(l.Text, `msg="row quarantined"`) {
-			warn = append(warn, fmt.Sprintf("  router %d +%.2fs %s", l.Router, l.At.Sub(h.Start).Seconds(), trim(l.Text, 400)))
+			warn = append(warn, fmt.Sprintf("  router %d +%.2fs %s", l.Router, l.At.Sub(h.Start).Seconds(), Trim(l.Text, 400)))
 		}
 	}
 	if len(warn) > 15 {

@@ -1,14 +1,15 @@
-package chaos
+package check
 
 import (
 	"time"
 
+	"github.com/cdc-router/cdc-router/chaos/gen"
 	"github.com/cdc-router/cdc-router/internal/cdc"
 )
 
 // History is everything one run recorded, the only input of the checker.
 type History struct {
-	Setup  Setup
+	Setup  gen.Setup
 	Start  time.Time // the schedule's time zero
 	End    time.Time // when recording stopped
 	Rows   []Row     // every row that committed: the tables' final content and the rows deleted in a transaction that committed
@@ -33,10 +34,13 @@ type Row struct {
 	Poison    bool      // written so that the router must quarantine it
 	Refused   bool      // routed to the full queue: the broker nacks it, the router must quarantine it
 	Deleted   bool      // deleted by its own transaction: only the slot ever had it
+	Emitted   bool      // emitted through cdc_router.emit by a writer (a role with EXECUTE): no table has it, the slot only
+	Forged    bool      // a message with the prefix from a role without EXECUTE on emit: must never be published
+	Partition int       // with Setup.Partitioned: 1+g when written to the harness's partition g, 0 otherwise
 	Committed time.Time // when the writer saw its commit (the attempt, when the commit's outcome was unknown)
 	LSNAfter  cdc.LSN   // pg_current_wal_lsn() read after the commit: at or past the commit's end
 	Txn       int       // the writer's transaction number, for the shortened history
-	Op        Kind      // the operation that wrote it
+	Op        gen.Kind  // the operation that wrote it
 	Unknown   bool      // the commit's outcome was unknown to the writer (found in the table afterwards)
 }
 
@@ -49,25 +53,33 @@ type Delivery struct {
 	Backfill    bool   // header x-backfill: a snapshot or backfill copy
 	CommitLSN   string // header commit_lsn: for a copy, the position its snapshot or backfill read at (one per run)
 	Redelivered bool
+	Replayed    bool // header x-replayed: published by cdc-router quarantine replay
 }
 
 // Quarantined is one row of the quarantine table.
 type Quarantined struct {
+	ID      int64
 	EventID string
 	Reason  string
+	Handled string // handled_how: "replayed", "discarded" or "" (open)
 }
 
 // Event is a fault or operator command the runner applied (From..To), or something a router did on its
 // own (Kind "router-exit").
 type Event struct {
 	From, To time.Time
-	Kind     Kind
+	Kind     gen.Kind
 	Router   int
-	Note     string // the outcome: exit code, the command's output's last line
+	Note     string   // the outcome: exit code, the command's output's last line
+	IDs      []string // the events a command acted on: for a replay, the rows it fixed (they must arrive replayed)
 }
 
+// KindIntruderEmit is a call of cdc_router.emit by a role without EXECUTE on it; Note says its outcome,
+// "refused: …" when PostgreSQL denied it.
+const KindIntruderEmit gen.Kind = "intruder-emit"
+
 // KindRouterExit marks a router process that exited without being told to.
-const KindRouterExit Kind = "router-exit"
+const KindRouterExit gen.Kind = "router-exit"
 
 // Sample is one /readyz answer of one router (Code 0: no answer).
 type Sample struct {

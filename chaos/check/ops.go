@@ -1,8 +1,10 @@
-package chaos
+package check
 
 import (
 	"fmt"
 	"strings"
+
+	"github.com/cdc-router/cdc-router/chaos/gen"
 )
 
 func checkExits(h *History, l Limits) []Violation {
@@ -29,7 +31,7 @@ func gapRefusal(note string) bool { return strings.Contains(note, "may have been
 func checkReset(h *History, _ Limits) []Violation {
 	var vs []Violation
 	for _, e := range h.Events {
-		if e.Kind == CmdResetLive && strings.HasPrefix(e.Note, "exit 0") {
+		if e.Kind == gen.CmdResetLive && strings.HasPrefix(e.Note, "exit 0") {
 			vs = append(vs, Violation{Detail: fmt.Sprintf("reset without --force at +%.2fs succeeded while router %d was ready: %s",
 				e.From.Sub(h.Start).Seconds(), e.Router, e.Note), At: e.From})
 		}
@@ -41,7 +43,7 @@ func checkLogs(h *History, l Limits) []Violation {
 	var vs []Violation
 	for _, ln := range h.Logs {
 		if l.PayloadToken != "" && strings.Contains(ln.Text, l.PayloadToken) {
-			vs = append(vs, Violation{Detail: "a log line carries a payload: " + trim(ln.Text, 200), At: ln.At})
+			vs = append(vs, Violation{Detail: "a log line carries a payload: " + Trim(ln.Text, 200), At: ln.At})
 		}
 		if strings.Contains(ln.Text, "WARNING: DATA RACE") {
 			vs = append(vs, Violation{Detail: "a router reported a data race", At: ln.At})
@@ -50,7 +52,8 @@ func checkLogs(h *History, l Limits) []Violation {
 	return compress(vs, 3)
 }
 
-func trim(s string, n int) string {
+// Trim shortens s to n bytes and marks the cut.
+func Trim(s string, n int) string {
 	if len(s) > n {
 		return s[:n] + "…"
 	}

@@ -1,4 +1,4 @@
-package chaos
+package gen
 
 import (
 	"fmt"
@@ -24,6 +24,18 @@ type Setup struct {
 	// reject-publish and one message in it: the broker nacks every event routed there (OpRefused), and
 	// the routers (--refusal-retry 2s) must quarantine it with the broker's reason.
 	FullQueue bool
+	// Emit sets emitted events up (migrate --emit-function --emit-role <db>_writer, run --message-prefix;
+	// never with shards, which refuse --message-prefix): the writers connect as that role, OpEmit
+	// transactions emit events through cdc_router.emit beside outbox rows, and OpForged ones, from a role
+	// without EXECUTE on emit, write messages with the prefix that no key signed and try emit itself.
+	Emit bool
+	// OwnBroker runs the world on a RabbitMQ node the harness starts itself (never the shared broker),
+	// so that FaultBrokerRestart and FaultMemAlarm may act on the whole broker.
+	OwnBroker bool
+	// Partitioned makes public.outbox partitioned (migrate --partitioned; one table, no shards): the
+	// writers put some rows into partitions the harness attaches for ranges of their own, and
+	// FaultPartAttach, FaultPartDetach and FaultPartDrop change them during the run.
+	Partitioned bool
 }
 
 // Routers is how many router processes the setup runs.
@@ -33,6 +45,15 @@ func (s Setup) String() string {
 	full := ""
 	if s.FullQueue {
 		full = " full_queue=true"
+	}
+	if s.Emit {
+		full += " emit=true"
+	}
+	if s.OwnBroker {
+		full += " own_broker=true"
+	}
+	if s.Partitioned {
+		full += " partitioned=true"
 	}
 	return fmt.Sprintf("seed=%d tables=%s shards=%d queue=%s unroutable=%s lanes=%d window=%d snapshot_rows=%d writers=%d duration=%v%s",
 		s.Seed, strings.Join(s.Tables, ","), s.Shards, s.QueueType, s.UnroutableType, s.Lanes, s.Window,
@@ -53,6 +74,8 @@ const (
 	OpDelete  Kind = "insert-delete" // N rows inserted and deleted in the same transaction (the slot is their only copy)
 	OpHuge    Kind = "huge"          // one aggregate, tens of thousands of rows, in one transaction (known broken under cuts)
 	OpRefused Kind = "refused"       // a row routed to the full queue (Setup.FullQueue) among good ones: the broker nacks it
+	OpEmit    Kind = "emit"          // N events, each emitted through cdc_router.emit or inserted as a row, in one transaction (Setup.Emit)
+	OpForged  Kind = "forged"        // N messages with the prefix from a role without EXECUTE on emit: unsigned, a forged MAC, or a call of emit (Setup.Emit)
 )
 
 // Faults and operator commands.
@@ -71,6 +94,15 @@ const (
 	FaultPubGap    Kind = "publication-gap" // drop the table from the publication and add it back within Dur
 	CmdGapBackfill Kind = "gap-backfill"    // the backfill a router's publication-gap ERROR names, run as the operator would
 	FaultPGHole    Kind = "pg-blackhole"    // forward nothing to or from PostgreSQL for Dur (30 s), past wal_sender_timeout
+	// On the harness's own RabbitMQ node only (Setup.OwnBroker):
+	FaultBrokerRestart Kind = "broker-restart"    // rabbitmqctl stop_app, start_app after Dur: every connection closes
+	FaultMemAlarm      Kind = "memory-alarm"      // vm_memory_high_watermark 0 for Dur: the broker blocks every publisher
+	FaultColumn        Kind = "column-change"     // a change the router must not notice (docs/operations.md, schema changes): an extra column added, its nullability changed, dropped
+	CmdReplay          Kind = "quarantine-replay" // fix the open records' rows in place (headers), then cdc-router quarantine replay them all
+	// With Setup.Partitioned:
+	FaultPartAttach Kind = "partition-attach" // create a partition for a new range and attach it: the writers' rows go there
+	FaultPartDetach Kind = "partition-detach" // detach the oldest attached partition of the harness's (the table stays)
+	FaultPartDrop   Kind = "partition-drop"   // drop the oldest partition of the harness's, attached or detached: its rows go with it
 )
 
 // knownBroken are the kinds that find an open finding on today's main, or whose operator flow the harness
@@ -80,7 +112,14 @@ const (
 // (11), publication-gap (1: the runner runs the backfill the router names, operator.go) and
 // snapshot-resume-deleted (a resumed initial snapshot leaves the rows its slot's snapshot did not see to the
 // stream, snapshot.Config.SeenBy); their original seeds are fixed cases (fixedCases in chaos_test.go).
-var knownBroken = map[Kind]string{}
+var knownBroken = map[Kind]string{
+	LongMemAlarm: "a memory alarm longer than the stall bound is a silent stall: /readyz answers 200 throughout " +
+		"(the router logs `RabbitMQ blocked the connection` and sets cdc_router_broker_blocked, but nothing makes it " +
+		"unready), seed 165",
+}
+
+// LongMemAlarm lets memory alarms last up to 30 s, past the checker's 20 s stall bound (knownBroken).
+const LongMemAlarm Kind = "long-memory-alarm"
 
 // Step is one operation or fault at offset At from the start of the schedule.
 type Step struct {
@@ -97,7 +136,10 @@ type Step struct {
 func (s Step) String() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "+%6.2fs %s", s.At.Seconds(), s.Kind)
-	if s.N > 0 {
+	switch {
+	case s.Kind == FaultColumn:
+		fmt.Fprintf(&b, " change=%d", s.N)
+	case s.N > 0:
 		fmt.Fprintf(&b, " rows=%d", s.N)
 	}
 	switch s.Kind {
@@ -172,6 +214,11 @@ func Generate(seed int64, o Options) Plan {
 	}
 	p.Faults = genFaults(r, s, o)
 	addRefusals(&p, seed)
+	addEmits(&p, seed)
+	addBrokerFaults(&p, seed, o)
+	addPartitions(&p, seed)
+	addReplays(&p, seed)
+	addColumnChanges(&p, seed)
 	for _, f := range p.Faults {
 		if f.Kind == FaultPubGap {
 			p.PublicationCheck = 2 * time.Second
@@ -214,6 +261,101 @@ func addRefusals(p *Plan, seed int64) {
 			}
 		}
 	}
+}
+
+// addEmits gives half of the seeds without shards emitted events: about one single-row transaction in 15
+// becomes OpEmit (1–6 events, some emitted, some rows), and writer 0 gets 2–5 OpForged steps. Like
+// addRefusals it draws from a generator of its own.
+func addEmits(p *Plan, seed int64) {
+	r := rand.New(rand.NewPCG(uint64(seed), 0xe417))
+	if p.Setup.Shards > 0 || r.IntN(2) != 0 {
+		return
+	}
+	p.Setup.Emit = true
+	for w := range p.Ops {
+		for i := range p.Ops[w] {
+			if op := &p.Ops[w][i]; op.Kind == OpSingle && r.IntN(15) == 0 {
+				op.Kind, op.N = OpEmit, 1+r.IntN(6)
+			}
+		}
+	}
+	for range 2 + r.IntN(4) {
+		p.Ops[0] = append(p.Ops[0], Step{At: time.Duration(r.Int64N(int64(p.Setup.Duration * 4 / 5))), Kind: OpForged, N: 1 + r.IntN(3)})
+	}
+	sort.SliceStable(p.Ops[0], func(i, j int) bool { return p.Ops[0][i].At < p.Ops[0][j].At })
+}
+
+// addBrokerFaults moves a quarter of the seeds to a broker node of the harness's own and gives them one
+// or two broker restarts (1–6 s down) or memory alarms (2–12 s; up to 30 s, longer than the checker's
+// stall bound, only with LongMemAlarm). Like addRefusals it draws from a generator of its own.
+func addBrokerFaults(p *Plan, seed int64, o Options) {
+	r := rand.New(rand.NewPCG(uint64(seed), 0xb40c))
+	if r.IntN(4) != 0 {
+		return
+	}
+	p.Setup.OwnBroker = true
+	for range 1 + r.IntN(2) {
+		f := Step{At: time.Duration(r.Int64N(int64(p.Setup.Duration * 3 / 5))), Kind: pick(r, FaultBrokerRestart, FaultMemAlarm)}
+		if f.Kind == FaultBrokerRestart {
+			f.Dur = time.Duration(1000+r.IntN(5000)) * time.Millisecond
+		} else {
+			f.Dur = time.Duration(2000+r.IntN(28000)) * time.Millisecond
+			if f.Dur > 12*time.Second && !o.allowed(LongMemAlarm) {
+				f.Dur = 2*time.Second + f.Dur%(10*time.Second)
+			}
+		}
+		p.Faults = append(p.Faults, f)
+	}
+	sort.SliceStable(p.Faults, func(i, j int) bool { return p.Faults[i].At < p.Faults[j].At })
+}
+
+// addPartitions makes a third of the seeds with one table and no shards partitioned, with two to four
+// partition changes in the first four fifths (and a PostgreSQL cut instead of a publication gap). Like addRefusals it draws from a generator of its own.
+func addPartitions(p *Plan, seed int64) {
+	r := rand.New(rand.NewPCG(uint64(seed), 0x9a47))
+	if len(p.Setup.Tables) > 1 || p.Setup.Shards > 0 || r.IntN(3) != 0 {
+		return
+	}
+	p.Setup.Partitioned = true
+	for i, f := range p.Faults {
+		// A gap's backfill reads the window by occurred_at, which the rows written to the harness's
+		// partitions set far from now() (docs/operations.md#publication-gaps: not covered).
+		if f.Kind == FaultPubGap {
+			p.Faults[i].Kind, p.Faults[i].Dur = FaultPGCut, 0
+		}
+	}
+	for range 2 + r.IntN(3) {
+		p.Faults = append(p.Faults, Step{At: time.Duration(r.Int64N(int64(p.Setup.Duration * 4 / 5))),
+			Kind: pick(r, FaultPartAttach, FaultPartDetach, FaultPartDrop)})
+	}
+	sort.SliceStable(p.Faults, func(i, j int) bool { return p.Faults[i].At < p.Faults[j].At })
+}
+
+// addReplays gives half of the seeds one or two quarantine replays at random moments between two and four
+// fifths of the duration. Like addRefusals it draws from a generator of its own.
+func addReplays(p *Plan, seed int64) {
+	r := rand.New(rand.NewPCG(uint64(seed), 0x4e91))
+	if r.IntN(2) != 0 {
+		return
+	}
+	for range 1 + r.IntN(2) {
+		// After two fifths, so that there are records to replay.
+		p.Faults = append(p.Faults, Step{At: p.Setup.Duration*2/5 + time.Duration(r.Int64N(int64(p.Setup.Duration*2/5))), Kind: CmdReplay})
+	}
+	sort.SliceStable(p.Faults, func(i, j int) bool { return p.Faults[i].At < p.Faults[j].At })
+}
+
+// addColumnChanges gives a third of the seeds two to four column changes of public.outbox in the first four
+// fifths. Like addRefusals it draws from a generator of its own.
+func addColumnChanges(p *Plan, seed int64) {
+	r := rand.New(rand.NewPCG(uint64(seed), 0xc01c))
+	if r.IntN(3) != 0 {
+		return
+	}
+	for range 2 + r.IntN(3) {
+		p.Faults = append(p.Faults, Step{At: time.Duration(r.Int64N(int64(p.Setup.Duration * 4 / 5))), Kind: FaultColumn, N: r.IntN(4)})
+	}
+	sort.SliceStable(p.Faults, func(i, j int) bool { return p.Faults[i].At < p.Faults[j].At })
 }
 
 func pick[T any](r *rand.Rand, xs ...T) T { return xs[r.IntN(len(xs))] }
@@ -282,4 +424,33 @@ func genFaults(r *rand.Rand, s Setup, o Options) []Step {
 	}
 	sort.SliceStable(fs, func(i, j int) bool { return fs[i].At < fs[j].At })
 	return fs
+}
+
+// Describe is the plan as a run prints it at its start: the setup, the operations per kind, the faults.
+func (p Plan) Describe() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "setup: %s\n", p.Setup)
+	ops := map[Kind]int{}
+	rows := 0
+	for _, w := range p.Ops {
+		for _, op := range w {
+			ops[op.Kind]++
+			rows += max(op.N, 1)
+		}
+	}
+	fmt.Fprintf(&b, "operations: %s (about %d rows)\nfaults:\n", Counts(ops), rows)
+	for _, f := range p.Faults {
+		fmt.Fprintf(&b, "  %s\n", f)
+	}
+	return b.String()
+}
+
+// Counts is m as "k=n ..." in key order.
+func Counts[K ~string](m map[K]int) string {
+	var parts []string
+	for k, n := range m {
+		parts = append(parts, fmt.Sprintf("%s=%d", k, n))
+	}
+	sort.Strings(parts)
+	return strings.Join(parts, " ")
 }

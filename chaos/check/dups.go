@@ -1,10 +1,12 @@
-package chaos
+package check
 
 import (
 	"fmt"
 	"sort"
 	"strings"
 	"time"
+
+	"github.com/cdc-router/cdc-router/chaos/gen"
 )
 
 // replays reports whether an event of kind k may publish again what was published before it, and how many
@@ -14,23 +16,23 @@ import (
 func replays(h *History, e Event, committedBefore int) (bool, int) {
 	stream := h.WindowRows + 2*h.MaxTxnRows + 200
 	switch e.Kind {
-	case FaultTerm:
+	case gen.FaultTerm:
 		// A SIGTERM during the initial snapshot publishes the page being read again (docs/snapshots.md).
-		if h.Setup.SnapshotRows > 0 && !streamedBefore(h, e.Router, e.From) {
+		if h.Setup.SnapshotRows > 0 && !StreamedBefore(h, e.Router, e.From) {
 			return true, h.Setup.SnapshotRows
 		}
 		return false, 0
-	case CmdResetLive:
+	case gen.CmdResetLive:
 		return false, 0
-	case CmdBackfill, CmdGapBackfill, FaultPGCrash, FaultPGFast:
+	case gen.CmdBackfill, gen.CmdGapBackfill, gen.FaultPGCrash, gen.FaultPGFast:
 		// A backfill copies every row; after a crash the slot goes back to its last checkpoint.
 		return true, committedBefore + stream
 	}
 	return true, stream + h.Setup.SnapshotRows
 }
 
-// streamedBefore reports whether router logged that it streams (its initial snapshot done) before t.
-func streamedBefore(h *History, router int, t time.Time) bool {
+// StreamedBefore reports whether router logged that it streams (its initial snapshot done) before t.
+func StreamedBefore(h *History, router int, t time.Time) bool {
 	for _, l := range h.Logs {
 		if l.Router == router && l.At.Before(t) && strings.Contains(l.Text, "msg=streaming") {
 			return true

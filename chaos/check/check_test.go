@@ -1,11 +1,11 @@
-package chaos
+package check
 
 import (
-	"reflect"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/cdc-router/cdc-router/chaos/gen"
 	"github.com/cdc-router/cdc-router/internal/cdc"
 )
 
@@ -18,7 +18,7 @@ func at(s float64) time.Time { return t0.Add(time.Duration(s * float64(time.Seco
 
 // clean is a history of three rows of one aggregate, each delivered once, in order.
 func clean() *History {
-	h := &History{Setup: Setup{Lanes: 1, Window: 8}, Start: t0, End: at(10), WindowRows: 8, MaxTxnRows: 1,
+	h := &History{Setup: gen.Setup{Lanes: 1, Window: 8}, Start: t0, End: at(10), WindowRows: 8, MaxTxnRows: 1,
 		Acked: map[string]cdc.LSN{"s": 100}}
 	for i, id := range []string{"a", "b", "c"} {
 		h.Rows = append(h.Rows, Row{ID: id, Aggregate: "order/1", Version: int64(i + 1), Committed: at(float64(i)), LSNAfter: cdc.LSN(10 * (i + 1))})
@@ -67,7 +67,7 @@ func TestDeletedRowMustBePublishedOnceASlotExists(t *testing.T) {
 	}
 	h.Logs = append(h.Logs[:1], LogLine{At: at(3), Router: 0, Text: "level=INFO msg=streaming slot=s"})
 	h.Logs[0].At = at(0.5)
-	h.Events = []Event{{From: at(1.5), To: at(1.8), Kind: CmdResetIdle, Note: "exit 0: reset: slot s dropped"}}
+	h.Events = []Event{{From: at(1.5), To: at(1.8), Kind: gen.CmdResetIdle, Note: "exit 0: reset: slot s dropped"}}
 	if vs := Check(h, limits); len(vs) != 0 {
 		t.Fatalf("a row deleted while reset had dropped the slot: %v", vs)
 	}
@@ -104,7 +104,7 @@ func TestFirstDeliveriesOutOfOrder(t *testing.T) {
 	broken(t, h, "order-per-aggregate", "version 2 first delivered")
 	// A redelivery of an old version, and a backfill's copy, break no order.
 	h = clean()
-	h.Events = []Event{{From: at(3), To: at(3), Kind: FaultKill}, {From: at(4), To: at(5), Kind: CmdBackfill}}
+	h.Events = []Event{{From: at(3), To: at(3), Kind: gen.FaultKill}, {From: at(4), To: at(5), Kind: gen.CmdBackfill}}
 	h.Deliv = append(h.Deliv, Delivery{At: at(3.5), MessageID: "a", Aggregate: "order/1", Version: 1},
 		Delivery{At: at(4.5), MessageID: "b", Aggregate: "order/1", Version: 2, Backfill: true})
 	if vs := Check(h, limits); len(vs) != 0 {
@@ -135,14 +135,14 @@ func TestDuplicatesNeedACauseAndABound(t *testing.T) {
 	h := clean()
 	h.Deliv = append(h.Deliv, Delivery{At: at(4), MessageID: "a", Aggregate: "order/1", Version: 1})
 	broken(t, h, "duplicates-explained-and-bounded", "no fault or backfill before it")
-	h.Events = []Event{{From: at(3), To: at(3), Kind: FaultTerm}} // a graceful stop replays nothing
+	h.Events = []Event{{From: at(3), To: at(3), Kind: gen.FaultTerm}} // a graceful stop replays nothing
 	broken(t, h, "duplicates-explained-and-bounded", "no fault or backfill before it")
 	// Events are recorded when they end: a backfill that began first is listed last.
-	h.Events = []Event{{From: at(5), To: at(6), Kind: FaultAMQPPause}, {From: at(3), To: at(9), Kind: CmdBackfill}}
+	h.Events = []Event{{From: at(5), To: at(6), Kind: gen.FaultAMQPPause}, {From: at(3), To: at(9), Kind: gen.CmdBackfill}}
 	if vs := Check(h, limits); len(vs) != 0 {
 		t.Fatalf("a duplicate during a backfill: %v", vs)
 	}
-	h.Events = []Event{{From: at(3), To: at(3), Kind: FaultAMQPCut}}
+	h.Events = []Event{{From: at(3), To: at(3), Kind: gen.FaultAMQPCut}}
 	if vs := Check(h, limits); len(vs) != 0 {
 		t.Fatalf("a duplicate after a cut: %v", vs)
 	}
@@ -164,7 +164,7 @@ func TestRestartLoopAndPayloadInLogs(t *testing.T) {
 
 func TestResetWithoutForceMustRefuse(t *testing.T) {
 	h := clean()
-	h.Events = []Event{{From: at(1), To: at(1), Kind: CmdResetLive, Note: "exit 1: a router of slot s is running"}}
+	h.Events = []Event{{From: at(1), To: at(1), Kind: gen.CmdResetLive, Note: "exit 1: a router of slot s is running"}}
 	if vs := Check(h, limits); len(vs) != 0 {
 		t.Fatalf("a refused reset: %v", vs)
 	}
@@ -172,69 +172,15 @@ func TestResetWithoutForceMustRefuse(t *testing.T) {
 	broken(t, h, "reset-without-force-refused", "succeeded while router 0 was ready")
 }
 
-func TestGenerateIsAFunctionOfTheSeed(t *testing.T) {
-	a, b := Generate(42, Options{}), Generate(42, Options{})
-	if !reflect.DeepEqual(a, b) {
-		t.Fatal("two plans of seed 42 differ")
-	}
-	if reflect.DeepEqual(a, Generate(43, Options{})) {
-		t.Fatal("seeds 42 and 43 gave the same plan")
-	}
-}
-
 // kindsIn is every kind 300 seeds generate with o, with the plan-level kinds.
-func kindsIn(o Options) map[Kind]bool {
-	seen := map[Kind]bool{}
-	for seed := int64(1); seed <= 300; seed++ {
-		p := Generate(seed, o)
-		for _, f := range p.Faults {
-			seen[f.Kind] = true
-		}
-		for _, w := range p.Ops {
-			for _, op := range w {
-				seen[op.Kind] = true
-			}
-		}
-		if len(p.Setup.Tables) > 1 && (p.Setup.SnapshotRows > 0 || !p.WaitForStreaming) {
-			seen["multitable-snapshot"] = true
-		}
-		if p.DeleteDuringSnapshot {
-			seen["snapshot-resume-deleted"] = true
-		}
-	}
-	return seen
-}
-
 // Every fixed kind is in the default mix; a kind put in knownBroken is generated only when asked for.
-func TestKnownBrokenKindsOnlyWhenAsked(t *testing.T) {
-	seen := kindsIn(Options{})
-	for _, k := range []Kind{FaultPubGap, OpHuge, CmdResetIdle, FaultPGHole, "multitable-snapshot", "snapshot-resume-deleted"} {
-		if !seen[k] {
-			t.Errorf("%s is not in the default mix", k)
-		}
-	}
-	for k := range knownBroken {
-		if seen[k] {
-			t.Errorf("%s generated without -chaos.known-broken", k)
-		}
-	}
-	defer delete(knownBroken, FaultPubGap)
-	knownBroken[FaultPubGap] = "gated for this test"
-	if kindsIn(Options{})[FaultPubGap] {
-		t.Errorf("%s generated while gated", FaultPubGap)
-	}
-	if !kindsIn(Options{KnownBroken: map[Kind]bool{"all": true}})[FaultPubGap] {
-		t.Errorf("%s never generated with -chaos.known-broken=all", FaultPubGap)
-	}
-}
-
 // A publication gap's rows arrive only with the backfill its router names, after the later versions the
 // stream sent meanwhile (docs/snapshots.md: a backfill is in version order within an aggregate, in no order
 // to the stream); a backfill run that sends an aggregate's versions out of order breaks the rule.
 func TestPublicationGapBackfillOrder(t *testing.T) {
 	h := clean()
 	h.Deliv = []Delivery{h.Deliv[0], h.Deliv[2]} // v2 was written during the gap: never streamed
-	h.Events = []Event{{From: at(4), To: at(5), Kind: CmdGapBackfill, Note: "exit 0"}}
+	h.Events = []Event{{From: at(4), To: at(5), Kind: gen.CmdGapBackfill, Note: "exit 0"}}
 	h.Deliv = append(h.Deliv,
 		Delivery{At: at(4.2), MessageID: "a", Aggregate: "order/1", Version: 1, Backfill: true, CommitLSN: "0/50"},
 		Delivery{At: at(4.3), MessageID: "b", Aggregate: "order/1", Version: 2, Backfill: true, CommitLSN: "0/50"},
@@ -252,27 +198,6 @@ func TestPublicationGapBackfillOrder(t *testing.T) {
 }
 
 // The operator's flow reads the backfill out of the router's log line as slog writes it.
-func TestGapBackfillsFromTheLog(t *testing.T) {
-	line := "time=2026-12-01T22:00:00Z level=ERROR msg=\"publication gap: the outbox table public.outbox may have been out " +
-		"of publication \\\"cdc_router_outbox\\\" (dropped from it and added back) between 2026-12-01 21:59:58Z and " +
-		"2026-12-01 22:00:00Z, so rows inserted then were never streamed and never will be: publish them with " +
-		"`cdc-router backfill --slot s1 --where \\\"occurred_at >= '2026-12-01 21:59:58Z' AND occurred_at < " +
-		"'2026-12-01 22:00:01Z'\\\"` (consumers drop the duplicates)\" publication=cdc_router_outbox"
-	logs := []LogLine{{Router: 0, Text: line}, {Router: 0, Text: line}, {Router: -1, Text: line}}
-	cmds := gapBackfills(logs)
-	if len(cmds) != 1 {
-		t.Fatalf("commands: %q", cmds)
-	}
-	args, ok := backfillArgs(cmds[0])
-	want := []string{"backfill", "--slot", "s1", "--where", "occurred_at >= '2026-12-01 21:59:58Z' AND occurred_at < '2026-12-01 22:00:01Z'"}
-	if !ok || !reflect.DeepEqual(args, want) {
-		t.Fatalf("args %q, want %q", args, want)
-	}
-	if _, ok := backfillArgs("cdc-router backfill --config <its file> --where \"x\""); ok {
-		t.Fatal("a placeholder was taken for an argument")
-	}
-}
-
 // A router that refuses to start behind a publication gap, naming its backfill, is held, not looping.
 func TestGapRefusalIsNoRestartLoop(t *testing.T) {
 	h := clean()
@@ -296,7 +221,7 @@ func TestDeletedRowInAPublicationGap(t *testing.T) {
 	h := clean()
 	h.Rows[2].Deleted = true
 	h.Deliv = h.Deliv[:2]
-	h.Events = []Event{{From: at(1.9), To: at(2.5), Kind: FaultPubGap}}
+	h.Events = []Event{{From: at(1.9), To: at(2.5), Kind: gen.FaultPubGap}}
 	h.Logs = []LogLine{{At: at(0), Router: 0, Level: "INFO", Text: "level=INFO msg=streaming"}}
 	broken(t, h, "published-or-quarantined", "LOST")
 	h.Logs = append(h.Logs, LogLine{At: at(4), Router: 0, Level: "ERROR", Text: `level=ERROR msg="publication gap: the outbox table …"`})

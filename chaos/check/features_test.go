@@ -1,0 +1,88 @@
+package check
+
+import (
+	"testing"
+
+	"github.com/cdc-router/cdc-router/chaos/gen"
+)
+
+// An emitted event is held to what a row is: delivered, or excused only when it was emitted while no slot
+// existed (it is in the WAL only).
+func TestEmittedEventMustBePublishedOnceASlotExists(t *testing.T) {
+	h := clean()
+	h.Rows[2].Emitted = true
+	h.Deliv = h.Deliv[:2]
+	h.Logs = []LogLine{{At: at(0.5), Router: 0, Text: "level=INFO msg=streaming slot=s"}}
+	broken(t, h, "published-or-quarantined", "LOST")
+	h.Logs[0].At = at(2.5)
+	if vs := Check(h, limits); len(vs) != 0 {
+		t.Fatalf("an event emitted before any slot: %v", vs)
+	}
+}
+
+// A message from a role without the right to emit is never published, at least one of them is quarantined
+// as unauthenticated, and that role's call of emit is refused.
+func TestForgedMessagesNeverPublished(t *testing.T) {
+	h := clean()
+	h.Logs = []LogLine{{At: at(0), Router: 0, Text: "level=INFO msg=streaming slot=s"}}
+	h.End = at(30)
+	h.Rows = append(h.Rows, Row{ID: "f", Aggregate: "order/1", Version: 1_000_001, Forged: true, Op: gen.OpForged, Committed: at(4)})
+	h.Quar = []Quarantined{{Reason: "message:cdc-router.outbox: unauthenticated emitted message: it carries no MAC (one record for 2 such messages …)"}}
+	h.Events = []Event{{From: at(5), To: at(5), Kind: KindIntruderEmit, Note: "refused: ERROR: permission denied for function emit"}}
+	if vs := Check(h, limits); len(vs) != 0 {
+		t.Fatalf("violations: %v", vs)
+	}
+	h.Deliv = append(h.Deliv, Delivery{At: at(4.1), MessageID: "f", Aggregate: "order/1", Version: 1_000_001})
+	broken(t, h, "unauthenticated-never-published", "unauthenticated emitted message f (order/1 v1000001) was published")
+	h.Deliv = h.Deliv[:3]
+	h.Quar = nil
+	broken(t, h, "unauthenticated-never-published", `no quarantine record says "unauthenticated emitted message"`)
+	h.Rows[3].Committed = at(25) // too close to the end to require its record
+	if vs := Check(h, limits); len(vs) != 0 {
+		t.Fatalf("violations: %v", vs)
+	}
+	h.Events[0].Note = "succeeded: emit returned f"
+	broken(t, h, "unauthenticated-never-published", "a role without EXECUTE on emit called it")
+}
+
+// A broker outage's stall ends with it: rows pending at its end start arriving within the stall bound.
+func TestBrokerOutageEndsItsStall(t *testing.T) {
+	h := clean()
+	h.Events = []Event{{From: at(0.5), To: at(1.5), Kind: gen.FaultMemAlarm}}
+	h.Deliv[1].At, h.Deliv[2].At = at(6), at(6.1) // 4.5 s after the alarm, within the 5 s bound
+	if vs := Check(h, limits); len(vs) != 0 {
+		t.Fatalf("violations: %v", vs)
+	}
+	h.Deliv[1].At, h.Deliv[2].At = at(7), at(7.1)
+	h.End = at(20)
+	broken(t, h, "broker-outage-bounded", "memory-alarm from +0.50s to +1.50s ended with 1 rows pending; the next first delivery came 5.5s later")
+	h.Deliv = h.Deliv[:1]
+	broken(t, h, "broker-outage-bounded", "came never")
+	// A publication gap right after it: the stall is the gap's too.
+	h.Events = append(h.Events, Event{From: at(3), To: at(3.5), Kind: gen.FaultPubGap})
+	for _, v := range Check(h, limits) {
+		if v.Invariant == "broker-outage-bounded" {
+			t.Fatalf("an outage followed by a gap: %v", v)
+		}
+	}
+}
+
+// A poison row fixed in place and replayed arrives once, marked x-replayed and out of order; a record marked
+// replayed whose event never came is a loss.
+func TestReplayPublishesWhatItMarks(t *testing.T) {
+	h := clean()
+	h.Rows[1].Poison = true
+	h.Quar = []Quarantined{{ID: 7, EventID: "b", Reason: "headers is not a JSON object", Handled: "replayed"}}
+	h.Deliv = []Delivery{h.Deliv[0], h.Deliv[2], {At: at(4), MessageID: "b", Aggregate: "order/1", Version: 2, Replayed: true}}
+	h.Events = []Event{{From: at(3.5), To: at(4.5), Kind: gen.CmdReplay, Note: "exit 0"}}
+	if vs := Check(h, limits); len(vs) != 0 {
+		t.Fatalf("violations: %v", vs)
+	}
+	h.Deliv[2].Replayed = false // the stream published the poison row
+	broken(t, h, "published-or-quarantined", "which the router must refuse, was published")
+	h.Deliv = h.Deliv[:2]
+	broken(t, h, "replayed-is-published", "quarantine record 7 (event b) is marked replayed, but its event never arrived")
+	h.Quar[0].Handled = "" // the replay failed: the record stays open, yet the row it fixed never came
+	h.Events[0].IDs = []string{"b"}
+	broken(t, h, "replayed-is-published", "event b, its row fixed, was replayed at +3.50s but never arrived replayed")
+}

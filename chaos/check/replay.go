@@ -1,0 +1,58 @@
+package check
+
+import (
+	"fmt"
+
+	"github.com/cdc-router/cdc-router/chaos/gen"
+)
+
+// replayedOnly reports whether every delivery of id came from quarantine replay (x-replayed).
+func replayedOnly(h *History, id string) bool {
+	for _, d := range h.Deliv {
+		if d.MessageID == id && !d.Replayed {
+			return false
+		}
+	}
+	return true
+}
+
+// checkReplays holds quarantine replay to docs/operations.md#quarantine: a record is marked replayed only
+// after the broker confirmed its event, so every record of a committed row marked replayed was delivered
+// with x-replayed, as is each row the operator fixed and replayed (Event.IDs: the runner retries the
+// command while it fails); and a replay publishes only records (a replayed delivery is of a quarantined
+// row).
+func checkReplays(h *History, _ Limits) []Violation {
+	rows := map[string]bool{}
+	for _, r := range h.Rows {
+		rows[r.ID] = true
+	}
+	replayed := map[string]bool{}
+	for _, d := range h.Deliv {
+		if d.Replayed {
+			replayed[d.MessageID] = true
+		}
+	}
+	var vs []Violation
+	recorded := map[string]bool{}
+	for _, q := range h.Quar {
+		recorded[q.EventID] = true
+		if q.Handled == "replayed" && rows[q.EventID] && !replayed[q.EventID] {
+			vs = append(vs, Violation{Detail: fmt.Sprintf("quarantine record %d (event %s) is marked replayed, but its event never arrived from the replay",
+				q.ID, q.EventID)})
+		}
+	}
+	for _, e := range h.Events {
+		for _, id := range e.IDs {
+			if e.Kind == gen.CmdReplay && rows[id] && !replayed[id] {
+				vs = append(vs, Violation{Detail: fmt.Sprintf("event %s, its row fixed, was replayed at +%.2fs but never arrived replayed: %s",
+					id, e.From.Sub(h.Start).Seconds(), e.Note), At: e.From})
+			}
+		}
+	}
+	for id := range replayed {
+		if !recorded[id] {
+			vs = append(vs, Violation{Detail: fmt.Sprintf("event %s arrived as replayed, but no quarantine record has it", id)})
+		}
+	}
+	return compress(vs, 5)
+}

@@ -1,0 +1,60 @@
+package chaos
+
+import (
+	"fmt"
+	"sync"
+)
+
+// columns are the extra columns of public.outbox that gen.FaultColumn adds and drops: changes the router
+// must not notice (docs/operations.md#schema-and-publication-changes: extra columns are ignored). The
+// writers name their columns, so an extra one takes its default.
+type columns struct {
+	mu    sync.Mutex
+	n     int      // columns added so far (their names are chaos_extra_<i>)
+	added []string // columns present now, oldest first
+}
+
+// columnChange applies change c (gen.Step.N) to public.outbox: 0 adds a nullable text column, 1 adds a NOT
+// NULL column with a default, 2 drops the oldest extra column, 3 makes the newest one nullable (DROP NOT
+// NULL) or NOT NULL with a default (SET DEFAULT, then SET NOT NULL once no row holds a NULL in it). It
+// returns a note on what it did.
+func (w *world) columnChange(c int) string {
+	w.cols.mu.Lock()
+	defer w.cols.mu.Unlock()
+	name := fmt.Sprintf("chaos_extra_%d", w.cols.n)
+	var stmts []string
+	switch {
+	case c == 0:
+		stmts = []string{`ALTER TABLE public.outbox ADD COLUMN ` + name + ` text`}
+	case c == 1:
+		stmts = []string{`ALTER TABLE public.outbox ADD COLUMN ` + name + ` boolean NOT NULL DEFAULT false`}
+	case len(w.cols.added) == 0:
+		return "skipped: no extra column"
+	case c == 2:
+		name = w.cols.added[0]
+		stmts = []string{`ALTER TABLE public.outbox DROP COLUMN ` + name}
+	default:
+		name = w.cols.added[len(w.cols.added)-1]
+		stmts = []string{`DO $$ BEGIN
+			IF (SELECT attnotnull FROM pg_attribute WHERE attrelid = 'public.outbox'::regclass AND attname = '` + name + `') THEN
+				ALTER TABLE public.outbox ALTER COLUMN ` + name + ` DROP NOT NULL;
+			ELSE
+				ALTER TABLE public.outbox ALTER COLUMN ` + name + ` SET DEFAULT 'x';
+				IF NOT EXISTS (SELECT FROM public.outbox WHERE ` + name + ` IS NULL) THEN
+					ALTER TABLE public.outbox ALTER COLUMN ` + name + ` SET NOT NULL;
+				END IF;
+			END IF;
+		END $$`}
+	}
+	if err := w.ddl(stmts...); err != nil {
+		return fmt.Sprintf("%s: %v", name, err)
+	}
+	switch c {
+	case 0, 1:
+		w.cols.n++
+		w.cols.added = append(w.cols.added, name)
+	case 2:
+		w.cols.added = w.cols.added[1:]
+	}
+	return fmt.Sprintf("%s: %s", name, []string{"added, nullable", "added, NOT NULL DEFAULT false", "dropped", "nullability changed"}[c])
+}

@@ -1,0 +1,95 @@
+package gen
+
+import (
+	"reflect"
+	"testing"
+	"time"
+)
+
+func TestGenerateIsAFunctionOfTheSeed(t *testing.T) {
+	a, b := Generate(42, Options{}), Generate(42, Options{})
+	if !reflect.DeepEqual(a, b) {
+		t.Fatal("two plans of seed 42 differ")
+	}
+	if reflect.DeepEqual(a, Generate(43, Options{})) {
+		t.Fatal("seeds 42 and 43 gave the same plan")
+	}
+}
+
+func kindsIn(o Options) map[Kind]bool {
+	seen := map[Kind]bool{}
+	for seed := int64(1); seed <= 300; seed++ {
+		p := Generate(seed, o)
+		for _, f := range p.Faults {
+			seen[f.Kind] = true
+		}
+		for _, w := range p.Ops {
+			for _, op := range w {
+				seen[op.Kind] = true
+			}
+		}
+		if len(p.Setup.Tables) > 1 && (p.Setup.SnapshotRows > 0 || !p.WaitForStreaming) {
+			seen["multitable-snapshot"] = true
+		}
+		for _, f := range p.Faults {
+			if f.Kind == FaultMemAlarm && f.Dur > 12*time.Second {
+				seen[LongMemAlarm] = true
+			}
+		}
+		if p.DeleteDuringSnapshot {
+			seen["snapshot-resume-deleted"] = true
+		}
+	}
+	return seen
+}
+
+func TestKnownBrokenKindsOnlyWhenAsked(t *testing.T) {
+	seen := kindsIn(Options{})
+	for _, k := range []Kind{FaultPubGap, OpHuge, CmdResetIdle, FaultPGHole, OpEmit, OpForged, FaultBrokerRestart, FaultMemAlarm, FaultPartAttach, FaultPartDetach, FaultPartDrop, CmdReplay, FaultColumn, "multitable-snapshot", "snapshot-resume-deleted"} {
+		if !seen[k] {
+			t.Errorf("%s is not in the default mix", k)
+		}
+	}
+	for k := range knownBroken {
+		if seen[k] {
+			t.Errorf("%s generated without -chaos.known-broken", k)
+		}
+	}
+	defer delete(knownBroken, FaultPubGap)
+	knownBroken[FaultPubGap] = "gated for this test"
+	if kindsIn(Options{})[FaultPubGap] {
+		t.Errorf("%s generated while gated", FaultPubGap)
+	}
+	if !kindsIn(Options{KnownBroken: map[Kind]bool{"all": true}})[FaultPubGap] {
+		t.Errorf("%s never generated with -chaos.known-broken=all", FaultPubGap)
+	}
+}
+
+// Emitted events never come with shards, which refuse --message-prefix.
+func TestEmitNeverWithShards(t *testing.T) {
+	n := 0
+	for seed := int64(1); seed <= 300; seed++ {
+		p := Generate(seed, Options{})
+		if p.Setup.Emit && p.Setup.Shards > 0 {
+			t.Fatalf("seed %d: emit with %d shards", seed, p.Setup.Shards)
+		}
+		if p.Setup.Emit {
+			n++
+		}
+	}
+	if n < 60 {
+		t.Fatalf("only %d of 300 seeds emit events", n)
+	}
+}
+
+// The broker faults act on the whole broker: they come only with the harness's own node.
+func TestBrokerFaultsOnlyOnTheOwnNode(t *testing.T) {
+	for seed := int64(1); seed <= 300; seed++ {
+		p := Generate(seed, Options{})
+		for _, f := range p.Faults {
+			if (f.Kind == FaultBrokerRestart || f.Kind == FaultMemAlarm) && !p.Setup.OwnBroker {
+				t.Fatalf("seed %d: %s on the shared broker", seed, f.Kind)
+			}
+		}
+	}
+}

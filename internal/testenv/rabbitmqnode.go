@@ -1,0 +1,236 @@
+package testenv
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"os/user"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+)
+
+// RabbitMQNode is a RabbitMQ node of a test's own, beside the shared broker: its own node name, AMQP and
+// distribution ports, and data, log and configuration files in a temporary directory, as
+// rabbitmq-cluster.sh starts its nodes. A test may restart it and raise alarms on it (the randomized
+// harness, chaos, does); the shared broker on 5672 is never touched. As root it runs as the rabbitmq user,
+// whose Erlang cookie rabbitmqctl then uses too.
+type RabbitMQNode struct {
+	t          testing.TB
+	name       string // node@localhost
+	port, dist int
+	dir        string
+	sbin       string
+	cmd        *exec.Cmd
+}
+
+// StartRabbitMQNode starts a node and waits until it accepts AMQP connections; the test's cleanup stops it
+// and removes its directory.
+func StartRabbitMQNode(t testing.TB) *RabbitMQNode {
+	t.Helper()
+	sbin := "/usr/lib/rabbitmq/bin"
+	if _, err := os.Stat(filepath.Join(sbin, "rabbitmq-server")); err != nil {
+		p, err := exec.LookPath("rabbitmq-server")
+		if err != nil {
+			t.Fatalf("rabbitmq-server not found: install RabbitMQ 3.10 or later (Debian: apt-get install rabbitmq-server)")
+		}
+		sbin = filepath.Dir(p)
+	}
+	port, err := freePort()
+	if err != nil {
+		t.Fatal(err)
+	}
+	dist, err := freePort()
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := &RabbitMQNode{t: t, sbin: sbin, port: port, dist: dist}
+	n.name = fmt.Sprintf("cdctest%d_%d@localhost", os.Getpid(), n.port)
+	dir, err := os.MkdirTemp("", "cdc-router-rabbitmq-node-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	n.dir = dir
+	if err := n.prepare(); err != nil {
+		t.Fatalf("prepare a RabbitMQ node: %v", err)
+	}
+	t.Cleanup(n.stop)
+	if err := n.start(); err != nil {
+		t.Fatalf("start RabbitMQ node %s: %v (its log: %s)", n.name, err, filepath.Join(dir, "log"))
+	}
+	return n
+}
+
+// URL is the node's AMQP URL (guest may connect from 127.0.0.1: loopback_users = none).
+func (n *RabbitMQNode) URL() string { return fmt.Sprintf("amqp://guest:guest@127.0.0.1:%d/", n.port) }
+
+// Addr is the node's AMQP address, for the routers' proxy.
+func (n *RabbitMQNode) Addr() string { return fmt.Sprintf("127.0.0.1:%d", n.port) }
+
+func (n *RabbitMQNode) prepare() error {
+	for _, d := range []string{"mnesia", "log"} {
+		if err := os.MkdirAll(filepath.Join(n.dir, d), 0o755); err != nil {
+			return err
+		}
+	}
+	files := map[string]string{
+		"rabbitmq.conf": fmt.Sprintf("listeners.tcp.default = 127.0.0.1:%d\nloopback_users = none\nlog.file.level = info\n"+
+			"log.console = false\nvm_memory_high_watermark.relative = %s\ndisk_free_limit.absolute = 50MB\n", n.port, watermark),
+		"enabled_plugins": "[].\n", "advanced.config": "[].\n", "rabbitmq-env.conf": "",
+	}
+	for name, content := range files {
+		if err := os.WriteFile(filepath.Join(n.dir, name), []byte(content), 0o644); err != nil {
+			return err
+		}
+	}
+	if u, err := n.runAs(); err == nil && u != nil {
+		uid, _ := strconv.Atoi(u.Uid)
+		gid, _ := strconv.Atoi(u.Gid)
+		return filepath.Walk(n.dir, func(p string, _ os.FileInfo, err error) error {
+			if err != nil {
+				return err
+			}
+			return os.Chown(p, uid, gid)
+		})
+	}
+	return nil
+}
+
+// watermark is the node's vm_memory_high_watermark; an alarm sets 0 and restores it.
+const watermark = "0.4"
+
+// runAs is the rabbitmq user when the harness runs as root (nil otherwise).
+func (n *RabbitMQNode) runAs() (*user.User, error) {
+	if os.Getuid() != 0 {
+		return nil, nil
+	}
+	return user.Lookup("rabbitmq")
+}
+
+// command runs prog of the node's sbin with the node's environment, as the rabbitmq user under root.
+func (n *RabbitMQNode) command(ctx context.Context, prog string, args ...string) *exec.Cmd {
+	env := []string{"RABBITMQ_NODENAME=" + n.name, "RABBITMQ_NODE_IP_ADDRESS=127.0.0.1",
+		fmt.Sprintf("RABBITMQ_NODE_PORT=%d", n.port), fmt.Sprintf("RABBITMQ_DIST_PORT=%d", n.dist),
+		"RABBITMQ_MNESIA_BASE=" + filepath.Join(n.dir, "mnesia"), "RABBITMQ_LOG_BASE=" + filepath.Join(n.dir, "log"),
+		"RABBITMQ_CONFIG_FILE=" + filepath.Join(n.dir, "rabbitmq"), "RABBITMQ_ENABLED_PLUGINS_FILE=" + filepath.Join(n.dir, "enabled_plugins"),
+		"RABBITMQ_CONF_ENV_FILE=" + filepath.Join(n.dir, "rabbitmq-env.conf"), "RABBITMQ_PID_FILE=" + filepath.Join(n.dir, "pid"),
+		"RABBITMQ_ADVANCED_CONFIG_FILE=" + filepath.Join(n.dir, "advanced.config"), "ERL_EPMD_ADDRESS=127.0.0.1",
+		"ERL_FLAGS=-kernel inet_dist_use_interface {127,0,0,1}"}
+	full := append([]string{filepath.Join(n.sbin, prog)}, args...)
+	var cmd *exec.Cmd
+	if u, err := n.runAs(); err == nil && u != nil {
+		cmd = exec.CommandContext(ctx, "runuser", append([]string{"-u", u.Username, "--", "env", "HOME=" + u.HomeDir}, append(env, full...)...)...)
+	} else {
+		cmd = exec.CommandContext(ctx, "env", append(env, full...)...)
+	}
+	return cmd
+}
+
+// ctl runs rabbitmqctl against the node alone (-n) and returns its output.
+func (n *RabbitMQNode) ctl(timeout time.Duration, args ...string) (string, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	out, err := n.command(ctx, "rabbitmqctl", append([]string{"-n", n.name}, args...)...).CombinedOutput()
+	return strings.TrimSpace(string(out)), err
+}
+
+// start starts the node's Erlang VM (again, from its own data) and waits until it accepts connections.
+func (n *RabbitMQNode) start() error {
+	log, err := os.OpenFile(filepath.Join(n.dir, "log", "stdout"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return err
+	}
+	defer log.Close()
+	n.cmd = n.command(context.Background(), "rabbitmq-server")
+	n.cmd.Stdout, n.cmd.Stderr = log, log
+	n.cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	if err := n.cmd.Start(); err != nil {
+		return err
+	}
+	go n.cmd.Wait()
+	return n.await(2 * time.Minute)
+}
+
+// await waits until the application runs and an AMQP connection opens.
+func (n *RabbitMQNode) await(timeout time.Duration) error {
+	deadline := time.Now().Add(timeout)
+	for {
+		_, err := n.ctl(15*time.Second, "await_startup", "--timeout", "10")
+		if err == nil {
+			var c *amqp.Connection
+			if c, err = amqp.Dial(n.URL()); err == nil {
+				c.Close()
+				return nil
+			}
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("not up within %v: %v", timeout, err)
+		}
+		time.Sleep(time.Second)
+	}
+}
+
+// RestartApp stops the RabbitMQ application of the node (every connection closes, the VM stays), waits
+// d, and starts it again. It returns when the outage began (stop_app returned: rabbitmqctl itself takes
+// seconds on a loaded machine) and ended (the node accepts connections again), and a note on the outcome.
+func (n *RabbitMQNode) RestartApp(d time.Duration) (from, to time.Time, note string) {
+	from = time.Now()
+	out, err := n.ctl(time.Minute, "stop_app")
+	if err != nil {
+		return from, time.Now(), fmt.Sprintf("stop_app: %v: %s", err, out)
+	}
+	time.Sleep(d)
+	if out, err := n.ctl(2*time.Minute, "start_app"); err != nil {
+		note = fmt.Sprintf("start_app: %v: %s", err, out)
+	}
+	if err := n.await(time.Minute); err != nil {
+		note = err.Error()
+	}
+	return from, time.Now(), note
+}
+
+// MemoryAlarm raises a memory alarm on the node (vm_memory_high_watermark 0: every publishing connection is
+// blocked) for d, then restores the node's watermark. It returns when the alarm was raised (set returned)
+// and lifted (restored), and a note on the outcome.
+func (n *RabbitMQNode) MemoryAlarm(d time.Duration) (from, to time.Time, note string) {
+	if out, err := n.ctl(time.Minute, "set_vm_memory_high_watermark", "0"); err != nil {
+		return time.Now(), time.Now(), fmt.Sprintf("raise: %v: %s", err, out)
+	}
+	from = time.Now()
+	time.Sleep(d)
+	for i := 0; ; i++ {
+		out, err := n.ctl(time.Minute, "set_vm_memory_high_watermark", watermark)
+		if err == nil {
+			return from, time.Now(), ""
+		}
+		if i == 4 {
+			n.t.Errorf("RabbitMQ node %s keeps its memory alarm: %v: %s", n.name, err, out)
+			return from, time.Now(), fmt.Sprintf("restore: %v: %s", err, out)
+		}
+		time.Sleep(time.Second)
+	}
+}
+
+// stop stops the node and removes its directory; the VM is killed if it does not stop within 30 s.
+func (n *RabbitMQNode) stop() {
+	if _, err := n.ctl(30*time.Second, "stop"); err != nil && n.cmd != nil && n.cmd.Process != nil {
+		syscall.Kill(-n.cmd.Process.Pid, syscall.SIGKILL)
+	}
+	if b, err := os.ReadFile(filepath.Join(n.dir, "pid")); err == nil {
+		if pid, err := strconv.Atoi(strings.TrimSpace(string(b))); err == nil {
+			for i := 0; i < 60 && syscall.Kill(pid, 0) == nil; i++ {
+				time.Sleep(500 * time.Millisecond)
+			}
+			if syscall.Kill(pid, 0) == nil {
+				syscall.Kill(pid, syscall.SIGKILL)
+			}
+		}
+	}
+	os.RemoveAll(n.dir)
+}
