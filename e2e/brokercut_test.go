@@ -80,7 +80,8 @@ func rabbitmqctl(t testing.TB, args ...string) {
 // window of events pile up unconfirmed, closes every connection from the server side, then lifts the alarm.
 // The alarm is broker-wide: this test relies on `go test -p 1` (make test) so that no other package
 // publishes meanwhile, and restores the watermark it found even when it fails. While blocked, /metrics shows the
-// broker's connection.blocked (cdc_router_broker_blocked 1) and a lag that grows.
+// broker's connection.blocked (cdc_router_broker_blocked 1) and a lag that grows, and /readyz is 503 naming
+// the block (the chaos harness's seed 73: an alarm longer than the stall bound was a silent stall).
 func TestBrokerClosesConnectionsWhilePublishersAreBlocked(t *testing.T) {
 	e := newStreamEnv(t)
 	addr := freeAddr(t)
@@ -98,6 +99,9 @@ func TestBrokerClosesConnectionsWhilePublishersAreBlocked(t *testing.T) {
 	m := scrapeMetrics(t, addr)
 	if v := m.value(t, "cdc_router_broker_blocked"); v != 1 {
 		t.Errorf("cdc_router_broker_blocked = %v under a memory alarm, want 1", v)
+	}
+	if code, body := get(t, "http://"+addr+"/readyz"); code != 503 || !strings.Contains(body, "connection.blocked") {
+		t.Errorf("/readyz = %d %s under a memory alarm, want 503 naming connection.blocked", code, body)
 	}
 	if lag := m.value(t, "cdc_router_replication_lag_seconds"); lag < lag0+1 {
 		t.Errorf("cdc_router_replication_lag_seconds went from %.2f to %.2f over 2 s blocked, want it to grow", lag0, lag)

@@ -126,6 +126,11 @@ func (r *Router) watch() {
 				}
 				r.blocked.Store(b.Active)
 				if b.Active {
+					r.block.Store(&Blocking{Reason: b.Reason, Since: time.Now()})
+				} else {
+					r.block.Store(nil)
+				}
+				if b.Active {
 					r.log.Warn("RabbitMQ blocked the connection", slog.String("exchange", r.cfg.Exchange), slog.String("reason", b.Reason))
 				} else {
 					r.log.Info("RabbitMQ unblocked the connection", slog.String("exchange", r.cfg.Exchange))

@@ -104,3 +104,31 @@ func (m *Metrics) returned() {
 		m.returns.Inc()
 	}
 }
+
+// Blocking is RabbitMQ's block of a Router's connection (connection.blocked): the broker's reason (a memory
+// or disk alarm) and when it began.
+type Blocking struct {
+	Reason string
+	Since  time.Time
+}
+
+// Blocked returns the oldest block of the open Routers' connections, if RabbitMQ blocks any: while it does,
+// nothing is published (the broker stops reading), so the stream makes no progress, for as long as the
+// broker's alarm lasts.
+func (m *Metrics) Blocked() (Blocking, bool) {
+	if m == nil {
+		return Blocking{}, false
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	var oldest *Blocking
+	for r := range m.open {
+		if b := r.block.Load(); b != nil && (oldest == nil || b.Since.Before(oldest.Since)) {
+			oldest = b
+		}
+	}
+	if oldest == nil {
+		return Blocking{}, false
+	}
+	return *oldest, true
+}

@@ -46,7 +46,8 @@ type Router struct {
 	held     *budget      // Config.MaxHeld: events held behind their aggregate, across the lanes
 	admit    sync.RWMutex // read-held by Publish while it enqueues; a lane write-locks it once to stop enqueues after failure
 
-	blocked atomic.Bool // RabbitMQ blocks the connection (connection.blocked), for Metrics
+	blocked atomic.Bool              // RabbitMQ blocks the connection (connection.blocked), for Metrics
+	block   atomic.Pointer[Blocking] // the reason and start of the current block, nil when none
 
 	exchanges exchanges // the exchanges of amqp.topic.target=exchange found to exist
 

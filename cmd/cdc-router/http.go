@@ -16,6 +16,7 @@ import (
 	"github.com/cdc-router/cdc-router/admin"
 	"github.com/cdc-router/cdc-router/metrics"
 	"github.com/cdc-router/cdc-router/pgserver"
+	"github.com/cdc-router/cdc-router/route"
 )
 
 // health is the JSON body of /healthz and /readyz.
@@ -73,9 +74,19 @@ func slotProblem(h pgserver.SlotHealth, minSafe int64) string {
 // that a rolling update gated on readiness can finish with two routers); 503 while starting or
 // restarting (problem then says what the router waits for: a connection, the start-up checks, the slot's
 // creation and the transactions it waits for, or the restart backoff), while the publication no longer carries the outbox, so new rows are not streamed, and while
-// the slot is near invalidation (slotProblem with minSafe). /readyz?active=1 answers 503 in standby too,
+// the slot is near invalidation (slotProblem with minSafe), and while RabbitMQ blocks the router's
+// connection (broker: a memory or disk alarm; nothing is published until it clears). /readyz?active=1 answers 503 in standby too,
 // for a probe or a Service that wants only the router that holds the slot.
-func handler(s *metrics.Stats, gather prometheus.Gatherer, minSafe int64) http.Handler {
+func handler(s *metrics.Stats, gather prometheus.Gatherer, minSafe int64, broker func() string) http.Handler {
+	if broker == nil {
+		broker = func() string { return "" }
+	}
+	problem := func() string {
+		if p := slotProblem(s.Slot(), minSafe); p != "" {
+			return p
+		}
+		return broker()
+	}
 	mux := http.NewServeMux()
 	write := func(w http.ResponseWriter, code int, h health) {
 		w.Header().Set("Content-Type", "application/json")
@@ -83,11 +94,11 @@ func handler(s *metrics.Stats, gather prometheus.Gatherer, minSafe int64) http.H
 		json.NewEncoder(w).Encode(h)
 	}
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
-		write(w, http.StatusOK, healthOf(s, slotProblem(s.Slot(), minSafe)))
+		write(w, http.StatusOK, healthOf(s, problem()))
 	})
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
 		activeOnly := r.URL.Query().Get("active") == "1"
-		h := healthOf(s, slotProblem(s.Slot(), minSafe))
+		h := healthOf(s, problem())
 		switch state := h.State; {
 		case h.Problem != "":
 			write(w, http.StatusServiceUnavailable, h)
@@ -124,4 +135,16 @@ func serveHTTP(ctx context.Context, addr string, h http.Handler, paths string, l
 	}()
 	log.Info("serving "+paths, "addr", ln.Addr().String())
 	return nil
+}
+
+// brokerBlocked is the readiness problem of a connection RabbitMQ blocks (route.Metrics.Blocked), or "".
+func brokerBlocked(m *route.Metrics) func() string {
+	return func() string {
+		b, ok := m.Blocked()
+		if !ok {
+			return ""
+		}
+		return fmt.Sprintf("RabbitMQ blocks the router's connection (connection.blocked: %s) for %s: nothing is published until "+
+			"the broker's memory or disk alarm clears; see docs/operations.md, Broker alarms", b.Reason, time.Since(b.Since).Round(time.Second))
+	}
 }
