@@ -10,7 +10,7 @@ import (
 )
 
 // TestCompareTiny runs the whole comparison at a tiny size against the real PostgreSQL and RabbitMQ, the
-// snapshot (both row-per-aggregate variants), backlog and one-transaction modes included, and checks that
+// snapshot (both row-per-aggregate variants), backlog, one-transaction and hot-aggregate modes included, and checks that
 // the table has a row for every publisher in every mode and that the plots are written. It asserts nothing
 // about timing: the figures come from `make bench-compare` (docs/benchmarks.md).
 func TestCompareTiny(t *testing.T) {
@@ -21,7 +21,7 @@ func TestCompareTiny(t *testing.T) {
 	}
 	plots := filepath.Join(dir, "plots")
 	cmd := exec.Command(bin, "-events", "300", "-steady", "1s", "-rates", "100,200", "-runs", "1", "-plots", plots,
-		"-snapshot-rows", "250", "-snapshot-per-aggregate", "1,10", "-backlog", "220", "-big-txn", "210")
+		"-snapshot-rows", "250", "-snapshot-per-aggregate", "1,10", "-backlog", "220", "-big-txn", "210", "-hot-burst", "200")
 	var stderr strings.Builder
 	cmd.Stderr = &stderr
 	out, err := cmd.Output()
@@ -39,7 +39,7 @@ func TestCompareTiny(t *testing.T) {
 	for _, mode := range []string{"drain", "steady 100/s", "steady 200/s"} {
 		systems := []string{"bare publisher", "cdc-router", "polling publisher", "inserts only"}
 		if mode == "drain" {
-			systems = systems[:3]
+			systems = []string{"bare publisher", "bare publisher, no headers", "cdc-router", "polling publisher"}
 		}
 		for _, sys := range systems {
 			row, ok := rows[mode+"/"+sys]
@@ -55,7 +55,8 @@ func TestCompareTiny(t *testing.T) {
 	}
 	// The extra modes: the bare publisher over the same number of messages, and the router.
 	for mode, want := range map[string]string{"snapshot, 1 row/aggregate": "250", "snapshot, 10 rows/aggregate": "250",
-		"backlog": "220", "one transaction": "210"} {
+		"backlog": "220", "one transaction": "210", "hot aggregate, --aggregate-window 1": "200",
+		"hot aggregate, --aggregate-window 64": "200"} {
 		for _, sys := range []string{"bare publisher", "cdc-router"} {
 			row, ok := rows[mode+"/"+sys]
 			if !ok {
@@ -67,8 +68,8 @@ func TestCompareTiny(t *testing.T) {
 			}
 		}
 	}
-	if len(rows) != 19 {
-		t.Errorf("%d rows, want 19:\n%s", len(rows), out)
+	if len(rows) != 24 {
+		t.Errorf("%d rows, want 24:\n%s", len(rows), out)
 	}
 	for _, name := range []string{"latency-cdf-100.svg", "latency-cdf-200.svg", "drain-throughput.svg"} {
 		b, err := os.ReadFile(filepath.Join(plots, name))
@@ -85,8 +86,12 @@ func TestCompareTiny(t *testing.T) {
 			t.Errorf("%s is not well-formed SVG: %v", name, err)
 			continue
 		}
-		if len(svg.Lines) != 3 {
-			t.Errorf("%s has %d lines, want one per publisher (3)", name, len(svg.Lines))
+		want := 3 // the steady rates' three publishers
+		if name == "drain-throughput.svg" {
+			want = 4 // and the drain's bare publisher without headers
+		}
+		if len(svg.Lines) != want {
+			t.Errorf("%s has %d lines, want one per publisher (%d)", name, len(svg.Lines), want)
 		}
 		for i, l := range svg.Lines {
 			if strings.Count(l.Points, ",") < 2 {

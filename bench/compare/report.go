@@ -79,7 +79,7 @@ func table(c config, modes []int, all map[string][]result) string {
 				return ms(int64(m(func(r result) float64 { return float64(pct(r.lat, p)) })))
 			}
 			pgcpu := "–"
-			if sys != bare {
+			if !isBare(sys) {
 				pgcpu = fmt.Sprintf("%.1f", m(func(r result) float64 { return r.pgPerEvent }))
 			}
 			offered := "–"
@@ -98,12 +98,12 @@ func table(c config, modes []int, all map[string][]result) string {
 	} else {
 		b.WriteString("\nOne run. ")
 	}
-	b.WriteString("offered/s: the commits per second the load generator reached (it aims at the mode's rate; the bare publisher paces itself). inserts only: the load generator with no publisher, so a publisher's cost on PostgreSQL is its figure minus this one. / ceiling: events/s over the bare publisher's drain rate in the same run. Latency: insert (or, for the bare publisher, publish) to consumer; in the drain it is the age of the backlog.\n")
+	b.WriteString("offered/s: the commits per second the load generator reached (it aims at the mode's rate; the bare publisher paces itself). inserts only: the load generator with no publisher, so a publisher's cost on PostgreSQL is its figure minus this one. / ceiling: events/s over the bare publisher's drain rate in the same run; the bare publisher sends the router's 5 headers and 3 properties (-bare-headers), and the drain's \"no headers\" row is the same publisher without them. Latency: insert (or, for the bare publisher, publish) to consumer; in the drain it is the age of the backlog.\n")
 	b.WriteString(extraNote(c))
 	return b.String()
 }
 
-var colors = map[string]string{bare: "#888888", router: "#1f77b4", poll: "#d62728"}
+var colors = map[string]string{bare: "#888888", bareNoHeaders: "#bbbbbb", router: "#1f77b4", poll: "#d62728"}
 
 // writePlots writes, from one run, the latency CDF of each steady rate and the drain's throughput over time.
 func writePlots(dir string, rs []result, rates []int) error {
