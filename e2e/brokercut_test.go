@@ -78,12 +78,13 @@ func rabbitmqctl(t testing.TB, args ...string) {
 
 // TestBrokerClosesConnectionsWhilePublishersAreBlocked blocks every publisher with a memory alarm, lets a
 // window of events pile up unconfirmed, closes every connection from the server side, then lifts the alarm.
-// The alarm is broker-wide: this test relies on `go test -p 1` (make test) so that no other package
-// publishes meanwhile, and restores the watermark it found even when it fails. While blocked, /metrics shows the
+// The alarm is broker-wide, so the test runs on a RabbitMQ node of its own (the shared broker is never
+// touched). While blocked, /metrics shows the
 // broker's connection.blocked (cdc_router_broker_blocked 1) and a lag that grows, and /readyz is 503 naming
 // the block (the chaos harness's seed 73: an alarm longer than the stall bound was a silent stall).
 func TestBrokerClosesConnectionsWhilePublishersAreBlocked(t *testing.T) {
-	e := newStreamEnv(t)
+	node := testenv.StartRabbitMQNode(t)
+	e := newStreamEnvOn(t, node)
 	addr := freeAddr(t)
 	r := e.startStreaming("--http-addr", addr)
 	w := newWriter(t, e.pgURL, 50)
@@ -91,7 +92,7 @@ func TestBrokerClosesConnectionsWhilePublishersAreBlocked(t *testing.T) {
 	if v := scrapeMetrics(t, addr).value(t, "cdc_router_broker_blocked"); v != 0 {
 		t.Errorf("cdc_router_broker_blocked = %v before the alarm, want 0", v)
 	}
-	lift := testenv.SetMemoryHighWatermark(t, "0")
+	lift := node.RaiseMemoryAlarm()
 	w.write(2000, 20, 0)
 	r.waitLog("blocked", 20*time.Second)
 	lag0 := scrapeMetrics(t, addr).value(t, "cdc_router_replication_lag_seconds")
@@ -106,7 +107,7 @@ func TestBrokerClosesConnectionsWhilePublishersAreBlocked(t *testing.T) {
 	if lag := m.value(t, "cdc_router_replication_lag_seconds"); lag < lag0+1 {
 		t.Errorf("cdc_router_replication_lag_seconds went from %.2f to %.2f over 2 s blocked, want it to grow", lag0, lag)
 	}
-	rabbitmqctl(t, "close_all_connections", "cdc-router test: broker-side cut")
+	node.Ctl("close_all_connections", "cdc-router test: broker-side cut")
 	lift()
 	w.write(300, 20, 0)
 	c := e.consume(e.queue)
@@ -114,19 +115,18 @@ func TestBrokerClosesConnectionsWhilePublishersAreBlocked(t *testing.T) {
 }
 
 // TestBrokerRestartMidStream stops the RabbitMQ application in the middle of a stream and starts it again:
-// the router retries with backoff while the broker is away and every event arrives afterwards. Broker-wide,
-// like the alarm test; it restarts the application even when it fails.
+// the router retries with backoff while the broker is away and every event arrives afterwards. On a
+// RabbitMQ node of its own: stopping the shared broker would cut every other suite's connections.
 func TestBrokerRestartMidStream(t *testing.T) {
-	e := newStreamEnv(t)
+	node := testenv.StartRabbitMQNode(t)
+	e := newStreamEnvOn(t, node)
 	r := e.startStreaming()
 	w := newWriter(t, e.pgURL, 50)
 	w.write(500, 20, 0)
-	t.Cleanup(func() { testenv.Rabbitmqctl(t, "start_app").Run() })
-	rabbitmqctl(t, "stop_app")
+	node.Ctl("stop_app")
 	w.write(1000, 20, 0) // committed while the broker is down
 	r.waitLog("restarting from the acknowledged position", 30*time.Second)
-	rabbitmqctl(t, "start_app")
-	rabbitmqctl(t, "await_startup")
+	node.Restart()
 	w.write(500, 20, 0)
 	c := e.consume(e.queue)
 	expectEveryEventInOrder(t, c, w, "broker restarted mid-stream", 90*time.Second)

@@ -25,8 +25,8 @@ const effectivelyOnceConsumer = "accounts-projection"
 // restart. At the end every projected balance equals the accounts table, the inbox holds exactly one
 // applied record per outbox event for the consumer, nothing is parked or failed, every event was applied
 // exactly once (apply_counter), and the reconciliation queries of docs/producers.md find nothing.
-// The broker restart and the PostgreSQL restart are server-wide: like the other such tests, this one
-// relies on `go test -p 1` and restarts the broker application even when it fails.
+// The broker restart is of a RabbitMQ node of the test's own (the shared broker is never stopped); the
+// PostgreSQL restart is of the suite's throwaway cluster, so the test relies on `go test -p 1`.
 func TestEffectivelyOnce(t *testing.T) {
 	x := newAccountsWorld(t)
 	ctx, stopWriters := context.WithCancel(context.Background())
@@ -61,13 +61,15 @@ type accountsWorld struct {
 	proxy     *testenv.Proxy
 	proxied   string // b's AMQP URL
 	tally     *outcomeTally
+	node      *testenv.RabbitMQNode // the broker of this test alone: it is stopped mid-run
 	w         *accountsWriter
 	begun, t0 time.Time // the test's start, the writers' start
 }
 
 func newAccountsWorld(t *testing.T) *accountsWorld {
-	x := &accountsWorld{t: t, begun: time.Now(), e: newEnv(t), tally: &outcomeTally{}}
+	x := &accountsWorld{t: t, begun: time.Now(), node: testenv.StartRabbitMQNode(t), e: newEnv(t), tally: &outcomeTally{}}
 	e := x.e
+	e.amqpURL = x.node.URL()
 	// The exchange as the router declares it and the projection's queue bound as the runner binds it, so
 	// that no event is unroutable before the instances have started.
 	e.declare(true, "account.#")
@@ -132,11 +134,9 @@ func (x *accountsWorld) injectFaults() {
 	}
 
 	x.at(22, "broker stop_app")
-	t.Cleanup(func() { testenv.Rabbitmqctl(t, "start_app").Run() })
-	rabbitmqctl(t, "stop_app")
+	x.node.Ctl("stop_app")
 	time.Sleep(3 * time.Second)
-	rabbitmqctl(t, "start_app")
-	rabbitmqctl(t, "await_startup")
+	x.node.Restart()
 	t.Logf("%5.1fs  broker started again", time.Since(x.t0).Seconds())
 
 	x.at(32, "PostgreSQL fast restart")

@@ -80,6 +80,15 @@ func newStreamEnv(t testing.TB) *env {
 	return e
 }
 
+// newStreamEnvOn is newStreamEnv with the router and the test's consumers on a RabbitMQ node of the test's
+// own, for tests that stop the broker or raise its alarms.
+func newStreamEnvOn(t testing.TB, node *testenv.RabbitMQNode) *env {
+	e := newEnv(t)
+	e.amqpURL = node.URL()
+	e.declare(true, "#")
+	return e
+}
+
 // declare declares the exchange exactly as the router does (with or without the alternate exchange), and
 // the test's queue bound with each of keys.
 func (e *env) declare(alternate bool, keys ...string) {

@@ -114,6 +114,9 @@ func (c *copier) copyAll(ctx context.Context) error {
 	}
 	after, read := c.job.LastKey, c.job.RowsDone
 	for {
+		if err := c.keepUp(ctx); err != nil {
+			return err
+		}
 		sql, args := c.cfg.pageQuery(c.keys, after, c.nullable)
 		if c.mapped != nil {
 			sql, args = c.mapped.pageQuery(c.cfg, after)
@@ -134,6 +137,30 @@ func (c *copier) copyAll(ctx context.Context) error {
 		}
 	}
 	return c.drain(ctx)
+}
+
+// pagesAhead is how many pages may be published and not yet confirmed when the next one is read: the one
+// before it, so that reading overlaps the confirms. It bounds what a crash copies again (the stored progress
+// is the last page whose rows, and every row before them, are confirmed) now that the publisher no longer
+// blocks on a run of one aggregate's rows, which the key order produces (route holds them aside, ADR 0009).
+const pagesAhead = 1
+
+// keepUp waits, storing progress as the confirms arrive, until at most pagesAhead pages are unconfirmed.
+func (c *copier) keepUp(ctx context.Context) error {
+	for c.pages.InFlight() > pagesAhead {
+		select {
+		case <-c.pub.Failed():
+			return cdc.BrokerFailure(fmt.Errorf("publish: %w", c.pub.Err()))
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-c.pages.Advanced():
+			if err := c.progress(ctx, false); err != nil {
+				return err
+			}
+		case <-time.After(time.Second):
+		}
+	}
+	return nil
 }
 
 // drain waits until every row published is confirmed, storing progress as it goes, then stores it.

@@ -98,6 +98,11 @@ func (m *merge) run(ctx context.Context) error {
 		if err == nil && len(m.cs) == 0 {
 			return nil
 		}
+		for _, c := range m.cs {
+			if err == nil {
+				err = c.keepUp(ctx)
+			}
+		}
 		if err == nil {
 			n, err = copyMergedPage(ctx, m.cs, m.after, m.read, size)
 		}

@@ -234,3 +234,38 @@ func (n *RabbitMQNode) stop() {
 	}
 	os.RemoveAll(n.dir)
 }
+
+// Ctl runs rabbitmqctl against the node alone and fails the test if it fails; it returns the output.
+func (n *RabbitMQNode) Ctl(args ...string) string {
+	n.t.Helper()
+	out, err := n.ctl(time.Minute, args...)
+	if err != nil {
+		n.t.Fatalf("rabbitmqctl -n %s %v: %v: %s", n.name, args, err, out)
+	}
+	return out
+}
+
+// RaiseMemoryAlarm raises a memory alarm on the node (vm_memory_high_watermark 0) and returns the func that
+// lifts it (also at cleanup).
+func (n *RabbitMQNode) RaiseMemoryAlarm() (lift func()) {
+	n.t.Helper()
+	n.Ctl("set_vm_memory_high_watermark", "0")
+	lifted := false
+	lift = func() {
+		if !lifted {
+			lifted = true
+			n.Ctl("set_vm_memory_high_watermark", watermark)
+		}
+	}
+	n.t.Cleanup(lift)
+	return lift
+}
+
+// Restart starts the node's application again after a stop_app and waits until it accepts connections.
+func (n *RabbitMQNode) Restart() {
+	n.t.Helper()
+	n.Ctl("start_app")
+	if err := n.await(2 * time.Minute); err != nil {
+		n.t.Fatalf("RabbitMQ node %s: %v", n.name, err)
+	}
+}
