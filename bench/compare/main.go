@@ -149,8 +149,8 @@ const (
 	bare          = "bare publisher"
 	bareNoHeaders = "bare publisher, no headers" // the drain's second ceiling: the broker's work without the router's headers
 	router        = "cdc-router"
-	poll    = "polling publisher"
-	inserts = "inserts only"
+	poll          = "polling publisher"
+	inserts       = "inserts only"
 )
 
 var systems = []string{bare, router, poll}
