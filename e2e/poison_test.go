@@ -119,37 +119,16 @@ func TestBackfillQuarantinesReservedHeaders(t *testing.T) {
 	}
 }
 
-// setMaxMessageSize changes RabbitMQ's max_message_size (broker-wide; channels opened afterwards use it)
-// and restores the broker's own value when the test ends. RabbitMQ 3.x reads it from the application's
-// environment, 4.x from a persistent term set at boot (its default is 16 MiB, 3.x's 128 MiB): both are set.
-func setMaxMessageSize(t testing.TB, n int) {
-	t.Helper()
-	eval := func(expr string) string {
-		out, err := testenv.Rabbitmqctl(t, "eval", expr).CombinedOutput()
-		if err != nil {
-			t.Fatalf("rabbitmqctl eval %s: %v: %s", expr, err, out)
-		}
-		return strings.TrimSpace(string(out))
-	}
-	var was int
-	if _, err := fmt.Sscanf(eval("application:get_env(rabbit, max_message_size)."), "{ok,%d}", &was); err != nil {
-		t.Fatalf("max_message_size: %v", err)
-	}
-	term := eval("persistent_term:get(max_message_size, undefined).") // an integer, or undefined before 4.x
-	eval(fmt.Sprintf("application:set_env(rabbit, max_message_size, %d), persistent_term:put(max_message_size, %d).", n, n))
-	t.Cleanup(func() {
-		eval(fmt.Sprintf("application:set_env(rabbit, max_message_size, %d), case %s of undefined -> "+
-			"persistent_term:erase(max_message_size); V -> persistent_term:put(max_message_size, V) end.", was, term))
-	})
-}
-
 // TestBrokerRefusalOfOneMessageIsQuarantined: the safety net. A message over the broker's max_message_size
 // (which the router cannot know) makes RabbitMQ close the channel with 406 each time it is published. The
 // router finds it by publishing one event at a time, quarantines it after three refusals in a row with the
-// broker's words, and every other event arrives in order.
+// broker's words, and every other event arrives in order. max_message_size is a broker-wide setting, so
+// the test sets it on a RabbitMQ node of its own (RabbitMQ 3.x reads it from the application's
+// environment, 4.x from a persistent term set at boot: both are set).
 func TestBrokerRefusalOfOneMessageIsQuarantined(t *testing.T) {
-	setMaxMessageSize(t, 64<<10)
-	e := newStreamEnv(t)
+	node := testenv.StartRabbitMQNode(t)
+	node.Ctl("eval", fmt.Sprintf("application:set_env(rabbit, max_message_size, %d), persistent_term:put(max_message_size, %d).", 64<<10, 64<<10))
+	e := newStreamEnvOn(t, node)
 	c := e.consume(e.queue)
 	r := e.startStreaming()
 	w := newWriter(t, e.pgURL, 5)
