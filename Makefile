@@ -2,11 +2,11 @@
 # `make demo` shows events flowing on a machine that has both installed.
 GO        ?= go
 PKGS      := ./...
-# -p 1: one test binary at a time: a broker-wide memory alarm in one test must not stall another package's
-# publishers, and the machine has two cores. The test binaries run with -race. The routers the end-to-end
+# -p 1: one test binary at a time: the tests share PostgreSQL clusters and the broker (broker-wide faults run
+# on RabbitMQ nodes of their own), and the machine has two cores. The test binaries run with -race. The routers the end-to-end
 # tests and the invariant harness start are built without it (CDC_ROUTER_RACE=off: they run at a user's
-# speed, and the suite fits CI's 30 minutes); the last step runs the core end-to-end tests (the version
-# matrix's groups) again with race-built routers. `make test-race` builds every router under test with -race.
+# speed, and the suite fits CI's 30 minutes); the last step runs the stream, stop, broker-cut and
+# snapshot groups of the version matrix again with race-built routers (matrix.sh regex). `make test-race` builds every router under test with -race.
 TESTFLAGS ?= -race -p 1 -count=1 -timeout 45m
 
 CDC_ROUTER_RACE ?= off
