@@ -24,15 +24,16 @@ var (
 )
 
 // ciSeeds are the seeds the normal suite runs (make test, CI): a handful that pass on main and together
-// cover shards (144), two tables (2026, 2160), both queue types, the initial snapshot (of two tables: 2026),
-// and every default kind but two: every fault and command (a publication gap with its backfill: 2026;
-// reset with the router stopped: 107, 144, 2160), the full queue, emitted events and forged ones (107,
+// cover two tables (2026, 2160), both queue types, the initial snapshot (of two tables: 2026),
+// and every default kind but three: every fault and command (a publication gap with its backfill: 2026;
+// reset with the router stopped: 107, 2160), the full queue, emitted events and forged ones (107,
 // 2160), the harness's own broker with a restart and a memory alarm (2160), the partitioned outbox with
 // attach, detach and drop (107), and quarantine replay (107, 2160). Chosen from seeds 1-3000 by coverage
 // per estimated second. Left to the long runs: the huge one-aggregate transaction (about 80 s a seed; its
 // scenario test is e2e TestLargeTransactionCompletesUnderRepeatedCuts) and the PostgreSQL blackhole (30 s a
-// seed; e2e TestPostgresSilentPartition and its variant pin its bound).
-var ciSeeds = []int64{107, 144, 2026, 2160}
+// seed; e2e TestPostgresSilentPartition and its variant pin its bound), and shards (seed 144, dropped from
+// CI for time; e2e/shard_test.go covers them).
+var ciSeeds = []int64{107, 2026, 2160}
 
 var pg *testenv.Postgres
 

@@ -30,7 +30,7 @@ groups=(
   "stream, quorum queues=TestEveryEventArrivesInOrderWithItsProperties|TestQuorumQueueConsumerGetsEveryEvent"
   "partitioned outbox=TestPartitionedInitialSnapshotAndStream|TestPartitionedAttachAndDropWhileStreaming|TestPartitionedPublicationWithoutViaRootIsRefused"
   "generated columns=TestGeneratedColumnRefusedBeforePostgres18|TestGeneratedColumnOnPostgres18"
-  "emitted events, docs SQL=TestOnlyAuthorisedWritersPublishEmittedEvents|TestMessagePrefixWithoutEmitKeyIsRefused|TestDocumentedSetupSQLRuns|TestDocumentedBrokerPermissions|TestEmitFunctionHardening|TestLargeMessagesAreJudgedFromTheirHeader|TestMessageFloodIsQuarantinedInBursts"
+  "emitted events, docs SQL=TestOnlyAuthorisedWritersPublishEmittedEvents|TestMessagePrefixWithoutEmitKeyIsRefused|TestDocumentedSetupSQLRuns|TestDocumentedBrokerPermissions|TestEmitFunctionHardening|TestMessageFloodIsQuarantinedInBursts"
 )
 core_regex() {
   local all=() g
