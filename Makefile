@@ -34,7 +34,7 @@ test-race:
 # The version matrix (internal/testenv/matrix.sh, docs/operations.md "Versions"): PostgreSQL 14-18 binaries
 # pinned and verified by internal/testenv/fetch-postgres.sh, RabbitMQ 4.0 run beside the system broker by
 # internal/testenv/rabbitmq4.sh, both cached in /var/cache/cdc-router. test-matrix (CI, after test): the core
-# end-to-end tests on PostgreSQL 14, 17 and 18, each against RabbitMQ 4.0. test-versions: the whole
+# end-to-end tests on PostgreSQL 14 and 18 (17: MATRIX_PG), each against RabbitMQ 4.0. test-versions: the whole
 # e2e suite on each PostgreSQL version, then the whole suite on RabbitMQ 4.0.
 test-matrix: services
 	internal/testenv/matrix.sh core
