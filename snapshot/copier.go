@@ -146,8 +146,12 @@ func (c *copier) copyAll(ctx context.Context) error {
 const pagesAhead = 1
 
 // keepUp waits, storing progress as the confirms arrive, until at most pagesAhead pages are unconfirmed.
-func (c *copier) keepUp(ctx context.Context) error {
-	for c.pages.InFlight() > pagesAhead {
+func (c *copier) keepUp(ctx context.Context) error { return c.waitPages(ctx, pagesAhead) }
+
+// waitPages waits until at most n pages are unconfirmed, storing progress as the confirms arrive; it returns
+// the publisher's failure or ctx's end first.
+func (c *copier) waitPages(ctx context.Context, n int) error {
+	for c.pages.InFlight() > n {
 		select {
 		case <-c.pub.Failed():
 			return cdc.BrokerFailure(fmt.Errorf("publish: %w", c.pub.Err()))
@@ -165,18 +169,8 @@ func (c *copier) keepUp(ctx context.Context) error {
 
 // drain waits until every row published is confirmed, storing progress as it goes, then stores it.
 func (c *copier) drain(ctx context.Context) error {
-	for c.pages.InFlight() > 0 {
-		select {
-		case <-c.pub.Failed():
-			return cdc.BrokerFailure(fmt.Errorf("publish: %w", c.pub.Err()))
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-c.pages.Advanced():
-			if err := c.progress(ctx, false); err != nil {
-				return err
-			}
-		case <-time.After(time.Second):
-		}
+	if err := c.waitPages(ctx, 0); err != nil {
+		return err
 	}
 	return c.progress(ctx, true)
 }
