@@ -14,10 +14,7 @@ import (
 // name the cause once it is longer than the bound.)
 func checkBrokerOutages(h *History, l Limits) []Violation {
 	first := firstDeliveries(h)
-	quar := map[string]bool{}
-	for _, q := range h.Quar {
-		quar[q.EventID] = true
-	}
+	quar := quarantinedIDs(h)
 	var firsts []time.Time
 	for _, i := range first {
 		firsts = append(firsts, h.Deliv[i].At)

@@ -12,10 +12,7 @@ import (
 // answer) and a router logged a WARN or ERROR line in it: the router said it is stuck, and why.
 func checkStall(h *History, l Limits) []Violation {
 	first := firstDeliveries(h)
-	quar := map[string]bool{}
-	for _, q := range h.Quar {
-		quar[q.EventID] = true
-	}
+	quar := quarantinedIDs(h)
 	type pend struct{ committed, delivered time.Time }
 	var ps []pend
 	for _, r := range h.Rows {
@@ -105,4 +102,13 @@ func readyIn(h *History, from, to time.Time) string {
 		return "nothing"
 	}
 	return strings.Join(parts, ", ")
+}
+
+// quarantinedIDs is the set of event ids the history's quarantine records name.
+func quarantinedIDs(h *History) map[string]bool {
+	quar := map[string]bool{}
+	for _, q := range h.Quar {
+		quar[q.EventID] = true
+	}
+	return quar
 }
