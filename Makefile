@@ -2,12 +2,15 @@
 # `make demo` shows events flowing on a machine that has both installed.
 GO        ?= go
 PKGS      := ./...
-# -p 1: one test binary at a time: the tests share PostgreSQL clusters and the broker (broker-wide faults run
-# on RabbitMQ nodes of their own), and the machine has two cores. The test binaries run with -race. The routers the end-to-end
+# -p 2: two test binaries at a time. Each test package starts PostgreSQL clusters of its own (testenv.Main),
+# names its queues, exchanges and broker users uniquely, and runs broker-wide faults on RabbitMQ nodes of its
+# own, so packages running together do not see each other. The end-to-end package (e2e/, about 16 minutes
+# alone) mostly waits on the servers (about a quarter of the two cores), so it runs beside the CPU-bound
+# unit packages rather than after them. The test binaries run with -race. The routers the end-to-end
 # tests and the invariant harness start are built without it (CDC_ROUTER_RACE=off: they run at a user's
 # speed, and the suite fits CI's 30 minutes); the last step runs the stream, stop, broker-cut and
 # snapshot groups of the version matrix again with race-built routers (matrix.sh regex). `make test-race` builds every router under test with -race.
-TESTFLAGS ?= -race -p 1 -count=1 -timeout 45m
+TESTFLAGS ?= -race -p 2 -count=1 -timeout 45m
 
 CDC_ROUTER_RACE ?= off
 export CDC_ROUTER_RACE
