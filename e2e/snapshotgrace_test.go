@@ -50,3 +50,48 @@ func TestLongSnapshotSurvivesAPostgreSQLCut(t *testing.T) {
 	}
 	expectEveryEventInOrder(t, c, w, "a PostgreSQL cut 32 s into the initial snapshot", 60*time.Second)
 }
+
+// TestSilentPostgreSQLDuringTheSnapshotIsBounded (chaos seed 417): PostgreSQL blackholed while the initial
+// snapshot copies. The copy's waits on it (the next page, the progress store) end within --pg-timeout and a
+// half: the router logs that the snapshot stopped waiting on PostgreSQL, naming the bound, /readyz turns
+// 503, and once PostgreSQL answers again the copy resumes and every row arrives in order.
+func TestSilentPostgreSQLDuringTheSnapshotIsBounded(t *testing.T) {
+	e := newStreamEnv(t)
+	c := e.consume(e.queue)
+	w := newWriter(t, e.pgURL, 50)
+	w.prefill(20000, "")
+	pgp, pgURL := e.pgProxy()
+	amqpp := testenv.NewProxy(t, strings.TrimSuffix(e.amqpURL[strings.Index(e.amqpURL, "@")+1:], "/"))
+	addr := freeAddr(t)
+	r := e.startVia(pgURL, "amqp://guest:guest@"+amqpp.Addr+"/", "--window", "64", "--lanes", "2",
+		"--pg-timeout", "4s", "--http-addr", addr)
+	deadline := time.Now().Add(30 * time.Second)
+	for len(c.snapshot()) < 500 {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d deliveries of the initial snapshot within 30 s:\n%s", len(c.snapshot()), tail(r.Output(), 20))
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	amqpp.Pause() // hold the copy on its confirms, so that it still has pages to read when PostgreSQL goes silent
+	pgp.Pause()
+	amqpp.Resume()
+	silent := time.Now()
+	const line = "the initial snapshot stopped waiting on PostgreSQL"
+	saw503 := false
+	for !strings.Contains(r.Output(), line) || !saw503 {
+		if strings.Contains(r.Output(), `msg="snapshot finished"`) {
+			t.Fatalf("the snapshot finished while PostgreSQL was silent; nothing was tested:\n%s", tail(r.Output(), 10))
+		}
+		if time.Since(silent) > 20*time.Second {
+			t.Fatalf("20 s after PostgreSQL went silent during the snapshot: logged %q: %v, /readyz 503 seen: %v "+
+				"(--pg-timeout 4s):\n%s", line, strings.Contains(r.Output(), line), saw503, tail(r.Output(), 20))
+		}
+		if code, _ := get(t, "http://"+addr+"/readyz"); code == 503 {
+			saw503 = true
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	t.Logf("bounded %.1f s after PostgreSQL went silent", time.Since(silent).Seconds())
+	pgp.Resume()
+	expectEveryEventInOrder(t, c, w, "PostgreSQL silent during the initial snapshot", 90*time.Second)
+}

@@ -12,6 +12,11 @@
 //   - A stop during the copy ends within Config.StopBy's bounds (run's --shutdown-timeout), the reader's
 //     transaction and connection closed by then, and the next start resumes the copy
 //     (TestShutdownTimeoutBoundsAStopDuringTheSnapshot).
+//   - A copy never waits on a PostgreSQL it cannot reach for longer than about 1.5 x Config.PGTimeout: a probe
+//     on a connection of its own every half of it that cannot reach the server ends the copy with a
+//     pgserver.Retryable naming it, so the run restarts (cause postgres, /readyz 503) and resumes the copy; a
+//     probe that is answered, even with a refusal, or a stop, leaves the copy to run (TestProbeTellsSilenceFromAnAnswer,
+//     TestSilentPostgreSQLDuringTheSnapshotIsBounded).
 //   - A table or predicate that cannot be copied is refused (cdc.Fatal); a check that fails on the connection
 //     is not, and the run is retried (TestRefusalOnlyForTheTable, TestLongSnapshotSurvivesAPostgreSQLCut).
 //   - An unfinished initial snapshot is never skipped: without --snapshot=initial, or for a table this run

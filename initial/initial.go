@@ -121,6 +121,13 @@ func (c Config) snapshotConfig() snapshot.Config {
 // merged in key order (copyTables).
 func Copy(ctx context.Context, cfg Config, log *slog.Logger, stats *metrics.Stats, sql *pgx.Conn, store *offsets.Store,
 	pos offsets.Position, snapshotName string, pub snapshot.Publisher) error {
+	ctx, end := cfg.watch(ctx)
+	return end(copyNew(ctx, cfg, log, stats, sql, store, pos, snapshotName, pub))
+}
+
+// copyNew is Copy under its watch.
+func copyNew(ctx context.Context, cfg Config, log *slog.Logger, stats *metrics.Stats, sql *pgx.Conn, store *offsets.Store,
+	pos offsets.Position, snapshotName string, pub snapshot.Publisher) error {
 	point := pos.LSN
 	reader, err := pgserver.ConnectReaderWithin(ctx, cfg.PGURL, cfg.PGTimeout)
 	if err != nil {
@@ -160,7 +167,9 @@ func Copy(ctx context.Context, cfg Config, log *slog.Logger, stats *metrics.Stat
 // is read in a new one: rows committed after the consistent point may be published twice (once here, once
 // streamed), never lost.
 func resumeSnapshot(ctx context.Context, cfg Config, log *slog.Logger, stats *metrics.Stats, sql *pgx.Conn, todo []Job,
-	pub snapshot.Publisher) error {
+	pub snapshot.Publisher) (err error) {
+	ctx, end := cfg.watch(ctx)
+	defer func() { err = end(err) }()
 	reader, err := pgserver.ConnectReaderWithin(ctx, cfg.PGURL, cfg.PGTimeout)
 	if err != nil {
 		return err

@@ -49,7 +49,8 @@
 //     --pg-timeout): each connection attempt (ordinary, replication, reader; a shorter connect_timeout in the
 //     URL wins), each group of start-up checks, START_REPLICATION, and the stream's silence (a status update
 //     asks for a reply after half of it). Each such failure is a restart with cause postgres whose message
-//     names the server; only slot creation and the snapshot copy wait without this bound (a stop still ends them).
+//     names the server; only slot creation waits without this bound (a stop still ends it), and the initial
+//     snapshot's copy is watched instead (initial.Config.watch: a probe that cannot reach PostgreSQL ends it).
 //   - A router that cannot read WAL shows it: once the walsender has been silent for longer than the bound, the
 //     lag in time is at least the time since it last spoke (not before the first stream, not in standby).
 //   - While starting or restarting, metrics.Stats.Waiting names what the router waits for (/readyz's problem);
