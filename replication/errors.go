@@ -2,11 +2,7 @@ package replication
 
 import (
 	"errors"
-	"fmt"
-	"strings"
 	"time"
-
-	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/cdc-router/cdc-router/internal/cdc"
 	"github.com/cdc-router/cdc-router/migrations"
@@ -32,19 +28,4 @@ func withinGrace(wait time.Duration, began time.Time, started bool) time.Duratio
 		return min(wait, left)
 	}
 	return wait
-}
-
-// streamError classifies an error the server sent inside the stream.
-func streamError(err *pgconn.PgError, cfg Config) error {
-	switch err.Code {
-	case "55000":
-		return fatalf("PostgreSQL can no longer stream from slot %s (%s): run `cdc-router reset --slot %s` and "+
-			"`cdc-router run` to re-snapshot", cfg.Slot, err.Message, cfg.Slot)
-	case "42704":
-		if strings.HasPrefix(err.Message, "publication") {
-			return publicationDropped(cfg, "PostgreSQL says "+err.Message)
-		}
-		return fatalf("PostgreSQL says %s: run `cdc-router migrate` or fix --publication / --slot", err.Message)
-	}
-	return fmt.Errorf("replication stream: %w", err)
 }

@@ -6,6 +6,8 @@ import (
 
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgproto3"
+
+	"github.com/cdc-router/cdc-router/pgserver"
 )
 
 // notice handles a NoticeResponse the walsender sent inside the stream. PostgreSQL 18's pgoutput no longer
@@ -20,16 +22,6 @@ func (s *session) notice(m *pgproto3.NoticeResponse) error {
 		s.log.Warn("PostgreSQL notice on the replication connection", "severity", n.Severity, "code", n.Code, "message", n.Message)
 		return nil
 	}
-	return publicationDropped(s.cfg, fmt.Sprintf("PostgreSQL %s (%s) and streams on without it, so the outbox's rows "+
+	return pgserver.PublicationDropped(s.cfg.Slot, fmt.Sprintf("PostgreSQL %s (%s) and streams on without it, so the outbox's rows "+
 		"from there on would never be sent", n.Message, strings.TrimSuffix(n.Detail, ".")))
-}
-
-// publicationDropped is the refusal for a publication dropped while the router streamed: PostgreSQL 18 skips it
-// with a warning, earlier versions fail the stream with 42704. Either way the WAL written while it was missing
-// decodes without it on every restart, so recreating it is not enough: the fix is a re-snapshot.
-func publicationDropped(cfg Config, what string) error {
-	return fatalf("%s: the publication was dropped while the router streamed, and the router refuses; create it "+
-		"again with `cdc-router migrate`, then run `cdc-router reset --slot %s` (before PostgreSQL 18 it cannot count "+
-		"what the slot holds without the publication, and asks for --force) and `cdc-router run` (which "+
-		"re-snapshots the outbox table, republishing the rows inserted meanwhile)", what, cfg.Slot)
 }

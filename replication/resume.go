@@ -13,6 +13,7 @@ import (
 	"github.com/cdc-router/cdc-router/decode"
 	"github.com/cdc-router/cdc-router/internal/cdc"
 	"github.com/cdc-router/cdc-router/offsets"
+	"github.com/cdc-router/cdc-router/pgserver"
 )
 
 // resumePoint carries the progress inside the oldest unacknowledged transaction (an offsets.Mark) from one
@@ -44,7 +45,8 @@ func markConfig(cfg Config, build string) string {
 		MoreTables    []decode.Outbox
 		MessagePrefix string
 		OnDrift       string
-	}{build, pluginArgs(cfg), decode.QualifiedTable(cfg.Table), d.Mapping, d.MoreTables, d.MessagePrefix, d.OnDrift})
+	}{build, pgserver.PluginArgs(cfg.Publication, d.MessagePrefix != ""), decode.QualifiedTable(cfg.Table), d.Mapping,
+		d.MoreTables, d.MessagePrefix, d.OnDrift})
 	if err != nil || build == "" {
 		return "" // never matches a stored fingerprint: no mark is applied
 	}

@@ -1,4 +1,4 @@
-package replication
+package pgserver
 
 import (
 	"fmt"
@@ -7,44 +7,49 @@ import (
 
 	"github.com/cdc-router/cdc-router/internal/cdc"
 	"github.com/cdc-router/cdc-router/offsets"
-	"github.com/cdc-router/cdc-router/pgserver"
 )
 
-// startDecision is what the router does with the slot at start.
-type startDecision struct {
-	create bool    // the slot is missing and no position was ever stored: create it
-	start  cdc.LSN // START_REPLICATION position when not creating
+// StartDecision is what the router does with its slot at start.
+type StartDecision struct {
+	Create bool    // the slot is missing and no position was ever stored: create it
+	Start  cdc.LSN // START_REPLICATION position when not creating
 }
 
-// decideStart applies the refusal rules: a stored position is only trusted on the cluster that stored it,
+// StartRules are the router's settings that DecideStart's refusals depend on and name.
+type StartRules struct {
+	Slot         string // the slot's name (--slot)
+	FailoverSlot bool   // --failover-slot: the slot is meant to survive a promotion
+}
+
+// DecideStart applies the refusal rules: a stored position is only trusted on the cluster that stored it,
 // and a slot that vanished or lost WAL behind a stored position means events may be gone. unfinished
 // describes the slot's initial snapshot when one is recorded and not done ("" otherwise), for the refusal.
-func decideStart(cfg Config, sys pglogrepl.IdentifySystemResult, slot pgserver.SlotInfo, stored offsets.Position, hasStored bool,
-	unfinished string) (startDecision, error) {
+func DecideStart(cfg StartRules, sys pglogrepl.IdentifySystemResult, slot SlotInfo, stored offsets.Position, hasStored bool,
+	unfinished string) (StartDecision, error) {
 	reset := fmt.Sprintf("`cdc-router reset --slot %s` then `cdc-router run` (which re-snapshots the outbox table)", cfg.Slot)
 	if hasStored && stored.SystemID != sys.SystemID {
-		return startDecision{}, fatalf("the stored position %s of slot %s was written by PostgreSQL cluster %s, but this "+
+		return StartDecision{}, cdc.Fatalf("the stored position %s of slot %s was written by PostgreSQL cluster %s, but this "+
 			"is cluster %s (a restore or a switch to another server): starting from it could skip events, so the router "+
 			"refuses; to start over on this cluster run %s", stored.LSN, cfg.Slot, stored.SystemID, sys.SystemID, reset)
 	}
 	if !slot.Exists {
 		if hasStored {
-			return startDecision{}, fatalf("replication slot %s does not exist but a position (%s) is stored for it: the "+
+			return StartDecision{}, cdc.Fatalf("replication slot %s does not exist but a position (%s) is stored for it: the "+
 				"slot was dropped and the events written since then may be gone from WAL, so the router refuses to create "+
 				"a new slot and skip them; to re-snapshot run %s%s", cfg.Slot, stored.LSN, reset, promotedHint(cfg, sys, stored, unfinished))
 		}
-		return startDecision{create: true}, nil
+		return StartDecision{Create: true}, nil
 	}
 	if slot.Database != "" && sys.DBName != "" && slot.Database != sys.DBName {
-		return startDecision{}, fatalf("replication slot %s belongs to database %s, not %s: point --pg-url at %s or "+
+		return StartDecision{}, cdc.Fatalf("replication slot %s belongs to database %s, not %s: point --pg-url at %s or "+
 			"choose another --slot", cfg.Slot, slot.Database, sys.DBName, slot.Database)
 	}
 	if slot.WALStatus == "lost" || slot.Invalidation != "" {
-		return startDecision{}, fatalf("replication slot %s is invalidated (%s): PostgreSQL will not decode from it "+
+		return StartDecision{}, cdc.Fatalf("replication slot %s is invalidated (%s): PostgreSQL will not decode from it "+
 			"again, so events were lost from it; to re-snapshot run %s", cfg.Slot, slot.InvalidationCause(), reset)
 	}
 	if slot.Plugin != "pgoutput" {
-		return startDecision{}, fatalf("replication slot %s uses plugin %q, not pgoutput: drop it "+
+		return StartDecision{}, cdc.Fatalf("replication slot %s uses plugin %q, not pgoutput: drop it "+
 			"(SELECT pg_drop_replication_slot('%s')) or choose another --slot", cfg.Slot, slot.Plugin, cfg.Slot)
 	}
 	start := slot.ConfirmedFlush
@@ -53,12 +58,12 @@ func decideStart(cfg Config, sys pglogrepl.IdentifySystemResult, slot pgserver.S
 		// position the broker confirmed. Starting from the stored one avoids republishing confirmed events.
 		start = stored.LSN
 	}
-	return startDecision{start: start}, nil
+	return StartDecision{Start: start}, nil
 }
 
 // promotedHint adds to the slot-lost refusal, when the position was stored on an earlier timeline of this
 // cluster (a promoted standby), why the slot is missing and how to keep it through the next failover.
-func promotedHint(cfg Config, sys pglogrepl.IdentifySystemResult, stored offsets.Position, unfinished string) string {
+func promotedHint(cfg StartRules, sys pglogrepl.IdentifySystemResult, stored offsets.Position, unfinished string) string {
 	if stored.Timeline == 0 || stored.Timeline == sys.Timeline {
 		return ""
 	}
