@@ -43,8 +43,8 @@
 //     the router's prefix over the decoder's MessageLimit, is discarded while it is read, never held whole;
 //     one of the router's is then quarantined from its header (TestLargeMessagesAreJudgedFromTheirHeader).
 //   - The quarantine records of messages anyone can emit (non-transactional, or failing authentication)
-//     are aggregated per reason and per second (burst.go); each such message holds the acknowledged
-//     position until its burst's record is written (TestBurstKind, TestMessageFloodIsQuarantinedInBursts,
+//     are aggregated per reason and per second (quarantine.Bursts); each such message holds the acknowledged
+//     position until its burst's record is written (burst.go; end to end TestMessageFloodIsQuarantinedInBursts,
 //     TestMessageBurstSurvivesAKill).
 //   - No wait on a PostgreSQL that accepts TCP but does not answer lasts longer than Config.PGTimeout (run's
 //     --pg-timeout): each connection attempt (ordinary, replication, reader; a shorter connect_timeout in the
