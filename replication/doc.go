@@ -64,7 +64,7 @@
 //     end TestPromotionDuringTheInitialSnapshotPG17).
 //   - With Decode.MessagePrefix the stream starts only with the emit keys loaded (a missing or unreadable key
 //     is refused naming the fix, TestMessagePrefixWithoutEmitKeyIsRefused) and reloads them at least every
-//     EmitKeyInterval while it runs, so a rotated key is held before it signs (TestEmitKeyRotationWhileRunning).
+//     migrations.EmitKeyInterval while it runs, so a rotated key is held before it signs (TestEmitKeyRotationWhileRunning).
 //   - The publication is checked at every start and every PublicationCheckInterval while streaming
 //     (pubcheck.Watch, whose doc states what a failed check and a publication gap do).
 //
