@@ -1,9 +1,9 @@
 // Package pgserver is what the router knows of PostgreSQL as a server: how to connect to it (ordinary,
 // replication and snapshot reader connections, TLS files, primaries only, every attempt bounded), how to
-// explain its refusals in one sentence that names the fix, and its replication slots (inspect, create,
-// health: read while a stream runs by SlotWatch, whose failed reads are logged and never stop the stream
-// unless they closed the connection; whether and where a stream may start from one: DecideStart), START_REPLICATION's options,
-// timelines and failover settings.
+// explain its refusals in one sentence that names the fix, START_REPLICATION's options, and its replication
+// slots: inspect, create, whether and where a stream may start from one (DecideStart), their health (read
+// while a stream runs by SlotWatch, whose failed reads are logged and never stop the stream unless they
+// closed the connection), timelines and failover settings.
 //
 // Invariants, each pinned by a test:
 //   - Every connection accepts only a primary (pg_is_in_recovery() is false); a target_session_attrs that
