@@ -25,7 +25,9 @@
 //     missing (while a position is stored), invalidated, of another database or of another plugin, naming the
 //     fix; it starts from the later of the slot's confirmed_flush_lsn and the stored position (TestDecideStart).
 //     A slot missing on a promoted standby (a later timeline) is refused with why and how to keep it through
-//     the next failover (TestDecideStartAfterPromotion).
+//     the next failover (TestDecideStartAfterPromotion). PlanStart reads the slot and the stored position
+//     for it, and refuses a slot another process streams from (ErrSlotBusy) before anything else is done
+//     (e2e's TestStandbyTakesOverAfterSIGKILL).
 //   - START_REPLICATION's publication_names names the publication as a quoted identifier, so its case and
 //     commas survive (TestPublicationNamesOptionQuotesTheName); a refusal of START_REPLICATION or of the
 //     stream is explained once (ExplainStart, ExplainStream): a slot in use wraps ErrSlotBusy, what the

@@ -1,9 +1,11 @@
 package pgserver
 
 import (
+	"context"
 	"fmt"
 
 	"github.com/jackc/pglogrepl"
+	"github.com/jackc/pgx/v5"
 
 	"github.com/cdc-router/cdc-router/internal/cdc"
 	"github.com/cdc-router/cdc-router/offsets"
@@ -19,6 +21,55 @@ type StartDecision struct {
 type StartRules struct {
 	Slot         string // the slot's name (--slot)
 	FailoverSlot bool   // --failover-slot: the slot is meant to survive a promotion
+}
+
+// StartPlan is what the slot and the stored position say about a stream's start, read before anything is
+// created or published.
+type StartPlan struct {
+	Decision StartDecision
+	Slot     SlotInfo      // the slot as found
+	Failover FailoverCheck // what --failover-slot needs done
+	Timeline bool          // the stored position is of an earlier timeline of this cluster: record this one
+	// Stored is the stored position as loaded (HasStored: there is one), for the progress inside a
+	// transaction it records.
+	Stored    offsets.Position
+	HasStored bool
+}
+
+// PlanStart reads the stored position and the slot, refuses a slot another process streams from (BusyError),
+// checks what --failover-slot needs, and applies DecideStart. unfinished, asked only when the slot is missing
+// and a position is stored, describes the slot's unfinished initial snapshot ("" when there is none).
+func PlanStart(ctx context.Context, sql *pgx.Conn, store *offsets.Store, cfg StartRules, sys pglogrepl.IdentifySystemResult,
+	unfinished func(context.Context) (string, error)) (StartPlan, error) {
+	stored, hasStored, err := store.Load(ctx)
+	if err != nil {
+		return StartPlan{}, err
+	}
+	slot, err := InspectSlot(ctx, sql, cfg.Slot)
+	if err != nil {
+		return StartPlan{}, err
+	}
+	if slot.Active {
+		// Checked before the broker is dialled, so that a standby waiting for a dead router's walsender stays
+		// quiet; one that becomes active after this check meets 55006 at START_REPLICATION.
+		return StartPlan{}, BusyError(cfg.Slot)
+	}
+	fc, err := CheckFailover(ctx, sql, cfg.FailoverSlot, slot)
+	if err != nil {
+		return StartPlan{}, err
+	}
+	var snapshot string
+	if !slot.Exists && hasStored {
+		if snapshot, err = unfinished(ctx); err != nil {
+			return StartPlan{}, err
+		}
+	}
+	d, err := DecideStart(cfg, sys, slot, stored, hasStored, snapshot)
+	if err != nil {
+		return StartPlan{}, err
+	}
+	return StartPlan{Decision: d, Slot: slot, Failover: fc, Timeline: hasStored && stored.Timeline != sys.Timeline,
+		Stored: stored, HasStored: hasStored}, nil
 }
 
 // DecideStart applies the refusal rules: a stored position is only trusted on the cluster that stored it,

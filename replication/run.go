@@ -209,7 +209,7 @@ func runOnce(ctx context.Context, cfg Config, dial Dialer, log *slog.Logger, sta
 			log.Warn("the RabbitMQ connection did not close within the shutdown timeout; exiting without waiting for it")
 		}
 	}()
-	if p.decision.Create && cfg.Snapshot == "initial" || len(p.jobs) > 0 {
+	if p.Decision.Create && cfg.Snapshot == "initial" || len(p.jobs) > 0 {
 		*copied = true
 	}
 	start, err := p.execute(ctx, cfg, log, stats, conn, sql, store, sys, pub, stop)
@@ -250,7 +250,7 @@ func runOnce(ctx context.Context, cfg Config, dial Dialer, log *slog.Logger, sta
 	watch.Schedule(time.Now())
 	net.received = 0
 	s.markConfig = markConfig(cfg, resume.build)
-	s.resumeAt = resume.choose(p.stored, p.hasStored, sys, s.markConfig, start)
+	s.resumeAt = resume.choose(p.Stored, p.HasStored, sys, s.markConfig, start)
 	from := s.resumeAt
 	err = stalled(s.stream(), host)
 	s.flushBursts()
@@ -262,56 +262,29 @@ func runOnce(ctx context.Context, cfg Config, dial Dialer, log *slog.Logger, sta
 	return s.tracker.Watermark() > start || m.Done > 0 && (m.Key != from.Key || m.Done > from.Done), err
 }
 
-// plan is what a run does before streaming, decided before anything is created or published.
+// plan is what a run does before streaming, decided before anything is created or published: what the
+// slot and the stored position say (pgserver.StartPlan), and the initial snapshots to finish.
 type plan struct {
-	decision pgserver.StartDecision
-	jobs     []initial.Job          // the initial snapshots to finish (resumed or never recorded), in --table order
-	fresh    bool                   // the slot exists with neither a stored position nor a snapshot record
-	slot     pgserver.SlotInfo      // the slot as found
-	failover pgserver.FailoverCheck // what --failover-slot needs done
-	timeline bool                   // the stored position is of an earlier timeline of this cluster: record this one
-	// stored is the stored position as loaded (hasStored: there is one), for the progress inside a
-	// transaction it records.
-	stored    offsets.Position
-	hasStored bool
+	pgserver.StartPlan
+	jobs  []initial.Job // the initial snapshots to finish (resumed or never recorded), in --table order
+	fresh bool          // the slot exists with neither a stored position nor a snapshot record
 }
 
-// planStart applies the refusal rules and decides whether a snapshot is needed.
+// planStart applies the refusal rules (pgserver.PlanStart) and decides whether a snapshot is needed.
 func planStart(ctx context.Context, cfg Config, sql *pgx.Conn, store *offsets.Store,
 	sys pglogrepl.IdentifySystemResult) (plan, error) {
-	stored, hasStored, err := store.Load(ctx)
+	unfinished := func(ctx context.Context) (string, error) {
+		return initial.Unfinished(ctx, cfg.initialConfig(nil, nil), sql)
+	}
+	sp, err := pgserver.PlanStart(ctx, sql, store, cfg.startRules(), sys, unfinished)
 	if err != nil {
 		return plan{}, err
 	}
-	slot, err := pgserver.InspectSlot(ctx, sql, cfg.Slot)
-	if err != nil {
-		return plan{}, err
-	}
-	if slot.Active {
-		// Checked before the broker is dialled, so that a standby waiting for a dead router's walsender stays
-		// quiet; one that becomes active after this check meets 55006 at START_REPLICATION.
-		return plan{}, pgserver.BusyError(cfg.Slot)
-	}
-	fc, err := pgserver.CheckFailover(ctx, sql, cfg.FailoverSlot, slot)
-	if err != nil {
-		return plan{}, err
-	}
-	var unfinished string
-	if !slot.Exists && hasStored {
-		if unfinished, err = initial.Unfinished(ctx, cfg.initialConfig(nil, nil), sql); err != nil {
-			return plan{}, err
-		}
-	}
-	d, err := pgserver.DecideStart(cfg.startRules(), sys, slot, stored, hasStored, unfinished)
-	if err != nil {
-		return plan{}, err
-	}
-	p := plan{decision: d, slot: slot, failover: fc, timeline: hasStored && stored.Timeline != sys.Timeline,
-		stored: stored, hasStored: hasStored}
-	if d.Create {
+	p := plan{StartPlan: sp}
+	if sp.Decision.Create {
 		return p, nil
 	}
-	p.jobs, p.fresh, err = initial.Due(ctx, cfg.initialConfig(nil, nil), sql, d.Start, hasStored)
+	p.jobs, p.fresh, err = initial.Due(ctx, cfg.initialConfig(nil, nil), sql, sp.Decision.Start, sp.HasStored)
 	return p, err
 }
 
@@ -323,15 +296,15 @@ func (p plan) execute(ctx context.Context, cfg Config, log *slog.Logger, stats *
 		return offsets.Position{LSN: l, SystemID: sys.SystemID, Timeline: sys.Timeline}
 	}
 	err := setupStep(ctx, cfg.PGTimeout, pgserver.Host(cfg.PGURL), func(ctx context.Context) error {
-		if err := p.failover.Apply(ctx, log, conn, cfg.Slot, p.slot); err != nil {
+		if err := p.Failover.Apply(ctx, log, conn, cfg.Slot, p.Slot); err != nil {
 			return err
 		}
-		if p.timeline {
+		if p.Timeline {
 			if err := pgserver.RecordTimeline(ctx, sql, cfg.Schema, cfg.Slot, sys); err != nil {
 				return err
 			}
 		}
-		if p.decision.Create && cfg.Snapshot == "initial" {
+		if p.Decision.Create && cfg.Snapshot == "initial" {
 			return initial.CheckTables(ctx, cfg.initialConfig(pub, stop), sql)
 		}
 		return nil
@@ -340,9 +313,9 @@ func (p plan) execute(ctx context.Context, cfg Config, log *slog.Logger, stats *
 		return 0, err
 	}
 	switch {
-	case p.decision.Create && cfg.Snapshot == "initial":
+	case p.Decision.Create && cfg.Snapshot == "initial":
 		return createWithSnapshot(ctx, cfg, log, stats, conn, sql, store, pos, pub, stop)
-	case p.decision.Create:
+	case p.Decision.Create:
 		stop := pgserver.WatchCreation(ctx, cfg.PGURL, cfg.Slot, cfg.PGTimeout, log, stats.WaitFor)
 		point, err := pgserver.CreateSlot(ctx, conn, cfg.Slot, cfg.FailoverSlot)
 		stop()
@@ -353,12 +326,12 @@ func (p plan) execute(ctx context.Context, cfg Config, log *slog.Logger, stats *
 		// Store the position at once: from now on a vanished slot is detected instead of silently replaced.
 		return point, store.Save(ctx, pos(point), true)
 	case len(p.jobs) > 0:
-		if err := initial.Finish(ctx, cfg.initialConfig(pub, stop), log, stats, sql, store, pos(p.decision.Start), p.jobs, p.fresh,
+		if err := initial.Finish(ctx, cfg.initialConfig(pub, stop), log, stats, sql, store, pos(p.Decision.Start), p.jobs, p.fresh,
 			pub); err != nil {
 			return 0, err
 		}
 	}
-	return p.decision.Start, nil
+	return p.Decision.Start, nil
 }
 
 // createWithSnapshot creates the slot with an exported snapshot and has the initial snapshot copy the rows
