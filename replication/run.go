@@ -15,6 +15,7 @@ import (
 	"github.com/cdc-router/cdc-router/copyboth"
 	"github.com/cdc-router/cdc-router/decode"
 	"github.com/cdc-router/cdc-router/initial"
+	"github.com/cdc-router/cdc-router/internal/build"
 	"github.com/cdc-router/cdc-router/internal/cdc"
 	"github.com/cdc-router/cdc-router/metrics"
 	"github.com/cdc-router/cdc-router/migrations"
@@ -55,7 +56,7 @@ func Run(ctx context.Context, cfg Config, dial Dialer, log *slog.Logger, stats *
 	copied := false // a run reached the initial snapshot's copy: the setup works
 	backoff := 100 * time.Millisecond
 	net := newSafetyNet(cfg.RefusalRetry)
-	resume := &resumePoint{build: buildID()}
+	resume := &resumePoint{build: build.ID()}
 	stopped := func() error {
 		stats.SetState(metrics.StateStopped, nil)
 		log.Info("stopped", "published", stats.Published(), "quarantined", stats.Quarantined())
