@@ -12,7 +12,9 @@
 //   - No connection attempt to a PostgreSQL that accepts TCP but does not answer lasts longer than its bound
 //     (run's --pg-timeout, DefaultPGTimeout for the other commands; a shorter connect_timeout in the URL wins),
 //     and its error names the server and the bound, never the password
-//     (replication's TestConnectionAttemptsEndWithinTheBound).
+//     (replication's TestConnectionAttemptsEndWithinTheBound). No group of start-up checks waits longer than
+//     its bound either (SetupStep), and a wait of the stream that timed out is named as the server that
+//     stopped answering (Stalled): both a *Retryable (TestSetupStepBoundsAStepThatDoesNotAnswer).
 //   - A certificate or key file that the URL names is read before any connection is tried; a problem with it
 //     is one sentence naming the file and its parameter (TestTLSFilesCheckNamesTheFileAndTheParameter).
 //   - Errors a user can fix (a password, pg_hba.conf, wal_level, REPLICATION, TLS, max_replication_slots) are a

@@ -1,11 +1,10 @@
 package replication
 
 import (
-	"errors"
 	"time"
 
 	"github.com/cdc-router/cdc-router/internal/cdc"
-	"github.com/cdc-router/cdc-router/migrations"
+	"github.com/cdc-router/cdc-router/pgserver"
 )
 
 // Fatal is an error that retrying cannot fix (cdc.Fatal): Run returns it instead of restarting.
@@ -14,11 +13,7 @@ type Fatal = cdc.Fatal
 func fatalf(format string, args ...any) error { return cdc.Fatalf(format, args...) }
 
 // IsFatal reports whether err must stop the router instead of restarting the stream.
-func IsFatal(err error) bool {
-	var f *Fatal
-	var p *migrations.Problem
-	return errors.As(err, &f) || errors.As(err, &p)
-}
+func IsFatal(err error) bool { return pgserver.IsFatal(err) }
 
 // withinGrace shortens a restart wait before the first successful start so that it ends at the start-up
 // grace at the latest: the last attempt is then made when the grace ends, and the router gives up about

@@ -146,7 +146,7 @@ func runOnce(ctx context.Context, cfg Config, dial Dialer, log *slog.Logger, sta
 	}()
 	stats.WaitFor("PostgreSQL at " + host + " to answer the start-up checks")
 	watch := pubcheck.NewWatch(cfg.pubcheckConfig(), log, stats)
-	err = setupStep(ctx, cfg.PGTimeout, host, func(ctx context.Context) error {
+	err = pgserver.SetupStep(ctx, cfg.PGTimeout, host, func(ctx context.Context) error {
 		// One router per slot, also while the slot is not streamed yet (during the initial snapshot): the lock
 		// belongs to this session and goes with it.
 		var mine bool
@@ -186,7 +186,7 @@ func runOnce(ctx context.Context, cfg Config, dial Dialer, log *slog.Logger, sta
 	var sys pglogrepl.IdentifySystemResult
 	var p plan
 	store := offsets.NewStore(sql, cfg.Schema, cfg.Slot, cfg.StoreInterval)
-	err = setupStep(ctx, cfg.PGTimeout, host, func(ctx context.Context) error {
+	err = pgserver.SetupStep(ctx, cfg.PGTimeout, host, func(ctx context.Context) error {
 		if sys, err = pglogrepl.IdentifySystem(ctx, conn); err != nil {
 			return fmt.Errorf("identify system: %w", err)
 		}
@@ -218,7 +218,7 @@ func runOnce(ctx context.Context, cfg Config, dial Dialer, log *slog.Logger, sta
 		return false, err
 	}
 	stats.WaitFor("PostgreSQL at " + host + " to start replication")
-	err = setupStep(ctx, cfg.PGTimeout, host, func(ctx context.Context) error {
+	err = pgserver.SetupStep(ctx, cfg.PGTimeout, host, func(ctx context.Context) error {
 		err := pglogrepl.StartReplication(ctx, conn, cfg.Slot, pglogrepl.LSN(start), pglogrepl.StartReplicationOptions{
 			PluginArgs: pgserver.PluginArgs(cfg.Publication, cfg.Decode.MessagePrefix != ""),
 		})
@@ -253,7 +253,9 @@ func runOnce(ctx context.Context, cfg Config, dial Dialer, log *slog.Logger, sta
 	s.markConfig = markConfig(cfg, resume.build)
 	s.resumeAt = resume.choose(p.Stored, p.HasStored, sys, s.markConfig, start)
 	from := s.resumeAt
-	err = stalled(s.stream(), host)
+	if err = s.stream(); err != nil && causeOf(err) == metrics.CausePostgres {
+		err = pgserver.Stalled(err, host)
+	}
 	s.flushBursts()
 	m := s.mark()
 	resume.record(m, s.markConfig, sys)
@@ -296,7 +298,7 @@ func (p plan) execute(ctx context.Context, cfg Config, log *slog.Logger, stats *
 	pos := func(l cdc.LSN) offsets.Position {
 		return offsets.Position{LSN: l, SystemID: sys.SystemID, Timeline: sys.Timeline}
 	}
-	err := setupStep(ctx, cfg.PGTimeout, pgserver.Host(cfg.PGURL), func(ctx context.Context) error {
+	err := pgserver.SetupStep(ctx, cfg.PGTimeout, pgserver.Host(cfg.PGURL), func(ctx context.Context) error {
 		if err := p.Failover.Apply(ctx, log, conn, cfg.Slot, p.Slot); err != nil {
 			return err
 		}
