@@ -80,6 +80,21 @@ func ExplainStream(err *pgconn.PgError, slot string) error {
 	return fmt.Errorf("replication stream: %w", err)
 }
 
+// ExplainNotice is the refusal a notice of the walsender streaming slot stands for, nil for a notice that
+// is only to be logged. PostgreSQL 18's pgoutput no longer fails when a publication named in
+// publication_names does not exist where it decodes: it warns "skipped loading publication" and streams on
+// without it, so every outbox row from there on would be lost without an error. That warning is a refusal,
+// naming the fix. Creating the publication again is not enough: the WAL written while it was missing
+// decodes without it on every restart, so the fix is a re-snapshot, which republishes the rows still in
+// the outbox table.
+func ExplainNotice(n *pgconn.PgError, slot string) error {
+	if !strings.HasPrefix(n.Message, "skipped loading publication") {
+		return nil
+	}
+	return PublicationDropped(slot, fmt.Sprintf("PostgreSQL %s (%s) and streams on without it, so the outbox's rows "+
+		"from there on would never be sent", n.Message, strings.TrimSuffix(n.Detail, ".")))
+}
+
 // PublicationDropped is the refusal for a publication dropped while the router streamed from slot, what
 // being how PostgreSQL said so: PostgreSQL 18 skips it with a warning, earlier versions fail the stream with
 // 42704. Either way the WAL written while it was missing decodes without it on every restart, so recreating
