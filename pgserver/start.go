@@ -3,9 +3,11 @@ package pgserver
 import (
 	"context"
 	"fmt"
+	"log/slog"
 
 	"github.com/jackc/pglogrepl"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/cdc-router/cdc-router/internal/cdc"
 	"github.com/cdc-router/cdc-router/offsets"
@@ -70,6 +72,21 @@ func PlanStart(ctx context.Context, sql *pgx.Conn, store *offsets.Store, cfg Sta
 	}
 	return StartPlan{Decision: d, Slot: slot, Failover: fc, Timeline: hasStored && stored.Timeline != sys.Timeline,
 		Stored: stored, HasStored: hasStored}, nil
+}
+
+// Prepare does on the server what the plan needs before slot is streamed from: FAILOVER enabled on it when
+// --failover-slot wants it (on conn, the replication connection, called by the stream's goroutine before
+// START_REPLICATION), and this timeline recorded with the stored position in schema when that position is of
+// an earlier one.
+func (p StartPlan) Prepare(ctx context.Context, log *slog.Logger, conn *pgconn.PgConn, sql *pgx.Conn, schema, slot string,
+	sys pglogrepl.IdentifySystemResult) error {
+	if err := p.Failover.Apply(ctx, log, conn, slot, p.Slot); err != nil {
+		return err
+	}
+	if p.Timeline {
+		return RecordTimeline(ctx, sql, schema, slot, sys)
+	}
+	return nil
 }
 
 // DecideStart applies the refusal rules: a stored position is only trusted on the cluster that stored it,

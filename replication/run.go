@@ -299,13 +299,8 @@ func (p plan) execute(ctx context.Context, cfg Config, log *slog.Logger, stats *
 		return offsets.Position{LSN: l, SystemID: sys.SystemID, Timeline: sys.Timeline}
 	}
 	err := pgserver.SetupStep(ctx, cfg.PGTimeout, pgserver.Host(cfg.PGURL), func(ctx context.Context) error {
-		if err := p.Failover.Apply(ctx, log, conn, cfg.Slot, p.Slot); err != nil {
+		if err := p.Prepare(ctx, log, conn, sql, cfg.Schema, cfg.Slot, sys); err != nil {
 			return err
-		}
-		if p.Timeline {
-			if err := pgserver.RecordTimeline(ctx, sql, cfg.Schema, cfg.Slot, sys); err != nil {
-				return err
-			}
 		}
 		if p.Decision.Create && cfg.Snapshot == "initial" {
 			return initial.CheckTables(ctx, cfg.initialConfig(pub, stop), sql)
