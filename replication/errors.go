@@ -10,8 +10,6 @@ import (
 // Fatal is an error that retrying cannot fix (cdc.Fatal): Run returns it instead of restarting.
 type Fatal = cdc.Fatal
 
-func fatalf(format string, args ...any) error { return cdc.Fatalf(format, args...) }
-
 // IsFatal reports whether err must stop the router instead of restarting the stream.
 func IsFatal(err error) bool { return pgserver.IsFatal(err) }
 
