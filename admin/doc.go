@@ -1,6 +1,7 @@
 // Package admin is the operator's view of one router's state in one database: `cdc-router status` (Report,
 // as text and as the versioned JSON of status --json), `cdc-router reset` (Reset, and the peek of the slot
-// that guards it), and the units they write for people.
+// that guards it), `cdc-router quarantine` (QuarantineList, QuarantineRecord, Replay, QuarantineDiscard over
+// quarantine.Records), and the units they write for people.
 //
 // Invariants, each pinned by a test:
 //   - A slot of the same name in another database is reported as foreign, and none of its facts are shown as
@@ -19,6 +20,13 @@
 // of shards) and then work on that shard's slot and publication only; a shard whose publication and slot
 // both do not exist is refused naming those that do, and status without --shard lists every shard found
 // (Shards, ResolveShard, StatusOfShards; e2e's TestStatusAndResetOfAShard).
+//
+// `quarantine replay` publishes a record's event through a ReplayPublisher it is handed (cmd dials
+// route.Router; admin imports no broker client) and marks the record handled only after its positive
+// confirm (quarantine.PublishConfirmed; e2e's TestQuarantineCommands, TestQuarantineReplayReadsTheRecordsOwnTable,
+// TestMappedQuarantineReplay); a record that cannot be replayed, or was handled before without Force, is
+// named and the others go on. `quarantine show` says what a minimal record lacks
+// (TestQuarantineRecordSaysWhatIsMissing).
 //
 // It reads and writes over an ordinary connection only, never the replication connection, and never runs
 // the stream.

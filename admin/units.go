@@ -2,6 +2,7 @@ package admin
 
 import (
 	"fmt"
+	"strings"
 	"time"
 )
 
@@ -33,4 +34,21 @@ func HumanDuration(d time.Duration) string {
 		return fmt.Sprintf("%d s", int(d.Round(time.Second)/time.Second))
 	}
 	return d.Round(time.Second).String()
+}
+
+// OrDash writes s, or "-" for an empty value, in a table for people.
+func OrDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
+
+// OneLine makes s one line of at most n characters for a table.
+func OneLine(s string, n int) string {
+	s = strings.Join(strings.Fields(s), " ")
+	if r := []rune(s); len(r) > n {
+		return string(r[:n-1]) + "…"
+	}
+	return s
 }

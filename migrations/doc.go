@@ -31,5 +31,8 @@
 // created once, kept by every run, and readable by no role but the owner's and those granted it; an
 // EmitRoles role that does not exist or can read the key is refused naming the fix; a rotated key
 // (Config.RotateEmitKey) signs only EmitKeyDelay later. The MAC it computes in SQL is decode.EmitMAC.
-// LoadEmitKeys refuses, naming the fix, a router that cannot read a key.
+// LoadEmitKeys refuses, naming the fix, a router that cannot read a key. EmitKeyWatch reloads the keys while a
+// stream runs, at least every EmitKeyInterval, well within EmitKeyDelay, so a rotated key is held before it
+// signs; a reload that fails keeps the keys loaded (TestEmitKeyWatch; end to end e2e's
+// TestEmitKeyRotationWhileRunning).
 package migrations

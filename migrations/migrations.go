@@ -67,7 +67,7 @@ func (c Config) forTable(t decode.Outbox) Config {
 }
 
 // EmitKeyDelay is how long after `migrate --rotate-emit-key` emit starts signing with the new key: long
-// enough for every running router to have reloaded the keys (replication reloads them every 30 s at most).
+// enough for every running router to have reloaded the keys (a stream reloads them every EmitKeyInterval at most).
 const EmitKeyDelay = 2 * time.Minute
 
 // DefaultMessagePrefix is the prefix of the messages that <schema>.emit writes when none is given.

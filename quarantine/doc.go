@@ -30,5 +30,14 @@
 //     positive confirm; a mapped one keeps the record's commit time (commit_time) as its timestamp.
 //   - A streamed record stores its transaction's commit time (commit_time; NULL for snapshot and backfill rows).
 //
+// Bursts aggregates the records of the messages any role able to log in can emit, as many as it likes
+// (non-transactional ones, and those failing authentication), so that a flood costs one INSERT per second:
+//   - Such messages of one kind (BurstKind: the reason up to its first digit, so a number a sender chooses
+//     opens no burst of its own) received within BurstWindow make one record, the first message's, whose
+//     reason counts them and names their last LSN and bytes; any other record is written on its own
+//     (TestBurstKind, TestBurstsAggregateOneRecordPerKind).
+//   - A burst stays open, with what its messages hold (the stream's unresolved positions), until its record
+//     is written (Written), so a record that could not be written is never lost from the count.
+//
 // It never logs and never returns a value in an error, so no payload reaches a log through it.
 package quarantine

@@ -10,6 +10,7 @@ import (
 
 	"github.com/cdc-router/cdc-router/internal/cdc"
 	"github.com/cdc-router/cdc-router/metrics"
+	"github.com/cdc-router/cdc-router/pgserver"
 )
 
 // causedError marks the cause of a stream failure for cdc_router_stream_restarts_total; its text is the
@@ -24,14 +25,18 @@ func caused(cause string, err error) error { return &causedError{cause: cause, e
 func (e *causedError) Error() string { return e.err.Error() }
 func (e *causedError) Unwrap() error { return e.err }
 
-// causeOf classifies a stream failure: marked ones by their mark, PostgreSQL's errors, failed network
-// connections, timeouts, connections pgx closed after one, a connection that ended in the middle of a
+// causeOf classifies a stream failure: marked ones by their mark, pgserver.Retryable, PostgreSQL's errors,
+// failed network connections, timeouts, connections pgx closed after one, a connection that ended in the middle of a
 // message (io.ErrUnexpectedEOF; the broker's are marked) and PostgreSQL's refusals of a connection
 // (only PostgreSQL's are not marked) as postgres, anything else as other.
 func causeOf(err error) string {
 	var c *causedError
 	if errors.As(err, &c) {
 		return c.cause
+	}
+	var r *pgserver.Retryable
+	if errors.As(err, &r) { // pgserver's transient failures, each naming the server: a bound that passed, no primary
+		return metrics.CausePostgres
 	}
 	if errors.Is(err, cdc.ErrBroker) { // the snapshot's publisher: its lost connection is no PostgreSQL error
 		return metrics.CauseBroker

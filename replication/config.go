@@ -5,10 +5,7 @@ import (
 	"fmt"
 	"io"
 	"regexp"
-	"strings"
 	"time"
-
-	"github.com/jackc/pgx/v5"
 
 	"github.com/cdc-router/cdc-router/decode"
 	"github.com/cdc-router/cdc-router/initial"
@@ -61,26 +58,6 @@ type Config struct {
 
 var slotName = regexp.MustCompile(`^[a-z0-9_]{1,63}$`)
 
-// publicationNamesOption is pgoutput's publication_names option for START_REPLICATION. Its value is an
-// identifier list that pgoutput splits at commas and folds to lower case unless quoted, so the name is
-// written as a quoted identifier (embedded double quotes doubled) inside a string literal (single quotes
-// doubled): MyPub stays MyPub and a comma in a name does not split it.
-func publicationNamesOption(publication string) string {
-	ident := pgx.Identifier{publication}.Sanitize()
-	return "publication_names '" + strings.ReplaceAll(ident, "'", "''") + "'"
-}
-
-// pluginArgs are pgoutput's options for START_REPLICATION: proto_version 1 and the publication, and, when
-// cfg.Decode.MessagePrefix is set, messages 'true' so that logical decoding messages arrive (PostgreSQL 14+;
-// proto_version 1 carries them in the transaction's order, transactional ones between Begin and Commit).
-func pluginArgs(cfg Config) []string {
-	args := []string{"proto_version '1'", publicationNamesOption(cfg.Publication)}
-	if cfg.Decode.MessagePrefix != "" {
-		args = append(args, "messages 'true'")
-	}
-	return args
-}
-
 // WithDefaults returns c with every empty field set to its default.
 func (c Config) WithDefaults() Config {
 	def := func(s *string, v string) {
@@ -132,6 +109,11 @@ func (c Config) Validate() error {
 func (c Config) pubcheckConfig() pubcheck.Config {
 	return pubcheck.Config{Slot: c.Slot, Schema: c.Schema, Publication: c.Publication, Table: c.Table, Decode: c.Decode,
 		Interval: c.PublicationCheckInterval}
+}
+
+// startRules is what the refusals at start need of c.
+func (c Config) startRules() pgserver.StartRules {
+	return pgserver.StartRules{Slot: c.Slot, FailoverSlot: c.FailoverSlot}
 }
 
 // initialConfig is what the initial snapshot needs of c; pub, when it is the run's renewable publisher,

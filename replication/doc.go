@@ -14,7 +14,8 @@
 //     events, and those of every earlier transaction, were all confirmed. It is never zero and never goes back.
 //   - Backpressure (a full publish window) stops reading WAL, never the status updates.
 //   - A slot that is missing or lost while a position is stored, or a position stored by another cluster,
-//     is refused within seconds: the stream never silently skips events.
+//     is refused within seconds, at every start, by pgserver.DecideStart's rules: the stream never silently
+//     skips events.
 //   - On any publish failure the whole stream restarts in-process from the acknowledged position, so every
 //     unconfirmed event is published again in its original order.
 //   - Progress inside a transaction survives a restart (of the session and of the process): the replay of
@@ -42,8 +43,8 @@
 //     the router's prefix over the decoder's MessageLimit, is discarded while it is read, never held whole;
 //     one of the router's is then quarantined from its header (TestLargeMessagesAreJudgedFromTheirHeader).
 //   - The quarantine records of messages anyone can emit (non-transactional, or failing authentication)
-//     are aggregated per reason and per second (burst.go); each such message holds the acknowledged
-//     position until its burst's record is written (TestBurstKind, TestMessageFloodIsQuarantinedInBursts,
+//     are aggregated per reason and per second (quarantine.Bursts); each such message holds the acknowledged
+//     position until its burst's record is written (burst.go; end to end TestMessageFloodIsQuarantinedInBursts,
 //     TestMessageBurstSurvivesAKill).
 //   - No wait on a PostgreSQL that accepts TCP but does not answer lasts longer than Config.PGTimeout (run's
 //     --pg-timeout): each connection attempt (ordinary, replication, reader; a shorter connect_timeout in the
@@ -60,11 +61,11 @@
 //     slot it has (a failover slot's synchronized copy), never a new one; the timeline is recorded with the
 //     position, and a stored position past the end of its timeline on that server is refused. A promotion during
 //     the initial snapshot (whose slot no standby has: PostgreSQL 17 synchronizes a slot only once it streams)
-//     is refused naming the unfinished snapshot and reset (TestDecideStartAfterPromotion,
-//     TestPromotionDuringTheInitialSnapshotPG17).
+//     is refused naming the unfinished snapshot and reset (pgserver's TestDecideStartAfterPromotion; end to
+//     end TestPromotionDuringTheInitialSnapshotPG17).
 //   - With Decode.MessagePrefix the stream starts only with the emit keys loaded (a missing or unreadable key
 //     is refused naming the fix, TestMessagePrefixWithoutEmitKeyIsRefused) and reloads them at least every
-//     EmitKeyInterval while it runs, so a rotated key is held before it signs (TestEmitKeyRotationWhileRunning).
+//     migrations.EmitKeyInterval while it runs, so a rotated key is held before it signs (TestEmitKeyRotationWhileRunning).
 //   - The publication is checked at every start and every PublicationCheckInterval while streaming
 //     (pubcheck.Watch, whose doc states what a failed check and a publication gap do).
 //

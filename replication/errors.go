@@ -1,28 +1,17 @@
 package replication
 
 import (
-	"errors"
-	"fmt"
-	"strings"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgconn"
-
 	"github.com/cdc-router/cdc-router/internal/cdc"
-	"github.com/cdc-router/cdc-router/migrations"
+	"github.com/cdc-router/cdc-router/pgserver"
 )
 
 // Fatal is an error that retrying cannot fix (cdc.Fatal): Run returns it instead of restarting.
 type Fatal = cdc.Fatal
 
-func fatalf(format string, args ...any) error { return cdc.Fatalf(format, args...) }
-
 // IsFatal reports whether err must stop the router instead of restarting the stream.
-func IsFatal(err error) bool {
-	var f *Fatal
-	var p *migrations.Problem
-	return errors.As(err, &f) || errors.As(err, &p)
-}
+func IsFatal(err error) bool { return pgserver.IsFatal(err) }
 
 // withinGrace shortens a restart wait before the first successful start so that it ends at the start-up
 // grace at the latest: the last attempt is then made when the grace ends, and the router gives up about
@@ -32,19 +21,4 @@ func withinGrace(wait time.Duration, began time.Time, started bool) time.Duratio
 		return min(wait, left)
 	}
 	return wait
-}
-
-// streamError classifies an error the server sent inside the stream.
-func streamError(err *pgconn.PgError, cfg Config) error {
-	switch err.Code {
-	case "55000":
-		return fatalf("PostgreSQL can no longer stream from slot %s (%s): run `cdc-router reset --slot %s` and "+
-			"`cdc-router run` to re-snapshot", cfg.Slot, err.Message, cfg.Slot)
-	case "42704":
-		if strings.HasPrefix(err.Message, "publication") {
-			return publicationDropped(cfg, "PostgreSQL says "+err.Message)
-		}
-		return fatalf("PostgreSQL says %s: run `cdc-router migrate` or fix --publication / --slot", err.Message)
-	}
-	return fmt.Errorf("replication stream: %w", err)
 }

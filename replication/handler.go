@@ -5,6 +5,7 @@ import (
 
 	"github.com/cdc-router/cdc-router/internal/cdc"
 	"github.com/cdc-router/cdc-router/metrics"
+	"github.com/cdc-router/cdc-router/quarantine"
 )
 
 // The decode.Handler methods of a session other than Event (stream.go): the transaction's bounds, and the
@@ -29,7 +30,7 @@ func (s *session) Quarantine(q cdc.Quarantined) error {
 		return nil // stored before the restart
 	}
 	i := s.tracker.Add(s.cur)
-	if kind := burstKind(q); kind != "" { // one item, resolved when its burst's record is written
+	if kind := quarantine.BurstKind(q); kind != "" { // one item, resolved when its burst's record is written
 		s.bursts.add(s, q, kind, metrics.QuarantineRow, i)
 		return nil
 	}

@@ -1,35 +1,19 @@
 package replication
 
 import (
-	"fmt"
-	"strings"
-
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgproto3"
+
+	"github.com/cdc-router/cdc-router/pgserver"
 )
 
-// notice handles a NoticeResponse the walsender sent inside the stream. PostgreSQL 18's pgoutput no longer
-// fails when a publication named in publication_names does not exist where it decodes: it warns "skipped
-// loading publication" and streams on without it, so every outbox row from there on would be lost without
-// an error. That warning is a refusal here, naming the fix. Creating the publication again is not enough:
-// the WAL written while it was missing decodes without it on every restart, so the fix is a re-snapshot,
-// which republishes the rows still in the outbox table. Other notices are logged and the stream goes on.
+// notice handles a NoticeResponse the walsender sent inside the stream: one that means events would be lost
+// (pgserver.ExplainNotice) ends the stream with its refusal; others are logged and the stream goes on.
 func (s *session) notice(m *pgproto3.NoticeResponse) error {
 	n := pgconn.ErrorResponseToPgError((*pgproto3.ErrorResponse)(m))
-	if !strings.HasPrefix(n.Message, "skipped loading publication") {
-		s.log.Warn("PostgreSQL notice on the replication connection", "severity", n.Severity, "code", n.Code, "message", n.Message)
-		return nil
+	if err := pgserver.ExplainNotice(n, s.cfg.Slot); err != nil {
+		return err
 	}
-	return publicationDropped(s.cfg, fmt.Sprintf("PostgreSQL %s (%s) and streams on without it, so the outbox's rows "+
-		"from there on would never be sent", n.Message, strings.TrimSuffix(n.Detail, ".")))
-}
-
-// publicationDropped is the refusal for a publication dropped while the router streamed: PostgreSQL 18 skips it
-// with a warning, earlier versions fail the stream with 42704. Either way the WAL written while it was missing
-// decodes without it on every restart, so recreating it is not enough: the fix is a re-snapshot.
-func publicationDropped(cfg Config, what string) error {
-	return fatalf("%s: the publication was dropped while the router streamed, and the router refuses; create it "+
-		"again with `cdc-router migrate`, then run `cdc-router reset --slot %s` (before PostgreSQL 18 it cannot count "+
-		"what the slot holds without the publication, and asks for --force) and `cdc-router run` (which "+
-		"re-snapshots the outbox table, republishing the rows inserted meanwhile)", what, cfg.Slot)
+	s.log.Warn("PostgreSQL notice on the replication connection", "severity", n.Severity, "code", n.Code, "message", n.Message)
+	return nil
 }

@@ -140,7 +140,7 @@ func (s *session) quarantineEvent(x offsets.Txn, i int, ev cdc.Event, class, rea
 // quarantine stores q and counts it under its reason class; a message anyone can emit outside a transaction
 // goes into its burst's record (burst.go; inside one, Quarantine puts it there as an item of its transaction).
 func (s *session) quarantine(q cdc.Quarantined, class string) error {
-	if kind := burstKind(q); kind != "" && !s.inTxn {
+	if kind := quarantine.BurstKind(q); kind != "" && !s.inTxn {
 		s.bursts.add(s, q, kind, class, -1)
 		return nil
 	}

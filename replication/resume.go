@@ -4,15 +4,13 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
-	"io"
-	"os"
-	"runtime/debug"
 
 	"github.com/jackc/pglogrepl"
 
 	"github.com/cdc-router/cdc-router/decode"
 	"github.com/cdc-router/cdc-router/internal/cdc"
 	"github.com/cdc-router/cdc-router/offsets"
+	"github.com/cdc-router/cdc-router/pgserver"
 )
 
 // resumePoint carries the progress inside the oldest unacknowledged transaction (an offsets.Mark) from one
@@ -20,7 +18,7 @@ import (
 // already confirmed of that transaction. Before the first session of the process it is empty and the stored
 // position's mark stands in for it.
 type resumePoint struct {
-	build    string // buildID, read once per Run
+	build    string // build.ID(), read once per Run
 	set      bool   // a session of this Run ended: mark supersedes the stored one
 	mark     offsets.Mark
 	config   string
@@ -44,7 +42,8 @@ func markConfig(cfg Config, build string) string {
 		MoreTables    []decode.Outbox
 		MessagePrefix string
 		OnDrift       string
-	}{build, pluginArgs(cfg), decode.QualifiedTable(cfg.Table), d.Mapping, d.MoreTables, d.MessagePrefix, d.OnDrift})
+	}{build, pgserver.PluginArgs(cfg.Publication, d.MessagePrefix != ""), decode.QualifiedTable(cfg.Table), d.Mapping,
+		d.MoreTables, d.MessagePrefix, d.OnDrift})
 	if err != nil || build == "" {
 		return "" // never matches a stored fingerprint: no mark is applied
 	}
@@ -118,39 +117,4 @@ func (s *session) skipped() bool {
 	s.skip--
 	s.resumed++
 	return true
-}
-
-// buildID names the router's build: its module version and VCS revision, and, when those do not pin the
-// code (no revision, or a modified tree), a hash of the executable itself; "" when nothing identifies it.
-func buildID() string {
-	info, ok := debug.ReadBuildInfo()
-	if !ok {
-		return ""
-	}
-	id, pinned := info.Main.Path+"@"+info.Main.Version, false
-	for _, s := range info.Settings {
-		switch s.Key {
-		case "vcs.revision":
-			id, pinned = id+" "+s.Value, true
-		case "vcs.modified":
-			pinned = pinned && s.Value == "false"
-		}
-	}
-	if pinned {
-		return id
-	}
-	exe, err := os.Executable()
-	if err != nil {
-		return ""
-	}
-	f, err := os.Open(exe)
-	if err != nil {
-		return ""
-	}
-	defer f.Close()
-	h := sha256.New()
-	if _, err := io.Copy(h, f); err != nil {
-		return ""
-	}
-	return id + " " + hex.EncodeToString(h.Sum(nil))
 }

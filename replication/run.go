@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
-	"strings"
 	"time"
 
 	"github.com/jackc/pglogrepl"
@@ -16,6 +15,7 @@ import (
 	"github.com/cdc-router/cdc-router/copyboth"
 	"github.com/cdc-router/cdc-router/decode"
 	"github.com/cdc-router/cdc-router/initial"
+	"github.com/cdc-router/cdc-router/internal/build"
 	"github.com/cdc-router/cdc-router/internal/cdc"
 	"github.com/cdc-router/cdc-router/metrics"
 	"github.com/cdc-router/cdc-router/migrations"
@@ -25,34 +25,11 @@ import (
 	"github.com/cdc-router/cdc-router/quarantine"
 )
 
-// permanentSetupError turns an error that no retry can fix (a missing privilege, a router table or schema
-// that does not exist) into a refusal at once, instead of retrying it through the start-up grace.
-func permanentSetupError(err error) error {
-	var pgErr *pgconn.PgError
-	if !errors.As(err, &pgErr) {
-		return nil
-	}
-	switch pgErr.Code {
-	case "42501":
-		return fatalf("PostgreSQL refused the router's role: %s; grant what it needs (docs/operations.md lists "+
-			"the grants of a least-privilege role) and start again", pgErr.Message)
-	case "42P01", "3F000":
-		return fatalf("PostgreSQL says %s: run `cdc-router migrate` (as the owner of the outbox table) and start again",
-			pgErr.Message)
-	}
-	return nil
-}
-
 // startupGrace is how long connection failures are retried before the first successful start; after it,
 // the router gives up with the last error instead of retrying a setup that never worked. A run that got as
 // far as the initial snapshot's copy has a setup that works: its failures are retried as a streaming
 // router's are, however long the copy took.
 const startupGrace = 30 * time.Second
-
-// errSlotBusy marks a slot held by another router (its advisory lock) or walsender (55006 at
-// START_REPLICATION): the router stands by, retrying every standbyRetry for as long as it takes, also at
-// start, since a second router waits for the first and a restarted one waits for its predecessor's walsender.
-var errSlotBusy = errors.New("slot busy")
 
 // standbyRetry is how often a router in standby tries to take the slot. It bounds the takeover after the
 // active router dies, next to how fast PostgreSQL ends the dead router's session and walsender.
@@ -79,7 +56,7 @@ func Run(ctx context.Context, cfg Config, dial Dialer, log *slog.Logger, stats *
 	copied := false // a run reached the initial snapshot's copy: the setup works
 	backoff := 100 * time.Millisecond
 	net := newSafetyNet(cfg.RefusalRetry)
-	resume := &resumePoint{build: buildID()}
+	resume := &resumePoint{build: build.ID()}
 	stopped := func() error {
 		stats.SetState(metrics.StateStopped, nil)
 		log.Info("stopped", "published", stats.Published(), "quarantined", stats.Quarantined())
@@ -93,10 +70,10 @@ func Run(ctx context.Context, cfg Config, dial Dialer, log *slog.Logger, stats *
 		if IsFatal(err) {
 			return err
 		}
-		if f := permanentSetupError(err); f != nil {
+		if f := pgserver.PermanentSetupError(err); f != nil {
 			return f
 		}
-		if errors.Is(err, errSlotBusy) {
+		if errors.Is(err, pgserver.ErrSlotBusy) {
 			if !standby {
 				log.Info("another router holds slot "+cfg.Slot+"; standing by", "retry", standbyRetry.String(), "reason", err)
 			} else {
@@ -169,7 +146,7 @@ func runOnce(ctx context.Context, cfg Config, dial Dialer, log *slog.Logger, sta
 	}()
 	stats.WaitFor("PostgreSQL at " + host + " to answer the start-up checks")
 	watch := pubcheck.NewWatch(cfg.pubcheckConfig(), log, stats)
-	err = setupStep(ctx, cfg.PGTimeout, host, func(ctx context.Context) error {
+	err = pgserver.SetupStep(ctx, cfg.PGTimeout, host, func(ctx context.Context) error {
 		// One router per slot, also while the slot is not streamed yet (during the initial snapshot): the lock
 		// belongs to this session and goes with it.
 		var mine bool
@@ -177,7 +154,7 @@ func runOnce(ctx context.Context, cfg Config, dial Dialer, log *slog.Logger, sta
 			return fmt.Errorf("lock slot %s: %w", cfg.Slot, err)
 		}
 		if !mine {
-			return fmt.Errorf("another router holds slot %s (it may be copying the initial snapshot): %w", cfg.Slot, errSlotBusy)
+			return fmt.Errorf("another router holds slot %s (it may be copying the initial snapshot): %w", cfg.Slot, pgserver.ErrSlotBusy)
 		}
 		mcfg := migrations.Config{Table: cfg.Table, Publication: cfg.Publication, Schema: cfg.Schema, Mapping: cfg.Decode.Mapping,
 			MoreTables: cfg.Decode.MoreTables, Notice: func(msg string) { log.Info(msg) }}
@@ -209,7 +186,7 @@ func runOnce(ctx context.Context, cfg Config, dial Dialer, log *slog.Logger, sta
 	var sys pglogrepl.IdentifySystemResult
 	var p plan
 	store := offsets.NewStore(sql, cfg.Schema, cfg.Slot, cfg.StoreInterval)
-	err = setupStep(ctx, cfg.PGTimeout, host, func(ctx context.Context) error {
+	err = pgserver.SetupStep(ctx, cfg.PGTimeout, host, func(ctx context.Context) error {
 		if sys, err = pglogrepl.IdentifySystem(ctx, conn); err != nil {
 			return fmt.Errorf("identify system: %w", err)
 		}
@@ -233,7 +210,7 @@ func runOnce(ctx context.Context, cfg Config, dial Dialer, log *slog.Logger, sta
 			log.Warn("the RabbitMQ connection did not close within the shutdown timeout; exiting without waiting for it")
 		}
 	}()
-	if p.decision.create && cfg.Snapshot == "initial" || len(p.jobs) > 0 {
+	if p.Decision.Create && cfg.Snapshot == "initial" || len(p.jobs) > 0 {
 		*copied = true
 	}
 	start, err := p.execute(ctx, cfg, log, stats, conn, sql, store, sys, pub, stop)
@@ -241,12 +218,12 @@ func runOnce(ctx context.Context, cfg Config, dial Dialer, log *slog.Logger, sta
 		return false, err
 	}
 	stats.WaitFor("PostgreSQL at " + host + " to start replication")
-	err = setupStep(ctx, cfg.PGTimeout, host, func(ctx context.Context) error {
+	err = pgserver.SetupStep(ctx, cfg.PGTimeout, host, func(ctx context.Context) error {
 		err := pglogrepl.StartReplication(ctx, conn, cfg.Slot, pglogrepl.LSN(start), pglogrepl.StartReplicationOptions{
-			PluginArgs: pluginArgs(cfg),
+			PluginArgs: pgserver.PluginArgs(cfg.Publication, cfg.Decode.MessagePrefix != ""),
 		})
 		if err != nil {
-			return startError(err, cfg)
+			return pgserver.ExplainStart(err, cfg.Slot, cfg.Decode.MessagePrefix != "")
 		}
 		return nil
 	})
@@ -274,9 +251,11 @@ func runOnce(ctx context.Context, cfg Config, dial Dialer, log *slog.Logger, sta
 	watch.Schedule(time.Now())
 	net.received = 0
 	s.markConfig = markConfig(cfg, resume.build)
-	s.resumeAt = resume.choose(p.stored, p.hasStored, sys, s.markConfig, start)
+	s.resumeAt = resume.choose(p.Stored, p.HasStored, sys, s.markConfig, start)
 	from := s.resumeAt
-	err = stalled(s.stream(), host)
+	if err = s.stream(); err != nil && causeOf(err) == metrics.CausePostgres {
+		err = pgserver.Stalled(err, host)
+	}
 	s.flushBursts()
 	m := s.mark()
 	resume.record(m, s.markConfig, sys)
@@ -286,56 +265,29 @@ func runOnce(ctx context.Context, cfg Config, dial Dialer, log *slog.Logger, sta
 	return s.tracker.Watermark() > start || m.Done > 0 && (m.Key != from.Key || m.Done > from.Done), err
 }
 
-// plan is what a run does before streaming, decided before anything is created or published.
+// plan is what a run does before streaming, decided before anything is created or published: what the
+// slot and the stored position say (pgserver.StartPlan), and the initial snapshots to finish.
 type plan struct {
-	decision startDecision
-	jobs     []initial.Job          // the initial snapshots to finish (resumed or never recorded), in --table order
-	fresh    bool                   // the slot exists with neither a stored position nor a snapshot record
-	slot     pgserver.SlotInfo      // the slot as found
-	failover pgserver.FailoverCheck // what --failover-slot needs done
-	timeline bool                   // the stored position is of an earlier timeline of this cluster: record this one
-	// stored is the stored position as loaded (hasStored: there is one), for the progress inside a
-	// transaction it records.
-	stored    offsets.Position
-	hasStored bool
+	pgserver.StartPlan
+	jobs  []initial.Job // the initial snapshots to finish (resumed or never recorded), in --table order
+	fresh bool          // the slot exists with neither a stored position nor a snapshot record
 }
 
-// planStart applies the refusal rules and decides whether a snapshot is needed.
+// planStart applies the refusal rules (pgserver.PlanStart) and decides whether a snapshot is needed.
 func planStart(ctx context.Context, cfg Config, sql *pgx.Conn, store *offsets.Store,
 	sys pglogrepl.IdentifySystemResult) (plan, error) {
-	stored, hasStored, err := store.Load(ctx)
+	unfinished := func(ctx context.Context) (string, error) {
+		return initial.Unfinished(ctx, cfg.initialConfig(nil, nil), sql)
+	}
+	sp, err := pgserver.PlanStart(ctx, sql, store, cfg.startRules(), sys, unfinished)
 	if err != nil {
 		return plan{}, err
 	}
-	slot, err := pgserver.InspectSlot(ctx, sql, cfg.Slot)
-	if err != nil {
-		return plan{}, err
-	}
-	if slot.Active {
-		// Checked before the broker is dialled, so that a standby waiting for a dead router's walsender stays
-		// quiet; one that becomes active after this check meets 55006 at START_REPLICATION.
-		return plan{}, busyError(cfg)
-	}
-	fc, err := pgserver.CheckFailover(ctx, sql, cfg.FailoverSlot, slot)
-	if err != nil {
-		return plan{}, err
-	}
-	var unfinished string
-	if !slot.Exists && hasStored {
-		if unfinished, err = initial.Unfinished(ctx, cfg.initialConfig(nil, nil), sql); err != nil {
-			return plan{}, err
-		}
-	}
-	d, err := decideStart(cfg, sys, slot, stored, hasStored, unfinished)
-	if err != nil {
-		return plan{}, err
-	}
-	p := plan{decision: d, slot: slot, failover: fc, timeline: hasStored && stored.Timeline != sys.Timeline,
-		stored: stored, hasStored: hasStored}
-	if d.create {
+	p := plan{StartPlan: sp}
+	if sp.Decision.Create {
 		return p, nil
 	}
-	p.jobs, p.fresh, err = initial.Due(ctx, cfg.initialConfig(nil, nil), sql, d.start, hasStored)
+	p.jobs, p.fresh, err = initial.Due(ctx, cfg.initialConfig(nil, nil), sql, sp.Decision.Start, sp.HasStored)
 	return p, err
 }
 
@@ -346,16 +298,11 @@ func (p plan) execute(ctx context.Context, cfg Config, log *slog.Logger, stats *
 	pos := func(l cdc.LSN) offsets.Position {
 		return offsets.Position{LSN: l, SystemID: sys.SystemID, Timeline: sys.Timeline}
 	}
-	err := setupStep(ctx, cfg.PGTimeout, pgserver.Host(cfg.PGURL), func(ctx context.Context) error {
-		if err := p.failover.Apply(ctx, log, conn, cfg.Slot, p.slot); err != nil {
+	err := pgserver.SetupStep(ctx, cfg.PGTimeout, pgserver.Host(cfg.PGURL), func(ctx context.Context) error {
+		if err := p.Prepare(ctx, log, conn, sql, cfg.Schema, cfg.Slot, sys); err != nil {
 			return err
 		}
-		if p.timeline {
-			if err := pgserver.RecordTimeline(ctx, sql, cfg.Schema, cfg.Slot, sys); err != nil {
-				return err
-			}
-		}
-		if p.decision.create && cfg.Snapshot == "initial" {
+		if p.Decision.Create && cfg.Snapshot == "initial" {
 			return initial.CheckTables(ctx, cfg.initialConfig(pub, stop), sql)
 		}
 		return nil
@@ -364,9 +311,9 @@ func (p plan) execute(ctx context.Context, cfg Config, log *slog.Logger, stats *
 		return 0, err
 	}
 	switch {
-	case p.decision.create && cfg.Snapshot == "initial":
+	case p.Decision.Create && cfg.Snapshot == "initial":
 		return createWithSnapshot(ctx, cfg, log, stats, conn, sql, store, pos, pub, stop)
-	case p.decision.create:
+	case p.Decision.Create:
 		stop := pgserver.WatchCreation(ctx, cfg.PGURL, cfg.Slot, cfg.PGTimeout, log, stats.WaitFor)
 		point, err := pgserver.CreateSlot(ctx, conn, cfg.Slot, cfg.FailoverSlot)
 		stop()
@@ -377,12 +324,12 @@ func (p plan) execute(ctx context.Context, cfg Config, log *slog.Logger, stats *
 		// Store the position at once: from now on a vanished slot is detected instead of silently replaced.
 		return point, store.Save(ctx, pos(point), true)
 	case len(p.jobs) > 0:
-		if err := initial.Finish(ctx, cfg.initialConfig(pub, stop), log, stats, sql, store, pos(p.decision.start), p.jobs, p.fresh,
+		if err := initial.Finish(ctx, cfg.initialConfig(pub, stop), log, stats, sql, store, pos(p.Decision.Start), p.jobs, p.fresh,
 			pub); err != nil {
 			return 0, err
 		}
 	}
-	return p.decision.start, nil
+	return p.Decision.Start, nil
 }
 
 // createWithSnapshot creates the slot with an exported snapshot and has the initial snapshot copy the rows
@@ -400,31 +347,4 @@ func createWithSnapshot(ctx context.Context, cfg Config, log *slog.Logger, stats
 		return 0, err
 	}
 	return point, nil
-}
-
-// startError classifies a failed START_REPLICATION.
-func startError(err error, cfg Config) error {
-	var pgErr *pgconn.PgError
-	if errors.As(err, &pgErr) {
-		switch pgErr.Code {
-		case "55006":
-			return fmt.Errorf("%w: %w", busyError(cfg), err)
-		case "22023":
-			if cfg.Decode.MessagePrefix != "" && strings.Contains(pgErr.Message, "messages") {
-				return fatalf("PostgreSQL refused pgoutput's messages option (%s): --message-prefix needs PostgreSQL 14 or later; "+
-					"upgrade, or run without --message-prefix", pgErr.Message)
-			}
-			return streamError(pgErr, cfg)
-		default:
-			return streamError(pgErr, cfg)
-		}
-	}
-	return fmt.Errorf("start replication: %w", err)
-}
-
-// busyError says that the slot is streamed by another process while this router holds the advisory lock.
-func busyError(cfg Config) error {
-	return fmt.Errorf("slot %s is in use by another process (the walsender of a router that just died, which "+
-		"PostgreSQL ends when it finds the connection closed, or within wal_sender_timeout; or a consumer that "+
-		"is not a router): %w", cfg.Slot, errSlotBusy)
 }

@@ -2,12 +2,10 @@ package replication
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"time"
 
 	"github.com/jackc/pglogrepl"
-	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/cdc-router/cdc-router/metrics"
 	"github.com/cdc-router/cdc-router/pgserver"
@@ -76,38 +74,4 @@ func (s *session) bounded(d time.Duration) time.Duration {
 		return b
 	}
 	return d
-}
-
-// setupStep runs one step of the start-up checks on connections just made, with a context that ends after
-// d: a server that stops answering then fails the run (a counted restart with cause postgres) instead of
-// holding it without bound.
-func setupStep(ctx context.Context, d time.Duration, host string, step func(context.Context) error) error {
-	sctx, cancel := context.WithTimeout(ctx, d)
-	defer cancel()
-	err := step(sctx)
-	if err == nil || ctx.Err() != nil || !errors.Is(sctx.Err(), context.DeadlineExceeded) || IsFatal(err) {
-		return err
-	}
-	return caused(metrics.CausePostgres, &pgserver.Retryable{Msg: fmt.Sprintf("PostgreSQL at %s did not answer the router's start-up "+
-		"checks within %v (a stalled server or a silent network partition); the router tries again (the bound is "+
-		"--pg-timeout)", host, d), Err: err})
-}
-
-// stalled names the server in a stream failure that is a timeout on one of its connections (the stored
-// position, a quarantine write, a slot health read that held up the loop): to the operator it is a
-// PostgreSQL that stopped answering, whichever wait saw it first. Other errors are returned as they are.
-func stalled(err error, host string) error {
-	var r *pgserver.Retryable
-	if err == nil || errors.As(err, &r) || IsFatal(err) || causeOf(err) != metrics.CausePostgres {
-		return err
-	}
-	switch {
-	case pgconn.Timeout(err) || errors.Is(err, context.DeadlineExceeded):
-		return caused(metrics.CausePostgres, &pgserver.Retryable{Msg: fmt.Sprintf("PostgreSQL at %s stopped answering (%v): a stalled server "+
-			"or a silent network partition; the router restarts the stream (the bound of each wait is --pg-timeout)", host, err), Err: err})
-	case errors.Is(err, pgconn.ErrConnClosed):
-		return caused(metrics.CausePostgres, &pgserver.Retryable{Msg: fmt.Sprintf("the connection to PostgreSQL at %s was closed after a wait "+
-			"on it failed (%v): the router restarts the stream", host, err), Err: err})
-	}
-	return err
 }

@@ -10,6 +10,7 @@ import (
 	"github.com/cdc-router/cdc-router/copyboth"
 	"github.com/cdc-router/cdc-router/internal/cdc"
 	"github.com/cdc-router/cdc-router/metrics"
+	"github.com/cdc-router/cdc-router/pgserver"
 )
 
 // frame handles one message of the CopyBoth stream.
@@ -25,7 +26,7 @@ func (s *session) frame(f copyboth.Frame) error {
 		if err := m.Decode(f.Data); err != nil {
 			return fmt.Errorf("receive: parse ErrorResponse: %w", err)
 		}
-		return streamError(pgconn.ErrorResponseToPgError(&m), s.cfg)
+		return pgserver.ExplainStream(pgconn.ErrorResponseToPgError(&m), s.cfg.Slot)
 	case 'N':
 		var m pgproto3.NoticeResponse
 		if err := m.Decode(f.Data); err != nil {

@@ -5,84 +5,33 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net"
-	"regexp"
-	"strconv"
 	"strings"
 	"sync"
 
 	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/cdc-router/cdc-router/route/rabbitmq"
 )
 
-// urlStart matches the comma that begins the next URL of a list: one directly followed (after spaces) by
-// a scheme. A comma anywhere else (a password, a query parameter) belongs to the URL it is in.
-var urlStart = regexp.MustCompile(`\s*,\s*(amqps?://)`)
+// SplitURLs splits Config.URL into its AMQP URLs: "amqp://a:5672/,amqp://b:5672/" is two (rabbitmq.Split:
+// only a comma directly followed by amqp:// or amqps:// separates two URLs; a trailing comma makes an empty
+// last URL, which Validate refuses; an empty list is nil).
+func SplitURLs(list string) []string { return rabbitmq.Split(list) }
 
-// SplitURLs splits Config.URL into its AMQP URLs: "amqp://a:5672/,amqp://b:5672/" is two. Only a comma
-// directly followed by amqp:// or amqps:// separates two URLs, so a comma in a password or a query
-// parameter stays where it is. Leading and trailing spaces of each URL are removed; a trailing comma makes
-// an empty last URL (which Validate refuses); an empty list is nil.
-func SplitURLs(list string) []string {
-	list = strings.TrimSpace(list)
-	if list == "" {
-		return nil
-	}
-	var urls []string
-	for {
-		loc := urlStart.FindStringSubmatchIndex(list)
-		if loc == nil {
-			if rest, ok := strings.CutSuffix(list, ","); ok {
-				return append(urls, strings.TrimSpace(rest), "")
-			}
-			return append(urls, strings.TrimSpace(list))
-		}
-		urls = append(urls, strings.TrimSpace(list[:loc[0]]))
-		list = list[loc[2]:]
-	}
-}
-
-// address is one broker address of Config.URL, parsed.
-type address struct {
-	url string
-	uri amqp.URI
-}
-
-// hostPort is what the logs and errors show of an address: never the user or the password.
-func (a address) hostPort() string { return net.JoinHostPort(a.uri.Host, strconv.Itoa(a.uri.Port)) }
-
-// parseAddresses parses every URL of the list; an invalid one is named by its position, without its password.
-func parseAddresses(list string) ([]address, error) {
-	urls := SplitURLs(list)
-	if len(urls) == 0 {
+// parseAddresses parses every URL of the list (rabbitmq.Parse: an invalid one is named by its position,
+// without its password); an empty list is a configuration error.
+func parseAddresses(list string) ([]rabbitmq.Address, error) {
+	if len(rabbitmq.Split(list)) == 0 {
 		return nil, fmt.Errorf("%w: the AMQP URL is empty: set it, e.g. amqp://user:password@host:5672/vhost", ErrInvalidConfig)
 	}
-	addrs := make([]address, 0, len(urls))
-	for i, u := range urls {
-		uri, err := parseURL(u)
-		switch {
-		case u == "":
-			err = &sentence{kind: ErrInvalidURL, text: "the AMQP URL is empty: remove the extra comma from the list"}
-		case err == nil && strings.Contains(uri.Vhost, ",") && !strings.Contains(strings.ToLower(u), "%2c"):
-			// The vhost is not shown: what follows the comma may be a second URL's user and password.
-			err = &sentence{kind: ErrInvalidURL, text: "the vhost of the AMQP URL holds a comma: separate several " +
-				"URLs with commas, each starting with amqp:// or amqps:// (write a comma in a vhost as %2C)"}
-		}
-		if err != nil {
-			if len(urls) > 1 {
-				return nil, &sentence{kind: ErrInvalidURL, text: fmt.Sprintf("AMQP URL %d of %d: %v", i+1, len(urls), err)}
-			}
-			return nil, err
-		}
-		addrs = append(addrs, address{url: u, uri: uri})
-	}
-	return addrs, nil
+	return rabbitmq.Parse(list)
 }
 
 // connectAny connects to the first address, from addrs[start] on in a circle, that accepts the AMQP
 // handshake. An address that cannot be reached is logged and the next is tried; any other failure (a
 // refused login or vhost, a cancelled ctx) ends the attempt at once, since every node of a cluster would
 // answer the same. It returns the index of the address it connected to.
-func connectAny(ctx context.Context, cfg Config, logger *slog.Logger, addrs []address, start int) (*amqp.Connection, *socket, int, error) {
+func connectAny(ctx context.Context, cfg Config, logger *slog.Logger, addrs []rabbitmq.Address, start int) (*amqp.Connection, *socket, int, error) {
 	var errs []error
 	for n := range addrs {
 		i := (start + n) % len(addrs)
@@ -95,7 +44,7 @@ func connectAny(ctx context.Context, cfg Config, logger *slog.Logger, addrs []ad
 		}
 		errs = append(errs, err)
 		if n < len(addrs)-1 {
-			logger.Warn("RabbitMQ address failed; trying the next one", slog.String("address", addrs[i].hostPort()),
+			logger.Warn("RabbitMQ address failed; trying the next one", slog.String("address", addrs[i].HostPort()),
 				slog.String("error", err.Error()))
 		}
 	}
@@ -103,7 +52,7 @@ func connectAny(ctx context.Context, cfg Config, logger *slog.Logger, addrs []ad
 	for i, err := range errs {
 		texts[i] = err.Error()
 	}
-	return nil, nil, -1, &sentence{kind: ErrUnreachable, cause: errors.Join(errs...), text: fmt.Sprintf(
+	return nil, nil, -1, &rabbitmq.Sentence{Kind: ErrUnreachable, Cause: errors.Join(errs...), Text: fmt.Sprintf(
 		"none of the %d RabbitMQ addresses accepted a connection: %s", len(addrs), strings.Join(texts, "; "))}
 }
 

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"log/slog"
 	"net"
-	"reflect"
 	"strconv"
 	"strings"
 	"testing"
@@ -15,27 +14,6 @@ import (
 
 	"github.com/cdc-router/cdc-router/internal/testenv"
 )
-
-func TestSplitURLs(t *testing.T) {
-	tests := []struct {
-		in   string
-		want []string
-	}{
-		{"", nil},
-		{"amqp://u:p@a:5672/", []string{"amqp://u:p@a:5672/"}},
-		{"amqp://u:p@a/,amqp://u:p@b/", []string{"amqp://u:p@a/", "amqp://u:p@b/"}},
-		{" amqp://a/ , amqps://b/?cacertfile=/x ,amqp://c/ ", []string{"amqp://a/", "amqps://b/?cacertfile=/x", "amqp://c/"}},
-		{"amqp://u:pa,ss@a/", []string{"amqp://u:pa,ss@a/"}},                       // a comma in a password
-		{"amqp://a/?auth_mechanism=a,b", []string{"amqp://a/?auth_mechanism=a,b"}}, // in a parameter
-		{"amqp://a/,", []string{"amqp://a/", ""}},
-		{",amqp://a/", []string{"", "amqp://a/"}},
-	}
-	for _, tt := range tests {
-		if got := SplitURLs(tt.in); !reflect.DeepEqual(got, tt.want) {
-			t.Errorf("SplitURLs(%q) = %q, want %q", tt.in, got, tt.want)
-		}
-	}
-}
 
 func TestValidateNamesTheBadURLOfAListWithoutItsPassword(t *testing.T) {
 	tests := []struct{ list, want string }{

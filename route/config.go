@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"strings"
 	"time"
+
+	"github.com/cdc-router/cdc-router/route/rabbitmq"
 )
 
 // Defaults applied by Dial to the zero fields of a Config.
@@ -25,8 +27,8 @@ const (
 	// UnroutableSuffix is appended to Exchange to name the default alternate exchange and its queue.
 	UnroutableSuffix = ".unroutable"
 	// QueueTypeClassic and QueueTypeQuorum are the types the unroutable queue can be declared with.
-	QueueTypeClassic = "classic"
-	QueueTypeQuorum  = "quorum"
+	QueueTypeClassic = rabbitmq.QueueTypeClassic
+	QueueTypeQuorum  = rabbitmq.QueueTypeQuorum
 
 	maxLanes  = 1024    // well below RabbitMQ's default channel_max (2047)
 	maxWindow = 1 << 16 // a window larger than this only holds memory

@@ -10,6 +10,8 @@ import (
 	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/cdc-router/cdc-router/route/rabbitmq"
 )
 
 // handshakeTimeout bounds the AMQP handshake, tcpConnectTimeout the TCP connect to one address: an address
@@ -70,19 +72,19 @@ func (s *socket) close() error {
 }
 
 // connect opens the Router's own AMQP connection to addr. Automatic recovery stays off (Config.Recovery nil).
-func connect(ctx context.Context, cfg Config, addr address) (*amqp.Connection, *socket, error) {
+func connect(ctx context.Context, cfg Config, addr rabbitmq.Address) (*amqp.Connection, *socket, error) {
 	sock := &socket{}
 	props := amqp.NewConnectionProperties()
 	props.SetClientConnectionName(cfg.ConnectionName)
 	stop := context.AfterFunc(ctx, func() { sock.close() })
-	conn, err := amqp.DialConfig(addr.url, amqp.Config{Properties: props, Dial: sock.dial(ctx)})
+	conn, err := amqp.DialConfig(addr.URL, amqp.Config{Properties: props, Dial: sock.dial(ctx)})
 	stop()
 	if err != nil {
 		_ = sock.close()
 		if ctx.Err() != nil {
 			return nil, nil, fmt.Errorf("connect to RabbitMQ: %w", ctx.Err())
 		}
-		return nil, nil, connectError(addr.uri, err)
+		return nil, nil, rabbitmq.DialError(addr.URI, err)
 	}
 	return conn, sock, nil
 }

@@ -23,7 +23,7 @@ func Declare(ctx context.Context, cfg Config) error {
 	if err != nil {
 		return err
 	}
-	uri := addrs[used].uri
+	uri := addrs[used].URI
 	defer closeConnection(conn, sock) //nolint:errcheck // the declarations are done or failed
 	stop := context.AfterFunc(ctx, func() { sock.close() })
 	defer stop()

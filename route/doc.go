@@ -70,6 +70,9 @@
 // observes the confirm round trip, and reads the open Routers' in-flight events and bytes and their
 // connection.blocked state at scrape time.
 //
+// What RabbitMQ says before the first publish (the addresses of Config.URL, a connection that failed, a
+// declaration it refused) route/rabbitmq turns into one sentence naming the fix; route owns the connection.
+//
 // What it never does: retry or republish (the caller restarts), reconnect on its own (amqp091's
 // Config.Recovery stays nil: its recovery restarts delivery tags and nacks the window silently), log a
 // payload or a password, or let an amqp091 type appear in its API.

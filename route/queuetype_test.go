@@ -77,22 +77,6 @@ func TestUnroutableQueueType(t *testing.T) {
 	}
 }
 
-// TestHomeNodeDownNamesTheQuorumQueue: a classic alternate queue whose cluster node is down makes every
-// declaration fail with 404; the error says so, is retried (ErrUnreachable), and names the fix.
-func TestHomeNodeDownNamesTheQuorumQueue(t *testing.T) {
-	cfg := Config{URL: "amqp://h/"}.withDefaults()
-	err := declareError(cfg, "u", "/", "queue", "outbox.unroutable", &amqp.Error{Code: amqp.NotFound,
-		Reason: "NOT_FOUND - home node 'rabbit@n2' of durable queue 'outbox.unroutable' in vhost '/' is down or inaccessible"})
-	if !errors.Is(err, ErrUnreachable) {
-		t.Errorf("err = %v, want ErrUnreachable, so the router retries", err)
-	}
-	for _, want := range []string{"cluster node it lives on is down", "--unroutable-queue-type quorum", "rabbitmqadmin delete queue name=outbox.unroutable"} {
-		if !strings.Contains(err.Error(), want) {
-			t.Errorf("error %q lacks %q", err, want)
-		}
-	}
-}
-
 // TestUnroutableQueueTypeUnknownIsRefused: a type other than classic or quorum is a configuration error
 // that names the choice.
 func TestUnroutableQueueTypeUnknownIsRefused(t *testing.T) {

@@ -86,7 +86,7 @@ func dial(ctx context.Context, cfg Config, logger *slog.Logger, start int, logge
 	if err != nil {
 		return nil, used, err
 	}
-	uri := addrs[used].uri
+	uri := addrs[used].URI
 	stop := context.AfterFunc(ctx, func() { sock.close() })
 	r, err := open(cfg, logger, uri, conn, sock, logged)
 	if !stop() && err == nil {
@@ -103,7 +103,7 @@ func dial(ctx context.Context, cfg Config, logger *slog.Logger, start int, logge
 		}
 		return nil, used, err
 	}
-	logger.Info("connected to RabbitMQ", slog.String("address", addrs[used].hostPort()), slog.String("exchange", cfg.Exchange),
+	logger.Info("connected to RabbitMQ", slog.String("address", addrs[used].HostPort()), slog.String("exchange", cfg.Exchange),
 		slog.Int("lanes", cfg.Lanes), slog.Int("window", cfg.Window))
 	return r, used, nil
 }

@@ -9,6 +9,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/cdc-router/cdc-router/admin"
 	"github.com/cdc-router/cdc-router/inbox"
 	"github.com/cdc-router/cdc-router/pgserver"
 )
@@ -112,7 +113,7 @@ func inboxList(s *settings) func(context.Context, *inbox.Admin, []string, io.Wri
 		for _, f := range failed {
 			ev := f.Event
 			fmt.Fprintf(w, "%d\t%s\t%s\t%s\t%d\t%s\t%d\t%s\n", f.ID, f.LastFailedAt.UTC().Format(time.RFC3339),
-				orDash(ev.ID), orDash(aggregate(ev)), ev.AggregateVersion, f.Reason, f.Attempts, oneLine(f.Detail, 120))
+				admin.OrDash(ev.ID), admin.OrDash(aggregate(ev)), ev.AggregateVersion, f.Reason, f.Attempts, admin.OneLine(f.Detail, 120))
 		}
 		if err := w.Flush(); err != nil {
 			return err

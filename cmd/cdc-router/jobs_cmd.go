@@ -11,6 +11,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/cdc-router/cdc-router/admin"
 	"github.com/cdc-router/cdc-router/snapshot"
 )
 
@@ -41,8 +42,8 @@ func jobsList(s *settings) func(context.Context, *pgx.Conn, opsFlags, []string, 
 		fmt.Fprintln(w, "NAME\tSTATE\tROWS\tSTARTED\tUPDATED\tPREDICATE\tERROR")
 		for _, j := range jobs {
 			fmt.Fprintf(w, "%s\t%s\t%d/%d\t%s\t%s\t%s\t%s\n", j.Name, shownState(j), j.RowsDone, j.RowsTotal,
-				j.StartedAt.UTC().Format(time.RFC3339), j.UpdatedAt.UTC().Format(time.RFC3339), orDash(j.Predicate),
-				orDash(oneLine(j.Error, 200)))
+				j.StartedAt.UTC().Format(time.RFC3339), j.UpdatedAt.UTC().Format(time.RFC3339), admin.OrDash(j.Predicate),
+				admin.OrDash(admin.OneLine(j.Error, 200)))
 		}
 		return w.Flush()
 	}

@@ -8,11 +8,11 @@ import (
 	"io"
 	"strconv"
 	"strings"
-	"text/tabwriter"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/cdc-router/cdc-router/admin"
 	"github.com/cdc-router/cdc-router/decode"
 	"github.com/cdc-router/cdc-router/internal/cdc"
 	"github.com/cdc-router/cdc-router/migrations"
@@ -20,7 +20,6 @@ import (
 	"github.com/cdc-router/cdc-router/quarantine"
 	"github.com/cdc-router/cdc-router/route"
 	"github.com/cdc-router/cdc-router/route/message"
-	"github.com/cdc-router/cdc-router/snapshot"
 )
 
 const quarantineUsage = `Usage: cdc-router quarantine <subcommand> [flags] [ID...]
@@ -175,17 +174,7 @@ func quarantineList(s *settings) func(context.Context, *pgx.Conn, opsFlags, []st
 		if err != nil {
 			return err
 		}
-		w := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
-		fmt.Fprintln(w, "ID\tQUARANTINED AT\tSLOT\tEVENT ID\tHANDLED\tREASON")
-		for _, r := range recs {
-			handled := "no"
-			if r.Handled() {
-				handled = r.HandledHow + " " + r.HandledAt.UTC().Format(time.RFC3339)
-			}
-			fmt.Fprintf(w, "%d\t%s\t%s\t%s\t%s\t%s\n", r.ID, r.QuarantinedAt.UTC().Format(time.RFC3339), r.Slot,
-				orDash(r.EventID), handled, oneLine(r.Reason, 120))
-		}
-		return w.Flush()
+		return admin.QuarantineList(stdout, recs)
 	}
 }
 
@@ -202,35 +191,9 @@ func quarantineShow(s *settings) func(context.Context, *pgx.Conn, opsFlags, []st
 		if !ok {
 			return fmt.Errorf("no quarantine record %d in %s.quarantine", ids[0], *pg.schema)
 		}
-		fmt.Fprint(stdout, showRecord(r))
+		fmt.Fprint(stdout, admin.QuarantineRecord(r))
 		return nil
 	}
-}
-
-// showRecord renders one record, one fact per line, the values and notes as stored (JSON).
-func showRecord(r quarantine.Record) string {
-	handled := "no"
-	if r.Handled() {
-		handled = r.HandledHow + " at " + r.HandledAt.UTC().Format(time.RFC3339)
-	}
-	commit := "-"
-	if r.CommitLSN != 0 {
-		commit = r.CommitLSN.String()
-	}
-	if !r.CommitTime.IsZero() {
-		commit += ", committed at " + r.CommitTime.UTC().Format(time.RFC3339Nano)
-	}
-	values, notes := "NULL (a minimal record: PostgreSQL refused the values, see notes)", "none (every value is whole)"
-	if r.Values != nil {
-		values = string(r.Values)
-	}
-	if r.Notes != nil {
-		notes = string(r.Notes)
-	}
-	return fmt.Sprintf("id:             %d\nquarantined at: %s\nslot:           %s\nlsn:            %s\ncommit lsn:     %s\n"+
-		"row key:        %s\ntable:          %s\nevent id:       %s\nhandled:        %s\nreason:         %s\n"+
-		"values:         %s\nvalue notes:    %s\n", r.ID, r.QuarantinedAt.UTC().Format(time.RFC3339Nano), r.Slot, r.LSN,
-		commit, orDash(r.RowKey), r.Table, orDash(r.EventID), handled, r.Reason, values, notes)
 }
 
 func quarantineReplay(s *settings) func(context.Context, *pgx.Conn, opsFlags, []string, io.Writer, io.Writer) error {
@@ -267,92 +230,18 @@ func quarantineReplay(s *settings) func(context.Context, *pgx.Conn, opsFlags, []
 			return err
 		}
 		defer read.Close(context.Background())
-		records := quarantine.NewRecords(conn, *pg.schema)
-		var r *route.Router
-		defer func() {
-			if r != nil {
-				r.Close()
-			}
-		}()
-		var failed []string
-		for _, id := range ids {
-			rec, ev, source, err := replayable(ctx, records, read, broker, pg, mappings, id, *force)
-			if err == nil && r == nil {
-				if r, err = route.Dial(ctx, broker.route("cdc-router quarantine replay"), log); err != nil {
-					return err
+		return admin.Replay{Records: quarantine.NewRecords(conn, *pg.schema), Read: read, Schema: *pg.schema, Table: *pg.table,
+			Decode: broker.decode, Mappings: mappings, Force: *force, Timeout: *timeout,
+			Dial: func(ctx context.Context) (admin.ReplayPublisher, error) {
+				r, err := route.Dial(ctx, broker.route("cdc-router quarantine replay"), log)
+				if err != nil {
+					return nil, err
 				}
-			}
-			if err == nil {
-				err = quarantine.PublishConfirmed(ctx, r, ev, id, *timeout)
-			}
-			if err == nil {
-				_, err = records.MarkHandled(ctx, id, quarantine.HandledReplayed)
-			}
-			if err != nil {
-				if !errors.Is(err, quarantine.ErrNotReplayable) && !errors.Is(err, errHandled) {
-					return err
-				}
-				fmt.Fprintf(stderr, "cdc-router quarantine replay: %v\n", err)
-				failed = append(failed, strconv.FormatInt(id, 10))
-				continue
-			}
-			exchange, key := message.Destination(ev, *broker.exchange)
-			fmt.Fprintf(stdout, "record %d replayed from %s: event %s published to %s (routing key %s)\n", rec.ID,
-				source, ev.ID, exchange, key)
-		}
-		if len(failed) > 0 {
-			return fmt.Errorf("%d of %d records not replayed (%s): see above", len(failed), len(ids), strings.Join(failed, ", "))
-		}
-		return nil
+				return r, nil
+			},
+			Destination: func(ev cdc.Event) (string, string) { return message.Destination(ev, *broker.exchange) },
+		}.Run(ctx, ids, stdout, stderr)
 	}
-}
-
-var errHandled = errors.New("already handled")
-
-// replayable loads record id and builds its event, from the row in the record's own table (--table only for
-// a record that names none) when it is still there: a record of a table that mappings maps (by the record's
-// table) through that mapping, one whose stored values are of another shape refused without it.
-func replayable(ctx context.Context, records *quarantine.Records, read *pgx.Conn, broker brokerFlags, pg opsFlags,
-	mappings map[string]*decode.Mapping, id int64, force bool) (quarantine.Record, cdc.Event, string, error) {
-	rec, ok, err := records.Load(ctx, id)
-	if err != nil {
-		return rec, cdc.Event{}, "", err
-	}
-	if !ok {
-		return rec, cdc.Event{}, "", fmt.Errorf("record %d %w: there is no such record in %s.quarantine", id,
-			quarantine.ErrNotReplayable, *pg.schema)
-	}
-	if rec.Handled() && !force {
-		return rec, cdc.Event{}, "", fmt.Errorf("record %d was %s at %s (%w): pass --force to replay it once more", id,
-			rec.HandledHow, rec.HandledAt.UTC().Format(time.RFC3339), errHandled)
-	}
-	table := decode.QualifiedTable(rec.Table)
-	if rec.Table == "" {
-		table = decode.QualifiedTable(*pg.table)
-	}
-	if m := mappings[table]; m != nil {
-		cfg := snapshot.Config{Table: table, Decode: broker.decode(table)}
-		cfg.Decode.Mapping = m
-		mapper, row, _, err := snapshot.ReadMappedRow(ctx, read, cfg, rec.EventID)
-		if err != nil {
-			return rec, cdc.Event{}, "", err
-		}
-		ev, source, err := quarantine.ReplayMapped(mapper, rec, row)
-		return rec, ev, source, err
-	}
-	if quarantine.MappedShape(rec) {
-		return rec, cdc.Event{}, "", fmt.Errorf("record %d %w: it is a row of %s, whose columns are not the native "+
-			"outbox's: pass the --config file that run reads %s with (quarantine replay --config FILE)", id,
-			quarantine.ErrNotReplayable, table, table)
-	}
-	var row map[string]*string
-	if isUUID(rec.EventID) && !strings.HasPrefix(rec.Table, decode.MessageTable) { // a message has no row to read
-		if row, _, err = snapshot.ReadRow(ctx, read, table, rec.EventID); err != nil {
-			return rec, cdc.Event{}, "", err
-		}
-	}
-	ev, source, err := quarantine.ReplayEvent(broker.decode(table), rec, row)
-	return rec, ev, source, err
 }
 
 func quarantineDiscard(s *settings) func(context.Context, *pgx.Conn, opsFlags, []string, io.Writer, io.Writer) error {
@@ -361,33 +250,7 @@ func quarantineDiscard(s *settings) func(context.Context, *pgx.Conn, opsFlags, [
 		if err != nil {
 			return err
 		}
-		records := quarantine.NewRecords(conn, *pg.schema)
-		var missing []string
-		for _, id := range ids {
-			changed, err := records.MarkHandled(ctx, id, quarantine.HandledDiscarded)
-			if err != nil {
-				return err
-			}
-			if changed {
-				fmt.Fprintf(stdout, "record %d discarded (marked handled; the record stays)\n", id)
-				continue
-			}
-			rec, ok, err := records.Load(ctx, id)
-			switch {
-			case err != nil:
-				return err
-			case !ok:
-				fmt.Fprintf(stderr, "cdc-router quarantine discard: no record %d in %s.quarantine\n", id, *pg.schema)
-				missing = append(missing, strconv.FormatInt(id, 10))
-			default:
-				fmt.Fprintf(stdout, "record %d was already %s at %s; unchanged\n", id, rec.HandledHow,
-					rec.HandledAt.UTC().Format(time.RFC3339))
-			}
-		}
-		if len(missing) > 0 {
-			return fmt.Errorf("no such records: %s", strings.Join(missing, ", "))
-		}
-		return nil
+		return admin.QuarantineDiscard(ctx, quarantine.NewRecords(conn, *pg.schema), *pg.schema, ids, stdout, stderr)
 	}
 }
 
@@ -404,38 +267,4 @@ func quarantinePurge(s *settings) func(context.Context, *pgx.Conn, opsFlags, []s
 		fmt.Fprintf(stdout, "purged %d records handled more than %v ago; records not handled are kept\n", n, *age)
 		return nil
 	}
-}
-
-func orDash(s string) string {
-	if s == "" {
-		return "-"
-	}
-	return s
-}
-
-// oneLine makes s one line of at most n characters for a table.
-func oneLine(s string, n int) string {
-	s = strings.Join(strings.Fields(s), " ")
-	if r := []rune(s); len(r) > n {
-		return string(r[:n-1]) + "…"
-	}
-	return s
-}
-
-// isUUID reports whether s has the text form of a uuid, so it can be looked up in the outbox's id column.
-func isUUID(s string) bool {
-	if len(s) != 36 {
-		return false
-	}
-	for i, c := range s {
-		switch {
-		case i == 8 || i == 13 || i == 18 || i == 23:
-			if c != '-' {
-				return false
-			}
-		case !strings.ContainsRune("0123456789abcdefABCDEF", c):
-			return false
-		}
-	}
-	return true
 }

@@ -1,4 +1,4 @@
-package replication
+package pgserver
 
 import (
 	"strings"
@@ -7,41 +7,40 @@ import (
 	"github.com/jackc/pglogrepl"
 
 	"github.com/cdc-router/cdc-router/offsets"
-	"github.com/cdc-router/cdc-router/pgserver"
 )
 
 func TestDecideStart(t *testing.T) {
-	cfg := Config{Slot: "s1"}.WithDefaults()
+	cfg := StartRules{Slot: "s1"}
 	sys := pglogrepl.IdentifySystemResult{SystemID: "42", Timeline: 1, DBName: "app"}
-	live := pgserver.SlotInfo{Exists: true, Plugin: "pgoutput", Database: "app", ConfirmedFlush: 100, WALStatus: "reserved"}
+	live := SlotInfo{Exists: true, Plugin: "pgoutput", Database: "app", ConfirmedFlush: 100, WALStatus: "reserved"}
 	cases := []struct {
 		name      string
-		slot      pgserver.SlotInfo
+		slot      SlotInfo
 		stored    *offsets.Position
 		wantErr   string
 		create    bool
 		wantStart uint64
 	}{
-		{name: "fresh: create", slot: pgserver.SlotInfo{}, create: true},
+		{name: "fresh: create", slot: SlotInfo{}, create: true},
 		{name: "slot, nothing stored: its confirmed_flush", slot: live, wantStart: 100},
 		{name: "stored behind the slot: the slot's position", slot: live, stored: &offsets.Position{LSN: 90, SystemID: "42"}, wantStart: 100},
 		{name: "stored ahead of the slot (PostgreSQL crashed): the stored one", slot: live,
 			stored: &offsets.Position{LSN: 150, SystemID: "42"}, wantStart: 150},
-		{name: "slot missing, position stored: refuse", slot: pgserver.SlotInfo{}, stored: &offsets.Position{LSN: 90, SystemID: "42"},
+		{name: "slot missing, position stored: refuse", slot: SlotInfo{}, stored: &offsets.Position{LSN: 90, SystemID: "42"},
 			wantErr: "does not exist but a position"},
-		{name: "slot lost: refuse", slot: pgserver.SlotInfo{Exists: true, Plugin: "pgoutput", WALStatus: "lost"},
+		{name: "slot lost: refuse", slot: SlotInfo{Exists: true, Plugin: "pgoutput", WALStatus: "lost"},
 			wantErr: "wal_status lost"},
-		{name: "slot lost, nothing stored: refuse too", slot: pgserver.SlotInfo{Exists: true, Plugin: "pgoutput", Database: "app", WALStatus: "lost"},
+		{name: "slot lost, nothing stored: refuse too", slot: SlotInfo{Exists: true, Plugin: "pgoutput", Database: "app", WALStatus: "lost"},
 			wantErr: "cdc-router reset --slot s1"},
-		{name: "slot idle too long (PostgreSQL 18): refuse naming the setting", slot: pgserver.SlotInfo{Exists: true, Plugin: "pgoutput",
+		{name: "slot idle too long (PostgreSQL 18): refuse naming the setting", slot: SlotInfo{Exists: true, Plugin: "pgoutput",
 			Database: "app", WALStatus: "lost", Invalidation: "idle_timeout"}, stored: &offsets.Position{LSN: 90, SystemID: "42"},
 			wantErr: "idle_replication_slot_timeout"},
-		{name: "invalidated, wal_status not yet lost: refuse", slot: pgserver.SlotInfo{Exists: true, Plugin: "pgoutput",
+		{name: "invalidated, wal_status not yet lost: refuse", slot: SlotInfo{Exists: true, Plugin: "pgoutput",
 			Database: "app", WALStatus: "reserved", Invalidation: "rows_removed"}, wantErr: "hot_standby_feedback"},
 		{name: "position of another cluster: refuse", slot: live, stored: &offsets.Position{LSN: 90, SystemID: "7"},
 			wantErr: "written by PostgreSQL cluster 7"},
-		{name: "other plugin: refuse", slot: pgserver.SlotInfo{Exists: true, Plugin: "wal2json", Database: "app"}, wantErr: "not pgoutput"},
-		{name: "slot of another database: refuse", slot: pgserver.SlotInfo{Exists: true, Plugin: "pgoutput", Database: "other"},
+		{name: "other plugin: refuse", slot: SlotInfo{Exists: true, Plugin: "wal2json", Database: "app"}, wantErr: "not pgoutput"},
+		{name: "slot of another database: refuse", slot: SlotInfo{Exists: true, Plugin: "pgoutput", Database: "other"},
 			wantErr: "belongs to database other"},
 	}
 	for _, tc := range cases {
@@ -50,9 +49,9 @@ func TestDecideStart(t *testing.T) {
 			if tc.stored != nil {
 				stored = *tc.stored
 			}
-			d, err := decideStart(cfg, sys, tc.slot, stored, tc.stored != nil, "")
+			d, err := DecideStart(cfg, sys, tc.slot, stored, tc.stored != nil, "")
 			if tc.wantErr != "" {
-				if err == nil || !strings.Contains(err.Error(), tc.wantErr) || !IsFatal(err) {
+				if err == nil || !strings.Contains(err.Error(), tc.wantErr) || !isFatal(err) {
 					t.Fatalf("err = %v, want a Fatal containing %q", err, tc.wantErr)
 				}
 				return
@@ -60,29 +59,10 @@ func TestDecideStart(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if d.create != tc.create || uint64(d.start) != tc.wantStart {
+			if d.Create != tc.create || uint64(d.Start) != tc.wantStart {
 				t.Fatalf("decision %+v, want create=%v start=%d", d, tc.create, tc.wantStart)
 			}
 		})
-	}
-}
-
-func TestConfigValidate(t *testing.T) {
-	for _, tc := range []struct {
-		cfg  Config
-		want string
-	}{
-		{Config{}, "no PostgreSQL URL"},
-		{Config{PGURL: "postgres://x", Slot: "Bad-Name"}, "slot name"},
-		{Config{PGURL: "postgres://x", Snapshot: "sometimes"}, "--snapshot"},
-	} {
-		err := tc.cfg.WithDefaults().Validate()
-		if err == nil || !strings.Contains(err.Error(), tc.want) {
-			t.Errorf("Validate(%+v) = %v, want %q", tc.cfg, err, tc.want)
-		}
-	}
-	if err := (Config{PGURL: "postgres://x"}).WithDefaults().Validate(); err != nil {
-		t.Errorf("defaults: %v", err)
 	}
 }
 
@@ -92,10 +72,10 @@ func TestConfigValidate(t *testing.T) {
 func TestDecideStartAfterPromotion(t *testing.T) {
 	sys := pglogrepl.IdentifySystemResult{SystemID: "42", Timeline: 2, DBName: "app"}
 	stored := offsets.Position{LSN: 90, SystemID: "42", Timeline: 1}
-	synced := pgserver.SlotInfo{Exists: true, Plugin: "pgoutput", Database: "app", ConfirmedFlush: 80, WALStatus: "reserved",
+	synced := SlotInfo{Exists: true, Plugin: "pgoutput", Database: "app", ConfirmedFlush: 80, WALStatus: "reserved",
 		Failover: true, Synced: true}
-	d, err := decideStart(Config{Slot: "s1"}, sys, synced, stored, true, "")
-	if err != nil || d.create || d.start != 90 {
+	d, err := DecideStart(StartRules{Slot: "s1"}, sys, synced, stored, true, "")
+	if err != nil || d.Create || d.Start != 90 {
 		t.Fatalf("synced slot after a promotion: %+v, %v; want start at the stored 90", d, err)
 	}
 	for _, tc := range []struct {
@@ -105,23 +85,23 @@ func TestDecideStartAfterPromotion(t *testing.T) {
 		{false, "run the router with --failover-slot"},
 		{true, "check sync_replication_slots = on"},
 	} {
-		_, err := decideStart(Config{Slot: "s1", FailoverSlot: tc.failover}, sys, pgserver.SlotInfo{}, stored, true, "")
-		if err == nil || !IsFatal(err) || !strings.Contains(err.Error(), "does not exist but a position") ||
+		_, err := DecideStart(StartRules{Slot: "s1", FailoverSlot: tc.failover}, sys, SlotInfo{}, stored, true, "")
+		if err == nil || !isFatal(err) || !strings.Contains(err.Error(), "does not exist but a position") ||
 			!strings.Contains(err.Error(), "cdc-router reset --slot s1") || !strings.Contains(err.Error(), tc.want) ||
 			!strings.Contains(err.Error(), "timeline 2, the position is of timeline 1") {
 			t.Errorf("slot missing after a promotion (failover %v): %v; want the slot-lost refusal with %q", tc.failover, err, tc.want)
 		}
 	}
 	// Promoted during the initial snapshot: no standby had the slot, whatever the settings.
-	_, err = decideStart(Config{Slot: "s1", FailoverSlot: true}, sys, pgserver.SlotInfo{}, stored, true, "4000 of 10000 rows")
-	if err == nil || !IsFatal(err) || !strings.Contains(err.Error(), "cdc-router reset --slot s1") ||
+	_, err = DecideStart(StartRules{Slot: "s1", FailoverSlot: true}, sys, SlotInfo{}, stored, true, "4000 of 10000 rows")
+	if err == nil || !isFatal(err) || !strings.Contains(err.Error(), "cdc-router reset --slot s1") ||
 		!strings.Contains(err.Error(), "initial snapshot was unfinished (4000 of 10000 rows)") ||
 		strings.Contains(err.Error(), "check sync_replication_slots") {
 		t.Errorf("slot missing after a promotion during the initial snapshot: %v", err)
 	}
 	same := stored
 	same.Timeline = 2
-	if _, err := decideStart(Config{Slot: "s1"}, sys, pgserver.SlotInfo{}, same, true, ""); err == nil ||
+	if _, err := DecideStart(StartRules{Slot: "s1"}, sys, SlotInfo{}, same, true, ""); err == nil ||
 		strings.Contains(err.Error(), "promoted") {
 		t.Errorf("slot missing on the same timeline: %v; want the refusal without the promotion hint", err)
 	}
