@@ -16,8 +16,13 @@ import (
 	"github.com/cdc-router/cdc-router/pgserver"
 )
 
-// publicationDue runs the publication check when it is due, bounded as the stream's other queries are.
+// publicationDue runs the publication check when it is due, bounded as the stream's other queries are. It
+// runs at every turn of the stream's loop: until the check is due it builds no context (a timer and an
+// AfterFunc on the stop's context per WAL message were the loop's largest cost after the read itself).
 func (s *session) publicationDue() error {
+	if time.Now().Before(s.watch.Next()) {
+		return nil
+	}
 	ctx, cancel := s.stop.bounded(10 * time.Second)
 	defer cancel()
 	return s.watch.Due(ctx, s.sql)
