@@ -134,6 +134,18 @@ func (f *Frames) Next() (Frame, error) {
 	return Frame{Type: f.typ, Data: f.buf}, nil
 }
 
+// Ready reports whether the next message is in the read buffer whole, so that Next returns it without
+// reading the connection: it neither waits nor needs a read deadline.
+func (f *Frames) Ready() bool {
+	src := f.w.src
+	if f.body >= 0 || src.Buffered() < 5 {
+		return false // within a message, or its header not read yet: Next may read
+	}
+	h, _ := src.Peek(5) // buffered: no read
+	n := int(int32(binary.BigEndian.Uint32(h[1:])))
+	return n >= 4 && src.Buffered() >= 1+n
+}
+
 // judge looks at the header of a CopyData that holds a logical decoding message and decides whether it is
 // discarded. A message too short to hold the router's prefix and a content length is read whole: the
 // decoder judges it.

@@ -181,3 +181,35 @@ func BenchmarkFrames(b *testing.B) {
 		}
 	})
 }
+
+// TestFramesReady: Ready is true exactly while the next message is in the read buffer whole, so that the
+// stream handles it without a read that could wait.
+func TestFramesReady(t *testing.T) {
+	one, two := copyData(xlog(7, []byte{'B'})), copyData(xlog(8, []byte{'C'}))
+	r, w := io.Pipe()
+	f := NewFrames(&Wire{src: bufio.NewReaderSize(r, wireBuffer)}, "", 100)
+	if f.Ready() {
+		t.Fatal("Ready before anything was read")
+	}
+	go func() { w.Write(append(append([]byte{}, one...), two[:len(two)-1]...)) }()
+	if _, err := f.Next(); err != nil {
+		t.Fatal(err)
+	}
+	if f.Ready() {
+		t.Fatal("Ready with the second message in the buffer but its last byte not")
+	}
+	go func() { w.Write(two[len(two)-1:]) }()
+	if fr, err := f.Next(); err != nil || !bytes.Equal(fr.Data, two[5:]) {
+		t.Fatalf("second frame: %q %v", fr.Data, err)
+	}
+	if f.Ready() {
+		t.Fatal("Ready with an empty buffer")
+	}
+	go func() { w.Write(append(append([]byte{}, one...), two...)) }()
+	if _, err := f.Next(); err != nil {
+		t.Fatal(err)
+	}
+	if !f.Ready() {
+		t.Fatal("not Ready with the next message whole in the buffer")
+	}
+}

@@ -74,6 +74,10 @@ func NewWatch(cfg Config, log *slog.Logger, stats *metrics.Stats) *Watch {
 // Schedule makes the next check due one interval after now (the stream starts then).
 func (w *Watch) Schedule(now time.Time) { w.next = now.Add(w.cfg.Interval) }
 
+// Next is when the next check is due: before it, Due does nothing, so a caller that calls it at every turn
+// of a loop can skip building Due's context until then.
+func (w *Watch) Next() time.Time { return w.next }
+
 // okRefresh is how often a sound check that changes nothing is recorded: an idle router writes (and makes
 // WAL) only this rarely. The recorded ok_at may be that much older than the last sound check, which makes
 // the suggested backfill start earlier (more duplicates, never a gap).

@@ -65,6 +65,7 @@ type walReceiver struct {
 	// (readDeadline); zero when none is set. stopRead interrupts a read at the stop request.
 	readBy   time.Time
 	stopRead func() bool
+	readRun  int // messages handled from the read buffer since the loop's duties last ran (buffered)
 }
 
 // txns is what the session knows of the transactions it received.

@@ -16,8 +16,13 @@ import (
 	"github.com/cdc-router/cdc-router/pgserver"
 )
 
-// publicationDue runs the publication check when it is due, bounded as the stream's other queries are.
+// publicationDue runs the publication check when it is due, bounded as the stream's other queries are. It
+// runs at every turn of the stream's loop: until the check is due it builds no context (a timer and an
+// AfterFunc on the stop's context per WAL message were the loop's largest cost after the read itself).
 func (s *session) publicationDue() error {
+	if time.Now().Before(s.watch.Next()) {
+		return nil
+	}
 	ctx, cancel := s.stop.bounded(10 * time.Second)
 	defer cancel()
 	return s.watch.Due(ctx, s.sql)
@@ -57,6 +62,13 @@ func (s *session) stream() error {
 			s.drain()
 			return errAbandoned
 		}
+		if s.frames.Ready() && s.readRun < maxReadRun {
+			if err := s.buffered(); err != nil {
+				return err
+			}
+			continue
+		}
+		s.readRun = 0
 		if err := s.status(false); err != nil {
 			return err
 		}
@@ -77,6 +89,28 @@ func (s *session) stream() error {
 			return err
 		}
 	}
+}
+
+// maxReadRun bounds the messages handled one after the other from the read buffer (buffered) before the
+// loop's duties run again.
+const maxReadRun = 128
+
+// buffered handles the next message, which came with an earlier read (Frames.Ready). The duties of the loop
+// (the status update, the checks) ran before that read, and the server was heard at it, so they wait for
+// the next read that can wait: a burst of WAL pays for them, and for the read deadline, once per read
+// instead of once per message. The stop and a failed publisher are still looked at for every message.
+func (s *session) buffered() error {
+	s.readRun++
+	select {
+	case <-s.pub.Failed():
+		return caused(metrics.CauseBroker, fmt.Errorf("publish: %w", s.pub.Err()))
+	default:
+	}
+	f, err := s.frames.Next()
+	if err != nil {
+		return caused(metrics.CausePostgres, fmt.Errorf("receive: %w", err))
+	}
+	return s.frame(f)
 }
 
 // receive reads one message, waiting at most until the next status update is due or the stop request.

@@ -225,8 +225,8 @@ func (l *lane) write(p *publishing) bool {
 
 // confirmLoop resolves the sent publishings in order until the Router fails or the channel closes.
 func (l *lane) confirmLoop() {
-	timer := time.NewTimer(time.Hour)
-	defer timer.Stop()
+	timer := &confirmTimer{t: time.NewTimer(time.Hour)}
+	defer timer.t.Stop()
 	for {
 		select {
 		case <-l.r.failed:
@@ -252,17 +252,29 @@ func (l *lane) confirmLoop() {
 // resolve waits for the confirmation of p and acts on it: done for a positive confirm of a message that
 // was not returned, failure otherwise. It reports whether the lane goes on. Either way p's bytes go back
 // to the budget.
-func (l *lane) resolve(p *publishing, timer *time.Timer) bool {
+func (l *lane) resolve(p *publishing, timer *confirmTimer) bool {
 	defer func() { l.r.bytes.release(p.size) }() // p.size is zeroed once released
-	timer.Reset(time.Until(p.deadline))
-	select {
-	case <-p.confirm.Done():
-		l.r.cfg.Metrics.confirmed(p.sent)
-	case <-l.r.failed:
-		return false
-	case <-timer.C:
-		l.r.fail(fmt.Errorf("lane %d: event %s: %w after %s", l.id, p.eventID, ErrConfirmTimeout, l.r.cfg.ConfirmTimeout), l.id, p.eventID)
-		return false
+	if !timer.armed {
+		timer.t.Reset(time.Until(p.deadline))
+		timer.armed = true
+	}
+	for confirmed := false; !confirmed; {
+		select {
+		case <-p.confirm.Done():
+			l.r.cfg.Metrics.confirmed(p.sent)
+			confirmed = true
+		case <-l.r.failed:
+			return false
+		case <-timer.t.C:
+			timer.armed = false
+			if wait := time.Until(p.deadline); wait > 0 { // armed for an earlier publishing's deadline
+				timer.t.Reset(wait)
+				timer.armed = true
+				continue
+			}
+			l.r.fail(fmt.Errorf("lane %d: event %s: %w after %s", l.id, p.eventID, ErrConfirmTimeout, l.r.cfg.ConfirmTimeout), l.id, p.eventID)
+			return false
+		}
 	}
 	l.drainReturns() // a return precedes the ack of its message on amqp091's reader goroutine
 	if ret, ok := l.takeReturn(p.eventID); ok {
@@ -295,6 +307,15 @@ func (l *lane) resolve(p *publishing, timer *time.Timer) bool {
 	}
 	l.r.track(-1)
 	return true
+}
+
+// confirmTimer is confirmLoop's one timer for ConfirmTimeout. The deadlines of a lane's sent publishings
+// never go back (each is ConfirmTimeout after its write, in write order), so a timer armed for an earlier
+// publishing's deadline fires no later than the current one's: it is set again only when it fires, not once
+// per confirm (a clock read and a timer update per event).
+type confirmTimer struct {
+	t     *time.Timer
+	armed bool // t runs, for the deadline of this or an earlier publishing
 }
 
 // drainReturns moves every buffered return into returned without blocking. amqp091 closes the returns

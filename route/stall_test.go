@@ -76,6 +76,35 @@ func TestConfirmTimeout(t *testing.T) {
 	}
 }
 
+// TestConfirmTimeoutCountsFromEachWrite: the lane's one confirm timer, still armed for an earlier event's
+// deadline, does not fail a later event before its own ConfirmTimeout has passed since it was written.
+func TestConfirmTimeoutCountsFromEachWrite(t *testing.T) {
+	b := newBroker(t)
+	p := b.proxy()
+	cfg := b.config(b.viaProxy(p))
+	cfg.Lanes, cfg.ConfirmTimeout = 1, time.Second
+	r := b.dial(cfg)
+	c := newCounter()
+	first := event("timer", "1", 1)
+	publishAll(t, r, c, first)
+	if err := r.Drain(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(600 * time.Millisecond) // the timer, armed for first, fires 400 ms from now
+	p.Pause()
+	second := event("timer", "1", 2)
+	at := time.Now()
+	publishAll(t, r, c, second)
+	err := waitFailed(t, r, 5*time.Second)
+	if !errors.Is(err, ErrConfirmTimeout) {
+		t.Fatalf("Err = %v, want ErrConfirmTimeout", err)
+	}
+	if took := time.Since(at); took < 900*time.Millisecond {
+		t.Fatalf("the second event timed out %v after it was published, before its ConfirmTimeout of 1s", took)
+	}
+	closePromptly(t, r)
+}
+
 // TestCloseWhileBlocked: with the broker stalled, the window full and the lane's writer stuck in a
 // socket write, a Publish waiting for the window returns on its context, Close returns promptly, and a
 // Publish still waiting then returns ErrClosed.
