@@ -52,6 +52,9 @@ func (w *world) grantWriter(ctx context.Context, conn *pgx.Conn) error {
 	}
 	tables := append([]string{emitted}, w.plan.Setup.Tables...)
 	_, err := conn.Exec(ctx, `GRANT SELECT, INSERT, DELETE ON `+strings.Join(tables, ", ")+` TO `+w.writerRole())
+	if err == nil && w.plan.Setup.Mapped {
+		_, err = conn.Exec(ctx, `GRANT USAGE ON SEQUENCE public.events_mapped_seq_seq TO `+w.writerRole())
+	}
 	return err
 }
 

@@ -49,6 +49,10 @@ func (w *world) inject(start time.Time, faults []gen.Step, bg *sync.WaitGroup) {
 			w.rec.event(w.replay())
 			continue
 		}
+		if f.Kind == gen.FaultExchangeDelete || f.Kind == gen.FaultExchangeUnbind {
+			w.exchangeFault(f, bg)
+			continue
+		}
 		if f.Kind == gen.FaultBrokerRestart || f.Kind == gen.FaultMemAlarm {
 			w.brokerFault(f)
 			continue
@@ -126,7 +130,11 @@ func (w *world) resetIdle(d time.Duration) {
 func (w *world) backfill(n int) string {
 	s := w.plan.Setup
 	table := s.Tables[n%len(s.Tables)]
-	out, code := w.cli(3*time.Minute, w.backfillFlags("backfill", "--where", "true", "--table", table, "--name", fmt.Sprintf("chaos_%d", n))...)
+	args := w.backfillFlags("backfill", "--where", "true", "--table", table, "--name", fmt.Sprintf("chaos_%d", n))
+	if table == gen.MappedTable {
+		args = append(args, w.mappingFlags()...)
+	}
+	out, code := w.cli(3*time.Minute, args...)
 	return fmt.Sprintf("%s exit %d: %s", table, code, lastLine(out))
 }
 
@@ -170,29 +178,40 @@ func (w *world) brokerFault(f gen.Step) {
 // place (headers not an object become {}; an UPDATE is no event) and replays their records, again while
 // the command fails (a fault may hit it), at most three times; then it replays the other open records
 // once: those of emitted messages (no row) and of events the full queue still refuses must be refused and
-// stay open. The event's IDs are the fixed rows, which must arrive replayed.
-func (w *world) replay() check.Event {
+// stay open. A record of the mapped table's missing or unbound exchange counts as fixed while the exchange
+// is there (its fix is the exchange, declared and bound again). The event's IDs are the fixed rows, which
+// must arrive replayed.
+func (w *world) replay() check.Event { return w.replayWhere("true") }
+
+// replayWhere is replay of the open records that cond (SQL over cdc_router.quarantine, with args) selects.
+func (w *world) replayWhere(cond string, args ...any) check.Event {
 	from := time.Now()
 	ctx := context.Background()
 	c := w.connect(ctx)
 	defer c.Close(ctx)
-	rs, err := c.Query(ctx, `SELECT id, coalesce(event_id, ''), table_name FROM cdc_router.quarantine WHERE handled_at IS NULL ORDER BY id`)
+	rs, err := c.Query(ctx, `SELECT id, coalesce(event_id, ''), table_name, reason FROM cdc_router.quarantine
+		WHERE handled_at IS NULL AND (`+cond+`) ORDER BY id`, args...)
 	if err != nil {
 		return check.Event{From: from, To: time.Now(), Kind: gen.CmdReplay, Note: err.Error()}
 	}
-	type rec struct{ id, event, table string }
+	type rec struct{ id, event, table, reason string }
 	var recs []rec
 	for rs.Next() {
 		var r rec
 		var id int64
-		rs.Scan(&id, &r.event, &r.table)
+		rs.Scan(&id, &r.event, &r.table, &r.reason)
 		r.id = fmt.Sprint(id)
 		recs = append(recs, r)
 	}
 	rs.Close()
 	var fixedIDs, fixedEvents, others []string
+	exchangeUp := w.plan.Setup.ExchangeByTopic && !w.exchangeDown.Load()
 	for _, r := range recs {
-		if r.event != "" && !strings.HasPrefix(r.table, "message:") {
+		if r.event != "" && exchangeUp && strings.Contains(r.reason, w.topicExchange()) {
+			fixedIDs, fixedEvents = append(fixedIDs, r.id), append(fixedEvents, r.event)
+			continue
+		}
+		if r.event != "" && !strings.HasPrefix(r.table, "message:") && r.table != gen.MappedTable {
 			tag, err := c.Exec(ctx, `UPDATE `+r.table+` SET headers = '{}' WHERE id = $1::uuid AND jsonb_typeof(headers) <> 'object'`, r.event)
 			if err == nil && tag.RowsAffected() > 0 {
 				fixedIDs, fixedEvents = append(fixedIDs, r.id), append(fixedEvents, r.event)

@@ -92,16 +92,20 @@ const refusalRetry = "2s"
 // backfillFlags is a backfill command's arguments with the world's broker flags added.
 func (w *world) backfillFlags(args ...string) []string {
 	args = append(args, "--unroutable-queue-type", w.plan.Setup.UnroutableType)
-	if w.plan.Setup.FullQueue {
+	if w.shortRefusals() {
 		args = append(args, "--refusal-retry", refusalRetry)
 	}
 	return args
 }
 
+// shortRefusals reports whether the world's broker refuses events on purpose (the full queue, the topic's
+// exchange taken away), so that the routers and commands retry them for refusalRetry only.
+func (w *world) shortRefusals() bool { return w.plan.Setup.FullQueue || w.plan.Setup.ExchangeByTopic }
+
 // replayArgs is quarantine replay of records ids with the world's broker flags (before the ids: Go's flag
 // parsing stops at the first positional argument).
 func (w *world) replayArgs(ids []string) []string {
-	return append(w.backfillFlags("quarantine", "replay"), ids...)
+	return append(append(w.backfillFlags("quarantine", "replay"), w.mappingFlags()...), ids...)
 }
 
 // outcome is what a command printed on stdout (its lines that are not log lines), or its last line.

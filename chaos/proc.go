@@ -32,9 +32,10 @@ func (w *world) routerArgs(i int) []string {
 	if s.Shards > 0 {
 		args = append(args, "--shard", fmt.Sprintf("%d/%d", i, s.Shards))
 	}
-	if w.plan.Setup.FullQueue {
+	if w.shortRefusals() {
 		args = append(args, "--refusal-retry", refusalRetry)
 	}
+	args = append(args, w.mappingFlags()...)
 	if s.Emit {
 		args = append(args, "--message-prefix", messagePrefix)
 	}

@@ -228,7 +228,7 @@ func (w *world) quarantine() []check.Quarantined {
 	ctx := context.Background()
 	c := w.connect(ctx)
 	defer c.Close(ctx)
-	rs, err := c.Query(ctx, `SELECT id, coalesce(event_id, ''), reason, coalesce(handled_how, '') FROM cdc_router.quarantine`)
+	rs, err := c.Query(ctx, `SELECT id, coalesce(event_id, ''), reason, coalesce(handled_how, ''), quarantined_at FROM cdc_router.quarantine`)
 	if err != nil {
 		w.t.Fatalf("read the quarantine: %v", err)
 	}
@@ -236,7 +236,7 @@ func (w *world) quarantine() []check.Quarantined {
 	var qs []check.Quarantined
 	for rs.Next() {
 		var q check.Quarantined
-		rs.Scan(&q.ID, &q.EventID, &q.Reason, &q.Handled)
+		rs.Scan(&q.ID, &q.EventID, &q.Reason, &q.Handled, &q.At)
 		qs = append(qs, q)
 	}
 	return qs

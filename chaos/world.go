@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -38,6 +39,10 @@ type world struct {
 	parts    partitions            // the harness's partitions of public.outbox (gen.Setup.Partitioned)
 	cols     columns               // the extra columns of public.outbox (gen.FaultColumn)
 	token    string                // every payload carries it; no log line may
+	// mappingConfig is the --config file of gen.MappedTable; exchangeDown is set while an exchange fault
+	// has the topic's exchange away.
+	mappingConfig string
+	exchangeDown  atomic.Bool
 
 	hugeCommitted chan struct{} // closed when the huge transaction committed, at hugeAt
 	hugeAt        time.Time
@@ -121,6 +126,15 @@ func (w *world) setUp() error {
 		return fmt.Errorf("migrate exited %d: %s", code, out)
 	}
 	for _, table := range s.Tables[1:] {
+		if table == gen.MappedTable {
+			if err := w.createMappedTable(ctx, conn); err != nil {
+				return err
+			}
+			if err := w.writeMappingConfig(); err != nil {
+				return err
+			}
+			continue
+		}
 		if _, err := conn.Exec(ctx, `CREATE TABLE `+table+` (LIKE public.outbox INCLUDING ALL)`); err != nil {
 			return err
 		}
@@ -152,6 +166,11 @@ func (w *world) setUp() error {
 	}
 	if err := ch.QueueBind(w.queue, "#", w.exchange, false, nil); err != nil {
 		return err
+	}
+	if s.ExchangeByTopic {
+		if err := w.declareTopicExchange(ch); err != nil {
+			return err
+		}
 	}
 	if s.FullQueue {
 		return w.declareFullQueue(ch)
@@ -194,6 +213,7 @@ func (w *world) deleteTopology() {
 	ch.QueueDelete(w.queue+"_full", false, false, false)
 	ch.QueueDelete(w.exchange+".unroutable", false, false, false)
 	ch.ExchangeDelete(w.exchange, false, false)
+	ch.ExchangeDelete(w.topicExchange(), false, false)
 	ch.ExchangeDelete(w.exchange+".unroutable", false, false)
 }
 

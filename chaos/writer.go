@@ -132,10 +132,18 @@ func (wr *writer) rowsFor(op gen.Step) []check.Row {
 		if op.Kind != gen.OpBurst && op.Kind != gen.OpHuge {
 			agg = fmt.Sprintf("w%d-%d", wr.n, wr.rng.IntN(aggregatesPerWriter))
 		}
-		wr.versions[agg]++
-		rows[i] = check.Row{ID: uuid(), Table: tables[wr.rng.IntN(len(tables))], Aggregate: "order/" + agg,
-			Version: wr.versions[agg], Txn: wr.txn, Op: op.Kind, Poison: op.Kind == gen.OpPoison && i == 0, Deleted: op.Kind == gen.OpDelete,
-			Refused: op.Kind == gen.OpRefused && i == 0}
+		poison, refused := op.Kind == gen.OpPoison && i == 0, op.Kind == gen.OpRefused && i == 0
+		table, aggregate := tables[wr.rng.IntN(len(tables))], "order/"+agg
+		switch {
+		case table == gen.MappedTable && (poison || refused):
+			table = tables[0] // the native shape's refusals: headers not an object, the full queue's routing key
+		case table == gen.MappedTable:
+			aggregate = mappedType + "/" + agg
+		}
+		wr.versions[aggregate]++
+		rows[i] = check.Row{ID: uuid(), Table: table, Aggregate: aggregate,
+			Version: wr.versions[aggregate], Txn: wr.txn, Op: op.Kind, Poison: poison, Deleted: op.Kind == gen.OpDelete,
+			Refused: refused}
 		if op.Kind == gen.OpEmit && wr.erng.IntN(2) == 0 {
 			rows[i].Emitted, rows[i].Table = true, "message:"+messagePrefix
 		}
@@ -157,6 +165,8 @@ func (wr *writer) write(ctx context.Context, op gen.Step, rows []check.Row) erro
 			switch {
 			case rows[i].Emitted:
 				err = wr.emitRows(ctx, tx, rows[i:j])
+			case rows[i].Table == gen.MappedTable:
+				err = wr.insertMapped(ctx, tx, rows[i:j], op.Kind == gen.OpCopy)
 			case op.Kind == gen.OpCopy:
 				err = wr.copyRows(ctx, tx, rows[i].Table, rows[i:j])
 			default:
@@ -236,4 +246,29 @@ func uuid() string {
 	b[6] = b[6]&0x0f | 0x40
 	b[8] = b[8]&0x3f | 0x80
 	return fmt.Sprintf("%x-%x-%x-%x-%x", b[0:4], b[4:6], b[6:8], b[8:10], b[10:])
+}
+
+// insertMapped inserts rs into gen.MappedTable, in Debezium's shape, by COPY or by one INSERT … SELECT FROM
+// unnest.
+func (wr *writer) insertMapped(ctx context.Context, tx pgx.Tx, rs []check.Row, copy bool) error {
+	cols := make([][]string, 4)
+	var versions []int64
+	src := make([][]any, len(rs))
+	for k, r := range rs {
+		id, agg, ev, pl, _ := wr.values(r)
+		for i, v := range []string{id, agg, ev, pl} {
+			cols[i] = append(cols[i], v)
+		}
+		versions = append(versions, r.Version)
+		src[k] = []any{id, mappedType, agg, ev, r.Version, pl}
+	}
+	if copy {
+		_, err := tx.CopyFrom(ctx, pgx.Identifier{"public", "events_mapped"},
+			[]string{"id", "aggregatetype", "aggregateid", "type", "version", "payload"}, pgx.CopyFromRows(src))
+		return err
+	}
+	_, err := tx.Exec(ctx, `INSERT INTO `+gen.MappedTable+` (id, aggregatetype, aggregateid, type, version, payload)
+		SELECT i::uuid, '`+mappedType+`', a, e, v, p::jsonb FROM unnest($1::text[], $2::text[], $3::bigint[], $4::text[], $5::text[]) AS u(i, a, v, e, p)`,
+		cols[0], cols[1], versions, cols[2], cols[3])
+	return err
 }

@@ -73,8 +73,9 @@ func checkComplete(h *History, _ Limits) []Violation {
 	var vs []Violation
 	first := firstDeliveries(h)
 	quar := map[string]string{}
+	quarAt := map[string]time.Time{}
 	for _, q := range h.Quar {
-		quar[q.EventID] = q.Reason
+		quar[q.EventID], quarAt[q.EventID] = q.Reason, q.At
 	}
 	written := map[string]bool{}
 	for _, r := range h.Rows {
@@ -92,13 +93,18 @@ func checkComplete(h *History, _ Limits) []Violation {
 		case r.Refused:
 			vs = append(vs, Violation{Detail: fmt.Sprintf("row %s (%s v%d), which the full queue refuses, was not quarantined "+
 				"(delivered to the consumer: %v)", r.ID, r.Aggregate, r.Version, delivered), Aggregate: r.Aggregate})
-		case r.Poison && delivered && replayedOnly(h, r.ID):
-			// Fixed in place and replayed from the quarantine by the operator (CmdReplay).
+		case r.Poison && delivered && fixedThenPublished(h, r.ID):
+			// Fixed in place and replayed from the quarantine by the operator (CmdReplay), and then perhaps
+			// copied by a backfill as fixed.
 		case r.Poison && delivered:
 			vs = append(vs, Violation{Detail: fmt.Sprintf("row %s (%s v%d), which the router must refuse, was published", r.ID, r.Aggregate, r.Version), Aggregate: r.Aggregate})
 		case r.Poison && quarantined && strings.TrimSpace(reason) == "":
 			vs = append(vs, Violation{Detail: fmt.Sprintf("row %s was quarantined without a reason", r.ID)})
 		case r.Poison && quarantined:
+		case !r.Poison && quarantined && !delivered && exchangeRefusal(h, r, reason, quarAt[r.ID]):
+			// Its topic's exchange was deleted or unbound (FaultExchangeDelete, FaultExchangeUnbind):
+			// quarantined naming the exchange and the fix, and the events after it went on (the runner
+			// replays such records once the exchange is back; this one came after the replay).
 		case !r.Poison && quarantined && !delivered:
 			vs = append(vs, Violation{Detail: fmt.Sprintf("valid row %s (%s v%d) was quarantined: %s", r.ID, r.Aggregate, r.Version, reason), Aggregate: r.Aggregate})
 		case delivered:
@@ -119,6 +125,30 @@ func checkComplete(h *History, _ Limits) []Violation {
 	}
 	sort.Slice(vs, func(i, j int) bool { return vs[i].Detail < vs[j].Detail })
 	return compress(vs, 10)
+}
+
+// exchangeSlack is how long after an exchange fault ended a record of its refusal may still be written: a
+// return is retried alone for the routers' --refusal-retry (2 s) with backoff before its quarantine.
+const exchangeSlack = 10 * time.Second
+
+// exchangeRefusal reports whether r, a row of the mapped table whose events go to the exchange their topic
+// names, was quarantined at `at` for the reason docs/migrating-from-polling.md gives while that exchange
+// was away: deleted (`exchange "X" does not exist …: declare exchange "X" and bind its queues, then replay
+// this record`) or unbound (`returned by the broker (312 NO_ROUTE)` after --refusal-retry), between the
+// start of such a fault and exchangeSlack after its end.
+func exchangeRefusal(h *History, r Row, reason string, at time.Time) bool {
+	if !h.Setup.ExchangeByTopic || r.Table != gen.MappedTable {
+		return false
+	}
+	missing := strings.Contains(reason, "does not exist") && strings.Contains(reason, "then replay this record")
+	returned := strings.Contains(reason, "312 NO_ROUTE")
+	for _, e := range h.Events {
+		if (e.Kind == gen.FaultExchangeDelete && missing || e.Kind == gen.FaultExchangeUnbind && returned) &&
+			!at.Before(e.From) && !at.After(e.To.Add(exchangeSlack)) {
+			return true
+		}
+	}
+	return false
 }
 
 // missing classifies a committed row nobody received: lost when every slot acknowledged past its commit,

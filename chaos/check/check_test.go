@@ -250,3 +250,31 @@ func TestRefusedRowMustBeQuarantined(t *testing.T) {
 		t.Fatalf("violations: %v", vs)
 	}
 }
+
+// TestExchangeRefusalExcusedOnlyInItsWindow: a valid row of the mapped table quarantined because its topic's
+// exchange was deleted (or unbound) holds only with the reason the docs give, quarantined while the fault
+// lasted or within exchangeSlack after it; anywhere else, or for a row of the native table, it is a valid
+// row quarantined.
+func TestExchangeRefusalExcusedOnlyInItsWindow(t *testing.T) {
+	h := clean()
+	h.Setup.Mapped, h.Setup.ExchangeByTopic = true, true
+	h.Rows[1].Table = gen.MappedTable
+	h.Deliv = append(h.Deliv[:1], h.Deliv[2])
+	missing := `exchange "x.mapped" does not exist (404 NOT_FOUND): declare exchange "x.mapped" and bind its queues, then replay this record`
+	h.Quar = []Quarantined{{EventID: "b", Reason: missing, At: at(1.2)}}
+	h.Events = []Event{{From: at(0.9), To: at(1.5), Kind: gen.FaultExchangeDelete}}
+	if vs := Check(h, limits); len(vs) != 0 {
+		t.Fatalf("a row quarantined while its exchange was deleted: %v", vs)
+	}
+	h.Quar[0].At = at(1.5).Add(exchangeSlack + time.Second)
+	broken(t, h, "published-or-quarantined", "valid row b")
+	h.Quar[0].At = at(1.2)
+	h.Events[0].Kind = gen.FaultExchangeUnbind // an unbound exchange returns; it does not go missing
+	broken(t, h, "published-or-quarantined", "valid row b")
+	h.Quar[0].Reason = `returned by the broker (312 NO_ROUTE): nothing is bound to routing key "mapped" on exchange "x.mapped" (retried 3 times over 2s)`
+	if vs := Check(h, limits); len(vs) != 0 {
+		t.Fatalf("a row quarantined while its exchange was unbound: %v", vs)
+	}
+	h.Rows[1].Table = "public.outbox"
+	broken(t, h, "published-or-quarantined", "valid row b")
+}

@@ -86,3 +86,20 @@ func TestReplayPublishesWhatItMarks(t *testing.T) {
 	h.Events[0].IDs = []string{"b"}
 	broken(t, h, "replayed-is-published", "event b, its row fixed, was replayed at +3.50s but never arrived replayed")
 }
+
+// A poison row fixed in place by a replay may then be copied by a backfill (seed 24: `backfill --where true`
+// after the replay); a backfill's copy before the fix is the poison row published.
+func TestBackfillCopiesAFixedPoisonRow(t *testing.T) {
+	h := clean()
+	h.Rows[1].Poison = true
+	h.Quar = []Quarantined{{ID: 7, EventID: "b", Reason: "headers is not a JSON object", Handled: "replayed"}}
+	h.Deliv = []Delivery{h.Deliv[0], h.Deliv[2], {At: at(4), MessageID: "b", Aggregate: "order/1", Version: 2, Replayed: true},
+		{At: at(6), MessageID: "b", Aggregate: "order/1", Version: 2, Backfill: true}}
+	h.Events = []Event{{From: at(3.5), To: at(4.5), Kind: gen.CmdReplay, Note: "exit 0", IDs: []string{"b"}},
+		{From: at(5), To: at(7), Kind: gen.CmdBackfill, Note: "exit 0"}}
+	if vs := Check(h, limits); len(vs) != 0 {
+		t.Fatalf("violations: %v", vs)
+	}
+	h.Deliv[3].At = at(3)
+	broken(t, h, "published-or-quarantined", "which the router must refuse, was published")
+}

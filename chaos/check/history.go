@@ -61,7 +61,8 @@ type Quarantined struct {
 	ID      int64
 	EventID string
 	Reason  string
-	Handled string // handled_how: "replayed", "discarded" or "" (open)
+	Handled string    // handled_how: "replayed", "discarded" or "" (open)
+	At      time.Time // quarantined_at
 }
 
 // Event is a fault or operator command the runner applied (From..To), or something a router did on its

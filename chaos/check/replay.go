@@ -2,14 +2,25 @@ package check
 
 import (
 	"fmt"
+	"slices"
+	"time"
 
 	"github.com/cdc-router/cdc-router/chaos/gen"
 )
 
-// replayedOnly reports whether every delivery of id came from quarantine replay (x-replayed).
-func replayedOnly(h *History, id string) bool {
+// fixedThenPublished reports whether every delivery of id, a row the router must refuse, came after the
+// operator fixed it in place: from quarantine replay (x-replayed), or a backfill's copy delivered after a
+// replay's fix (Event.IDs; the fix is an UPDATE at the replay's start, and a backfill publishes the row as
+// the table holds it then, docs/snapshots.md).
+func fixedThenPublished(h *History, id string) bool {
+	var fixed time.Time
+	for _, e := range h.Events {
+		if e.Kind == gen.CmdReplay && slices.Contains(e.IDs, id) && (fixed.IsZero() || e.From.Before(fixed)) {
+			fixed = e.From
+		}
+	}
 	for _, d := range h.Deliv {
-		if d.MessageID == id && !d.Replayed {
+		if d.MessageID == id && !d.Replayed && !(d.Backfill && !fixed.IsZero() && d.At.After(fixed)) {
 			return false
 		}
 	}

@@ -36,6 +36,15 @@ func Coverage(h *History) map[string]int {
 	if s.Partitioned {
 		c["feature:partitioned"] = 1
 	}
+	if s.Mapped {
+		c["feature:mapped"] = 1
+	}
+	if s.Keyless {
+		c["feature:mapped-keyless"] = 1
+	}
+	if s.ExchangeByTopic {
+		c["feature:exchange-by-topic"] = 1
+	}
 	for _, r := range h.Rows {
 		if r.Partition > 0 {
 			c["seen:rows-in-own-partitions"]++
@@ -89,8 +98,17 @@ func Coverage(h *History) map[string]int {
 		quar[q.EventID] = q.Reason
 	}
 	for _, r := range h.Rows {
-		if reason, ok := quar[r.ID]; ok && r.Refused && strings.Contains(reason, "nack") {
+		reason, ok := quar[r.ID]
+		switch {
+		case ok && r.Refused && strings.Contains(reason, "nack"):
 			c["seen:nacked-and-quarantined"]++
+		case ok && r.Table == gen.MappedTable && strings.Contains(reason, "does not exist"):
+			c["seen:exchange-missing-quarantined"]++
+		case ok && r.Table == gen.MappedTable && strings.Contains(reason, "312 NO_ROUTE"):
+			c["seen:returned-quarantined"]++
+		}
+		if r.Table == gen.MappedTable && delivered[r.ID] {
+			c["seen:mapped-delivered"]++
 		}
 	}
 	return c

@@ -36,7 +36,17 @@ type Setup struct {
 	// writers put some rows into partitions the harness attaches for ranges of their own, and
 	// FaultPartAttach, FaultPartDetach and FaultPartDrop change them during the run.
 	Partitioned bool
+	// Mapped adds MappedTable, a table in Debezium's shape (not the native outbox's) that the routers read
+	// with a --config file (decode's mapping): its rows are of aggregate type "mapped", their version a
+	// column the file places as a header. Keyless leaves the file without an event key
+	// (table.field.event.key=: order is kept per routing value). ExchangeByTopic routes its events to the
+	// exchange their topic names (amqp.topic.target=exchange), one of the harness's own, which
+	// FaultExchangeDelete and FaultExchangeUnbind take away for a while.
+	Mapped, Keyless, ExchangeByTopic bool
 }
+
+// MappedTable is the table of Setup.Mapped.
+const MappedTable = "public.events_mapped"
 
 // Routers is how many router processes the setup runs.
 func (s Setup) Routers() int { return max(s.Shards, 1) }
@@ -54,6 +64,9 @@ func (s Setup) String() string {
 	}
 	if s.Partitioned {
 		full += " partitioned=true"
+	}
+	if s.Mapped {
+		full += fmt.Sprintf(" mapped=true keyless=%v exchange_by_topic=%v", s.Keyless, s.ExchangeByTopic)
 	}
 	return fmt.Sprintf("seed=%d tables=%s shards=%d queue=%s unroutable=%s lanes=%d window=%d snapshot_rows=%d writers=%d duration=%v%s",
 		s.Seed, strings.Join(s.Tables, ","), s.Shards, s.QueueType, s.UnroutableType, s.Lanes, s.Window,
@@ -103,6 +116,10 @@ const (
 	FaultPartAttach Kind = "partition-attach" // create a partition for a new range and attach it: the writers' rows go there
 	FaultPartDetach Kind = "partition-detach" // detach the oldest attached partition of the harness's (the table stays)
 	FaultPartDrop   Kind = "partition-drop"   // drop the oldest partition of the harness's, attached or detached: its rows go with it
+	// With Setup.ExchangeByTopic: the mapped table's exchange taken away for Dur, then put back as its
+	// operator would (declared and bound again), and the records its absence made replayed (CmdReplay).
+	FaultExchangeDelete Kind = "exchange-delete" // delete the exchange: its events are quarantined, naming it
+	FaultExchangeUnbind Kind = "exchange-unbind" // unbind the consumer's queue: its events are returned, retried for --refusal-retry, then quarantined
 )
 
 // knownBroken are the kinds that find an open finding on today's main, or whose operator flow the harness
@@ -217,6 +234,7 @@ func Generate(seed int64, o Options) Plan {
 	addPartitions(&p, seed)
 	addReplays(&p, seed)
 	addColumnChanges(&p, seed)
+	addMapped(&p, seed)
 	for _, f := range p.Faults {
 		if f.Kind == FaultPubGap {
 			p.PublicationCheck = 2 * time.Second
@@ -352,6 +370,28 @@ func addColumnChanges(p *Plan, seed int64) {
 	}
 	for range 2 + r.IntN(3) {
 		p.Faults = append(p.Faults, Step{At: time.Duration(r.Int64N(int64(p.Setup.Duration * 4 / 5))), Kind: FaultColumn, N: r.IntN(4)})
+	}
+	sort.SliceStable(p.Faults, func(i, j int) bool { return p.Faults[i].At < p.Faults[j].At })
+}
+
+// addMapped gives a third of the seeds with one native table, no shards and no partitioned outbox a mapped
+// table beside it (Setup.Mapped), keyless for half of them, and its events on an exchange of their topic
+// for half, with one or two exchange faults (1–6 s) in the first three fifths. Like addRefusals it draws
+// from a generator of its own, and it comes last, so that no other feature's choice changes.
+func addMapped(p *Plan, seed int64) {
+	r := rand.New(rand.NewPCG(uint64(seed), 0x3a99))
+	s := &p.Setup
+	if len(s.Tables) > 1 || s.Shards > 0 || s.Partitioned || r.IntN(3) != 0 {
+		return
+	}
+	s.Mapped, s.Keyless, s.ExchangeByTopic = true, r.IntN(2) == 0, r.IntN(2) == 0
+	s.Tables = append(s.Tables, MappedTable)
+	if !s.ExchangeByTopic {
+		return
+	}
+	for range 1 + r.IntN(2) {
+		p.Faults = append(p.Faults, Step{At: time.Duration(r.Int64N(int64(s.Duration * 3 / 5))),
+			Kind: pick(r, FaultExchangeDelete, FaultExchangeUnbind), Dur: time.Duration(1000+r.IntN(5000)) * time.Millisecond})
 	}
 	sort.SliceStable(p.Faults, func(i, j int) bool { return p.Faults[i].At < p.Faults[j].At })
 }

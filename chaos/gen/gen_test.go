@@ -45,7 +45,7 @@ func kindsIn(o Options) map[Kind]bool {
 
 func TestKnownBrokenKindsOnlyWhenAsked(t *testing.T) {
 	seen := kindsIn(Options{})
-	for _, k := range []Kind{FaultPubGap, OpHuge, CmdResetIdle, FaultPGHole, OpEmit, OpForged, FaultBrokerRestart, FaultMemAlarm, FaultPartAttach, FaultPartDetach, FaultPartDrop, CmdReplay, FaultColumn, "multitable-snapshot", "snapshot-resume-deleted"} {
+	for _, k := range []Kind{FaultPubGap, OpHuge, CmdResetIdle, FaultPGHole, OpEmit, OpForged, FaultBrokerRestart, FaultMemAlarm, FaultPartAttach, FaultPartDetach, FaultPartDrop, CmdReplay, FaultColumn, FaultExchangeDelete, FaultExchangeUnbind, "multitable-snapshot", "snapshot-resume-deleted"} {
 		if !seen[k] {
 			t.Errorf("%s is not in the default mix", k)
 		}
