@@ -16,6 +16,7 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/cdc-router/cdc-router/internal/cdc"
+	"github.com/cdc-router/cdc-router/internal/testenv"
 )
 
 // heldEvents is the number of events held in r's lanes now.
@@ -44,19 +45,40 @@ func (b *broker) queued(queue string) []string {
 	}
 }
 
+// publishStalled publishes evs with the broker's connection paused, waits until every event is written to
+// the socket or held (held of them), and resumes: the broker's answer to the first event cannot arrive
+// between two Publish calls, so what was written before the refusal is the test's choice, not the
+// scheduler's.
+func publishStalled(t *testing.T, r *Router, p *testenv.Proxy, c *counter, held int, evs ...cdc.Event) {
+	t.Helper()
+	p.Pause()
+	publishAll(t, r, c, evs...)
+	deadline := time.Now().Add(5 * time.Second)
+	l := r.lanes[0]
+	for heldEvents(r) != held || len(l.queued)+len(l.ready) != 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("held %d, not yet written %d; want %d held and the rest written", heldEvents(r), len(l.queued)+len(l.ready), held)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	time.Sleep(50 * time.Millisecond) // the lane has taken the last one: let it reach the socket and uncork
+	p.Resume()
+}
+
 // TestNackedEventHoldsItsAggregate: a queue with x-overflow=reject-publish and x-max-length-bytes that v1
 // does not fit nacks v1; v2 of the same aggregate, which would fit, was never written, so it is not in the
 // queue; an event of another aggregate published after v2 went through and is.
 func TestNackedEventHoldsItsAggregate(t *testing.T) {
 	b := newBroker(t)
-	cfg := b.config("")
+	p := b.proxy()
+	cfg := b.config(b.viaProxy(p))
 	cfg.Lanes = 1
 	r := b.dial(cfg)
 	q := b.queue("#", amqp.Table{"x-max-length-bytes": int32(4096), "x-overflow": "reject-publish"})
 	v1, v2, other := event("order", "1", 1), event("order", "1", 2), event("order", "2", 1)
 	v1.Payload = fmt.Appendf(nil, `{"pad":%q}`, strings.Repeat("x", 8192))
 	c := newCounter()
-	publishAll(t, r, c, v1, v2, other)
+	publishStalled(t, r, p, c, 1, v1, v2, other)
 	err := waitFailed(t, r, 10*time.Second)
 	var pe *PublishError
 	if !errors.As(err, &pe) || pe.EventID != v1.ID || !strings.Contains(pe.Reason, "nack") {
@@ -80,13 +102,14 @@ func TestNackedEventHoldsItsAggregate(t *testing.T) {
 // successor v2 was written before the nack came, so it is in the queue ahead of v1's republication.
 func TestAggregateWindowTradesOrderUnderNack(t *testing.T) {
 	b := newBroker(t)
-	cfg := b.config("")
+	p := b.proxy()
+	cfg := b.config(b.viaProxy(p))
 	cfg.Lanes, cfg.AggregateWindow = 1, 2
 	r := b.dial(cfg)
 	q := b.queue("#", amqp.Table{"x-max-length-bytes": int32(4096), "x-overflow": "reject-publish"})
 	v1, v2 := event("order", "1", 1), event("order", "1", 2)
 	v1.Payload = fmt.Appendf(nil, `{"pad":%q}`, strings.Repeat("x", 8192))
-	publishAll(t, r, newCounter(), v1, v2)
+	publishStalled(t, r, p, newCounter(), 0, v1, v2)
 	err := waitFailed(t, r, 10*time.Second)
 	var pe *PublishError
 	if !errors.As(err, &pe) || pe.EventID != v1.ID {
@@ -103,14 +126,15 @@ func TestAggregateWindowTradesOrderUnderNack(t *testing.T) {
 // to nothing) is returned; v2 of the same aggregate (order.changed, bound) was never written.
 func TestReturnedEventHoldsItsAggregate(t *testing.T) {
 	b := newBroker(t)
-	cfg := b.config("")
+	p := b.proxy()
+	cfg := b.config(b.viaProxy(p))
 	cfg.NoAlternateExchange, cfg.Lanes = true, 1
 	r := b.dial(cfg)
 	q := b.queue("*.changed", nil)
 	v1, v2, other := event("order", "1", 1), event("order", "1", 2), event("order", "2", 1)
 	v1.EventType = "lost"
 	c := newCounter()
-	publishAll(t, r, c, v1, v2, other)
+	publishStalled(t, r, p, c, 1, v1, v2, other)
 	err := waitFailed(t, r, 10*time.Second)
 	var pe *PublishError
 	if !errors.As(err, &pe) || pe.EventID != v1.ID || !strings.Contains(pe.Reason, "NO_ROUTE") {
