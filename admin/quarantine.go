@@ -21,6 +21,10 @@ import (
 // ErrHandled marks a record that `quarantine replay` leaves alone because it was handled before (no --force).
 var ErrHandled = errors.New("already handled")
 
+// ErrStillRefused marks a record whose message RabbitMQ refused again (a nack, a return) through
+// Replay.RefusalRetry: the record stays open and the replay goes on with the next one.
+var ErrStillRefused = errors.New("still refused by RabbitMQ")
+
 // QuarantineList writes recs as `quarantine list` shows them: one line each, newest first as given, with the
 // reason on one line of at most 120 characters.
 func QuarantineList(w io.Writer, recs []quarantine.Record) error {
@@ -81,6 +85,10 @@ type Replay struct {
 	Mappings map[string]*decode.Mapping       // the mapped tables' mappings (--config), by table
 	Force    bool                             // replay a record handled before once more
 	Timeout  time.Duration                    // how long to wait for each confirm
+	// RefusalRetry is how long a message RabbitMQ refuses in a way its state may end (a full queue's nack,
+	// a return) is tried again, on a new connection and with backoff, before its record is left open
+	// (--refusal-retry; 0: cdc.DefaultRefusalRetry).
+	RefusalRetry time.Duration
 	// Dial connects the publisher, at the first record that can be replayed; Destination names the exchange
 	// and routing key of an event, for the line that reports it.
 	Dial        func(ctx context.Context) (ReplayPublisher, error)
@@ -99,19 +107,14 @@ func (r Replay) Run(ctx context.Context, ids []int64, stdout, stderr io.Writer) 
 	var failed []string
 	for _, id := range ids {
 		rec, ev, source, err := r.replayable(ctx, id)
-		if err == nil && pub == nil {
-			if pub, err = r.Dial(ctx); err != nil {
-				return err
-			}
-		}
 		if err == nil {
-			err = quarantine.PublishConfirmed(ctx, pub, ev, id, r.Timeout)
+			err = r.publish(ctx, &pub, ev, id, stderr)
 		}
 		if err == nil {
 			_, err = r.Records.MarkHandled(ctx, id, quarantine.HandledReplayed)
 		}
 		if err != nil {
-			if !errors.Is(err, quarantine.ErrNotReplayable) && !errors.Is(err, ErrHandled) {
+			if !errors.Is(err, quarantine.ErrNotReplayable) && !errors.Is(err, ErrHandled) && !errors.Is(err, ErrStillRefused) {
 				return err
 			}
 			fmt.Fprintf(stderr, "cdc-router quarantine replay: %v\n", err)
@@ -126,6 +129,50 @@ func (r Replay) Run(ctx context.Context, ids []int64, stdout, stderr io.Writer) 
 		return fmt.Errorf("%d of %d records not replayed (%s): see above", len(failed), len(ids), strings.Join(failed, ", "))
 	}
 	return nil
+}
+
+// publish publishes ev, the event of record id, on *pub (dialled when nil) and waits for its confirm. A
+// refusal of that one message fails the publisher, so *pub is closed and dialled again for the next try; a
+// refusal the broker's state may end (cdc.BrokerState: a full queue's nack, a return) is tried again with
+// backoff until RefusalRetry has passed since the first, each try reported on stderr; after that, or for a
+// refusal of the message itself, the error wraps ErrStillRefused.
+func (r Replay) publish(ctx context.Context, pub *ReplayPublisher, ev cdc.Event, id int64, stderr io.Writer) error {
+	period := r.RefusalRetry
+	if period <= 0 {
+		period = cdc.DefaultRefusalRetry
+	}
+	var first time.Time
+	wait := 250 * time.Millisecond
+	for tries := 1; ; tries++ {
+		if *pub == nil {
+			p, err := r.Dial(ctx)
+			if err != nil {
+				return err
+			}
+			*pub = p
+		}
+		err := quarantine.PublishConfirmed(ctx, *pub, ev, id, r.Timeout)
+		if err == nil || !cdc.PerMessage(err) {
+			return err
+		}
+		(*pub).Close()
+		*pub = nil
+		if first.IsZero() {
+			first = time.Now()
+		}
+		if !cdc.BrokerState(err) || time.Since(first)+wait > period {
+			return fmt.Errorf("record %d %w after %d tries over %s (--refusal-retry %s): %v; it stays open: "+
+				"fix the cause and replay it again", id, ErrStillRefused, tries, time.Since(first).Round(time.Second), period, err)
+		}
+		fmt.Fprintf(stderr, "cdc-router quarantine replay: record %d refused by RabbitMQ (%v); trying again in %s, "+
+			"until %s after the first refusal (--refusal-retry)\n", id, err, wait, period)
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(wait):
+		}
+		wait = min(2*wait, 5*time.Second)
+	}
 }
 
 // replayable loads record id and builds its event, from the row in the record's own table (r.Table only for

@@ -285,3 +285,59 @@ func TestQuarantineReplayReadsTheRecordsOwnTable(t *testing.T) {
 		time.Sleep(50 * time.Millisecond)
 	}
 }
+
+// TestQuarantineReplayRetriesARefusalForRefusalRetry: a replayed message that a queue bound to the
+// exchange nacks (x-overflow=reject-publish) is tried again for --refusal-retry, each try reported,
+// then its record is left open with the broker's reason, and a record after it is still replayed; once
+// the queue is gone, a replay with a longer --refusal-retry that began while it still refused succeeds.
+// replay used to take --refusal-retry and ignore it, and ended the whole run at the first nack.
+func TestQuarantineReplayRetriesARefusalForRefusalRetry(t *testing.T) {
+	e := newStreamEnv(t)
+	c := e.consume(e.queue)
+	r := e.startStreaming()
+	refused := e.quarantineRow("refused", `jsonb_build_object('s', repeat('x', 300))`, `'[1]'`)
+	small := e.quarantineRow("small", `'{}'`, `'[2]'`)
+	e.waitQuarantined(2, 30*time.Second)
+	stopRouter(t, r)
+	e.exec(`UPDATE outbox SET headers = '{}' WHERE id IN ($1, $2)`, refused, small)
+	narrow := e.smallQueue(250) // nacks the refused row's message (over 300 bytes), takes the small one's
+
+	from := time.Now()
+	out, code := e.cli("quarantine", "replay", "--exchange", e.exchange, "--refusal-retry", "2s",
+		e.recordID(refused), e.recordID(small))
+	took := time.Since(from)
+	if code != 1 || !strings.Contains(out, "trying again in") || !strings.Contains(out, "still refused by RabbitMQ") ||
+		!strings.Contains(out, "nack") || !strings.Contains(out, "event "+small+" published") {
+		t.Fatalf("replay against the narrow queue: exit %d after %s, want 1 with retries, the refused record left "+
+			"open and the small one replayed:\n%s", code, took.Round(time.Millisecond), out)
+	}
+	if took < 2*time.Second || took > 15*time.Second {
+		t.Errorf("replay took %s, want about --refusal-retry 2s", took.Round(time.Millisecond))
+	}
+	if open := e.scalar(`SELECT count(*) FROM cdc_router.quarantine WHERE event_id = $1 AND handled_at IS NULL`, refused); open != "1" {
+		t.Errorf("the refused record is not open any more (%s open records of it)", open)
+	}
+
+	type result struct {
+		out  string
+		code int
+	}
+	done := make(chan result, 1)
+	go func() {
+		out, code := e.cli("quarantine", "replay", "--exchange", e.exchange, "--refusal-retry", "1m", e.recordID(refused))
+		done <- result{out, code}
+	}()
+	time.Sleep(1500 * time.Millisecond) // it is refused, and retrying, meanwhile
+	if _, err := e.channel().QueueDelete(narrow, false, false, false); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case res := <-done:
+		if res.code != 0 || !strings.Contains(res.out, "trying again in") || !strings.Contains(res.out, "event "+refused+" published") {
+			t.Fatalf("replay while the refusal ended: exit %d, want 0 after a retry:\n%s", res.code, res.out)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("replay did not end within 30 s of the refusing queue's deletion")
+	}
+	firstDeliveries(t, c, []string{small, refused}, 10*time.Second)
+}

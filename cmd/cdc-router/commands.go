@@ -81,7 +81,7 @@ func addBrokerFlags(s *settings) brokerFlags {
 		maxInflight:         s.Int("max-inflight-bytes", route.DefaultMaxInflightBytes, "bytes of unconfirmed messages held at most, across all channels (bounds memory)"),
 		refusalRetry: s.Duration("refusal-retry", cdc.DefaultRefusalRetry, "how long an event RabbitMQ returns (no binding on an "+
 			"exchange of amqp.topic.target=exchange) or nacks (a queue with x-overflow=reject-publish refused it) is retried, alone "+
-			"and with backoff, before it is quarantined; the stream (or snapshot, or backfill) waits on it meanwhile, so choose "+
+			"and with backoff, before it is quarantined (by quarantine replay: before its record is left open); the stream (or snapshot, or backfill) waits on it meanwhile, so choose "+
 			"the longest a consumer may go without its queue bound (a restart with an auto-delete queue) or a full queue may take to drain"),
 		logLevel:  s.String("log-level", "info", "debug, info, warn or error"),
 		logFormat: s.String("log-format", "text", "text or json"),

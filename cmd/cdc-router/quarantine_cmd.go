@@ -231,7 +231,7 @@ func quarantineReplay(s *settings) func(context.Context, *pgx.Conn, opsFlags, []
 		}
 		defer read.Close(context.Background())
 		return admin.Replay{Records: quarantine.NewRecords(conn, *pg.schema), Read: read, Schema: *pg.schema, Table: *pg.table,
-			Decode: broker.decode, Mappings: mappings, Force: *force, Timeout: *timeout,
+			Decode: broker.decode, Mappings: mappings, Force: *force, Timeout: *timeout, RefusalRetry: *broker.refusalRetry,
 			Dial: func(ctx context.Context) (admin.ReplayPublisher, error) {
 				r, err := route.Dial(ctx, broker.route("cdc-router quarantine replay"), log)
 				if err != nil {
