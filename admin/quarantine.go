@@ -160,12 +160,13 @@ func (r Replay) publish(ctx context.Context, pub *ReplayPublisher, ev cdc.Event,
 		if first.IsZero() {
 			first = time.Now()
 		}
-		if !cdc.BrokerState(err) || time.Since(first)+wait > period {
+		if !cdc.BrokerState(err) || time.Since(first) >= period {
 			return fmt.Errorf("record %d %w after %d tries over %s (--refusal-retry %s): %v; it stays open: "+
 				"fix the cause and replay it again", id, ErrStillRefused, tries, time.Since(first).Round(time.Second), period, err)
 		}
+		wait = min(wait, period-time.Since(first)) // the last try at the end of the period
 		fmt.Fprintf(stderr, "cdc-router quarantine replay: record %d refused by RabbitMQ (%v); trying again in %s, "+
-			"until %s after the first refusal (--refusal-retry)\n", id, err, wait, period)
+			"until %s after the first refusal (--refusal-retry)\n", id, err, wait.Round(time.Millisecond), period)
 		select {
 		case <-ctx.Done():
 			return ctx.Err()

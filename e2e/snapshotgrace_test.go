@@ -95,3 +95,65 @@ func TestSilentPostgreSQLDuringTheSnapshotIsBounded(t *testing.T) {
 	pgp.Resume()
 	expectEveryEventInOrder(t, c, w, "PostgreSQL silent during the initial snapshot", 90*time.Second)
 }
+
+// TestSilentPostgreSQLDuringABackfillIsBounded: a backfill whose PostgreSQL goes silent (TCP accepted,
+// nothing answered) mid-copy stops within about --pg-timeout with an error that names the silence and
+// says to run it again, and the same command run again resumes it: every row is delivered. It used to
+// wait for ever.
+func TestSilentPostgreSQLDuringABackfillIsBounded(t *testing.T) {
+	e := newStreamEnv(t)
+	c := e.consume(e.queue)
+	w := newWriter(t, e.pgURL, 50)
+	w.prefill(3000, "")
+	pgp, pgURL := e.pgProxy()
+	args := []string{"backfill", "--pg-url", pgURL, "--where", "true", "--exchange", e.exchange, "--rate", "500",
+		"--pg-timeout", "4s"}
+	type result struct {
+		out  string
+		code int
+		took time.Duration
+	}
+	done := make(chan result, 1)
+	var silent time.Time
+	go func() {
+		out, code := e.cli(args...)
+		done <- result{out, code, time.Since(silent)}
+	}()
+	deadline := time.Now().Add(30 * time.Second)
+	for len(c.snapshot()) < 500 {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d deliveries of the backfill within 30 s", len(c.snapshot()))
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	silent = time.Now()
+	pgp.Pause()
+	var res result
+	select {
+	case res = <-done:
+	case <-time.After(30 * time.Second):
+		pgp.Resume()
+		t.Fatal("the backfill still waited 30 s after PostgreSQL went silent (--pg-timeout 4s)")
+	}
+	const line = "the backfill stopped waiting on PostgreSQL"
+	if res.code != 1 || !strings.Contains(res.out, line) || !strings.Contains(res.out, "run the same backfill again") {
+		t.Fatalf("backfill on a silent PostgreSQL: exit %d, want 1 and %q:\n%s", res.code, line, tail(res.out, 10))
+	}
+	if strings.Contains(res.out, "backfill") && strings.Contains(res.out, " done: ") {
+		t.Fatalf("the backfill finished while PostgreSQL was silent; nothing was tested:\n%s", tail(res.out, 10))
+	}
+	t.Logf("bounded %.1f s after PostgreSQL went silent (--pg-timeout 4s), %d rows delivered before", res.took.Seconds(), len(c.snapshot()))
+	if res.took > 12*time.Second {
+		t.Errorf("the backfill stopped %.1f s after PostgreSQL went silent, want about 1.5 × --pg-timeout 4s", res.took.Seconds())
+	}
+	pgp.Resume()
+	out, code := e.cli(args[:len(args)-4]...) // the same backfill (same --where and --exchange), without the rate
+	if code != 0 || !strings.Contains(out, " done: ") {
+		t.Fatalf("the backfill run again: exit %d:\n%s", code, tail(out, 10))
+	}
+	var ids []string
+	for _, r := range w.rows {
+		ids = append(ids, r.id)
+	}
+	firstDeliveries(t, c, ids, 30*time.Second)
+}

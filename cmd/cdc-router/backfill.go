@@ -7,6 +7,9 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"time"
+
+	"github.com/jackc/pgx/v5"
 
 	"github.com/cdc-router/cdc-router/decode"
 	"github.com/cdc-router/cdc-router/migrations"
@@ -25,6 +28,8 @@ func runBackfill(ctx context.Context, args []string, env func(string) string, st
 	name := s.String("name", "", "name of this backfill, to resume it after a crash (default: derived from --where and --exchange)")
 	restart := s.Bool("restart", false, "run a finished backfill of the same name again")
 	mappingFile := s.String("config", "", "the --config file that run reads the table with, when it is in another shape (Debezium's outbox router options; see docs/migrating-from-polling.md): the rows are then read in its primary key's order and mapped as the stream maps them (off when empty: the native shape)")
+	pgTimeout := s.Duration("pg-timeout", pgserver.DefaultPGTimeout, "bound on waiting for a PostgreSQL that accepts TCP but does not answer: each connection attempt and, while rows are copied, a probe on a connection of its own every half of it; then the backfill stops with an error that says so, and the same command resumes it")
+	shutdown := s.Duration("shutdown-timeout", 10*time.Second, "bound on a stop (SIGINT, SIGTERM): waiting for the confirms of the rows already published (for half of it) and storing how far they reach; the same command resumes from there")
 	httpAddr := s.String("http-addr", "", "serve /healthz and /metrics (the backfill's rows published, the broker's metrics) on this address while the backfill runs (off when empty)")
 	if err := parse(s, args); err != nil {
 		return err
@@ -54,16 +59,16 @@ func runBackfill(ctx context.Context, args []string, env func(string) string, st
 		return err
 	}
 	broker.limitMemory(env)
-	read, err := pgserver.ConnectReader(ctx, *pg.url)
+	read, err := pgserver.ConnectReaderWithin(ctx, *pg.url, *pgTimeout)
 	if err != nil {
 		return err
 	}
-	defer read.Close(context.Background())
-	state, err := pgserver.ConnectSQL(ctx, *pg.url)
+	defer closeWithin(read, time.Second) // a silent server must not hold the exit
+	state, err := pgserver.ConnectSQLWithin(ctx, *pg.url, *pgTimeout)
 	if err != nil {
 		return err
 	}
-	defer state.Close(context.Background())
+	defer closeWithin(state, time.Second)
 	if err := migrations.CheckSchemaVersion(ctx, state, *pg.schema); err != nil {
 		return err
 	}
@@ -96,8 +101,18 @@ func runBackfill(ctx context.Context, args []string, env func(string) string, st
 		return count(r), nil
 	}
 	cfg.Decode.Mapping = mappings[decode.QualifiedTable(pg.table())]
-	job, err := snapshot.Backfill(ctx, cfg, read, state, *name, *restart, count(r), log, terminal(stderr))
-	if err != nil {
+	silence := pgserver.Silence{URL: *pg.url, Timeout: *pgTimeout, Who: "the backfill",
+		Then: "run the same backfill again once PostgreSQL answers: it resumes after its last confirmed row (the bound is --pg-timeout)"}
+	wctx, end := silence.Watch(ctx)
+	cfg.StopBy = func() (settle, stop time.Time) {
+		now := time.Now()
+		if context.Cause(wctx) != ctx.Err() { // the silent server: nothing more is stored there
+			return now, now
+		}
+		return now.Add(*shutdown / 2), now.Add(*shutdown)
+	}
+	job, err := snapshot.Backfill(wctx, cfg, read, state, *name, *restart, count(r), log, terminal(stderr))
+	if err = end(err); err != nil {
 		return err
 	}
 	fmt.Fprintf(stdout, "backfill %s done: %d rows published to %s\n", *name, job.RowsDone, *broker.exchange)
@@ -109,6 +124,13 @@ func runBackfill(ctx context.Context, args []string, env func(string) string, st
 		fmt.Fprintf(stdout, "the publication gap of %s recorded for slot %s is backfilled: its router starts again\n", pg.table(), slot)
 	}
 	return nil
+}
+
+// closeWithin closes conn, waiting at most d for the server to take the goodbye.
+func closeWithin(conn *pgx.Conn, d time.Duration) {
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	defer cancel()
+	conn.Close(ctx)
 }
 
 // terminal returns w when it is a terminal (for progress lines), nil otherwise.
