@@ -15,6 +15,10 @@
 //     (replication's TestConnectionAttemptsEndWithinTheBound). No group of start-up checks waits longer than
 //     its bound either (SetupStep), and a wait of the stream that timed out is named as the server that
 //     stopped answering (Stalled): both a *Retryable (TestSetupStepBoundsAStepThatDoesNotAnswer).
+//   - A long copy (the initial snapshot, a backfill) whose server accepts TCP but does not answer is ended
+//     within about 1.5 × its bound by Silence's probe, with a *Retryable naming the server; a probe that is
+//     answered, even with an error, leaves the copy alone (initial's TestProbeTellsSilenceFromAnAnswer;
+//     end to end e2e's TestSilentPostgreSQLDuringTheSnapshotIsBounded and ...DuringABackfillIsBounded).
 //   - A certificate or key file that the URL names is read before any connection is tried; a problem with it
 //     is one sentence naming the file and its parameter (TestTLSFilesCheckNamesTheFileAndTheParameter).
 //   - Errors a user can fix (a password, pg_hba.conf, wal_level, REPLICATION, TLS, max_replication_slots) are a
