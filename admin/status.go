@@ -14,6 +14,7 @@ import (
 	"github.com/cdc-router/cdc-router/internal/cdc"
 	"github.com/cdc-router/cdc-router/offsets"
 	"github.com/cdc-router/cdc-router/pgserver"
+	"github.com/cdc-router/cdc-router/pubcheck"
 	"github.com/cdc-router/cdc-router/snapshot"
 )
 
@@ -50,6 +51,9 @@ type Report struct {
 	Quarantined int64             // records of this slot and of this database's backfills
 	Handled     int64             // of those, the ones replayed or discarded (`cdc-router quarantine`)
 	Jobs        []snapshot.Job    // the slot's initial snapshot and this database's backfills, finished or not
+	// Gaps are the publication gaps recorded for the slot whose backfill has not run: its router refuses
+	// to start until it has (docs/operations.md#publication-gaps).
+	Gaps []pubcheck.RecordedGap
 
 	// Publication is the publication the pending events were counted with (the shard's with Shard).
 	Publication string
@@ -107,6 +111,9 @@ func Status(ctx context.Context, conn *pgx.Conn, slot, schema string) (Report, e
 		` WHERE slot = $1 OR slot LIKE 'backfill:%'`, slot).Scan(&r.Quarantined, &r.Handled)
 	if err != nil {
 		return r, fmt.Errorf("count quarantine (has `cdc-router migrate` run?): %w", err)
+	}
+	if r.Gaps, err = pubcheck.RecordedGaps(ctx, conn, schema, slot); err != nil {
+		return r, err
 	}
 	all, err := snapshot.NewJobs(conn, schema).All(ctx)
 	if err != nil {
@@ -179,6 +186,14 @@ func (r Report) String() string {
 		r.Quarantined-r.Handled)
 	for _, j := range r.Jobs {
 		s += "snapshot:         " + jobLine(j) + "\n"
+	}
+	for _, g := range r.Gaps {
+		from := "before the router first checked it"
+		if g.From != nil {
+			from = "from " + g.From.UTC().Format(time.RFC3339)
+		}
+		s += fmt.Sprintf("publication gap:  %s, %s to %s: rows inserted then were never streamed, and the router "+
+			"refuses to start until `%s` has run\n", g.Table, from, g.To.UTC().Format(time.RFC3339), g.Backfill)
 	}
 	return s + shardsText(r.Shards, r.Slot)
 }

@@ -32,9 +32,19 @@ type statusJSON struct {
 	StoredPosition    *storedJSON    `json:"stored_position"`
 	Quarantine        quarantineJSON `json:"quarantine"`
 	Jobs              []jobJSON      `json:"jobs"`
+	PublicationGaps   []gapJSON      `json:"publication_gaps"`
 	Publication       string         `json:"publication"`
 	Shard             *string        `json:"shard"`
 	Shards            []shardJSON    `json:"shards"`
+}
+
+// gapJSON is a recorded publication gap whose backfill has not run.
+type gapJSON struct {
+	Table    string  `json:"table"`
+	From     *string `json:"from"`
+	To       string  `json:"to"`
+	Where    string  `json:"where"`
+	Backfill string  `json:"backfill"`
 }
 
 // shardJSON is one shard in the report of the unsharded slot: its summary (status --shard has the rest).
@@ -81,7 +91,7 @@ func rfc3339(t time.Time) string { return t.UTC().Format(time.RFC3339) }
 // MarshalJSON writes the report in the documented schema (StatusSchemaVersion).
 func (r Report) MarshalJSON() ([]byte, error) {
 	j := statusJSON{SchemaVersion: StatusSchemaVersion, Slot: r.Slot, Database: r.Database, SlotExists: r.SlotExists,
-		RouterRunning: r.Locked, Jobs: []jobJSON{}, Publication: r.Publication, Shards: []shardJSON{},
+		RouterRunning: r.Locked, Jobs: []jobJSON{}, PublicationGaps: []gapJSON{}, Publication: r.Publication, Shards: []shardJSON{},
 		Quarantine: quarantineJSON{Total: r.Quarantined, Handled: r.Handled, Unhandled: r.Quarantined - r.Handled}}
 	if r.SlotDatabase != "" {
 		j.SlotDatabase = ptr(r.SlotDatabase)
@@ -113,6 +123,13 @@ func (r Report) MarshalJSON() ([]byte, error) {
 			jj.Error = ptr(job.Error)
 		}
 		j.Jobs = append(j.Jobs, jj)
+	}
+	for _, g := range r.Gaps {
+		gj := gapJSON{Table: g.Table, To: rfc3339(g.To), Where: g.Where, Backfill: g.Backfill}
+		if g.From != nil {
+			gj.From = ptr(rfc3339(*g.From))
+		}
+		j.PublicationGaps = append(j.PublicationGaps, gj)
 	}
 	if r.Shard != nil {
 		j.Shard = ptr(r.Shard.Name())

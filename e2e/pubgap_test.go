@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"encoding/json"
 	"strings"
 	"syscall"
 	"testing"
@@ -104,7 +105,24 @@ func TestPublicationGapBetweenChecksIsNoticed(t *testing.T) {
 	r.signal(syscall.SIGTERM)
 	r.wait(30 * time.Second)
 	args := e.expectGapRefusal("public.outbox")
+	command := "cdc-router " + strings.Join(args, " ")
+	slot := e.slot
+	if out, code := e.cli("status", "--slot", slot); code != 0 || !strings.Contains(out, "publication gap:  public.outbox") {
+		t.Errorf("status while the gap is recorded: exit %d, want a publication gap line:\n%s", code, out)
+	}
+	out, code := e.cli("status", "--slot", slot, "--json")
+	var st struct {
+		Gaps []struct{ Table, Where, Backfill string } `json:"publication_gaps"`
+	}
+	if err := json.Unmarshal([]byte(out), &st); code != 0 || err != nil || len(st.Gaps) != 1 ||
+		st.Gaps[0].Table != "public.outbox" || !strings.Contains(command, st.Gaps[0].Where) {
+		t.Errorf("status --json while the gap is recorded: exit %d, %v, publication_gaps %+v, want the refusal's "+
+			"window (%s):\n%s", code, err, st.Gaps, command, out)
+	}
 	e.recover(args)
+	if out, code := e.cli("status", "--slot", slot); code != 0 || strings.Contains(out, "publication gap") {
+		t.Errorf("status after the backfill: exit %d, still a publication gap line:\n%s", code, out)
+	}
 	c.waitFor(t, []row{{id: lost}}, 30*time.Second)
 	r = e.startStreaming("--http-addr", addr)
 	if code, body := get(t, "http://"+addr+"/readyz"); code != 200 {

@@ -2,6 +2,7 @@ package pubcheck
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"regexp"
 	"strings"
@@ -173,4 +174,37 @@ func ClearPublicationGaps(ctx context.Context, conn *pgx.Conn, schema, slot, tab
 		return nil, fmt.Errorf("clear the publication gaps of %s: %w", table, err)
 	}
 	return slots, nil
+}
+
+// RecordedGap is a publication gap recorded for a slot, as `cdc-router status` shows it: the table, the
+// window and the backfill that publishes its rows and clears it.
+type RecordedGap struct {
+	Table    string
+	From     *time.Time // nil: before the router first checked the table
+	To       time.Time
+	Where    string
+	Backfill string // the command, as the router's refusal names it
+}
+
+// RecordedGaps reads the publication gaps recorded for slot whose backfill has not run yet; none when
+// the table publication_checks does not exist yet.
+func RecordedGaps(ctx context.Context, conn *pgx.Conn, schema, slot string) ([]RecordedGap, error) {
+	var exists bool
+	checks := pgx.Identifier{schema, "publication_checks"}.Sanitize()
+	if err := conn.QueryRow(ctx, `SELECT to_regclass($1) IS NOT NULL`, checks).Scan(&exists); err != nil || !exists {
+		return nil, err
+	}
+	var gaps []gap
+	err := conn.QueryRow(ctx, `SELECT coalesce(gaps, '[]') FROM `+checks+` WHERE slot = $1`, slot).Scan(&gaps)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("read the publication gaps of slot %s: %w", slot, err)
+	}
+	out := make([]RecordedGap, len(gaps))
+	for i, g := range gaps {
+		out[i] = RecordedGap{Table: g.Table, From: g.From, To: g.To, Where: g.Where, Backfill: g.command(Config{Slot: slot})}
+	}
+	return out, nil
 }
