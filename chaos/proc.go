@@ -32,6 +32,9 @@ func (w *world) routerArgs(i int) []string {
 	if s.Shards > 0 {
 		args = append(args, "--shard", fmt.Sprintf("%d/%d", i, s.Shards))
 	}
+	if s.AggregateWindow > 1 {
+		args = append(args, "--aggregate-window", fmt.Sprint(s.AggregateWindow))
+	}
 	if w.shortRefusals() {
 		args = append(args, "--refusal-retry", refusalRetry)
 	}

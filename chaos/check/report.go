@@ -45,6 +45,9 @@ func Coverage(h *History) map[string]int {
 	if s.ExchangeByTopic {
 		c["feature:exchange-by-topic"] = 1
 	}
+	if s.AggregateWindow > 1 {
+		c["feature:aggregate-window"] = 1
+	}
 	for _, r := range h.Rows {
 		if r.Partition > 0 {
 			c["seen:rows-in-own-partitions"]++

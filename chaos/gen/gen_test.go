@@ -93,3 +93,23 @@ func TestBrokerFaultsOnlyOnTheOwnNode(t *testing.T) {
 		}
 	}
 }
+
+// TestAggregateWindowOnlyWhereTheBrokerRefusesNothing: an --aggregate-window over 1 trades order under a
+// refusal, so it is drawn only for setups without the full queue or the topic's exchange taken away; and
+// it is drawn for some.
+func TestAggregateWindowOnlyWhereTheBrokerRefusesNothing(t *testing.T) {
+	n := 0
+	for seed := int64(1); seed <= 300; seed++ {
+		s := Generate(seed, Options{}).Setup
+		if s.AggregateWindow <= 1 {
+			continue
+		}
+		n++
+		if s.FullQueue || s.ExchangeByTopic {
+			t.Fatalf("seed %d: aggregate window %d with a broker that refuses events (%s)", seed, s.AggregateWindow, s)
+		}
+	}
+	if n < 30 {
+		t.Fatalf("only %d of 300 seeds pipeline an aggregate", n)
+	}
+}
