@@ -405,7 +405,7 @@ func addMapped(p *Plan, seed int64) {
 }
 
 // addAggregateWindow gives a third of the setups whose broker refuses no event (no full queue, no exchange
-// of a topic taken away) an --aggregate-window of 4 or 64, so that an aggregate's events are pipelined:
+// of a topic taken away) an --aggregate-window of 4 or 64 (at most their --window), so that an aggregate's events are pipelined:
 // their first deliveries must still be in commit order (found by CI, not by this harness, before it drew
 // the option: a let-through event overtook queued ones of its aggregate). From a generator of its own,
 // last, so that no other choice of a plan changes.
@@ -415,7 +415,7 @@ func addAggregateWindow(p *Plan, seed int64) {
 	if s.FullQueue || s.ExchangeByTopic || r.IntN(3) != 0 {
 		return
 	}
-	s.AggregateWindow = pick(r, 4, 64)
+	s.AggregateWindow = min(pick(r, 4, 64), s.Window) // run refuses one over --window
 }
 
 func pick[T any](r *rand.Rand, xs ...T) T { return xs[r.IntN(len(xs))] }

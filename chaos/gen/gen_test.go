@@ -108,6 +108,9 @@ func TestAggregateWindowOnlyWhereTheBrokerRefusesNothing(t *testing.T) {
 		if s.FullQueue || s.ExchangeByTopic {
 			t.Fatalf("seed %d: aggregate window %d with a broker that refuses events (%s)", seed, s.AggregateWindow, s)
 		}
+		if s.AggregateWindow > s.Window {
+			t.Fatalf("seed %d: aggregate window %d over the window %d, which run refuses", seed, s.AggregateWindow, s.Window)
+		}
 	}
 	if n < 30 {
 		t.Fatalf("only %d of 300 seeds pipeline an aggregate", n)
