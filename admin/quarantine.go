@@ -212,7 +212,7 @@ func (r Replay) replayable(ctx context.Context, id int64) (quarantine.Record, cd
 			quarantine.ErrNotReplayable, table, table)
 	}
 	var row map[string]*string
-	if isUUID(rec.EventID) && !strings.HasPrefix(rec.Table, decode.MessageTable) { // a message has no row to read
+	if cdc.IsUUID(rec.EventID) && !strings.HasPrefix(rec.Table, decode.MessageTable) { // a message has no row to read
 		if row, _, err = snapshot.ReadRow(ctx, r.Read, table, rec.EventID); err != nil {
 			return rec, cdc.Event{}, "", err
 		}
@@ -250,22 +250,4 @@ func QuarantineDiscard(ctx context.Context, records *quarantine.Records, schema 
 		return fmt.Errorf("no such records: %s", strings.Join(missing, ", "))
 	}
 	return nil
-}
-
-// isUUID reports whether s has the text form of a uuid, so it can be looked up in the outbox's id column.
-func isUUID(s string) bool {
-	if len(s) != 36 {
-		return false
-	}
-	for i, c := range s {
-		switch {
-		case i == 8 || i == 13 || i == 18 || i == 23:
-			if c != '-' {
-				return false
-			}
-		case !strings.ContainsRune("0123456789abcdefABCDEF", c):
-			return false
-		}
-	}
-	return true
 }

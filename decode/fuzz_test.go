@@ -134,7 +134,7 @@ func (c *txnChecker) Begin(commitLSN cdc.LSN) error {
 }
 
 func (c *txnChecker) Event(ev cdc.Event) error {
-	if !c.open || ev.CommitLSN != c.commit || !pgtext.IsUUID([]byte(ev.ID)) || !pgtext.IsJSON(ev.Payload) || len(ev.Payload) > 64 ||
+	if !c.open || ev.CommitLSN != c.commit || !cdc.IsUUID(ev.ID) || !pgtext.IsJSON(ev.Payload) || len(ev.Payload) > 64 ||
 		len(ev.Headers) > 0 && !pgtext.IsJSONObject(ev.Headers) {
 		return c.fail("bad Event %+v in transaction %s (open %v)", ev, c.commit, c.open)
 	}

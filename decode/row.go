@@ -128,7 +128,7 @@ func mapFields(cfg *Config, f *fields, commitLSN cdc.LSN, pgJSON bool) (cdc.Even
 				columnName(c), len(f[c].text), limit)
 		}
 	}
-	if id := f[colID].text; !pgtext.IsUUID(id) {
+	if id := f[colID].text; !cdc.IsUUID(id) {
 		return cdc.Event{}, pgtext.RowErrorf("id %s is not a uuid", pgtext.Quote(id))
 	}
 	version, err := parseIntColumn(f, colAggregateVersion, 64)

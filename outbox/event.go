@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"strings"
 	"time"
+
+	"github.com/cdc-router/cdc-router/internal/cdc"
 )
 
 // ErrInvalidEvent is wrapped by Write's error for an event that the router could not publish (it would be
@@ -46,7 +48,7 @@ func (ev *Event) check() error {
 		return fmt.Errorf("%w: Version %d is negative (zero means the next version)", ErrInvalidEvent, ev.Version)
 	case ev.SchemaVersion < 0:
 		return fmt.Errorf("%w: SchemaVersion %d is negative (zero means 1)", ErrInvalidEvent, ev.SchemaVersion)
-	case ev.ID != "" && !isUUID(ev.ID):
+	case ev.ID != "" && !cdc.IsUUID(ev.ID):
 		return fmt.Errorf("%w: ID %.40q is not a UUID (leave it empty for a new one)", ErrInvalidEvent, ev.ID)
 	case !json.Valid(ev.Payload):
 		return fmt.Errorf("%w: Payload is not a JSON value (the payload column is jsonb)", ErrInvalidEvent)
@@ -107,26 +109,4 @@ func newUUID() string {
 	b[6] = b[6]&0x0f | 0x40
 	b[8] = b[8]&0x3f | 0x80
 	return fmt.Sprintf("%x-%x-%x-%x-%x", b[0:4], b[4:6], b[6:8], b[8:10], b[10:16])
-}
-
-// isUUID reports whether s is a UUID in the hyphenated form (PostgreSQL accepts more forms; this is the
-// one every UUID library prints).
-func isUUID(s string) bool {
-	if len(s) != 36 {
-		return false
-	}
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		switch i {
-		case 8, 13, 18, 23:
-			if c != '-' {
-				return false
-			}
-		default:
-			if !('0' <= c && c <= '9' || 'a' <= c && c <= 'f' || 'A' <= c && c <= 'F') {
-				return false
-			}
-		}
-	}
-	return true
 }

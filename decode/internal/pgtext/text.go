@@ -7,26 +7,6 @@ import (
 	"time"
 )
 
-// IsUUID reports whether b is a uuid in PostgreSQL's text form, 8-4-4-4-12 hexadecimal digits.
-func IsUUID(b []byte) bool {
-	if len(b) != 36 {
-		return false
-	}
-	for i, c := range b {
-		switch i {
-		case 8, 13, 18, 23:
-			if c != '-' {
-				return false
-			}
-		default:
-			if !('0' <= c && c <= '9' || 'a' <= c && c <= 'f' || 'A' <= c && c <= 'F') {
-				return false
-			}
-		}
-	}
-	return true
-}
-
 // IntStatus is how ParseInt ended: IntOK, IntSyntax (not a decimal integer) or IntRange (out of range).
 type IntStatus uint8
 
