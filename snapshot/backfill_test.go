@@ -99,3 +99,24 @@ func setupConn(t *testing.T, conn *pgx.Conn) *pgx.Conn {
 	t.Cleanup(func() { c.Close(context.Background()) })
 	return c
 }
+
+// TestFailOnALostConnectionSaysSo: a failure that cannot be recorded because the connection is gone says
+// so, and that the job resumes; it used to suggest running `cdc-router migrate` (chaos seed 1: a backfill
+// under a PostgreSQL fast shutdown). A missing table still suggests it.
+func TestFailOnALostConnectionSaysSo(t *testing.T) {
+	ctx := context.Background()
+	_, state := setup(t, 1, 1)
+	if _, err := state.Exec(ctx, `CREATE SCHEMA unmigrated`); err != nil {
+		t.Fatal(err)
+	}
+	err := NewJobs(state, "unmigrated").Fail(ctx, "backfill:x", errors.New("boom"))
+	if err == nil || !strings.Contains(err.Error(), "cdc-router migrate") {
+		t.Errorf("Fail without the jobs table = %v, want the migrate hint", err)
+	}
+	gone := setupConn(t, state)
+	gone.Close(ctx)
+	err = NewJobs(gone, "cdc_router").Fail(ctx, "backfill:x", errors.New("boom"))
+	if err == nil || strings.Contains(err.Error(), "migrate") || !strings.Contains(err.Error(), "resumes it") {
+		t.Errorf("Fail on a closed connection = %v, want the connection named and no migrate hint", err)
+	}
+}

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/cdc-router/cdc-router/internal/cdc"
 )
@@ -276,10 +277,17 @@ func (s *Jobs) Finish(ctx context.Context, name string, done int64) error {
 func (s *Jobs) Fail(ctx context.Context, name string, cause error) error {
 	_, err := s.conn.Exec(ctx, `UPDATE `+s.table+` SET state = 'failed', error = $2, updated_at = now(),
 		finished_at = now() WHERE name = $1`, name, cause.Error())
-	if err != nil {
+	var pgErr *pgconn.PgError
+	switch {
+	case err == nil:
+		return nil
+	case errors.As(err, &pgErr) && (pgErr.Code == "42703" || pgErr.Code == "42P01"): // undefined column, table
 		return fmt.Errorf("record the failure of %s (has `cdc-router migrate` run?): %w", name, err)
+	case !errors.As(err, &pgErr): // no answer: the connection is gone, and the job stays recorded as running
+		return fmt.Errorf("could not record the failure of %s, PostgreSQL's connection being gone (%w): it shows as "+
+			"interrupted, and the same command resumes it", name, err)
 	}
-	return nil
+	return fmt.Errorf("record the failure of %s: %w", name, err)
 }
 
 // Delete forgets the job.
