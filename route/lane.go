@@ -10,16 +10,14 @@ import (
 	"github.com/cdc-router/cdc-router/internal/cdc"
 )
 
-// publishing is one event on its way through a lane.
+// publishing is one event on its way through a lane, from the moment it is let through (a held event
+// becomes one when it is).
 type publishing struct {
 	eventID  string
 	exchange string // the Router's, or a mapped event's (amqp.topic.target=exchange)
 	key      string
 	agg      uint64          // aggregateHash of the event: the lane, and the aggregate for holds
-	next     *publishing     // the next held publishing of the same aggregate
-	msg      amqp.Publishing // released once written, and while held (rebuilt from ev)
-	ev       cdc.Event       // set while held: the message is rebuilt from it when it is let through
-	rebuild  bool            // msg was dropped while held
+	msg      amqp.Publishing // released once written
 	size     int             // body and content header bytes, held in the Router's budget until resolved
 	done     func()
 	confirm  *amqp.DeferredConfirmation
@@ -42,7 +40,7 @@ type lane struct {
 	ch       *amqp.Channel
 	slots    chan struct{}          // the window: one token per queued, ready or sent publishing
 	queued   chan *publishing       // Publish → publishLoop, in call order
-	ready    chan *publishing       // confirmLoop → publishLoop: held publishings whose predecessor is confirmed
+	ready    chan *held             // confirmLoop → publishLoop: held events whose predecessor is confirmed
 	sent     chan *publishing       // publishLoop → confirmLoop, in delivery-tag order
 	holds    *holds                 // at most AggregateWindow unconfirmed events per aggregate
 	returns  chan amqp.Return       // basic.return, drained before each confirmation is acted on
@@ -66,7 +64,7 @@ func openLane(r *Router, id int) (*lane, error) {
 		ch:       ch,
 		slots:    make(chan struct{}, w),
 		queued:   make(chan *publishing, w),
-		ready:    make(chan *publishing, w),
+		ready:    make(chan *held, w),
 		sent:     make(chan *publishing, w),
 		holds:    newHolds(r.cfg.AggregateWindow, r.held),
 		returns:  ch.NotifyReturn(make(chan amqp.Return, w+1)),
@@ -112,16 +110,17 @@ func (l *lane) discard() {
 	l.r.admit.Lock() // a barrier, not a critical section
 	l.r.admit.Unlock()
 	release := func(p *publishing) { l.r.bytes.release(p.size); p.size, p.msg = 0, amqp.Publishing{} }
+	drop := func(e *held) { l.r.bytes.release(e.size); e.size, e.ev = 0, cdc.Event{} }
 	for {
 		select {
 		case p := <-l.queued:
 			release(p)
-		case p := <-l.ready:
-			release(p)
+		case e := <-l.ready:
+			drop(e)
 		case p := <-l.sent:
 			release(p)
 		default:
-			l.holds.discard(release)
+			l.holds.discard(drop)
 			return
 		}
 	}
@@ -141,8 +140,8 @@ func (l *lane) publishLoop() {
 		}
 	}()
 	for {
-		p := l.waiting()
-		if p == nil {
+		p, e := l.waiting()
+		if p == nil && e == nil {
 			if corked {
 				corked = false
 				if err := l.r.sock.uncork(); err != nil {
@@ -157,7 +156,7 @@ func (l *lane) publishLoop() {
 			select {
 			case <-l.r.failed:
 				return
-			case p = <-l.ready:
+			case e = <-l.ready:
 			case p = <-l.queued:
 			}
 		}
@@ -165,25 +164,44 @@ func (l *lane) publishLoop() {
 			l.r.sock.cork()
 			corked = true
 		}
+		if e != nil {
+			if p = l.letThrough(e); p == nil {
+				return
+			}
+		}
 		if !l.write(p) {
 			return
 		}
 	}
 }
 
-// waiting returns a ready or a queued publishing without waiting, the ready first; nil if none is.
-func (l *lane) waiting() *publishing {
+// waiting returns a ready held event or a queued publishing without waiting, the ready first; both nil
+// if none is.
+func (l *lane) waiting() (*publishing, *held) {
 	select {
-	case p := <-l.ready:
-		return p
+	case e := <-l.ready:
+		return nil, e
 	default:
 	}
 	select {
 	case p := <-l.queued:
-		return p
+		return p, nil
 	default:
+		return nil, nil
+	}
+}
+
+// letThrough builds the publishing of a held event that is let through. Its message was not kept while
+// it was held; build gives the same message again (it passed the same checks in Publish), so an error
+// here is a defect, never a silent loss: it fails the Router, and letThrough returns nil.
+func (l *lane) letThrough(e *held) *publishing {
+	key, msg, _, err := l.r.build(e.ev)
+	if err != nil {
+		l.r.bytes.release(e.size)
+		l.r.fail(fmt.Errorf("lane %d: rebuild held event %s: %w", l.id, e.ev.ID, err), l.id, e.ev.ID)
 		return nil
 	}
+	return &publishing{eventID: e.ev.ID, exchange: e.exchange, key: key, agg: e.agg, msg: msg, size: e.size, done: e.done}
 }
 
 // write publishes p and hands it to confirmLoop; it reports whether the lane goes on.
@@ -191,17 +209,6 @@ func (l *lane) write(p *publishing) bool {
 	if l.r.Err() != nil {
 		l.r.bytes.release(p.size)
 		return false
-	}
-	if p.rebuild {
-		// Held, its message was dropped to keep held events small; build gives the same message again
-		// (it passed the same checks in Publish), so an error here is a defect, never a silent loss.
-		_, msg, _, err := l.r.build(p.ev)
-		if err != nil {
-			l.r.bytes.release(p.size)
-			l.r.fail(fmt.Errorf("lane %d: rebuild held event %s: %w", l.id, p.eventID, err), l.id, p.eventID)
-			return false
-		}
-		p.msg, p.ev, p.rebuild = msg, cdc.Event{}, false
 	}
 	dc, err := l.ch.PublishWithDeferredConfirm(p.exchange, p.key, true, false, p.msg)
 	p.msg = amqp.Publishing{}
@@ -300,7 +307,7 @@ func (l *lane) resolve(p *publishing, timer *confirmTimer) bool {
 	l.r.deliver(p)
 	l.r.bytes.release(p.size) // before track, so that the bytes are back once Drain returns
 	p.size = 0
-	if n := l.holds.next(p); n != nil {
+	if n := l.holds.next(p.agg); n != nil {
 		l.ready <- n // n takes p's slot: ready has room
 	} else {
 		<-l.slots

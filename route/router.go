@@ -186,12 +186,12 @@ func (r *Router) Publish(ctx context.Context, ev cdc.Event, done func()) error {
 		<-l.slots
 		return err
 	}
-	p := &publishing{eventID: ev.ID, exchange: exchange, key: key, agg: agg, msg: msg, ev: ev, done: done, size: size}
-	r.track(1) // before admit: a held p can be written and confirmed before admit returns
+	e := held{ev: ev, exchange: exchange, agg: agg, size: size, done: done}
+	r.track(1) // before admit: a held event can be written and confirmed before admit returns
 	for {
-		switch l.holds.admit(p) {
+		switch l.holds.admit(&e) {
 		case letThrough:
-			l.queued <- p // a held slot guarantees room
+			l.queued <- &publishing{eventID: ev.ID, exchange: exchange, key: key, agg: agg, msg: msg, size: size, done: done} // a held slot guarantees room
 			return nil
 		case holdBack: // it waits aside, without a slot; it takes its predecessor's when that one is confirmed
 			<-l.slots
@@ -199,7 +199,7 @@ func (r *Router) Publish(ctx context.Context, ev cdc.Event, done func()) error {
 		}
 		// noRoom: as many events are held as MaxHeld allows; wait for one to be let through
 		freed := r.held.freedCh()
-		if l.holds.admit(p) != noRoom {
+		if l.holds.admit(&e) != noRoom {
 			continue // room appeared before freed was taken: admit again (the same verdict, now kept)
 		}
 		select {
