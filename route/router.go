@@ -39,7 +39,7 @@ type Router struct {
 
 	idleMu   sync.Mutex
 	inflight int
-	idle     chan struct{} // closed while inflight == 0
+	idle     chan struct{} // made by a Drain that waits, closed (and dropped) when inflight reaches 0
 
 	frameMax int          // the connection's negotiated frame_max (RabbitMQ's default when it set none)
 	bytes    *budget      // Config.MaxInflightBytes
@@ -113,13 +113,12 @@ func open(cfg Config, logger *slog.Logger, uri amqp.URI, conn *amqp.Connection, 
 	if err := declare(conn, cfg, uri); err != nil {
 		return nil, err
 	}
-	r := &Router{cfg: cfg, log: logger, conn: conn, sock: sock, failed: make(chan struct{}), idle: make(chan struct{}),
+	r := &Router{cfg: cfg, log: logger, conn: conn, sock: sock, failed: make(chan struct{}),
 		frameMax: conn.Config.FrameSize, bytes: newBudget(cfg.MaxInflightBytes), held: newBudget(cfg.MaxHeld),
 		exchanges: exchanges{logged: logged}}
 	if r.frameMax <= 0 {
 		r.frameMax = message.DefaultFrameMax
 	}
-	close(r.idle)
 	cfg.Metrics.opened(r)
 	for i := range cfg.Lanes {
 		l, err := openLane(r, i)
@@ -260,6 +259,13 @@ func (r *Router) Err() error {
 // the Router's error if the Router fails first, and ctx.Err() if ctx ends first.
 func (r *Router) Drain(ctx context.Context) error {
 	r.idleMu.Lock()
+	if r.inflight == 0 {
+		r.idleMu.Unlock()
+		return r.Err()
+	}
+	if r.idle == nil {
+		r.idle = make(chan struct{})
+	}
 	idle := r.idle
 	r.idleMu.Unlock()
 	select {
@@ -328,16 +334,15 @@ func (r *Router) deliver(p *publishing) {
 	r.mu.RUnlock()
 }
 
-// track adds n to the number of unresolved events and keeps idle in step.
+// track adds n to the number of unresolved events and wakes the Drains that wait once none is left. The
+// channel they wait on is made only when one waits, not each time the count leaves zero (at a trickle, each
+// event alone).
 func (r *Router) track(n int) {
 	r.idleMu.Lock()
 	defer r.idleMu.Unlock()
-	was := r.inflight
 	r.inflight += n
-	switch {
-	case was == 0 && r.inflight > 0:
-		r.idle = make(chan struct{})
-	case was > 0 && r.inflight == 0:
+	if r.inflight == 0 && r.idle != nil {
 		close(r.idle)
+		r.idle = nil
 	}
 }
