@@ -28,19 +28,20 @@ type publishing struct {
 // lane is one confirm-mode channel. publishLoop is the only writer of the channel; confirmLoop is the
 // only reader of its notifications and resolves the publishings in the order they were written.
 // Publish queues a publishing only when holds lets it through (fewer than AggregateWindow events of its
-// aggregate unconfirmed); a held one is handed to publishLoop on ready once confirmLoop has resolved a
-// predecessor positively. A publishing holds one slot of the window while queued, ready or sent, not
-// while held (a held one takes over the slot of the predecessor whose confirm lets it through), so
-// queued, ready and sent never fill up and at most Window messages are queued or written; returns holds
+// aggregate unconfirmed); a held one is queued by confirmLoop, as a publishing built again from its event,
+// once it has resolved a predecessor positively, behind whatever is queued already: with AggregateWindow
+// over 1, events of its aggregate let through before it may still be queued, not yet written, and it must
+// not pass them. A publishing holds one slot of the window while queued or sent, not while held (a held one
+// takes over the slot of the predecessor whose confirm lets it through), so queued and sent never fill up
+// and at most Window messages are queued or written; returns holds
 // at most one return per slot, so the reader goroutine of amqp091 never waits on it. A publishing also holds its bytes in the Router's budget until it is resolved or, once the
 // Router has failed, discarded by the goroutine that holds it.
 type lane struct {
 	r        *Router
 	id       int
 	ch       *amqp.Channel
-	slots    chan struct{}          // the window: one token per queued, ready or sent publishing
-	queued   chan *publishing       // Publish → publishLoop, in call order
-	ready    chan *held             // confirmLoop → publishLoop: held events whose predecessor is confirmed
+	slots    chan struct{}          // the window: one token per queued or sent publishing
+	queued   chan *publishing       // Publish and confirmLoop (a held one let through) → publishLoop
 	sent     chan *publishing       // publishLoop → confirmLoop, in delivery-tag order
 	holds    *holds                 // at most AggregateWindow unconfirmed events per aggregate
 	returns  chan amqp.Return       // basic.return, drained before each confirmation is acted on
@@ -64,7 +65,6 @@ func openLane(r *Router, id int) (*lane, error) {
 		ch:       ch,
 		slots:    make(chan struct{}, w),
 		queued:   make(chan *publishing, w),
-		ready:    make(chan *held, w),
 		sent:     make(chan *publishing, w),
 		holds:    newHolds(r.cfg.AggregateWindow, r.held),
 		returns:  ch.NotifyReturn(make(chan amqp.Return, w+1)),
@@ -102,7 +102,7 @@ func (l *lane) run() {
 	l.discard()
 }
 
-// discard releases the publishings left in queued, ready, sent and holds once both loops have ended (the
+// discard releases the publishings left in queued, sent and holds once both loops have ended (the
 // Router has failed): their bytes go back to the budget and their bodies to the garbage collector. Taking
 // the admit lock once waits for a Publish that is enqueueing; every later one sees the failure and
 // enqueues nothing.
@@ -115,8 +115,6 @@ func (l *lane) discard() {
 		select {
 		case p := <-l.queued:
 			release(p)
-		case e := <-l.ready:
-			drop(e)
 		case p := <-l.sent:
 			release(p)
 		default:
@@ -126,8 +124,8 @@ func (l *lane) discard() {
 	}
 }
 
-// publishLoop writes the publishings with mandatory set until the Router fails: a ready one (held until
-// a predecessor was confirmed) first, then a queued one (let through by Publish) in Publish order. While
+// publishLoop writes the queued publishings with mandatory set, in the order they were queued, until the
+// Router fails. While
 // more are waiting behind the one it writes, it corks the connection, so that a burst goes out in few
 // socket writes; it uncorks as soon as none is waiting, so a lone event is written at once. A write that
 // fails (the channel or the connection is closed or lost) fails the Router; the message body is dropped
@@ -140,8 +138,8 @@ func (l *lane) publishLoop() {
 		}
 	}()
 	for {
-		p, e := l.waiting()
-		if p == nil && e == nil {
+		p := l.waiting()
+		if p == nil {
 			if corked {
 				corked = false
 				if err := l.r.sock.uncork(); err != nil {
@@ -156,18 +154,12 @@ func (l *lane) publishLoop() {
 			select {
 			case <-l.r.failed:
 				return
-			case e = <-l.ready:
 			case p = <-l.queued:
 			}
 		}
-		if !corked && len(l.ready)+len(l.queued) > 0 {
+		if !corked && len(l.queued) > 0 {
 			l.r.sock.cork()
 			corked = true
-		}
-		if e != nil {
-			if p = l.letThrough(e); p == nil {
-				return
-			}
 		}
 		if !l.write(p) {
 			return
@@ -175,19 +167,13 @@ func (l *lane) publishLoop() {
 	}
 }
 
-// waiting returns a ready held event or a queued publishing without waiting, the ready first; both nil
-// if none is.
-func (l *lane) waiting() (*publishing, *held) {
-	select {
-	case e := <-l.ready:
-		return nil, e
-	default:
-	}
+// waiting returns a queued publishing without waiting; nil if none is.
+func (l *lane) waiting() *publishing {
 	select {
 	case p := <-l.queued:
-		return p, nil
+		return p
 	default:
-		return nil, nil
+		return nil
 	}
 }
 
@@ -308,7 +294,11 @@ func (l *lane) resolve(p *publishing, timer *confirmTimer) bool {
 	l.r.bytes.release(p.size) // before track, so that the bytes are back once Drain returns
 	p.size = 0
 	if n := l.holds.next(p.agg); n != nil {
-		l.ready <- n // n takes p's slot: ready has room
+		q := l.letThrough(n)
+		if q == nil {
+			return false
+		}
+		l.queued <- q // q takes p's slot: queued has room, and the events of its aggregate let through before it are ahead
 	} else {
 		<-l.slots
 	}
