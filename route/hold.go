@@ -23,9 +23,10 @@ import (
 // Aggregates are told apart by the 64-bit hash that also picks their lane (aggregateHash). Two aggregates
 // whose hashes collide are serialised as if they were one: slower, never out of order.
 //
-// Publish calls admit for each event; confirmLoop calls next for each confirmed one, and hands the held
-// event it returns, which takes over the confirmed one's window slot, to publishLoop; discard takes what
-// is still held once the lane has stopped. Lock order: holds, then room.
+// Publish calls admit for each event; confirmLoop calls next for each confirmed one, builds the
+// publishing of the held event it returns, which takes over the confirmed one's window slot, and queues
+// it behind the lane's queue; discard takes what is still held once the lane has stopped. Lock order:
+// holds, then room.
 type holds struct {
 	perAggregate int
 	room         *budget // held events across the Router, one unit each
