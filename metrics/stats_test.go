@@ -1,6 +1,7 @@
 package metrics
 
 import (
+	"math/rand/v2"
 	"strings"
 	"testing"
 	"time"
@@ -148,5 +149,50 @@ func BenchmarkConfirmBookkeeping(b *testing.B) {
 		seq := f.Add(time.Now())
 		s.Confirmed(committed)
 		f.Done(seq)
+	}
+}
+
+// TestFlightModel: thousands of events in flight, confirmed in random order (as the lanes of route confirm
+// them), the oldest age stays that of the oldest unconfirmed one of a reference set, and the queue reuses
+// its room: it never grows past a few times the most events it spanned (oldest unconfirmed to newest).
+func TestFlightModel(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	f := NewFlight()
+	base := time.Now().Add(-time.Hour)
+	open := map[uint64]time.Time{}
+	var seqs []uint64
+	span := uint64(0)
+	for step := range 200_000 {
+		span = max(span, f.next-f.low)
+		if len(seqs) < 5000 && rng.IntN(2) == 0 {
+			at := base.Add(time.Duration(step) * time.Millisecond)
+			seq := f.Add(at)
+			open[seq] = at
+			seqs = append(seqs, seq)
+		} else if len(seqs) > 0 {
+			i := rng.IntN(min(len(seqs), 64)) // confirms come roughly, not exactly, in hand-over order
+			f.Done(seqs[i])
+			delete(open, seqs[i])
+			seqs = append(seqs[:i], seqs[i+1:]...)
+		}
+		if step%997 != 0 {
+			continue
+		}
+		var oldest time.Time
+		for _, at := range open {
+			if oldest.IsZero() || at.Before(oldest) {
+				oldest = at
+			}
+		}
+		got, want := f.Oldest(), time.Duration(0)
+		if !oldest.IsZero() {
+			want = time.Since(oldest)
+		}
+		if got < want-time.Second || got > want+time.Second {
+			t.Fatalf("step %d: oldest %v, want about %v (%d in flight)", step, got, want, len(open))
+		}
+		if cap(f.handed) > 4*int(span)+64 {
+			t.Fatalf("step %d: a queue of %d for at most %d events spanned", step, cap(f.handed), span)
+		}
 	}
 }

@@ -3,8 +3,6 @@ package route
 import (
 	"sync"
 
-	amqp "github.com/rabbitmq/amqp091-go"
-
 	"github.com/cdc-router/cdc-router/internal/cdc"
 )
 
@@ -16,31 +14,44 @@ import (
 // channel), no later event of its aggregate has been written, and the restart from the acknowledged
 // position cannot put a later version before it.
 //
-// Held events wait aside (ADR 0009): they keep their event, not its message (rebuilt when let through),
-// and take no slot of the lane's window, so a long run of one
-// aggregate does not stop the others. Their number across the Router is bounded by room (Config.MaxHeld),
-// their bytes by the Router's budget like every unresolved event; admit reports noRoom when room is out.
+// Held events wait aside (ADR 0009) as a held, not a publishing: the event and what its publishing needs
+// besides the message, which the lane builds when it is let through. They take no slot of the lane's
+// window, so a long run of one aggregate does not stop the others. Their number across the Router is
+// bounded by room (Config.MaxHeld), their bytes by the Router's budget like every unresolved event;
+// admit reports noRoom when room is out.
 //
 // Aggregates are told apart by the 64-bit hash that also picks their lane (aggregateHash). Two aggregates
 // whose hashes collide are serialised as if they were one: slower, never out of order.
 //
-// Publish calls admit for each event; confirmLoop calls next for each confirmed one, and hands the
-// publishing it returns, which takes over the confirmed one's window slot, to publishLoop; discard takes
-// what is still held once the lane has stopped. Lock order: holds, then room.
+// Publish calls admit for each event; confirmLoop calls next for each confirmed one, builds the
+// publishing of the held event it returns, which takes over the confirmed one's window slot, and queues
+// it behind the lane's queue; discard takes what is still held once the lane has stopped. Lock order:
+// holds, then room.
 type holds struct {
 	perAggregate int
 	room         *budget // held events across the Router, one unit each
 
 	mu   sync.Mutex
 	busy map[uint64]aggregate // presence: the aggregate has an event between admit and its confirm
-	n    int                  // publishings held in this lane
+	n    int                  // events held in this lane
+}
+
+// held is an event held behind its aggregate: only what writing it needs once it is let through (its
+// message is built again from ev), so that MaxHeld of them cost a few MiB, not tens.
+type held struct {
+	ev       cdc.Event // without Mapped.Columns
+	exchange string
+	agg      uint64
+	size     int // body and content header bytes, held in the Router's budget
+	done     func()
+	next     *held // the next held event of the same aggregate
 }
 
 // aggregate is the state of one busy aggregate: its events let through and not yet confirmed, and the
-// queue of its held publishings, linked through publishing.next.
+// queue of its held events, linked through held.next.
 type aggregate struct {
 	unconfirmed int
-	head, tail  *publishing
+	head, tail  *held
 }
 
 // verdict is admit's answer.
@@ -56,53 +67,53 @@ func newHolds(perAggregate int, room *budget) *holds {
 	return &holds{perAggregate: perAggregate, room: room, busy: make(map[uint64]aggregate)}
 }
 
-// admit decides whether p is written now or held behind the events of its aggregate (or, with no room
-// for one more held event, neither).
-func (h *holds) admit(p *publishing) verdict {
+// admit decides whether the event e describes is written now or held behind the events of its aggregate
+// (or, with no room for one more held event, neither). On holdBack it keeps a copy of e; e itself is not
+// retained.
+func (h *holds) admit(e *held) verdict {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	a := h.busy[p.agg]
+	a := h.busy[e.agg]
 	if a.head == nil && a.unconfirmed < h.perAggregate {
 		a.unconfirmed++
-		h.busy[p.agg] = a
-		p.ev = cdc.Event{}
+		h.busy[e.agg] = a
 		return letThrough
 	}
 	if !h.room.tryAcquire(1) {
 		return noRoom
 	}
-	// Held: keep the event, not its message (an amqp091 header table is most of a held event's memory);
-	// the lane builds it again when it is let through. Under the lock, so that next sees it so.
-	p.msg, p.rebuild = amqp.Publishing{}, true
-	if p.ev.Mapped != nil && p.ev.Mapped.Columns != nil {
-		m := *p.ev.Mapped
+	c := new(held)
+	*c = *e
+	c.next = nil
+	if c.ev.Mapped != nil && c.ev.Mapped.Columns != nil {
+		m := *c.ev.Mapped
 		m.Columns = nil // the row as sent, for the caller's quarantine records; not part of the message
-		p.ev.Mapped = &m
+		c.ev.Mapped = &m
 	}
 	if a.tail == nil {
-		a.head = p
+		a.head = c
 	} else {
-		a.tail.next = p
+		a.tail.next = c
 	}
-	a.tail = p
-	h.busy[p.agg] = a
+	a.tail = c
+	h.busy[e.agg] = a
 	h.n++
 	return holdBack
 }
 
-// next is called once p is confirmed. It returns the next held publishing of p's aggregate, which is let
-// through and must be written next (in p's window slot), or nil when none is held; the aggregate is free
-// once none of its events is unconfirmed.
-func (h *holds) next(p *publishing) *publishing {
+// next is called once an event of aggregate agg is confirmed. It returns the next held event of agg,
+// which is let through and must be written next (in the confirmed one's window slot), or nil when none
+// is held; the aggregate is free once none of its events is unconfirmed.
+func (h *holds) next(agg uint64) *held {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	a := h.busy[p.agg]
+	a := h.busy[agg]
 	n := a.head
 	if n == nil {
 		if a.unconfirmed--; a.unconfirmed <= 0 {
-			delete(h.busy, p.agg)
+			delete(h.busy, agg)
 		} else {
-			h.busy[p.agg] = a
+			h.busy[agg] = a
 		}
 		return nil
 	}
@@ -110,22 +121,22 @@ func (h *holds) next(p *publishing) *publishing {
 	if a.head == nil {
 		a.tail = nil
 	}
-	h.busy[p.agg] = a // unconfirmed stays: p's place goes to n
+	h.busy[agg] = a // unconfirmed stays: the confirmed one's place goes to n
 	h.n--
 	h.room.release(1)
 	return n
 }
 
-// discard calls release for every held publishing and forgets every aggregate; the lane has stopped.
-func (h *holds) discard(release func(*publishing)) {
+// discard calls release for every held event and forgets every aggregate; the lane has stopped.
+func (h *holds) discard(release func(*held)) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	for agg, a := range h.busy {
-		for p := a.head; p != nil; {
-			n := p.next
-			p.next = nil
-			release(p)
-			p = n
+		for e := a.head; e != nil; {
+			n := e.next
+			e.next = nil
+			release(e)
+			e = n
 		}
 		delete(h.busy, agg)
 	}
@@ -133,7 +144,7 @@ func (h *holds) discard(release func(*publishing)) {
 	h.n = 0
 }
 
-// held returns the number of publishings held now.
+// held returns the number of events held now.
 func (h *holds) held() int {
 	h.mu.Lock()
 	defer h.mu.Unlock()

@@ -3,40 +3,82 @@ package route
 import (
 	"fmt"
 	"math/rand/v2"
+	"runtime"
 	"testing"
+
+	"github.com/cdc-router/cdc-router/internal/cdc"
 )
 
-// held is a publishing of aggregate agg, the n-th handed to the lane.
-func held(agg uint64, n int) *publishing {
-	return &publishing{eventID: fmt.Sprintf("%d-%d", agg, n), agg: agg, size: 10}
+// heldEvent is an event of aggregate agg, the n-th handed to the lane, as Publish hands it to admit.
+func heldEvent(agg uint64, n int) *held {
+	return &held{ev: cdc.Event{ID: fmt.Sprintf("%d-%d", agg, n)}, agg: agg, size: 10}
+}
+
+// id is the event id of e, "" for nil.
+func id(e *held) string {
+	if e == nil {
+		return ""
+	}
+	return e.ev.ID
 }
 
 // TestHolds: the second and third event of an aggregate are held until their predecessor is confirmed,
 // in order; another aggregate is let through meanwhile; a confirmed last event frees its aggregate.
 func TestHolds(t *testing.T) {
 	h := newHolds(1, newBudget(DefaultMaxHeld))
-	a1, a2, a3, b1 := held(1, 1), held(1, 2), held(1, 3), held(2, 1)
+	a1, a2, a3, b1 := heldEvent(1, 1), heldEvent(1, 2), heldEvent(1, 3), heldEvent(2, 1)
 	for _, step := range []struct {
-		p    *publishing
+		e    *held
 		want bool
 	}{{a1, true}, {a2, false}, {b1, true}, {a3, false}} {
-		if got := h.admit(step.p) == letThrough; got != step.want {
-			t.Fatalf("admit(%s) = %v, want %v", step.p.eventID, got, step.want)
+		if got := h.admit(step.e) == letThrough; got != step.want {
+			t.Fatalf("admit(%s) = %v, want %v", id(step.e), got, step.want)
 		}
 	}
 	if n := h.held(); n != 2 {
 		t.Fatalf("held = %d, want 2", n)
 	}
-	for _, step := range []struct{ confirmed, next *publishing }{{b1, nil}, {a1, a2}, {a2, a3}, {a3, nil}} {
-		if got := h.next(step.confirmed); got != step.next {
-			t.Fatalf("next(%s) = %v, want %v", step.confirmed.eventID, got, step.next)
+	for _, step := range []struct{ confirmed, next *held }{{b1, nil}, {a1, a2}, {a2, a3}, {a3, nil}} {
+		if got := h.next(step.confirmed.agg); id(got) != id(step.next) {
+			t.Fatalf("after %s is confirmed, next = %q, want %q", id(step.confirmed), id(got), id(step.next))
 		}
 	}
 	if len(h.busy) != 0 || h.held() != 0 {
 		t.Fatalf("after every confirm: %d aggregates busy, %d held", len(h.busy), h.held())
 	}
-	if h.admit(held(1, 4)) != letThrough {
+	if h.admit(heldEvent(1, 4)) != letThrough {
 		t.Fatal("an aggregate whose events are all confirmed is still held")
+	}
+}
+
+// TestHeldEventIsSmall: a held event costs the route heap its event and a few fields, not its message
+// (MaxHeld of them must fit issue 9's memory bound: 100,000 events over 100 aggregates in one
+// transaction hold 32,768 of them). The event's own strings and bodies belong to the caller; a mapped
+// event's row (Mapped.Columns) is not kept.
+func TestHeldEventIsSmall(t *testing.T) {
+	const n = 20_000
+	h := newHolds(1, newBudget(n+2))
+	m := heldEvent(2, 0)
+	m.ev.Mapped = &cdc.Mapped{RoutingKey: "k", Columns: make([]cdc.Column, 64)}
+	h.admit(m)
+	h.admit(m)
+	if kept := h.busy[2].head.ev.Mapped; kept == nil || kept.Columns != nil || m.ev.Mapped.Columns == nil {
+		t.Fatalf("a held mapped event keeps its row (%v), or the caller's event lost it", kept)
+	}
+	e := heldEvent(1, 0)
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	for range n + 1 {
+		h.admit(e)
+	}
+	runtime.GC()
+	runtime.ReadMemStats(&after)
+	runtime.KeepAlive(h)
+	if per := (int64(after.HeapAlloc) - int64(before.HeapAlloc)) / n; per > 320 {
+		t.Fatalf("%d bytes of heap per held event, want at most 320 (it was 640 with the message kept)", per)
+	} else {
+		t.Logf("%d bytes of heap per held event", per)
 	}
 }
 
@@ -45,11 +87,11 @@ func TestHoldsDiscard(t *testing.T) {
 	h := newHolds(1, newBudget(DefaultMaxHeld))
 	for n := range 5 {
 		for agg := range uint64(3) {
-			h.admit(held(agg, n))
+			h.admit(heldEvent(agg, n))
 		}
 	}
 	released := map[string]int{}
-	h.discard(func(p *publishing) { released[p.eventID]++ })
+	h.discard(func(e *held) { released[e.ev.ID]++ })
 	if len(released) != 12 || h.held() != 0 || len(h.busy) != 0 {
 		t.Fatalf("released %d of 12 held, %d still held, %d aggregates busy", len(released), h.held(), len(h.busy))
 	}
@@ -75,21 +117,21 @@ func TestHoldsModel(t *testing.T) {
 		maxHeld := 1 + rng.IntN(20)
 		room := newBudget(maxHeld)
 		h := newHolds(perAggregate, room)
-		var unconfirmed []*publishing // written, in write order
-		var waiting *publishing       // refused for room: Publish waits with it
+		var unconfirmed []*held       // written, in write order
+		var waiting *held             // refused for room: Publish waits with it
 		perAgg := map[uint64]int{}    // events handed over per aggregate
 		written := map[uint64][]int{} // write order per aggregate
 		inflight := map[uint64]int{}
-		write := func(p *publishing) {
+		write := func(p *held) {
 			if inflight[p.agg]++; inflight[p.agg] > perAggregate {
-				t.Fatalf("seed %d: %s written while its aggregate has %d unconfirmed events (window %d)", seed, p.eventID, inflight[p.agg]-1, perAggregate)
+				t.Fatalf("seed %d: %s written while its aggregate has %d unconfirmed events (window %d)", seed, p.ev.ID, inflight[p.agg]-1, perAggregate)
 			}
 			var n int
-			fmt.Sscanf(p.eventID[len(fmt.Sprint(p.agg))+1:], "%d", &n)
+			fmt.Sscanf(p.ev.ID[len(fmt.Sprint(p.agg))+1:], "%d", &n)
 			written[p.agg] = append(written[p.agg], n)
 			unconfirmed = append(unconfirmed, p)
 		}
-		admit := func(p *publishing) {
+		admit := func(p *held) {
 			switch h.admit(p) {
 			case letThrough:
 				write(p)
@@ -112,7 +154,7 @@ func TestHoldsModel(t *testing.T) {
 				agg := uint64(rng.IntN(aggs))
 				perAgg[agg]++
 				total++
-				admit(held(agg, perAgg[agg]))
+				admit(heldEvent(agg, perAgg[agg]))
 				continue
 			}
 			if len(unconfirmed) == 0 {
@@ -129,7 +171,7 @@ func TestHoldsModel(t *testing.T) {
 			p := unconfirmed[i]
 			unconfirmed = append(unconfirmed[:i], unconfirmed[i+1:]...)
 			inflight[p.agg]--
-			if n := h.next(p); n != nil {
+			if n := h.next(p.agg); n != nil {
 				write(n)
 			}
 		}
@@ -152,17 +194,17 @@ func TestHoldsModel(t *testing.T) {
 // next when confirmed), for events of 1,000 aggregates with up to 512 unconfirmed, as in a lane.
 func BenchmarkHolds(b *testing.B) {
 	h := newHolds(1, newBudget(DefaultMaxHeld))
-	ps := make([]*publishing, 512)
+	ps := make([]*held, 512)
 	for i := range ps {
-		ps[i] = held(uint64(i*7919%1000), i)
+		ps[i] = heldEvent(uint64(i*7919%1000), i)
 	}
 	b.ReportAllocs()
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
 		p := ps[i%len(ps)]
 		if h.admit(p) == letThrough {
-			if n := h.next(p); n != nil {
-				b.Fatal("a held publishing behind a free aggregate")
+			if n := h.next(p.agg); n != nil {
+				b.Fatal("a held event behind a free aggregate")
 			}
 		}
 	}

@@ -173,3 +173,56 @@ func TestBodyNotRetained(t *testing.T) {
 		t.Fatalf("Drain: %v", err)
 	}
 }
+
+// BenchmarkTrack is the Router's count of unresolved events for an event alone in flight (a trickle: the
+// count leaves zero and comes back for each), with no Drain waiting.
+func BenchmarkTrack(b *testing.B) {
+	r := &Router{failed: make(chan struct{})}
+	b.ReportAllocs()
+	for b.Loop() {
+		r.track(1)
+		r.track(-1)
+	}
+}
+
+// TestDrainWaitsForTheLast: Drain returns at once with nothing unresolved, waits while anything is (every
+// Drain that waits, also one whose context ended before), and returns once the last is resolved.
+func TestDrainWaitsForTheLast(t *testing.T) {
+	r := &Router{failed: make(chan struct{})}
+	if err := r.Drain(context.Background()); err != nil {
+		t.Fatalf("Drain with nothing in flight: %v", err)
+	}
+	r.track(2)
+	short, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
+	defer cancel()
+	if err := r.Drain(short); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Drain with 2 in flight returned %v before its context ended", err)
+	}
+	done := make(chan error, 2)
+	for range 2 {
+		go func() { done <- r.Drain(context.Background()) }()
+	}
+	r.track(-1)
+	select {
+	case err := <-done:
+		t.Fatalf("Drain returned %v with 1 still in flight", err)
+	case <-time.After(50 * time.Millisecond):
+	}
+	r.track(1)
+	r.track(-2)
+	for range 2 {
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Fatalf("Drain: %v", err)
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatal("Drain still waits with nothing in flight")
+		}
+	}
+	r.track(1)
+	r.track(-1)
+	if err := r.Drain(context.Background()); err != nil {
+		t.Fatalf("Drain after the count came back to zero: %v", err)
+	}
+}

@@ -10,16 +10,14 @@ import (
 	"github.com/cdc-router/cdc-router/internal/cdc"
 )
 
-// publishing is one event on its way through a lane.
+// publishing is one event on its way through a lane, from the moment it is let through (a held event
+// becomes one when it is).
 type publishing struct {
 	eventID  string
 	exchange string // the Router's, or a mapped event's (amqp.topic.target=exchange)
 	key      string
 	agg      uint64          // aggregateHash of the event: the lane, and the aggregate for holds
-	next     *publishing     // the next held publishing of the same aggregate
-	msg      amqp.Publishing // released once written, and while held (rebuilt from ev)
-	ev       cdc.Event       // set while held: the message is rebuilt from it when it is let through
-	rebuild  bool            // msg was dropped while held
+	msg      amqp.Publishing // released once written
 	size     int             // body and content header bytes, held in the Router's budget until resolved
 	done     func()
 	confirm  *amqp.DeferredConfirmation
@@ -30,12 +28,12 @@ type publishing struct {
 // lane is one confirm-mode channel. publishLoop is the only writer of the channel; confirmLoop is the
 // only reader of its notifications and resolves the publishings in the order they were written.
 // Publish queues a publishing only when holds lets it through (fewer than AggregateWindow events of its
-// aggregate unconfirmed); a held one is queued by confirmLoop once it has resolved a predecessor
-// positively, behind whatever is queued already: with AggregateWindow over 1, events of its aggregate let
-// through before it may still be queued, not yet written, and it must not pass them. A publishing holds one
-// slot of the window while queued or sent, not while held (a held one takes over the slot of the
-// predecessor whose confirm lets it through), so queued and sent never fill up and at most Window messages
-// are queued or written; returns holds
+// aggregate unconfirmed); a held one is queued by confirmLoop, as a publishing built again from its event,
+// once it has resolved a predecessor positively, behind whatever is queued already: with AggregateWindow
+// over 1, events of its aggregate let through before it may still be queued, not yet written, and it must
+// not pass them. A publishing holds one slot of the window while queued or sent, not while held (a held one
+// takes over the slot of the predecessor whose confirm lets it through), so queued and sent never fill up
+// and at most Window messages are queued or written; returns holds
 // at most one return per slot, so the reader goroutine of amqp091 never waits on it. A publishing also holds its bytes in the Router's budget until it is resolved or, once the
 // Router has failed, discarded by the goroutine that holds it.
 type lane struct {
@@ -112,6 +110,7 @@ func (l *lane) discard() {
 	l.r.admit.Lock() // a barrier, not a critical section
 	l.r.admit.Unlock()
 	release := func(p *publishing) { l.r.bytes.release(p.size); p.size, p.msg = 0, amqp.Publishing{} }
+	drop := func(e *held) { l.r.bytes.release(e.size); e.size, e.ev = 0, cdc.Event{} }
 	for {
 		select {
 		case p := <-l.queued:
@@ -119,7 +118,7 @@ func (l *lane) discard() {
 		case p := <-l.sent:
 			release(p)
 		default:
-			l.holds.discard(release)
+			l.holds.discard(drop)
 			return
 		}
 	}
@@ -178,22 +177,24 @@ func (l *lane) waiting() *publishing {
 	}
 }
 
+// letThrough builds the publishing of a held event that is let through. Its message was not kept while
+// it was held; build gives the same message again (it passed the same checks in Publish), so an error
+// here is a defect, never a silent loss: it fails the Router, and letThrough returns nil.
+func (l *lane) letThrough(e *held) *publishing {
+	key, msg, _, err := l.r.build(e.ev)
+	if err != nil {
+		l.r.bytes.release(e.size)
+		l.r.fail(fmt.Errorf("lane %d: rebuild held event %s: %w", l.id, e.ev.ID, err), l.id, e.ev.ID)
+		return nil
+	}
+	return &publishing{eventID: e.ev.ID, exchange: e.exchange, key: key, agg: e.agg, msg: msg, size: e.size, done: e.done}
+}
+
 // write publishes p and hands it to confirmLoop; it reports whether the lane goes on.
 func (l *lane) write(p *publishing) bool {
 	if l.r.Err() != nil {
 		l.r.bytes.release(p.size)
 		return false
-	}
-	if p.rebuild {
-		// Held, its message was dropped to keep held events small; build gives the same message again
-		// (it passed the same checks in Publish), so an error here is a defect, never a silent loss.
-		_, msg, _, err := l.r.build(p.ev)
-		if err != nil {
-			l.r.bytes.release(p.size)
-			l.r.fail(fmt.Errorf("lane %d: rebuild held event %s: %w", l.id, p.eventID, err), l.id, p.eventID)
-			return false
-		}
-		p.msg, p.ev, p.rebuild = msg, cdc.Event{}, false
 	}
 	dc, err := l.ch.PublishWithDeferredConfirm(p.exchange, p.key, true, false, p.msg)
 	p.msg = amqp.Publishing{}
@@ -292,8 +293,12 @@ func (l *lane) resolve(p *publishing, timer *confirmTimer) bool {
 	l.r.deliver(p)
 	l.r.bytes.release(p.size) // before track, so that the bytes are back once Drain returns
 	p.size = 0
-	if n := l.holds.next(p); n != nil {
-		l.queued <- n // n takes p's slot: queued has room, and the events of its aggregate let through before it are ahead
+	if n := l.holds.next(p.agg); n != nil {
+		q := l.letThrough(n)
+		if q == nil {
+			return false
+		}
+		l.queued <- q // q takes p's slot: queued has room, and the events of its aggregate let through before it are ahead
 	} else {
 		<-l.slots
 	}

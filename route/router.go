@@ -39,7 +39,7 @@ type Router struct {
 
 	idleMu   sync.Mutex
 	inflight int
-	idle     chan struct{} // closed while inflight == 0
+	idle     chan struct{} // made by a Drain that waits, closed (and dropped) when inflight reaches 0
 
 	frameMax int          // the connection's negotiated frame_max (RabbitMQ's default when it set none)
 	bytes    *budget      // Config.MaxInflightBytes
@@ -113,13 +113,12 @@ func open(cfg Config, logger *slog.Logger, uri amqp.URI, conn *amqp.Connection, 
 	if err := declare(conn, cfg, uri); err != nil {
 		return nil, err
 	}
-	r := &Router{cfg: cfg, log: logger, conn: conn, sock: sock, failed: make(chan struct{}), idle: make(chan struct{}),
+	r := &Router{cfg: cfg, log: logger, conn: conn, sock: sock, failed: make(chan struct{}),
 		frameMax: conn.Config.FrameSize, bytes: newBudget(cfg.MaxInflightBytes), held: newBudget(cfg.MaxHeld),
 		exchanges: exchanges{logged: logged}}
 	if r.frameMax <= 0 {
 		r.frameMax = message.DefaultFrameMax
 	}
-	close(r.idle)
 	cfg.Metrics.opened(r)
 	for i := range cfg.Lanes {
 		l, err := openLane(r, i)
@@ -186,12 +185,12 @@ func (r *Router) Publish(ctx context.Context, ev cdc.Event, done func()) error {
 		<-l.slots
 		return err
 	}
-	p := &publishing{eventID: ev.ID, exchange: exchange, key: key, agg: agg, msg: msg, ev: ev, done: done, size: size}
-	r.track(1) // before admit: a held p can be written and confirmed before admit returns
+	e := held{ev: ev, exchange: exchange, agg: agg, size: size, done: done}
+	r.track(1) // before admit: a held event can be written and confirmed before admit returns
 	for {
-		switch l.holds.admit(p) {
+		switch l.holds.admit(&e) {
 		case letThrough:
-			l.queued <- p // a held slot guarantees room
+			l.queued <- &publishing{eventID: ev.ID, exchange: exchange, key: key, agg: agg, msg: msg, size: size, done: done} // a held slot guarantees room
 			return nil
 		case holdBack: // it waits aside, without a slot; it takes its predecessor's when that one is confirmed
 			<-l.slots
@@ -199,7 +198,7 @@ func (r *Router) Publish(ctx context.Context, ev cdc.Event, done func()) error {
 		}
 		// noRoom: as many events are held as MaxHeld allows; wait for one to be let through
 		freed := r.held.freedCh()
-		if l.holds.admit(p) != noRoom {
+		if l.holds.admit(&e) != noRoom {
 			continue // room appeared before freed was taken: admit again (the same verdict, now kept)
 		}
 		select {
@@ -260,6 +259,13 @@ func (r *Router) Err() error {
 // the Router's error if the Router fails first, and ctx.Err() if ctx ends first.
 func (r *Router) Drain(ctx context.Context) error {
 	r.idleMu.Lock()
+	if r.inflight == 0 {
+		r.idleMu.Unlock()
+		return r.Err()
+	}
+	if r.idle == nil {
+		r.idle = make(chan struct{})
+	}
 	idle := r.idle
 	r.idleMu.Unlock()
 	select {
@@ -328,16 +334,15 @@ func (r *Router) deliver(p *publishing) {
 	r.mu.RUnlock()
 }
 
-// track adds n to the number of unresolved events and keeps idle in step.
+// track adds n to the number of unresolved events and wakes the Drains that wait once none is left. The
+// channel they wait on is made only when one waits, not each time the count leaves zero (at a trickle, each
+// event alone).
 func (r *Router) track(n int) {
 	r.idleMu.Lock()
 	defer r.idleMu.Unlock()
-	was := r.inflight
 	r.inflight += n
-	switch {
-	case was == 0 && r.inflight > 0:
-		r.idle = make(chan struct{})
-	case was > 0 && r.inflight == 0:
+	if r.inflight == 0 && r.idle != nil {
 		close(r.idle)
+		r.idle = nil
 	}
 }

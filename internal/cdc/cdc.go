@@ -18,7 +18,24 @@ import (
 type LSN uint64
 
 // String formats the LSN the way PostgreSQL prints a pg_lsn: two hexadecimal halves, "16/B374D848".
-func (l LSN) String() string { return fmt.Sprintf("%X/%X", uint32(l>>32), uint32(l)) }
+// It is on every message's commit_lsn header, so it formats without fmt (one allocation, not three).
+func (l LSN) String() string {
+	var b [17]byte
+	return string(appendHex(append(appendHex(b[:0], uint32(l>>32)), '/'), uint32(l)))
+}
+
+// appendHex appends v in upper-case hexadecimal without leading zeros, as %X does.
+func appendHex(b []byte, v uint32) []byte {
+	const digits = "0123456789ABCDEF"
+	n := 1
+	for x := v >> 4; x != 0; x >>= 4 {
+		n++
+	}
+	for i := n - 1; i >= 0; i-- {
+		b = append(b, digits[v>>(4*uint(i))&0xF])
+	}
+	return b
+}
 
 // LogValue makes slog print an LSN in PostgreSQL's form in every handler, JSON included.
 func (l LSN) LogValue() slog.Value { return slog.StringValue(l.String()) }

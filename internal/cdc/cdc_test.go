@@ -16,6 +16,11 @@ func TestLSNRoundTrip(t *testing.T) {
 			t.Errorf("ParseLSN(%q).String() = %q", s, got)
 		}
 	}
+	for _, l := range []LSN{0, 1, 0xF, 0x10, 0xABCDEF, 1 << 32, 0x1_0000_000A, 0xFFFF_FFFF_FFFF_FFFF, 0x8000_0000_0000_0001} {
+		if got, want := l.String(), fmt.Sprintf("%X/%X", uint32(l>>32), uint32(l)); got != want {
+			t.Errorf("LSN(%#x).String() = %q, want %q", uint64(l), got, want)
+		}
+	}
 	if l, _ := ParseLSN("1/0"); l != 1<<32 {
 		t.Errorf("1/0 = %d, want %d", l, uint64(1)<<32)
 	}
