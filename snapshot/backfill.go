@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -123,7 +124,11 @@ func lockJob(ctx context.Context, conn *pgx.Conn, name string) (unlock func(), e
 		return nil, fmt.Errorf("%s is running in another process: wait for it to end, or stop it: %w", name, ErrJobBusy)
 	}
 	return func() {
-		conn.Exec(context.Background(), "SELECT pg_advisory_unlock(hashtextextended($1, 0))", key)
+		// Bounded: on a PostgreSQL that stopped answering this would wait for ever; the session's end
+		// releases the lock as well.
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		conn.Exec(ctx, "SELECT pg_advisory_unlock(hashtextextended($1, 0))", key)
 	}, nil
 }
 
