@@ -44,6 +44,7 @@ var invariants = []invariant{
 	{"unauthenticated-never-published", checkForged},
 	{"broker-outage-bounded", checkBrokerOutages},
 	{"replayed-is-published", checkReplays},
+	{"access-refusal-names-the-fix", checkAccessRefusals},
 }
 
 // Check judges h by every invariant.
@@ -105,6 +106,10 @@ func checkComplete(h *History, _ Limits) []Violation {
 			// Its topic's exchange was deleted or unbound (FaultExchangeDelete, FaultExchangeUnbind):
 			// quarantined naming the exchange and the fix, and the events after it went on (the runner
 			// replays such records once the exchange is back; this one came after the replay).
+		case !r.Poison && quarantined && !delivered && policyRefusal(h, reason, quarAt[r.ID]):
+			// A queue-length policy (FaultQueuePolicy) had the consumer's queue refuse it: nacked, retried
+			// alone for --refusal-retry, then quarantined with the broker's reason (the runner replays such
+			// records once the policy is cleared; this one stayed open).
 		case !r.Poison && quarantined && !delivered:
 			vs = append(vs, Violation{Detail: fmt.Sprintf("valid row %s (%s v%d) was quarantined: %s", r.ID, r.Aggregate, r.Version, reason), Aggregate: r.Aggregate})
 		case delivered:
@@ -145,6 +150,28 @@ func exchangeRefusal(h *History, r Row, reason string, at time.Time) bool {
 	for _, e := range h.Events {
 		if (e.Kind == gen.FaultExchangeDelete && missing || e.Kind == gen.FaultExchangeUnbind && returned) &&
 			!at.Before(e.From) && !at.After(e.To.Add(exchangeSlack)) {
+			return true
+		}
+	}
+	return false
+}
+
+// policySlack is how long after a queue-length policy was cleared a record of its nack may still be
+// written: the last nack came before the clear, and the router writes the record once the event was
+// refused three times and --refusal-retry (2 s) has passed since the first.
+const policySlack = 10 * time.Second
+
+// policyRefusal reports whether a valid row was quarantined at `at` for the reason docs/operations.md
+// ("Events the broker refuses") gives a nack, `nacked by the broker (a queue bound to exchange … refused
+// it: x-max-length … with x-overflow=reject-publish …) (retried N times over D)`, between the start of a
+// queue-length policy and policySlack after it was cleared.
+func policyRefusal(h *History, reason string, at time.Time) bool {
+	if !strings.HasPrefix(reason, "nacked by the broker") || !strings.Contains(reason, "reject-publish") ||
+		!strings.Contains(reason, "retried") {
+		return false
+	}
+	for _, e := range h.Events {
+		if e.Kind == gen.FaultQueuePolicy && !at.Before(e.From) && !at.After(e.To.Add(policySlack)) {
 			return true
 		}
 	}

@@ -54,6 +54,12 @@ func Coverage(h *History) map[string]int {
 		if l.Router >= 0 && strings.Contains(l.Text, "RabbitMQ blocked the connection") {
 			c["seen:broker-blocked"]++
 		}
+		if l.Router >= 0 && strings.Contains(l.Text, "nacked by the broker") {
+			c["seen:nack-logged"]++
+		}
+		if l.Router >= 0 && strings.Contains(l.Text, "ACCESS_REFUSED") {
+			c["seen:access-refused-logged"]++
+		}
 	}
 	txns := map[string]bool{}
 	for _, r := range h.Rows {
@@ -93,15 +99,18 @@ func Coverage(h *History) map[string]int {
 			c["seen:unauthenticated-quarantined"]++
 		}
 	}
-	quar := map[string]string{}
+	quar := map[string]Quarantined{}
 	for _, q := range h.Quar {
-		quar[q.EventID] = q.Reason
+		quar[q.EventID] = q
 	}
 	for _, r := range h.Rows {
-		reason, ok := quar[r.ID]
+		q, ok := quar[r.ID]
+		reason := q.Reason
 		switch {
 		case ok && r.Refused && strings.Contains(reason, "nack"):
 			c["seen:nacked-and-quarantined"]++
+		case ok && !r.Poison && policyRefusal(h, reason, q.At):
+			c["seen:policy-nacked-quarantined"]++
 		case ok && r.Table == gen.MappedTable && strings.Contains(reason, "does not exist"):
 			c["seen:exchange-missing-quarantined"]++
 		case ok && r.Table == gen.MappedTable && strings.Contains(reason, "312 NO_ROUTE"):
