@@ -22,7 +22,9 @@ func checkAccessRefusals(h *History, l Limits) []Violation {
 		}
 		refusedAt := map[int]time.Time{}
 		for _, ln := range h.Logs {
-			if ln.Router < 0 || ln.At.Before(e.From) || ln.At.After(e.To.Add(l.Stall)) || !strings.Contains(ln.Text, "ACCESS_REFUSED") {
+			// Log lines only (Level set): a process's last words on exit (`cdc-router run: …`) repeat the
+			// ERROR line before them.
+			if ln.Router < 0 || ln.Level == "" || ln.At.Before(e.From) || ln.At.After(e.To.Add(l.Stall)) || !strings.Contains(ln.Text, "ACCESS_REFUSED") {
 				continue
 			}
 			if ln.Level != "ERROR" || !strings.Contains(ln.Text, "set_permissions") {

@@ -166,7 +166,7 @@ const policySlack = 10 * time.Second
 // it: x-max-length … with x-overflow=reject-publish …) (retried N times over D)`, between the start of a
 // queue-length policy and policySlack after it was cleared.
 func policyRefusal(h *History, reason string, at time.Time) bool {
-	if !strings.HasPrefix(reason, "nacked by the broker") || !strings.Contains(reason, "reject-publish") ||
+	if !strings.Contains(reason, "nacked by the broker (") || !strings.Contains(reason, "reject-publish") ||
 		!strings.Contains(reason, "retried") {
 		return false
 	}

@@ -43,6 +43,13 @@ func TestForgedMessagesNeverPublished(t *testing.T) {
 	}
 	h.Events[0].Note = "succeeded: emit returned f"
 	broken(t, h, "unauthenticated-never-published", "a role without EXECUTE on emit called it")
+	// A call whose connection a PostgreSQL restart terminated has no outcome; any other failure is no refusal.
+	h.Events[0].Note = "failed otherwise: FATAL: terminating connection due to administrator command (SQLSTATE 57P01)"
+	if vs := Check(h, limits); len(vs) != 0 {
+		t.Fatalf("a call cut by a restart: %v", vs)
+	}
+	h.Events[0].Note = "failed otherwise: ERROR: function cdc_router.emit raised an exception (SQLSTATE P0001)"
+	broken(t, h, "unauthenticated-never-published", "a role without EXECUTE on emit called it")
 }
 
 // A broker outage's stall ends with it: rows pending at its end start arriving within the stall bound.
