@@ -106,7 +106,7 @@ func checkComplete(h *History, _ Limits) []Violation {
 			// Its topic's exchange was deleted or unbound (FaultExchangeDelete, FaultExchangeUnbind):
 			// quarantined naming the exchange and the fix, and the events after it went on (the runner
 			// replays such records once the exchange is back; this one came after the replay).
-		case !r.Poison && quarantined && !delivered && policyRefusal(h, reason, quarAt[r.ID]):
+		case !r.Poison && quarantined && !delivered && policyRefusal(h, r.ID, reason, quarAt[r.ID]):
 			// A queue-length policy (FaultQueuePolicy) had the consumer's queue refuse it: nacked, retried
 			// alone for --refusal-retry, then quarantined with the broker's reason (the runner replays such
 			// records once the policy is cleared; this one stayed open).
@@ -156,23 +156,30 @@ func exchangeRefusal(h *History, r Row, reason string, at time.Time) bool {
 	return false
 }
 
-// policySlack is how long after a queue-length policy was cleared a record of its nack may still be
-// written: the last nack came before the clear, and the router writes the record once the event was
-// refused three times and --refusal-retry (2 s) has passed since the first.
-const policySlack = 10 * time.Second
+// policySlack is how long after a queue-length policy was cleared a nack of it may still be logged: the
+// clear takes a moment to reach the queue.
+const policySlack = 5 * time.Second
 
-// policyRefusal reports whether a valid row was quarantined at `at` for the reason docs/operations.md
+// policyRefusal reports whether the valid row id was quarantined at `at` for the reason docs/operations.md
 // ("Events the broker refuses") gives a nack, `nacked by the broker (a queue bound to exchange … refused
-// it: x-max-length … with x-overflow=reject-publish …) (retried N times over D)`, between the start of a
-// queue-length policy and policySlack after it was cleared.
-func policyRefusal(h *History, reason string, at time.Time) bool {
+// it: x-max-length … with x-overflow=reject-publish …) (retried N times over D)`, because of a queue-length
+// policy: a router logged a nack of that event between the policy's set and policySlack after its clear,
+// and the record came after the set. The record itself may come later: the router writes it when its
+// stream next reaches the event, which another fault (a PostgreSQL restart, an alarm) may delay.
+func policyRefusal(h *History, id, reason string, at time.Time) bool {
 	if !strings.Contains(reason, "nacked by the broker (") || !strings.Contains(reason, "reject-publish") ||
 		!strings.Contains(reason, "retried") {
 		return false
 	}
 	for _, e := range h.Events {
-		if e.Kind == gen.FaultQueuePolicy && !at.Before(e.From) && !at.After(e.To.Add(policySlack)) {
-			return true
+		if e.Kind != gen.FaultQueuePolicy || at.Before(e.From) {
+			continue
+		}
+		for _, ln := range h.Logs {
+			if ln.Router >= 0 && !ln.At.Before(e.From) && !ln.At.After(e.To.Add(policySlack)) &&
+				strings.Contains(ln.Text, "event "+id) && strings.Contains(ln.Text, "nacked by the broker") {
+				return true
+			}
 		}
 	}
 	return false

@@ -1,6 +1,7 @@
 package check
 
 import (
+	"strings"
 	"testing"
 	"time"
 
@@ -11,18 +12,22 @@ import (
 const nackReason = `nacked by the broker (a queue bound to exchange "x" refused it: x-max-length or x-max-length-bytes ` +
 	`with x-overflow=reject-publish, a full queue or a message larger than the queue allows, or an internal error) (retried 3 times over 2s)`
 
-// TestPolicyRefusalExcusedOnlyInItsWindow: a valid row quarantined while a queue-length policy made the
-// consumer's queue refuse it holds only with a nack's reason after --refusal-retry, quarantined while the
-// policy was set or within policySlack after it was cleared; anywhere else, with another reason, or for no
-// policy at all, it is a valid row quarantined. Left unquarantined and undelivered, it is missing.
+// TestPolicyRefusalExcusedOnlyInItsWindow: a valid row quarantined because a queue-length policy made the
+// consumer's queue refuse it holds only with a nack's reason after --refusal-retry, when a router logged a
+// nack of that event while the policy was set (or within policySlack after its clear), and the record came
+// after the set (it may come much later: another fault may keep the stream from the event). A nack logged
+// outside the window, of another event, another reason, or no policy at all: a valid row quarantined.
+// Left unquarantined and undelivered, it is missing.
 func TestPolicyRefusalExcusedOnlyInItsWindow(t *testing.T) {
 	h := clean()
 	h.Setup.OwnBroker = true
 	h.Deliv = append(h.Deliv[:1], h.Deliv[2])
-	h.Quar = []Quarantined{{EventID: "b", Reason: nackReason, At: at(3.2)}}
+	h.Quar = []Quarantined{{EventID: "b", Reason: nackReason, At: at(9)}}
 	h.Events = []Event{{From: at(0.9), To: at(2.5), Kind: gen.FaultQueuePolicy}}
+	h.Logs = []LogLine{{At: at(1.4), Router: 0, Level: "WARN", Text: `level=WARN msg="stream stopped; restarting from the acknowledged position" ` +
+		`error="publish: publish event b: nacked by the broker (a queue bound to exchange \"x\" refused it: …)"`}}
 	if vs := Check(h, limits); len(vs) != 0 {
-		t.Fatalf("a row quarantined while the policy refused it: %v", vs)
+		t.Fatalf("a row quarantined after the policy refused it: %v", vs)
 	}
 	for i := range h.Rows {
 		h.Rows[i].Aggregate = "order/w0-1" // Coverage reads the writer from it
@@ -30,11 +35,17 @@ func TestPolicyRefusalExcusedOnlyInItsWindow(t *testing.T) {
 	if c := Coverage(h); c["seen:policy-nacked-quarantined"] != 1 {
 		t.Errorf("coverage: %v", c)
 	}
-	h.Quar[0].At = at(2.5).Add(policySlack + time.Second)
+	h.Logs[0].At = at(2.5).Add(policySlack + time.Second) // nacked after the policy was cleared
 	broken(t, h, "published-or-quarantined", "valid row b")
-	h.Quar[0].At = at(0.5) // before the policy was set
+	h.Logs[0].At = at(0.5) // before the policy was set
 	broken(t, h, "published-or-quarantined", "valid row b")
-	h.Quar[0].At = at(3.2)
+	h.Logs[0].At = at(1.4)
+	h.Quar[0].At = at(0.8) // quarantined before the policy was set
+	broken(t, h, "published-or-quarantined", "valid row b")
+	h.Quar[0].At = at(9)
+	h.Logs[0].Text = strings.ReplaceAll(h.Logs[0].Text, "event b", "event c") // another event's nack
+	broken(t, h, "published-or-quarantined", "valid row b")
+	h.Logs[0].Text = strings.ReplaceAll(h.Logs[0].Text, "event c", "event b")
 	h.Quar[0].Reason = `nacked by the broker (a queue bound to exchange "x" refused it: x-max-length or x-max-length-bytes with x-overflow=reject-publish, ...)`
 	broken(t, h, "published-or-quarantined", "valid row b") // not retried for --refusal-retry
 	h.Quar[0].Reason = `returned by the broker (312 NO_ROUTE): nothing is bound to routing key "k" on exchange "x" (retried 3 times over 2s)`

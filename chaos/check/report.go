@@ -109,7 +109,7 @@ func Coverage(h *History) map[string]int {
 		switch {
 		case ok && r.Refused && strings.Contains(reason, "nack"):
 			c["seen:nacked-and-quarantined"]++
-		case ok && !r.Poison && policyRefusal(h, reason, q.At):
+		case ok && !r.Poison && policyRefusal(h, r.ID, reason, q.At):
 			c["seen:policy-nacked-quarantined"]++
 		case ok && r.Table == gen.MappedTable && strings.Contains(reason, "does not exist"):
 			c["seen:exchange-missing-quarantined"]++
