@@ -66,6 +66,9 @@ func (w *world) inject(start time.Time, faults []gen.Step, bg *sync.WaitGroup) {
 		case gen.FaultPermissions:
 			w.permissionsFault(f)
 			continue
+		case gen.FaultPGRights:
+			w.pgRightsFault(f)
+			continue
 		}
 		note := w.apply(f)
 		w.rec.event(check.Event{From: from, To: time.Now(), Kind: f.Kind, Router: f.Router, Note: note})

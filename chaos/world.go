@@ -81,7 +81,11 @@ func newWorld(t testing.TB, pg *testenv.Postgres, bin string, plan gen.Plan) *wo
 func (w *world) directURL() string { return w.pg.URL(w.db) }
 
 func (w *world) proxiedPGURL() string {
-	return fmt.Sprintf("postgres://postgres@%s/%s?sslmode=disable", w.pgProxy.Addr, w.db)
+	user := "postgres"
+	if w.plan.Has(gen.FaultPGRights) {
+		user = w.pgRouterRole()
+	}
+	return fmt.Sprintf("postgres://%s@%s/%s?sslmode=disable", user, w.pgProxy.Addr, w.db)
 }
 
 func (w *world) proxiedAMQPURL() string {
@@ -159,6 +163,11 @@ func (w *world) setUp() error {
 	if s.Emit {
 		if err := w.grantWriter(ctx, conn); err != nil {
 			return fmt.Errorf("grant the writer role: %w", err)
+		}
+	}
+	if w.plan.Has(gen.FaultPGRights) {
+		if err := w.createPGRouterRole(ctx, conn); err != nil {
+			return fmt.Errorf("the routers' role: %w", err)
 		}
 	}
 	c, err := amqp.Dial(w.amqpURL)

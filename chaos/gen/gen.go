@@ -112,6 +112,7 @@ const (
 	FaultMemAlarm      Kind = "memory-alarm"        // vm_memory_high_watermark 0 for Dur: the broker blocks every publisher
 	FaultQueuePolicy   Kind = "queue-length-policy" // a policy of the run's own on the consumer's queue (QueuePolicies[N], x-overflow reject-publish) for Dur: the broker nacks
 	FaultBrokerKill    Kind = "broker-sigkill"      // SIGKILL the node's Erlang VM, start it again after Dur from the same data directory
+	FaultPGRights      Kind = "pg-rights-revoked"   // the routers' PostgreSQL role loses REPLICATION (N=0) or SELECT on public.outbox (N=1) for Dur, its sessions terminated, then regains it (on own-broker seeds only, to keep the others' plans)
 	FaultPermissions   Kind = "permissions-revoked" // the routers' user loses write on its exchange (N=0) or configure (N=1) for Dur, its connections closed, then restored
 	FaultColumn        Kind = "column-change"       // a change the router must not notice (docs/operations.md, schema changes): an extra column added, its nullability changed, dropped
 	CmdReplay          Kind = "quarantine-replay"   // fix the open records' rows in place (headers), then cdc-router quarantine replay them all
@@ -168,6 +169,8 @@ func (s Step) String() string {
 		fmt.Fprintf(&b, " change=%d", s.N)
 	case s.Kind == FaultQueuePolicy:
 		fmt.Fprintf(&b, " policy=%s", QueuePolicies[s.N])
+	case s.Kind == FaultPGRights:
+		fmt.Fprintf(&b, " revoked=%s", [...]string{"REPLICATION", "SELECT"}[s.N])
 	case s.Kind == FaultPermissions:
 		fmt.Fprintf(&b, " revoked=%s", [...]string{"write-on-exchange", "configure"}[s.N])
 	case s.N > 0:
@@ -252,6 +255,7 @@ func Generate(seed int64, o Options) Plan {
 	addColumnChanges(&p, seed)
 	addMapped(&p, seed)
 	addOwnBrokerFaults(&p, seed)
+	addPGRights(&p, seed)
 	for _, f := range p.Faults {
 		if f.Kind == FaultPubGap {
 			p.PublicationCheck = 2 * time.Second
@@ -436,6 +440,19 @@ func addOwnBrokerFaults(p *Plan, seed int64) {
 		}
 		p.Faults = append(p.Faults, f)
 	}
+	sort.SliceStable(p.Faults, func(i, j int) bool { return p.Faults[i].At < p.Faults[j].At })
+}
+
+// addPGRights gives half of the seeds on the harness's own node (only those, so that the plans of the
+// others stay what they were) a revocation of one right of the routers' PostgreSQL role, for 1–6 s in the
+// first three fifths. It draws from a generator of its own, after every other.
+func addPGRights(p *Plan, seed int64) {
+	r := rand.New(rand.NewPCG(uint64(seed), 0x0b0d))
+	if !p.Setup.OwnBroker || r.IntN(2) != 0 {
+		return
+	}
+	p.Faults = append(p.Faults, Step{At: time.Duration(r.Int64N(int64(p.Setup.Duration * 3 / 5))), Kind: FaultPGRights,
+		N: r.IntN(2), Dur: time.Duration(1000+r.IntN(5000)) * time.Millisecond})
 	sort.SliceStable(p.Faults, func(i, j int) bool { return p.Faults[i].At < p.Faults[j].At })
 }
 
