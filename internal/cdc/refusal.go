@@ -23,6 +23,14 @@ func PerMessage(err error) bool {
 	return errors.As(err, &pm) && pm.PerMessage()
 }
 
+// Permanent reports whether err is a publisher failure that no retry can end, only a human (a 403 on the
+// router's own exchange: its user lost write permission): its error has a Permanent method that says so.
+// The stream stops on it with the error's fix instead of restarting.
+func Permanent(err error) bool {
+	var p interface{ Permanent() bool }
+	return errors.As(err, &p) && p.Permanent()
+}
+
 // BrokerState reports whether err is a refusal that the broker's state rather than the message may cause
 // and end (a return because no binding matched, a nack from a full queue): its error has a BrokerState
 // method that says so. Such a refusal is retried for Refusals.Period before it condemns its event.
