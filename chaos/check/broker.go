@@ -55,11 +55,11 @@ func checkBrokerOutages(h *History, l Limits) []Violation {
 	return vs
 }
 
-// outage reports whether k is a fault of the harness's own node that stops every router's publishing
-// while it lasts and no longer.
+// outage reports whether k is a fault that stops every router's publishing while it lasts and no longer:
+// those of the harness's own node, and the routers' PostgreSQL rights revoked.
 func outage(k gen.Kind) bool {
 	switch k {
-	case gen.FaultBrokerRestart, gen.FaultMemAlarm, gen.FaultBrokerKill, gen.FaultPermissions, gen.FaultQueuePolicy:
+	case gen.FaultBrokerRestart, gen.FaultMemAlarm, gen.FaultBrokerKill, gen.FaultPermissions, gen.FaultQueuePolicy, gen.FaultPGRights:
 		return true
 	}
 	return false

@@ -11,7 +11,7 @@ func checkExits(h *History, l Limits) []Violation {
 	n := map[int]int{}
 	var vs []Violation
 	for _, e := range h.Events {
-		if e.Kind != KindRouterExit || gapRefusal(e.Note) || accessRefusalExit(h, e, l) {
+		if e.Kind != KindRouterExit || gapRefusal(e.Note) || refusalExit(h, e, l) {
 			continue
 		}
 		n[e.Router]++
@@ -25,22 +25,6 @@ func checkExits(h *History, l Limits) []Violation {
 // gapRefusal reports whether an exit was the refusal of a publication gap, which names its backfill: the
 // router is held behind a refusal that names the fix (the operator runs it, operator.go), not in a loop.
 func gapRefusal(note string) bool { return strings.Contains(note, "may have been out of publication") }
-
-// accessRefusalExit reports whether a router's exit was RabbitMQ refusing its user (403 ACCESS_REFUSED, the
-// router exits naming the permission to grant: docs/operations.md, Levels) while its permissions were
-// revoked (FaultPermissions) or within the stall bound after their restore: held behind a refusal that
-// names the fix (access-refusal-names-the-fix checks the line), not a loop.
-func accessRefusalExit(h *History, exit Event, l Limits) bool {
-	if !strings.Contains(exit.Note, "403 ACCESS_REFUSED") {
-		return false
-	}
-	for _, e := range h.Events {
-		if e.Kind == gen.FaultPermissions && !exit.From.Before(e.From) && !exit.From.After(e.To.Add(l.Stall)) {
-			return true
-		}
-	}
-	return false
-}
 
 // checkReset: a reset without --force run while its router was ready (streaming) must refuse; the runner
 // records the outcome as "exit <code>: <last line>".

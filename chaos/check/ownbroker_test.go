@@ -58,9 +58,10 @@ func TestPolicyRefusalExcusedOnlyInItsWindow(t *testing.T) {
 	broken(t, h, "published-or-quarantined", "row b")
 }
 
-// TestAccessRefusalNamesTheFix: while the routers' user may not write, each line naming ACCESS_REFUSED is
-// an ERROR naming rabbitmqctl set_permissions, and the router that logged it answers /readyz 503 until the
-// restore; a stall the refusal causes is excused within its window and the bound after it, not past it.
+// TestAccessRefusalNamesTheFix: while the routers' user lacks a right (RabbitMQ's write, PostgreSQL's
+// REPLICATION), each line naming the refusal names the command that grants it, one of them is an ERROR,
+// and the router that logged it answers /readyz 503 until the restore; its exits then are no restart loop,
+// and a stall the refusal causes is excused within its window and the bound after it, not past it.
 func TestAccessRefusalNamesTheFix(t *testing.T) {
 	refused := `level=ERROR msg="stream stopped" err="user \"router_x\" may not publish to exchange \"x\" (403 ACCESS_REFUSED): ` +
 		`grant it write permission (rabbitmqctl set_permissions -p / router_x \".*\" \".*\" \".*\")"`
@@ -77,11 +78,12 @@ func TestAccessRefusalNamesTheFix(t *testing.T) {
 	broken(t, h, "access-refusal-names-the-fix", "router 0 answered /readyz 200 at +1.90s")
 	h.Ready[2].Code = 503
 	h.Logs[0].Level = "WARN"
-	broken(t, h, "access-refusal-names-the-fix", "without the fix, as WARN")
+	broken(t, h, "access-refusal-names-the-fix", "router 0 named the refusal (permissions-revoked) from +0.70s but never at ERROR")
 	h.Logs[0].Level = "ERROR"
-	h.Logs[0].Text = `level=ERROR msg="stream stopped" err="Exception (403) Reason: \"ACCESS_REFUSED - access to exchange 'x' refused\""`
-	broken(t, h, "access-refusal-names-the-fix", "without the fix, as ERROR")
-	h.Logs[0].Text = refused
+	h.Logs = append(h.Logs, LogLine{At: at(0.65), Router: 0, Level: "WARN",
+		Text: `level=WARN msg="router failed" reason="403 ACCESS_REFUSED - access to exchange 'x' in vhost '/' refused for user 'router_x'"`})
+	broken(t, h, "access-refusal-names-the-fix", "without the fix, as WARN")
+	h.Logs = h.Logs[:1]
 
 	// The router exits on the refusal (the docs' refusals that need a human), and its supervisor restarts it
 	// into the same refusal: exits in the window and the bound after it are no restart loop; past it they are.
@@ -97,6 +99,19 @@ func TestAccessRefusalNamesTheFix(t *testing.T) {
 	}
 	broken(t, h, "no-restart-loop", "router 0 exited on its own 4 times")
 	h.Events = h.Events[:1]
+	// PostgreSQL's refusals alike: an exit naming the role's missing REPLICATION is held behind it only while
+	// that right is revoked (and the bound after).
+	pgExit := `exit 1: level=ERROR msg="exiting: the router does not retry this" error="role \"r\" has no REPLICATION right: run ALTER ROLE \"r\" WITH REPLICATION as a superuser…`
+	for _, s := range []float64{0.8, 1.4, 2.2, 6.9} {
+		h.Events = append(h.Events, Event{From: at(s), To: at(s), Kind: KindRouterExit, Note: pgExit})
+	}
+	broken(t, h, "no-restart-loop", "router 0 exited on its own 4 times") // the RabbitMQ revocation excuses no PostgreSQL refusal
+	h.Events[0].Kind = gen.FaultPGRights
+	if vs := Check(h, limits); len(vs) != 0 {
+		t.Fatalf("exits on PostgreSQL's refusal: %v", vs)
+	}
+	h.Events = h.Events[:1]
+	h.Events[0].Kind = gen.FaultPermissions
 
 	// A stall of 6 s (past the 5 s bound) with /readyz 503 and the refusal logged: excused while it ends
 	// within the bound after the restore, not when it goes on past it.

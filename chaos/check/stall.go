@@ -5,8 +5,6 @@ import (
 	"sort"
 	"strings"
 	"time"
-
-	"github.com/cdc-router/cdc-router/chaos/gen"
 )
 
 // checkStall finds each period longer than l.Stall in which a committed row was pending and no row was
@@ -58,8 +56,8 @@ func checkStall(h *History, l Limits) []Violation {
 // excused reports whether a period without progress was visible: /readyz answered, and never said 200 for
 // longer than the stall bound in a row (a router needs some time to see that a server stopped answering:
 // a silent PostgreSQL is detected within --pg-timeout, so it turns unready within the bound), and a router
-// logged a warning or an error in it (one naming ACCESS_REFUSED only within a permissions fault's window
-// and the bound after it: accessRefusalExplains).
+// logged a warning or an error in it (one naming a right its user lost only within that revocation's
+// window and the bound after it: refusalExplains).
 func excused(h *History, from, to time.Time, bound time.Duration) bool {
 	n := 0
 	var ready time.Time // the first of the current run of 200s; zero outside one
@@ -82,20 +80,7 @@ func excused(h *History, from, to time.Time, bound time.Duration) bool {
 	}
 	for _, ln := range h.Logs {
 		if ln.Router >= 0 && !ln.At.Before(from) && !ln.At.After(to) && (ln.Level == "WARN" || ln.Level == "ERROR") &&
-			(!strings.Contains(ln.Text, "ACCESS_REFUSED") || accessRefusalExplains(h, ln.At, to, bound)) {
-			return true
-		}
-	}
-	return false
-}
-
-// accessRefusalExplains reports whether a line naming ACCESS_REFUSED at `at` may excuse a stall that lasted
-// until to: only when the line came while the routers' permissions were revoked (FaultPermissions) or
-// within bound after the restore, and the stall ended within bound after the restore. A refusal explains
-// its own window, not a stall that outlasts it.
-func accessRefusalExplains(h *History, at, to time.Time, bound time.Duration) bool {
-	for _, e := range h.Events {
-		if e.Kind == gen.FaultPermissions && !at.Before(e.From) && !at.After(e.To.Add(bound)) && !to.After(e.To.Add(bound)) {
+			refusalExplains(h, ln.Text, ln.At, to, bound) {
 			return true
 		}
 	}
