@@ -56,6 +56,12 @@ func Coverage(h *History) map[string]int {
 		}
 		if l.Router >= 0 && strings.Contains(l.Text, "nacked by the broker") {
 			c["seen:nack-logged"]++
+			for _, e := range h.Events {
+				if e.Kind == gen.FaultQueuePolicy && !l.At.Before(e.From) && !l.At.After(e.To.Add(policySlack)) {
+					c["seen:nack-logged-under-policy"]++
+					break
+				}
+			}
 		}
 		if l.Router >= 0 && strings.Contains(l.Text, "ACCESS_REFUSED") {
 			c["seen:access-refused-logged"]++
