@@ -86,7 +86,7 @@ test-cluster: services
 	$(GO) test $(TESTFLAGS) -tags cluster -run '^TestCluster' -v ./e2e/
 
 # The randomized invariant harness (chaos/, docs/testing.md): SEEDS seeds from BASE (default: taken from
-# the clock, printed), or SEED=s to replay one; KNOWN_BROKEN=kind,... (or all) also generates the fault kinds known
+# the clock, printed), or SEED=s (or s1,s2,...) to replay one (or these); KNOWN_BROKEN=kind,... (or all) also generates the fault kinds known
 # to find open bugs; DURATION per seed (default 20s). Each seed takes about 30 to 45 s. The normal suite
 # (make test) runs the fixed CI seeds of chaos/chaos_test.go.
 SEEDS        ?= 10

@@ -13,7 +13,8 @@
 // Invariants of the runner:
 //  1. A fault hits only the routers: writers, commands and the consumer connect to the servers directly.
 //  2. The harness never changes a broker-wide setting of the shared RabbitMQ: it only declares and deletes
-//     objects named after its own run. Broker restarts and memory alarms are applied only to a node the
-//     harness started itself (own node name, ports and directories), which it stops at the end.
+//     objects named after its own run. Broker restarts, memory alarms, SIGKILLs, queue-length policies and
+//     permission changes are applied only to a node the harness started itself (own node name, ports and
+//     directories), which it stops at the end.
 //  3. The operator it plays (operator.go) runs only the commands a router's log line names.
 package chaos

@@ -53,8 +53,21 @@ func (w *world) inject(start time.Time, faults []gen.Step, bg *sync.WaitGroup) {
 			w.exchangeFault(f, bg)
 			continue
 		}
-		if f.Kind == gen.FaultBrokerRestart || f.Kind == gen.FaultMemAlarm {
+		switch f.Kind {
+		case gen.FaultBrokerRestart, gen.FaultMemAlarm:
 			w.brokerFault(f)
+			continue
+		case gen.FaultQueuePolicy:
+			w.queuePolicyFault(f, bg)
+			continue
+		case gen.FaultBrokerKill:
+			w.brokerKill(f)
+			continue
+		case gen.FaultPermissions:
+			w.permissionsFault(f)
+			continue
+		case gen.FaultPGRights:
+			w.pgRightsFault(f)
 			continue
 		}
 		note := w.apply(f)

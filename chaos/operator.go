@@ -99,8 +99,10 @@ func (w *world) backfillFlags(args ...string) []string {
 }
 
 // shortRefusals reports whether the world's broker refuses events on purpose (the full queue, the topic's
-// exchange taken away), so that the routers and commands retry them for refusalRetry only.
-func (w *world) shortRefusals() bool { return w.plan.Setup.FullQueue || w.plan.Setup.ExchangeByTopic }
+// exchange taken away, a queue-length policy), so that the routers and commands retry them for refusalRetry only.
+func (w *world) shortRefusals() bool {
+	return w.plan.Setup.FullQueue || w.plan.Setup.ExchangeByTopic || w.plan.Has(gen.FaultQueuePolicy)
+}
 
 // replayArgs is quarantine replay of records ids with the world's broker flags (before the ids: Go's flag
 // parsing stops at the first positional argument).

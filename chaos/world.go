@@ -24,21 +24,24 @@ import (
 // the shared broker (or on a node of its own, gen.Setup.OwnBroker) named after the database, and a proxy in front of each server for the routers alone
 // (writers and the consumer connect directly, so a fault hits only the router).
 type world struct {
-	t        testing.TB
-	plan     gen.Plan
-	bin      string
-	pg       *testenv.Postgres
-	db       string // database name; also the slot and the base of every broker name
-	amqpURL  string // direct
-	exchange string
-	queue    string
-	pgProxy  *testenv.Proxy
-	mqProxy  *testenv.Proxy
-	rec      *recorder
-	broker   *testenv.RabbitMQNode // the harness's own RabbitMQ node (gen.Setup.OwnBroker), nil on the shared broker
-	parts    partitions            // the harness's partitions of public.outbox (gen.Setup.Partitioned)
-	cols     columns               // the extra columns of public.outbox (gen.FaultColumn)
-	token    string                // every payload carries it; no log line may
+	t       testing.TB
+	plan    gen.Plan
+	bin     string
+	pg      *testenv.Postgres
+	db      string // database name; also the slot and the base of every broker name
+	amqpURL string // direct
+	// routerAMQPURL is the routers' URL before the proxy: amqpURL, or a user of the run's own on the
+	// harness's node when the plan revokes its permissions (gen.FaultPermissions).
+	routerAMQPURL string
+	exchange      string
+	queue         string
+	pgProxy       *testenv.Proxy
+	mqProxy       *testenv.Proxy
+	rec           *recorder
+	broker        *testenv.RabbitMQNode // the harness's own RabbitMQ node (gen.Setup.OwnBroker), nil on the shared broker
+	parts         partitions            // the harness's partitions of public.outbox (gen.Setup.Partitioned)
+	cols          columns               // the extra columns of public.outbox (gen.FaultColumn)
+	token         string                // every payload carries it; no log line may
 	// mappingConfig is the --config file of gen.MappedTable; exchangeDown is set while an exchange fault
 	// has the topic's exchange away.
 	mappingConfig string
@@ -68,6 +71,7 @@ func newWorld(t testing.TB, pg *testenv.Postgres, bin string, plan gen.Plan) *wo
 		w.amqpURL = testenv.AMQPURL(t)
 		w.mqProxy = testenv.NewProxy(t, testenv.AMQPAddr(t))
 	}
+	w.routerAMQPURL = w.amqpURL
 	w.rec.h.Setup = plan.Setup
 	t.Cleanup(w.deleteTopology)
 	return w
@@ -77,11 +81,15 @@ func newWorld(t testing.TB, pg *testenv.Postgres, bin string, plan gen.Plan) *wo
 func (w *world) directURL() string { return w.pg.URL(w.db) }
 
 func (w *world) proxiedPGURL() string {
-	return fmt.Sprintf("postgres://postgres@%s/%s?sslmode=disable", w.pgProxy.Addr, w.db)
+	user := "postgres"
+	if w.plan.Has(gen.FaultPGRights) {
+		user = w.pgRouterRole()
+	}
+	return fmt.Sprintf("postgres://%s@%s/%s?sslmode=disable", user, w.pgProxy.Addr, w.db)
 }
 
 func (w *world) proxiedAMQPURL() string {
-	u, _ := amqp.ParseURI(w.amqpURL)
+	u, _ := amqp.ParseURI(w.routerAMQPURL)
 	return fmt.Sprintf("amqp://%s:%s@%s/%s", u.Username, u.Password, w.mqProxy.Addr, strings.TrimPrefix(u.Vhost, "/"))
 }
 
@@ -122,6 +130,11 @@ func (w *world) setUp() error {
 		}
 		args = append(args, "--emit-function", "--emit-role", w.writerRole())
 	}
+	if w.plan.Has(gen.FaultPermissions) {
+		if err := w.addRouterUser(); err != nil {
+			return fmt.Errorf("the routers' user: %w", err)
+		}
+	}
 	if out, code := w.cli(2*time.Minute, args...); code != 0 {
 		return fmt.Errorf("migrate exited %d: %s", code, out)
 	}
@@ -150,6 +163,11 @@ func (w *world) setUp() error {
 	if s.Emit {
 		if err := w.grantWriter(ctx, conn); err != nil {
 			return fmt.Errorf("grant the writer role: %w", err)
+		}
+	}
+	if w.plan.Has(gen.FaultPGRights) {
+		if err := w.createPGRouterRole(ctx, conn); err != nil {
+			return fmt.Errorf("the routers' role: %w", err)
 		}
 	}
 	c, err := amqp.Dial(w.amqpURL)

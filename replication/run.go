@@ -70,6 +70,9 @@ func Run(ctx context.Context, cfg Config, dial Dialer, log *slog.Logger, stats *
 		if IsFatal(err) {
 			return err
 		}
+		if cdc.Permanent(err) {
+			return &Fatal{Msg: err.Error()}
+		}
 		if f := pgserver.PermanentSetupError(err); f != nil {
 			return f
 		}

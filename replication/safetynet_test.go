@@ -106,3 +106,26 @@ func TestSafetyNetRetriesReturnsForThePeriod(t *testing.T) {
 		t.Fatalf("condemned(r) = %q, %v after the period", reason, ok)
 	}
 }
+
+// TestSafetyNetTriesAgainAfterAnOutage: a nack or a return refused its event three times, then something
+// else (a PostgreSQL restart, a memory alarm) kept the stream from the event until the refusal period was
+// over. The event is not condemned by the time that passed: it is tried again, and only a refusal then
+// condemns it (the chaos harness's seed 583: a valid row quarantined 20 s after its queue's policy was
+// cleared, without a new try).
+func TestSafetyNetTriesAgainAfterAnOutage(t *testing.T) {
+	n := newSafetyNet(50 * time.Millisecond)
+	n.received = 100
+	for range strikesToQuarantine {
+		n.alone = "r"
+		n.failed(settling{})
+	}
+	time.Sleep(100 * time.Millisecond)
+	if reason, ok := n.condemned("r"); ok {
+		t.Fatalf("condemned(r) = %q after the period without a try in it", reason)
+	}
+	n.alone = "r"
+	n.failed(settling{})
+	if reason, ok := n.condemned("r"); !ok || !strings.Contains(reason, "retried 4 times") {
+		t.Fatalf("condemned(r) = %q, %v after a refusal past the period", reason, ok)
+	}
+}

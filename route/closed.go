@@ -29,6 +29,9 @@ type ClosedError struct {
 	// exchange of amqp.topic.target=exchange the user may not write to): the exchange, and the vhost and
 	// user RabbitMQ named. Such a close is a property of the messages routed there, not of the connection.
 	Refused *WriteRefused
+	// OwnRefused is set for a 403 ACCESS_REFUSED that refuses writing to the Router's own exchange: no event
+	// can be published until someone grants the permission, so the error names it and is Permanent.
+	OwnRefused *WriteRefused
 }
 
 // WriteRefused is what RabbitMQ's 403 on a publish names: "access to exchange 'x' in vhost 'v' refused
@@ -57,6 +60,12 @@ func (e *ClosedError) Error() string {
 	if e.EventID != "" {
 		s += fmt.Sprintf(" (oldest unconfirmed event of the lane: %s)", e.EventID)
 	}
+	if w := e.OwnRefused; w != nil {
+		s += fmt.Sprintf(": user %q may not publish to the router's exchange %q: grant it write permission on vhost %q "+
+			"(rabbitmqctl set_permissions -p %s %s <configure> <write> <read>, with a write pattern that matches %s); "+
+			"no event is acknowledged past the refused one, and the router streams again once it is granted",
+			w.User, w.Exchange, w.Vhost, w.Vhost, w.User, w.Exchange)
+	}
 	if w := e.Refused; w != nil {
 		s += fmt.Sprintf(": grant user %q write permission on exchange %q in vhost %q (rabbitmqctl set_permissions -p %s %s "+
 			"<configure> <write> <read>, with a write pattern that matches %s), then replay the quarantined events",
@@ -64,6 +73,11 @@ func (e *ClosedError) Error() string {
 	}
 	return s
 }
+
+// Permanent reports whether the close needs a human before any event can be published: a 403 that refused
+// writing to the Router's own exchange (OwnRefused). The stream stops on it (cdc.Permanent) instead of
+// restarting with a warning, as it does on a 403 when it declares its topology.
+func (e *ClosedError) Permanent() bool { return e.OwnRefused != nil }
 
 // Is makes a ClosedError match ErrBrokerClosed.
 func (e *ClosedError) Is(target error) bool { return target == ErrBrokerClosed }
@@ -97,8 +111,13 @@ func closedError(e *amqp.Error, connection bool, lane int, eventID, own string) 
 		ce.Reason = "closed without a reason"
 	case e.Server:
 		ce.Code, ce.Reason = e.Code, e.Reason
-		if m := writeRefused.FindStringSubmatch(e.Reason); e.Code == amqp.AccessRefused && !connection && m != nil && m[1] != own {
-			ce.Refused = &WriteRefused{Exchange: m[1], Vhost: m[2], User: m[3]}
+		if m := writeRefused.FindStringSubmatch(e.Reason); e.Code == amqp.AccessRefused && !connection && m != nil {
+			w := &WriteRefused{Exchange: m[1], Vhost: m[2], User: m[3]}
+			if m[1] != own {
+				ce.Refused = w
+			} else {
+				ce.OwnRefused = w
+			}
 		}
 	default: // amqp091 reports a lost connection as its own 501 FRAME_ERROR, with Server false
 		ce.Connection, ce.Reason = true, e.Reason

@@ -68,14 +68,16 @@ func TestWriteRefusedOnMappedExchangeIsPerMessage(t *testing.T) {
 }
 
 // TestWriteRefusedOnOwnExchangeIsNotPerMessage: a 403 that refuses writing to the Router's own exchange
-// concerns every event: it is never blamed on one.
+// concerns every event: it is never blamed on one. It is Permanent, and names the permission to grant (the
+// chaos harness's permissions-revoked: the stream restarted with a WARN carrying the broker's words only).
 func TestWriteRefusedOnOwnExchangeIsNotPerMessage(t *testing.T) {
 	own := &amqp.Error{Code: 403, Server: true, Reason: "ACCESS_REFUSED - write access to exchange 'cdc' in vhost '/' refused for user 'u'"}
-	if ce := closedError(own, false, 0, "e-1", "cdc"); ce.PerMessage() || ce.Refused != nil {
-		t.Errorf("a 403 on the Router's own exchange: PerMessage %v, Refused %v", ce.PerMessage(), ce.Refused)
+	if ce := closedError(own, false, 0, "e-1", "cdc"); ce.PerMessage() || ce.Refused != nil || !ce.Permanent() ||
+		!strings.Contains(ce.Error(), `grant it write permission on vhost "/" (rabbitmqctl set_permissions -p / u `) {
+		t.Errorf("a 403 on the Router's own exchange: PerMessage %v, Refused %v, Permanent %v: %v", ce.PerMessage(), ce.Refused, ce.Permanent(), ce)
 	}
 	other := &amqp.Error{Code: 403, Server: true, Reason: "ACCESS_REFUSED - write access to exchange 'it''s' in vhost 'v' refused for user 'u'"}
-	if ce := closedError(other, false, 0, "e-1", "cdc"); !ce.PerMessage() || ce.Refused == nil || ce.Refused.Vhost != "v" {
+	if ce := closedError(other, false, 0, "e-1", "cdc"); !ce.PerMessage() || ce.Refused == nil || ce.Refused.Vhost != "v" || ce.Permanent() {
 		t.Errorf("a 403 on another exchange: PerMessage %v, Refused %+v", ce.PerMessage(), ce.Refused)
 	}
 	if ce := closedError(other, true, -1, "", "cdc"); ce.PerMessage() {

@@ -322,7 +322,11 @@ func (r *Router) fail(err error, lane int, eventID string) {
 	}
 	// WARN: the stream that owns this Router restarts from the acknowledged position and decides, with what
 	// it knows (a refusal, a lost slot, a stream stuck past its bound), what needs a human and logs that.
-	r.log.Warn("router failed; the stream restarts from the acknowledged position", attrs...)
+	msg := "router failed; the stream restarts from the acknowledged position"
+	if ce := (*ClosedError)(nil); errors.As(err, &ce) && ce.Permanent() {
+		msg = "router failed; the stream stops at the acknowledged position until the permission is granted"
+	}
+	r.log.Warn(msg, attrs...)
 }
 
 // deliver calls done unless the Router has failed; fail waits for a running done.

@@ -8,8 +8,9 @@ import (
 	"github.com/cdc-router/cdc-router/chaos/gen"
 )
 
-// checkBrokerOutages holds a broker restart or memory alarm (on the harness's own node) to its length: the
-// stall it causes ends with it. When rows were pending as it ended, and no other fault or command followed
+// checkBrokerOutages holds a broker restart, a memory alarm, a SIGKILL of the node, a queue-length policy or
+// the routers' permissions revoked (on the harness's own node) to its length: the stall it causes ends
+// with it. When rows were pending as it ended, and no other fault or command followed
 // within the bound, a row is first delivered within the stall bound after its end. (While it lasts, the stall invariant asks /readyz to say 503 and a log line to
 // name the cause once it is longer than the bound.)
 func checkBrokerOutages(h *History, l Limits) []Violation {
@@ -22,7 +23,7 @@ func checkBrokerOutages(h *History, l Limits) []Violation {
 	sort.Slice(firsts, func(i, j int) bool { return firsts[i].Before(firsts[j]) })
 	var vs []Violation
 	for i, e := range h.Events {
-		if e.Kind != gen.FaultBrokerRestart && e.Kind != gen.FaultMemAlarm || e.Note != "" {
+		if !outage(e.Kind) || e.Note != "" {
 			continue
 		}
 		if followed(h, i, l.Stall) {
@@ -52,6 +53,16 @@ func checkBrokerOutages(h *History, l Limits) []Violation {
 			e.Kind, e.From.Sub(h.Start).Seconds(), e.To.Sub(h.Start).Seconds(), pending, next, l.Stall), At: e.To})
 	}
 	return vs
+}
+
+// outage reports whether k is a fault that stops every router's publishing while it lasts and no longer:
+// those of the harness's own node, and the routers' PostgreSQL rights revoked.
+func outage(k gen.Kind) bool {
+	switch k {
+	case gen.FaultBrokerRestart, gen.FaultMemAlarm, gen.FaultBrokerKill, gen.FaultPermissions, gen.FaultQueuePolicy, gen.FaultPGRights:
+		return true
+	}
+	return false
 }
 
 // followed reports whether another fault or command began while event i lasted or within bound after it: the

@@ -5,19 +5,26 @@
 //
 // Invariants, each pinned by a test in check_test.go or features_test.go:
 //  1. Every committed row is delivered or quarantined with a reason; a missing row is reported as lost
-//     when every slot acknowledged a position past its commit, as stuck otherwise.
+//     when every slot acknowledged a position past its commit, as stuck otherwise. A valid row
+//     quarantined holds only for a documented refusal inside its fault's window (a per-topic exchange
+//     taken away, a queue-length policy's nack: ownbroker_test.go).
 //  2. The first deliveries of each aggregate are in version (commit) order, backfill copies aside.
 //  3. No period longer than the stall bound with committed rows pending and no new delivery, unless every
-//     /readyz sample of that period is 503 and a log line at WARN or ERROR names the cause.
+//     /readyz sample of that period is 503 and a log line at WARN or ERROR names the cause (an
+//     ACCESS_REFUSED or PostgreSQL refusal line only for a stall inside its revocation's window and the
+//     bound after it).
 //  4. A duplicate delivery follows a fault or a backfill that may cause it (SIGTERM alone does not), and
 //     the duplicates are bounded by what those events can replay.
-//  5. A router never exits on its own more than a few times (no restart loop), and no log line carries a
-//     payload.
+//  5. A router never exits on its own more than a few times (no restart loop; exits on the refusal of a
+//     right revoked meanwhile are the documented refusal), and no log line carries a payload.
 //  6. A reset without --force, run while its router is ready, refuses.
 //  7. No message of a role without EXECUTE on emit is published, one is quarantined as unauthenticated,
 //     and that role's calls of emit are refused (features_test.go).
-//  8. A broker restart or memory alarm ends its stall: rows pending at its end arrive within the stall
+//  8. A broker restart, memory alarm, SIGKILL, queue-length policy or revoked right ends its stall: rows pending at its end arrive within the stall
 //     bound, unless another fault follows (features_test.go).
 //  9. A record quarantine replay marks replayed, and a row the operator fixed and replayed, arrived with
 //     x-replayed, and nothing arrives replayed that no record has (features_test.go).
+//  10. While a right of the routers' user is revoked (RabbitMQ's permissions, PostgreSQL's REPLICATION or
+//     SELECT), each line naming its refusal names the grant, one is an ERROR, and its router answers
+//     /readyz 503 until the restore (ownbroker_test.go).
 package check

@@ -43,6 +43,13 @@ func TestForgedMessagesNeverPublished(t *testing.T) {
 	}
 	h.Events[0].Note = "succeeded: emit returned f"
 	broken(t, h, "unauthenticated-never-published", "a role without EXECUTE on emit called it")
+	// A call whose connection a PostgreSQL restart terminated has no outcome; any other failure is no refusal.
+	h.Events[0].Note = "failed otherwise: FATAL: terminating connection due to administrator command (SQLSTATE 57P01)"
+	if vs := Check(h, limits); len(vs) != 0 {
+		t.Fatalf("a call cut by a restart: %v", vs)
+	}
+	h.Events[0].Note = "failed otherwise: ERROR: function cdc_router.emit raised an exception (SQLSTATE P0001)"
+	broken(t, h, "unauthenticated-never-published", "a role without EXECUTE on emit called it")
 }
 
 // A broker outage's stall ends with it: rows pending at its end start arriving within the stall bound.
@@ -102,4 +109,28 @@ func TestBackfillCopiesAFixedPoisonRow(t *testing.T) {
 	}
 	h.Deliv[3].At = at(3)
 	broken(t, h, "published-or-quarantined", "which the router must refuse, was published")
+}
+
+// TestReplayedEventIsDeliveredFirst: a poison row fixed and replayed (x-replayed) and then copied again by
+// the initial snapshot of a slot made after a reset, once later versions of its aggregate went out: the
+// copy is a duplicate of the replay's delivery, not a first delivery out of order (seed 793).
+func TestReplayedEventIsDeliveredFirst(t *testing.T) {
+	h := clean()
+	h.Rows[1].Poison = true
+	h.Quar = []Quarantined{{EventID: "b", Reason: "headers is not a JSON object", Handled: "replayed", At: at(1.2)}}
+	h.Events = []Event{{From: at(4), To: at(4.1), Kind: gen.CmdReplay, IDs: []string{"b"}, Note: "1 fixed: exit 0"},
+		{From: at(4.5), To: at(4.6), Kind: gen.CmdResetIdle, Note: "exit 0: reset: slot s dropped"}}
+	h.Deliv = []Delivery{{At: at(0.1), MessageID: "a", Aggregate: "order/1", Version: 1},
+		{At: at(2.1), MessageID: "c", Aggregate: "order/1", Version: 3},
+		{At: at(4.2), MessageID: "b", Aggregate: "order/1", Version: 2, Replayed: true},
+		{At: at(5), MessageID: "a", Aggregate: "order/1", Version: 1, Backfill: true},
+		{At: at(5), MessageID: "b", Aggregate: "order/1", Version: 2, Backfill: true},
+		{At: at(5), MessageID: "c", Aggregate: "order/1", Version: 3, Backfill: true}}
+	for _, v := range Check(h, limits) {
+		if v.Invariant == "order-per-aggregate" {
+			t.Fatalf("a snapshot's copy of a replayed event: %v", v)
+		}
+	}
+	h.Deliv[2].Replayed = false // not the replay's: then the stream sent v2 after v3
+	broken(t, h, "order-per-aggregate", "version 2 first delivered at +4.20s after version 3")
 }

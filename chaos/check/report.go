@@ -57,6 +57,18 @@ func Coverage(h *History) map[string]int {
 		if l.Router >= 0 && strings.Contains(l.Text, "RabbitMQ blocked the connection") {
 			c["seen:broker-blocked"]++
 		}
+		if l.Router >= 0 && strings.Contains(l.Text, "nacked by the broker") {
+			c["seen:nack-logged"]++
+			for _, e := range h.Events {
+				if e.Kind == gen.FaultQueuePolicy && !l.At.Before(e.From) && !l.At.After(e.To.Add(policySlack)) {
+					c["seen:nack-logged-under-policy"]++
+					break
+				}
+			}
+		}
+		if l.Router >= 0 && strings.Contains(l.Text, "ACCESS_REFUSED") {
+			c["seen:access-refused-logged"]++
+		}
 	}
 	txns := map[string]bool{}
 	for _, r := range h.Rows {
@@ -96,15 +108,18 @@ func Coverage(h *History) map[string]int {
 			c["seen:unauthenticated-quarantined"]++
 		}
 	}
-	quar := map[string]string{}
+	quar := map[string]Quarantined{}
 	for _, q := range h.Quar {
-		quar[q.EventID] = q.Reason
+		quar[q.EventID] = q
 	}
 	for _, r := range h.Rows {
-		reason, ok := quar[r.ID]
+		q, ok := quar[r.ID]
+		reason := q.Reason
 		switch {
 		case ok && r.Refused && strings.Contains(reason, "nack"):
 			c["seen:nacked-and-quarantined"]++
+		case ok && !r.Poison && policyRefusal(h, r.ID, reason, q.At):
+			c["seen:policy-nacked-quarantined"]++
 		case ok && r.Table == gen.MappedTable && strings.Contains(reason, "does not exist"):
 			c["seen:exchange-missing-quarantined"]++
 		case ok && r.Table == gen.MappedTable && strings.Contains(reason, "312 NO_ROUTE"):

@@ -56,7 +56,8 @@ func checkStall(h *History, l Limits) []Violation {
 // excused reports whether a period without progress was visible: /readyz answered, and never said 200 for
 // longer than the stall bound in a row (a router needs some time to see that a server stopped answering:
 // a silent PostgreSQL is detected within --pg-timeout, so it turns unready within the bound), and a router
-// logged a warning or an error in it.
+// logged a warning or an error in it or as it began (stallLead; one naming a right its user lost only within that revocation's
+// window and the bound after it: refusalExplains).
 func excused(h *History, from, to time.Time, bound time.Duration) bool {
 	n := 0
 	var ready time.Time // the first of the current run of 200s; zero outside one
@@ -78,12 +79,18 @@ func excused(h *History, from, to time.Time, bound time.Duration) bool {
 		return false
 	}
 	for _, ln := range h.Logs {
-		if ln.Router >= 0 && !ln.At.Before(from) && !ln.At.After(to) && (ln.Level == "WARN" || ln.Level == "ERROR") {
+		if ln.Router >= 0 && !ln.At.Before(from.Add(-stallLead)) && !ln.At.After(to) && (ln.Level == "WARN" || ln.Level == "ERROR") &&
+			refusalExplains(h, ln.Text, ln.At, to, bound) {
 			return true
 		}
 	}
 	return false
 }
+
+// stallLead is how long before a stall's start a line naming its cause may come: the router logs the
+// cause (RabbitMQ blocked the connection) as the stall begins, which may be a moment before the first row
+// that then waits committed (seed 284: 5 ms).
+const stallLead = 500 * time.Millisecond
 
 // readyIn summarizes the /readyz answers between from and to, e.g. "200 x12, 503 x3".
 func readyIn(h *History, from, to time.Time) string {

@@ -115,10 +115,14 @@ const (
 	CmdGapBackfill Kind = "gap-backfill"    // the backfill a router's publication-gap ERROR names, run as the operator would
 	FaultPGHole    Kind = "pg-blackhole"    // forward nothing to or from PostgreSQL for Dur (30 s), past wal_sender_timeout
 	// On the harness's own RabbitMQ node only (Setup.OwnBroker):
-	FaultBrokerRestart Kind = "broker-restart"    // rabbitmqctl stop_app, start_app after Dur: every connection closes
-	FaultMemAlarm      Kind = "memory-alarm"      // vm_memory_high_watermark 0 for Dur: the broker blocks every publisher
-	FaultColumn        Kind = "column-change"     // a change the router must not notice (docs/operations.md, schema changes): an extra column added, its nullability changed, dropped
-	CmdReplay          Kind = "quarantine-replay" // fix the open records' rows in place (headers), then cdc-router quarantine replay them all
+	FaultBrokerRestart Kind = "broker-restart"      // rabbitmqctl stop_app, start_app after Dur: every connection closes
+	FaultMemAlarm      Kind = "memory-alarm"        // vm_memory_high_watermark 0 for Dur: the broker blocks every publisher
+	FaultQueuePolicy   Kind = "queue-length-policy" // a policy of the run's own on the consumer's queue (QueuePolicies[N], x-overflow reject-publish) for Dur: the broker nacks
+	FaultBrokerKill    Kind = "broker-sigkill"      // SIGKILL the node's Erlang VM, start it again after Dur from the same data directory
+	FaultPGRights      Kind = "pg-rights-revoked"   // the routers' PostgreSQL role loses REPLICATION (N=0) or SELECT on public.outbox (N=1) for Dur, its sessions terminated, then regains it (on own-broker seeds only, to keep the others' plans)
+	FaultPermissions   Kind = "permissions-revoked" // the routers' user loses write on its exchange (N=0) or configure (N=1) for Dur, its connections closed, then restored
+	FaultColumn        Kind = "column-change"       // a change the router must not notice (docs/operations.md, schema changes): an extra column added, its nullability changed, dropped
+	CmdReplay          Kind = "quarantine-replay"   // fix the open records' rows in place (headers), then cdc-router quarantine replay them all
 	// With Setup.Partitioned:
 	FaultPartAttach Kind = "partition-attach" // create a partition for a new range and attach it: the writers' rows go there
 	FaultPartDetach Kind = "partition-detach" // detach the oldest attached partition of the harness's (the table stays)
@@ -128,6 +132,15 @@ const (
 	FaultExchangeDelete Kind = "exchange-delete" // delete the exchange: its events are quarantined, naming it
 	FaultExchangeUnbind Kind = "exchange-unbind" // unbind the consumer's queue: its events are returned, retried for --refusal-retry, then quarantined
 )
+
+// QueuePolicies are the definitions FaultQueuePolicy applies (its N picks one): every one with
+// overflow reject-publish, so that the broker nacks what the queue refuses (docs/operations.md, events the
+// broker refuses). max-length 0 refuses every message, max-length-bytes 1 every message with a body,
+// max-length 1 only while a message waits unconsumed. drop-head, RabbitMQ's default overflow, is never
+// generated: it confirms the message and then drops the queue's oldest, a loss by the broker's design that
+// no publisher can see.
+var QueuePolicies = []string{`{"max-length":0,"overflow":"reject-publish"}`,
+	`{"max-length-bytes":1,"overflow":"reject-publish"}`, `{"max-length":1,"overflow":"reject-publish"}`}
 
 // knownBroken are the kinds that find an open finding on today's main, or whose operator flow the harness
 // does not model yet. They are generated only when -chaos.known-broken names them (or "all"), so that the
@@ -161,6 +174,12 @@ func (s Step) String() string {
 	switch {
 	case s.Kind == FaultColumn:
 		fmt.Fprintf(&b, " change=%d", s.N)
+	case s.Kind == FaultQueuePolicy:
+		fmt.Fprintf(&b, " policy=%s", QueuePolicies[s.N])
+	case s.Kind == FaultPGRights:
+		fmt.Fprintf(&b, " revoked=%s", [...]string{"REPLICATION", "SELECT"}[s.N])
+	case s.Kind == FaultPermissions:
+		fmt.Fprintf(&b, " revoked=%s", [...]string{"write-on-exchange", "configure"}[s.N])
 	case s.N > 0:
 		fmt.Fprintf(&b, " rows=%d", s.N)
 	}
@@ -242,6 +261,8 @@ func Generate(seed int64, o Options) Plan {
 	addReplays(&p, seed)
 	addColumnChanges(&p, seed)
 	addMapped(&p, seed)
+	addOwnBrokerFaults(&p, seed)
+	addPGRights(&p, seed)
 	addAggregateWindow(&p, seed)
 	for _, f := range p.Faults {
 		if f.Kind == FaultPubGap {
@@ -405,17 +426,66 @@ func addMapped(p *Plan, seed int64) {
 }
 
 // addAggregateWindow gives a third of the setups whose broker refuses no event (no full queue, no exchange
-// of a topic taken away) an --aggregate-window of 4 or 64 (at most their --window), so that an aggregate's events are pipelined:
+// of a topic taken away, no queue-length policy) an --aggregate-window of 4 or 64 (at most their --window), so that an aggregate's events are pipelined:
 // their first deliveries must still be in commit order (found by CI, not by this harness, before it drew
 // the option: a let-through event overtook queued ones of its aggregate). From a generator of its own,
 // last, so that no other choice of a plan changes.
 func addAggregateWindow(p *Plan, seed int64) {
 	r := rand.New(rand.NewPCG(uint64(seed), 0xa66))
 	s := &p.Setup
-	if s.FullQueue || s.ExchangeByTopic || r.IntN(3) != 0 {
+	if s.FullQueue || s.ExchangeByTopic || p.Has(FaultQueuePolicy) || r.IntN(3) != 0 {
 		return
 	}
 	s.AggregateWindow = min(pick(r, 4, 64), s.Window) // run refuses one over --window
+}
+
+// addOwnBrokerFaults gives each seed on the harness's own node (Setup.OwnBroker) one or two of a
+// queue-length policy (1–8 s), a SIGKILL of the node (down 1–6 s) and its routers' user's permissions
+// revoked (1–6 s), in the first three fifths: no more, since the node's faults are applied one after
+// another and rabbitmqctl takes seconds, so that more would come after the writers stopped. It draws from
+// a generator of its own and comes after every other, so that no plan on the shared broker changes.
+func addOwnBrokerFaults(p *Plan, seed int64) {
+	r := rand.New(rand.NewPCG(uint64(seed), 0x0b0c))
+	if !p.Setup.OwnBroker {
+		return
+	}
+	kinds := []Kind{FaultQueuePolicy, FaultBrokerKill, FaultPermissions}
+	r.Shuffle(len(kinds), func(i, j int) { kinds[i], kinds[j] = kinds[j], kinds[i] })
+	for _, k := range kinds[:1+r.IntN(2)] {
+		f := Step{At: time.Duration(r.Int64N(int64(p.Setup.Duration * 3 / 5))), Kind: k,
+			Dur: time.Duration(1000+r.IntN(5000)) * time.Millisecond}
+		switch k {
+		case FaultQueuePolicy:
+			f.N, f.Dur = r.IntN(len(QueuePolicies)), time.Duration(1000+r.IntN(7000))*time.Millisecond
+		case FaultPermissions:
+			f.N = r.IntN(2)
+		}
+		p.Faults = append(p.Faults, f)
+	}
+	sort.SliceStable(p.Faults, func(i, j int) bool { return p.Faults[i].At < p.Faults[j].At })
+}
+
+// addPGRights gives half of the seeds on the harness's own node (only those, so that the plans of the
+// others stay what they were) a revocation of one right of the routers' PostgreSQL role, for 1–6 s in the
+// first three fifths. It draws from a generator of its own, after every other.
+func addPGRights(p *Plan, seed int64) {
+	r := rand.New(rand.NewPCG(uint64(seed), 0x0b0d))
+	if !p.Setup.OwnBroker || r.IntN(2) != 0 {
+		return
+	}
+	p.Faults = append(p.Faults, Step{At: time.Duration(r.Int64N(int64(p.Setup.Duration * 3 / 5))), Kind: FaultPGRights,
+		N: r.IntN(2), Dur: time.Duration(1000+r.IntN(5000)) * time.Millisecond})
+	sort.SliceStable(p.Faults, func(i, j int) bool { return p.Faults[i].At < p.Faults[j].At })
+}
+
+// Has reports whether the plan has a fault or command of kind k.
+func (p Plan) Has(k Kind) bool {
+	for _, f := range p.Faults {
+		if f.Kind == k {
+			return true
+		}
+	}
+	return false
 }
 
 func pick[T any](r *rand.Rand, xs ...T) T { return xs[r.IntN(len(xs))] }

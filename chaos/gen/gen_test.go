@@ -82,14 +82,25 @@ func TestEmitNeverWithShards(t *testing.T) {
 	}
 }
 
-// The broker faults act on the whole broker: they come only with the harness's own node.
+// The broker faults act on the whole broker (or on a policy and a user the harness makes there): they come
+// only with the harness's own node, and each of them comes with some of its seeds.
 func TestBrokerFaultsOnlyOnTheOwnNode(t *testing.T) {
+	seen := map[Kind]int{}
 	for seed := int64(1); seed <= 300; seed++ {
 		p := Generate(seed, Options{})
 		for _, f := range p.Faults {
-			if (f.Kind == FaultBrokerRestart || f.Kind == FaultMemAlarm) && !p.Setup.OwnBroker {
-				t.Fatalf("seed %d: %s on the shared broker", seed, f.Kind)
+			switch f.Kind {
+			case FaultBrokerRestart, FaultMemAlarm, FaultQueuePolicy, FaultBrokerKill, FaultPermissions:
+				if !p.Setup.OwnBroker {
+					t.Fatalf("seed %d: %s on the shared broker", seed, f.Kind)
+				}
+				seen[f.Kind]++
 			}
+		}
+	}
+	for _, k := range []Kind{FaultBrokerRestart, FaultMemAlarm, FaultQueuePolicy, FaultBrokerKill, FaultPermissions} {
+		if seen[k] < 20 {
+			t.Errorf("only %d of 300 seeds have %s", seen[k], k)
 		}
 	}
 }
@@ -105,7 +116,7 @@ func TestAggregateWindowOnlyWhereTheBrokerRefusesNothing(t *testing.T) {
 			continue
 		}
 		n++
-		if s.FullQueue || s.ExchangeByTopic {
+		if s.FullQueue || s.ExchangeByTopic || Generate(seed, Options{}).Has(FaultQueuePolicy) {
 			t.Fatalf("seed %d: aggregate window %d with a broker that refuses events (%s)", seed, s.AggregateWindow, s)
 		}
 		if s.AggregateWindow > s.Window {

@@ -17,8 +17,8 @@ func (r refusal) PerMessage() bool  { return r.per }
 func (r refusal) BrokerState() bool { return r.state }
 
 // TestRefusalsCondemn: a close one message causes condemns its event after StrikesToQuarantine strikes; a
-// return or a nack (the broker's state) only once Period has passed since the first strike as well; other
-// errors neither count nor forgive; a confirm forgives.
+// return or a nack (the broker's state) only once a strike came Period or more after the first as well
+// (time passing without a try condemns nothing); other errors neither count nor forgive; a confirm forgives.
 func TestRefusalsCondemn(t *testing.T) {
 	now := time.Unix(1e9, 0)
 	r := NewRefusals(time.Minute)
@@ -43,10 +43,14 @@ func TestRefusalsCondemn(t *testing.T) {
 	if _, ok := r.Condemned("b"); ok {
 		t.Fatal("a return condemned before the period passed")
 	}
-	now = now.Add(20 * time.Second)
+	now = now.Add(25 * time.Second) // the period is over, but no try has found the broker refusing since
+	if _, ok := r.Condemned("b"); ok {
+		t.Fatal("a return condemned by time alone, without a try after the period")
+	}
+	r.Strike("b", returned)
 	reason, ok := r.Condemned("b")
-	if !ok || !strings.Contains(reason, "retried 8 times over 1m0s") {
-		t.Fatalf("Condemned(b) = %q, %v after the period", reason, ok)
+	if !ok || !strings.Contains(reason, "retried 9 times over 1m5s") {
+		t.Fatalf("Condemned(b) = %q, %v after a refusal at the period's end", reason, ok)
 	}
 	r.Clear("b")
 	if n, _ := r.Struck("b"); n != 0 {

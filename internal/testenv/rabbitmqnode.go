@@ -269,3 +269,50 @@ func (n *RabbitMQNode) Restart() {
 		n.t.Fatalf("RabbitMQ node %s: %v", n.name, err)
 	}
 }
+
+// TryCtl runs rabbitmqctl against the node alone and returns its output and error, for a caller that
+// records a failure rather than failing the test (the randomized harness applies faults mid-run).
+func (n *RabbitMQNode) TryCtl(timeout time.Duration, args ...string) (string, error) {
+	return n.ctl(timeout, args...)
+}
+
+// Kill kills the node's Erlang VM with SIGKILL (no stop_app, nothing flushed beyond what the broker had
+// written: a crash), waits d, and starts the node again from the same data directory. It returns when the
+// VM was killed and when the node accepted connections again, and a note on the outcome.
+func (n *RabbitMQNode) Kill(d time.Duration) (from, to time.Time, note string) {
+	b, err := os.ReadFile(filepath.Join(n.dir, "pid"))
+	if err != nil {
+		return time.Now(), time.Now(), fmt.Sprintf("read the pid file: %v", err)
+	}
+	pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	if err != nil {
+		return time.Now(), time.Now(), fmt.Sprintf("pid file: %v", err)
+	}
+	from = time.Now()
+	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+		return from, time.Now(), fmt.Sprintf("kill %d: %v", pid, err)
+	}
+	for i := 0; i < 100 && syscall.Kill(pid, 0) == nil; i++ {
+		time.Sleep(50 * time.Millisecond)
+	}
+	if n.cmd != nil && n.cmd.Process != nil {
+		syscall.Kill(-n.cmd.Process.Pid, syscall.SIGKILL) // what the VM left of its process group (runuser)
+	}
+	time.Sleep(d)
+	if err := n.start(); err != nil {
+		note = err.Error()
+	}
+	return from, time.Now(), note
+}
+
+// AddUser creates a user of the node's with every permission on vhost "/" and returns the node's AMQP URL
+// with its credentials.
+func (n *RabbitMQNode) AddUser(name, password string) (string, error) {
+	if out, err := n.ctl(time.Minute, "add_user", name, password); err != nil {
+		return "", fmt.Errorf("add_user: %v: %s", err, out)
+	}
+	if out, err := n.ctl(time.Minute, "set_permissions", "-p", "/", name, ".*", ".*", ".*"); err != nil {
+		return "", fmt.Errorf("set_permissions: %v: %s", err, out)
+	}
+	return fmt.Sprintf("amqp://%s:%s@127.0.0.1:%d/", name, password, n.port), nil
+}
