@@ -43,6 +43,10 @@ type Setup struct {
 	// exchange their topic names (amqp.topic.target=exchange), one of the harness's own, which
 	// FaultExchangeDelete and FaultExchangeUnbind take away for a while.
 	Mapped, Keyless, ExchangeByTopic bool
+	// Standby runs a hot standby beside each router (never with shards): a second process on the same
+	// slot with the same flags and a /readyz port of its own (docs/operations.md, running two routers).
+	// The router faults then hit the active one, and FaultPGCutActive cuts its PostgreSQL connections alone.
+	Standby bool
 }
 
 // MappedTable is the table of Setup.Mapped.
@@ -67,6 +71,9 @@ func (s Setup) String() string {
 	}
 	if s.Mapped {
 		full += fmt.Sprintf(" mapped=true keyless=%v exchange_by_topic=%v", s.Keyless, s.ExchangeByTopic)
+	}
+	if s.Standby {
+		full += " standby=true"
 	}
 	return fmt.Sprintf("seed=%d tables=%s shards=%d queue=%s unroutable=%s lanes=%d window=%d snapshot_rows=%d writers=%d duration=%v%s",
 		s.Seed, strings.Join(s.Tables, ","), s.Shards, s.QueueType, s.UnroutableType, s.Lanes, s.Window,
@@ -235,6 +242,7 @@ func Generate(seed int64, o Options) Plan {
 	addReplays(&p, seed)
 	addColumnChanges(&p, seed)
 	addMapped(&p, seed)
+	addStandby(&p, seed)
 	for _, f := range p.Faults {
 		if f.Kind == FaultPubGap {
 			p.PublicationCheck = 2 * time.Second
