@@ -12,6 +12,8 @@ type History struct {
 	Setup  gen.Setup
 	Start  time.Time // the schedule's time zero
 	End    time.Time // when recording stopped
+	// Stopping is when the runner began to stop every router at the end (zero: not recorded).
+	Stopping time.Time
 	Rows   []Row     // every row that committed: the tables' final content and the rows deleted in a transaction that committed
 	Deliv  []Delivery
 	Quar   []Quarantined
@@ -72,6 +74,10 @@ type Event struct {
 	Kind     gen.Kind
 	Router   int
 	Note     string   // the outcome: exit code, the command's output's last line
+	// With Setup.Standby, for a fault that hit one process of the router's slot: which one (Sample.Proc),
+	// and when it was gone (its exit, or the cut of its PostgreSQL connections).
+	Proc int
+	Gone time.Time
 	IDs      []string // the events a command acted on: for a replay, the rows it fixed (they must arrive replayed)
 }
 
@@ -82,11 +88,16 @@ const KindIntruderEmit gen.Kind = "intruder-emit"
 // KindRouterExit marks a router process that exited without being told to.
 const KindRouterExit gen.Kind = "router-exit"
 
-// Sample is one /readyz answer of one router (Code 0: no answer).
+// Sample is one /readyz answer of one router (Code 0: no answer). With Setup.Standby, Proc tells the
+// slot's two processes apart and Active is the same process's /readyz?active=1 answer; the samples of one
+// tick of the sampler share Round.
 type Sample struct {
 	At     time.Time
 	Router int
 	Code   int
+	Proc   int
+	Active int
+	Round  int
 }
 
 // LogLine is one line a router process (or a command) wrote, with the time it carried.

@@ -45,6 +45,13 @@ func Coverage(h *History) map[string]int {
 	if s.ExchangeByTopic {
 		c["feature:exchange-by-topic"] = 1
 	}
+	if s.Standby {
+		c["feature:standby"] = 1
+		c["seen:takeovers"] += len(Takeovers(h))
+		if n := overlaps(h); n > 0 {
+			c["seen:two-active-in-one-sample"] = n
+		}
+	}
 	for _, r := range h.Rows {
 		if r.Partition > 0 {
 			c["seen:rows-in-own-partitions"]++
@@ -126,8 +133,15 @@ func Applied(h *History) string {
 		case gen.FaultKill, gen.FaultTerm, gen.CmdResetLive, KindRouterExit:
 			who = fmt.Sprintf(" router=%d", e.Router)
 		}
-		fmt.Fprintf(&b, "  +%6.2fs..+%6.2fs %s%s %s\n", e.From.Sub(h.Start).Seconds(), e.To.Sub(h.Start).Seconds(),
-			e.Kind, who, Trim(e.Note, 300))
+		fmt.Fprintf(&b, "  +%6.2fs..+%6.2fs %s%s %s%s\n", e.From.Sub(h.Start).Seconds(), e.To.Sub(h.Start).Seconds(),
+			e.Kind, who, Trim(e.Note, 300), nextActive(h, e))
+	}
+	if h.Setup.Standby {
+		var ts []string
+		for _, d := range Takeovers(h) {
+			ts = append(ts, fmt.Sprintf("%.2fs", d.Seconds()))
+		}
+		fmt.Fprintf(&b, "takeovers (the active process changed; from its last active sample to the new one's first): %d %s\n", len(ts), strings.Join(ts, " "))
 	}
 	return b.String()
 }
