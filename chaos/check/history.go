@@ -9,17 +9,17 @@ import (
 
 // History is everything one run recorded, the only input of the checker.
 type History struct {
-	Setup  gen.Setup
-	Start  time.Time // the schedule's time zero
-	End    time.Time // when recording stopped
+	Setup gen.Setup
+	Start time.Time // the schedule's time zero
+	End   time.Time // when recording stopped
 	// Stopping is when the runner began to stop every router at the end (zero: not recorded).
 	Stopping time.Time
-	Rows   []Row     // every row that committed: the tables' final content and the rows deleted in a transaction that committed
-	Deliv  []Delivery
-	Quar   []Quarantined
-	Events []Event // faults and operator commands as applied, and routers' own exits
-	Ready  []Sample
-	Logs   []LogLine
+	Rows     []Row // every row that committed: the tables' final content and the rows deleted in a transaction that committed
+	Deliv    []Delivery
+	Quar     []Quarantined
+	Events   []Event // faults and operator commands as applied, and routers' own exits
+	Ready    []Sample
+	Logs     []LogLine
 	// Acked is each slot's confirmed_flush_lsn at the end.
 	Acked map[string]cdc.LSN
 	// Bounds of the duplicates one fault may cause: the in-flight window (lanes × window) plus the largest
@@ -73,12 +73,12 @@ type Event struct {
 	From, To time.Time
 	Kind     gen.Kind
 	Router   int
-	Note     string   // the outcome: exit code, the command's output's last line
+	Note     string // the outcome: exit code, the command's output's last line
 	// With Setup.Standby, for a fault that hit one process of the router's slot: which one (Sample.Proc),
 	// and when it was gone (its exit, or the cut of its PostgreSQL connections).
 	Proc int
 	Gone time.Time
-	IDs      []string // the events a command acted on: for a replay, the rows it fixed (they must arrive replayed)
+	IDs  []string // the events a command acted on: for a replay, the rows it fixed (they must arrive replayed)
 }
 
 // KindIntruderEmit is a call of cdc_router.emit by a role without EXECUTE on it; Note says its outcome,
