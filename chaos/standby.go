@@ -91,10 +91,12 @@ func (w *world) takeoverFault(f gen.Step) check.Event {
 		_, addr := w.stopRouter(k, syscall.SIGKILL, 10*time.Second)
 		e.Gone = time.Now()
 		time.Sleep(f.Dur)
+		w.awaitOther(f.Router, k, e.Gone)
 		w.startRouter(k, addr, nil)
 	case gen.FaultTerm:
 		code, addr := w.stopRouter(k, syscall.SIGTERM, 45*time.Second)
 		e.Gone = time.Now()
+		w.awaitOther(f.Router, k, e.Gone)
 		w.startRouter(k, addr, nil)
 		note = fmt.Sprintf("exit %d %s", code, note)
 	case gen.FaultPGCutActive:
@@ -104,3 +106,18 @@ func (w *world) takeoverFault(f gen.Step) check.Event {
 	e.To, e.Note = time.Now(), note
 	return e
 }
+
+// awaitOther waits until a process of slot i other than k is active, at most takeoverWait after gone: a
+// supervisor restarts the old router only once the standby took over (otherwise the restarted one, which
+// tries at once, often wins the slot back before the standby's next attempt, a second apart).
+func (w *world) awaitOther(i, k int, gone time.Time) {
+	for time.Since(gone) < takeoverWait {
+		if a, ok := w.activeProc(i); ok && a != k {
+			return
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// takeoverWait bounds awaitOther: past the checker's takeover bound, so that a slow takeover is seen.
+const takeoverWait = 8 * time.Second
