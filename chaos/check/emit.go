@@ -25,7 +25,7 @@ func checkForged(h *History, _ Limits) []Violation {
 		}
 	}
 	for _, e := range h.Events {
-		if e.Kind == KindIntruderEmit && !strings.HasPrefix(e.Note, "refused") {
+		if e.Kind == KindIntruderEmit && !strings.HasPrefix(e.Note, "refused") && !connectionLost(e.Note) {
 			vs = append(vs, Violation{Detail: fmt.Sprintf("a role without EXECUTE on emit called it at +%.2fs: %s",
 				e.From.Sub(h.Start).Seconds(), e.Note), At: e.From})
 		}
@@ -47,4 +47,15 @@ func checkForged(h *History, _ Limits) []Violation {
 	}
 	return append(vs, Violation{Detail: fmt.Sprintf("message %s, unsigned or forged, committed at +%.2fs, yet no quarantine record says %q",
 		due.ID, due.Committed.Sub(h.Start).Seconds(), unauthenticated), At: due.Committed})
+}
+
+// connectionLost reports whether a call's outcome is the loss of its connection (PostgreSQL restarting or
+// shutting down, the socket closed), which tells nothing of the role's rights: the call got no verdict.
+func connectionLost(note string) bool {
+	for _, m := range []string{"SQLSTATE 57P01", "SQLSTATE 57P02", "SQLSTATE 57P03", "SQLSTATE 08006", "conn closed", "unexpected EOF", "connection reset by peer"} {
+		if strings.HasPrefix(note, "failed otherwise") && strings.Contains(note, m) {
+			return true
+		}
+	}
+	return false
 }
