@@ -20,4 +20,8 @@
 //     bound, unless another fault follows (features_test.go).
 //  9. A record quarantine replay marks replayed, and a row the operator fixed and replayed, arrived with
 //     x-replayed, and nothing arrives replayed that no record has (features_test.go).
+//  10. With a hot standby, one router active at a time: never two processes of a slot answering
+//     /readyz?active=1 with 200 in two samples in a row (a split brain), never none past the takeover bound
+//     unless an outage explains it; the stall rule reads /readyz?active=1 per slot and never excuses such a
+//     period (standby_test.go).
 package check
