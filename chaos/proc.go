@@ -54,7 +54,7 @@ func (w *world) startRouter(i int, httpAddr string, prev *proc) {
 	if w.closing || prev != nil && (w.routers[i] != prev || prev.intended) {
 		return
 	}
-	p := &proc{idx: i, httpAddr: httpAddr, out: &logWriter{rec: w.rec, router: w.slotOf(i)}, done: make(chan struct{})}
+	p := &proc{idx: i, httpAddr: httpAddr, out: &logWriter{rec: w.rec, router: w.slotOf(i), proc: i / w.plan.Setup.Routers()}, done: make(chan struct{})}
 	p.cmd = exec.Command(w.bin, append(w.routerArgs(w.slotOf(i)), "--http-addr", httpAddr)...)
 	p.cmd.Env = append(os.Environ(), "CDC_ROUTER_PG_URL="+w.pgURLOf(i), "CDC_ROUTER_AMQP_URL="+w.proxiedAMQPURL(),
 		"CDC_ROUTER_SLOT="+w.db, "CDC_ROUTER_EXCHANGE="+w.exchange)

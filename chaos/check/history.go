@@ -104,6 +104,7 @@ type Sample struct {
 type LogLine struct {
 	At     time.Time
 	Router int // -1 for commands
+	Proc   int // with Setup.Standby: which of the slot's processes (Sample.Proc)
 	Level  string
 	Text   string
 }

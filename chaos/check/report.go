@@ -141,7 +141,7 @@ func Applied(h *History) string {
 		for _, d := range Takeovers(h) {
 			ts = append(ts, fmt.Sprintf("%.2fs", d.Seconds()))
 		}
-		fmt.Fprintf(&b, "takeovers (the active process changed; from its last active sample to the new one's first): %d %s\n", len(ts), strings.Join(ts, " "))
+		fmt.Fprintf(&b, "takeovers (the active process changed; from its last active sample to the new one's first, an outage between included): %d %s\n", len(ts), strings.Join(ts, " "))
 	}
 	return b.String()
 }
@@ -186,7 +186,11 @@ func Shorten(h *History, vs []Violation) string {
 	for _, l := range h.Logs {
 		// A quarantined row is expected (the poison rows); the warnings that matter are the others.
 		if (l.Level == "WARN" || l.Level == "ERROR") && !strings.Contains(l.Text, `msg="row quarantined"`) {
-			warn = append(warn, fmt.Sprintf("  router %d +%.2fs %s", l.Router, l.At.Sub(h.Start).Seconds(), Trim(l.Text, 400)))
+			who := fmt.Sprint(l.Router)
+			if h.Setup.Standby && l.Router >= 0 {
+				who += fmt.Sprintf(" proc %d", l.Proc)
+			}
+			warn = append(warn, fmt.Sprintf("  router %s +%.2fs %s", who, l.At.Sub(h.Start).Seconds(), Trim(l.Text, 400)))
 		}
 	}
 	if len(warn) > 15 {
