@@ -115,3 +115,19 @@ func TestStandbyNeverWithShards(t *testing.T) {
 		t.Fatalf("only %d of 300 seeds run a standby", n)
 	}
 }
+
+// The CI seeds (ciSeeds in chaos/chaos_test.go) draw no standby: the standby's generator came last and left
+// their plans as they were.
+func TestCISeedsDrawNoStandby(t *testing.T) {
+	for _, seed := range []int64{107, 2026, 2160} {
+		p := Generate(seed, Options{})
+		if p.Setup.Standby {
+			t.Errorf("seed %d draws a standby", seed)
+		}
+		for _, f := range p.Faults {
+			if f.Kind == FaultPGCutActive {
+				t.Errorf("seed %d draws %s", seed, f.Kind)
+			}
+		}
+	}
+}
