@@ -82,29 +82,56 @@ var takeoverKinds = map[gen.Kind]bool{gen.FaultKill: true, gen.FaultTerm: true, 
 
 // noOutage are the kinds that leave the routers able to hold their slot.
 var noOutage = map[gen.Kind]bool{gen.CmdBackfill: true, gen.CmdReplay: true, gen.CmdResetLive: true, gen.FaultColumn: true,
-	gen.FaultPartAttach: true, gen.FaultPartDetach: true, gen.FaultPartDrop: true, gen.FaultExchangeDelete: true,
-	gen.FaultExchangeUnbind: true, KindIntruderEmit: true}
+	gen.FaultPartAttach: true, gen.FaultPartDetach: true, gen.FaultPartDrop: true, KindIntruderEmit: true}
 
-// withoutActive reports whether a slot may have no active router at t: the end's stop has begun, a
-// SIGTERMed router drains, or an outage (a PostgreSQL or broker fault, a publication gap, a reset with the
-// routers stopped, any kind not in noOutage or takeoverKinds) lasts or ended within outageRecovery.
-func withoutActive(h *History, t time.Time) bool {
-	if !h.Stopping.IsZero() && !t.Before(h.Stopping) {
-		return true
+// window is a period in which a slot may have no active router.
+type window struct{ from, to time.Time }
+
+// outages are the periods in which a slot may have no active router: the end's stop; a SIGTERMed router's
+// drain (until Event.Gone); an outage (a PostgreSQL or broker fault, an AMQP cut or pause, a publication
+// gap, an exchange taken away, a reset with the routers stopped, a gap refusal, any kind not in noOutage
+// or takeoverKinds) while it lasts and outageRecovery after; and a row the broker refuses, from its commit
+// to outageRecovery after its quarantine (the router restarts at each refusal for --refusal-retry, and a
+// new active router starts that retry again).
+func outages(h *History) []window {
+	var ws []window
+	if !h.Stopping.IsZero() {
+		ws = append(ws, window{h.Stopping, h.End.Add(time.Hour)})
 	}
 	for _, e := range h.Events {
 		switch {
 		case e.Kind == KindRouterExit && gapRefusal(e.Note):
-			// A refusal both processes meet, naming its fix.
-			if !t.Before(e.From) && !t.After(e.To.Add(outageRecovery)) {
-				return true
-			}
+			ws = append(ws, window{e.From, e.To.Add(outageRecovery)})
 		case takeoverKinds[e.Kind]:
-			if !e.Gone.IsZero() && !t.Before(e.From) && !t.After(e.Gone) {
-				return true
+			if !e.Gone.IsZero() {
+				ws = append(ws, window{e.From, e.Gone})
 			}
 		case noOutage[e.Kind]:
-		case !t.Before(e.From) && !t.After(e.To.Add(outageRecovery)):
+		default:
+			ws = append(ws, window{e.From, e.To.Add(outageRecovery)})
+		}
+	}
+	quarAt := map[string]time.Time{}
+	for _, q := range h.Quar {
+		if at, ok := quarAt[q.EventID]; !ok || q.At.Before(at) {
+			quarAt[q.EventID] = q.At
+		}
+	}
+	for _, r := range h.Rows {
+		if r.Refused {
+			to, ok := quarAt[r.ID]
+			if !ok {
+				to = h.End
+			}
+			ws = append(ws, window{r.Committed, to.Add(outageRecovery)})
+		}
+	}
+	return ws
+}
+
+func within(ws []window, t time.Time) bool {
+	for _, w := range ws {
+		if !t.Before(w.from) && !t.After(w.to) {
 			return true
 		}
 	}
@@ -119,7 +146,7 @@ type gap struct {
 }
 
 // activeGaps are the periods longer than bound, from a slot's first active router on, in which it had none
-// and withoutActive did not explain it.
+// and no outage explains it.
 func activeGaps(h *History, bound time.Duration) []gap {
 	var gaps []gap
 	started := map[int]bool{}
@@ -132,6 +159,7 @@ func activeGaps(h *History, bound time.Duration) []gap {
 			delete(open, router)
 		}
 	}
+	ws := outages(h)
 	var last time.Time
 	for _, r := range rounds(h) {
 		last = r.at
@@ -141,7 +169,7 @@ func activeGaps(h *History, bound time.Duration) []gap {
 		if !started[r.router] {
 			continue
 		}
-		if len(r.active) == 0 && !withoutActive(h, r.at) {
+		if len(r.active) == 0 && !within(ws, r.at) {
 			if _, ok := open[r.router]; !ok {
 				open[r.router] = r.at
 			}
@@ -159,7 +187,7 @@ func activeGaps(h *History, bound time.Duration) []gap {
 // checkActive holds a slot with a standby to one active router at a time: never two processes answering
 // /readyz?active=1 with 200 in two ticks of the sampler in a row (a split brain; one tick may catch the
 // old router not yet aware that it lost its session), and never none for longer than the takeover bound
-// unless an outage explains it (withoutActive).
+// unless an outage explains it (outages).
 func checkActive(h *History, l Limits) []Violation {
 	if !h.Setup.Standby {
 		return nil

@@ -87,6 +87,14 @@ func TestNoActiveRouterPastTheBound(t *testing.T) {
 	if vs := Check(h, l); len(vs) != 0 {
 		t.Fatalf("no active router during a PostgreSQL restart: %v", vs)
 	}
+	// A row the broker refuses holds whichever router is active in its retries until its quarantine.
+	h.Events = h.Events[:1]
+	h.Rows = append(h.Rows, Row{ID: "r", Aggregate: "order/2", Version: 1, Refused: true, Committed: at(2.9)})
+	h.Quar = []Quarantined{{EventID: "r", Reason: "RabbitMQ refused this event 3 times in a row", At: at(6)}}
+	if vs := Check(h, l); len(vs) != 0 {
+		t.Fatalf("no active router while a refused row is retried: %v", vs)
+	}
+	h.Rows, h.Quar = h.Rows[:3], nil
 	// A SIGTERMed router drains until it is gone; the bound counts from its exit.
 	h.Events = []Event{{From: at(2), To: at(6.5), Gone: at(6), Kind: gen.FaultTerm}}
 	if vs := Check(h, l); len(vs) != 0 {
