@@ -3,6 +3,7 @@ package check
 import (
 	"fmt"
 	"sort"
+	"strings"
 	"time"
 
 	"github.com/cdc-router/cdc-router/chaos/gen"
@@ -273,16 +274,27 @@ func overlaps(h *History) int {
 	return n
 }
 
-// nextActive says, for a fault that hit one process of a slot with a standby, which process was active
-// next and how long after the old one was gone: " (proc 0 hit; proc 1 active 0.95s after)".
+// nextActive says, for a fault that hit one process of a slot with a standby, which process logged that
+// it streams first after the old one was gone, and which the samples saw active first (a takeover shorter
+// than a sample's interval may be missed by the samples): " (proc 0 hit; proc 1 streams 0.87s after; first
+// active sample: proc [1] 1.01s after)".
 func nextActive(h *History, e Event) string {
 	if !h.Setup.Standby || e.Gone.IsZero() {
 		return ""
 	}
-	for _, r := range rounds(h) {
-		if r.router == e.Router && r.at.After(e.Gone) && len(r.active) > 0 {
-			return fmt.Sprintf(" (proc %d hit; proc %v active %.2fs after)", e.Proc, r.active, r.at.Sub(e.Gone).Seconds())
+	streams := "no process streams after"
+	for _, l := range h.Logs {
+		if l.Router == e.Router && l.At.After(e.Gone) && strings.Contains(l.Text, "msg=streaming") {
+			streams = fmt.Sprintf("proc %d streams %.2fs after", l.Proc, l.At.Sub(e.Gone).Seconds())
+			break
 		}
 	}
-	return fmt.Sprintf(" (proc %d hit; none active after)", e.Proc)
+	sample := "none"
+	for _, r := range rounds(h) {
+		if r.router == e.Router && r.at.After(e.Gone) && len(r.active) > 0 {
+			sample = fmt.Sprintf("proc %v %.2fs after", r.active, r.at.Sub(e.Gone).Seconds())
+			break
+		}
+	}
+	return fmt.Sprintf(" (proc %d hit; %s; first active sample: %s)", e.Proc, streams, sample)
 }

@@ -56,7 +56,8 @@ func TestTakeoverWithinTheBound(t *testing.T) {
 	if got := Takeovers(h); len(got) != 1 || got[0] != 1500*time.Millisecond {
 		t.Fatalf("takeovers %v, want one of 1.5s", got)
 	}
-	if r := Applied(h); !strings.Contains(r, "proc [1] active 0.99s after") || !strings.Contains(r, "takeovers") {
+	h.Logs = []LogLine{{At: at(3.8), Router: 0, Proc: 1, Level: "INFO", Text: "level=INFO msg=streaming previous=standby"}}
+	if r := Applied(h); !strings.Contains(r, "proc 1 streams 0.79s after; first active sample: proc [1] 0.99s after") || !strings.Contains(r, "takeovers") {
 		t.Fatalf("the report does not name the takeover:\n%s", r)
 	}
 	h.Rows = nil // Coverage counts transactions by the writers' aggregate ids, which these are not
