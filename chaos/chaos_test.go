@@ -22,6 +22,7 @@ var (
 	baseFlag   = flag.Int64("chaos.base", 0, "with -chaos.seeds: the first seed (0: from the clock)")
 	brokenFlag = flag.String("chaos.known-broken", "", "comma-separated kinds of knownBroken to generate anyway, or all")
 	durFlag    = flag.Duration("chaos.duration", 20*time.Second, "how long each seed writes and injects faults")
+	dumpFlag   = flag.Bool("chaos.dump", false, "write every seed's whole history as JSON, not only a failing one's")
 )
 
 // ciSeeds are the seeds the normal suite runs (make test, CI): a handful that pass on main and together
@@ -106,6 +107,9 @@ func TestChaos(t *testing.T) {
 			}
 			t.Logf("seed %d: %d rows, %d deliveries, %d quarantined, %v; coverage: %s\n%s", seed, len(h.Rows), len(h.Deliv),
 				len(h.Quar), time.Since(t0).Round(time.Second), gen.Counts(cov), check.Applied(h))
+			if *dumpFlag {
+				t.Logf("the whole history: %s", dump(h))
+			}
 			if len(vs) > 0 {
 				var b strings.Builder
 				for _, v := range vs {

@@ -81,16 +81,16 @@ func (wr *writer) emitRows(ctx context.Context, tx pgx.Tx, rs []check.Row) error
 // signature, one with a made-up MAC, or a call of emit itself. It returns the rows (Forged: never to be
 // published) and, for each call of emit, its outcome; the call must be refused.
 func (wr *writer) forge(ctx context.Context, op gen.Step) ([]check.Row, []string) {
-	if wr.intruder == nil {
-		c, err := pgx.Connect(ctx, wr.w.roleURL(wr.w.intruderRole()))
-		if err != nil {
-			return nil, nil
-		}
-		wr.intruder = c
-	}
 	var rows []check.Row
 	var calls []string
 	for range op.N {
+		if wr.intruder == nil { // first, or closed after a failure (PostgreSQL restarting)
+			c, err := pgx.Connect(ctx, wr.w.roleURL(wr.w.intruderRole()))
+			if err != nil {
+				return rows, calls
+			}
+			wr.intruder = c
+		}
 		wr.txn++ // each message is a transaction of its own
 		r := check.Row{Txn: wr.txn, ID: uuid(), Aggregate: fmt.Sprintf("order/w%d-%d", wr.n, wr.erng.IntN(aggregatesPerWriter)),
 			Version: 1_000_000 + wr.erng.Int64N(1000), Op: gen.OpForged, Forged: true, Table: "message:" + messagePrefix}

@@ -53,6 +53,10 @@ func (w *world) inject(start time.Time, faults []gen.Step, bg *sync.WaitGroup) {
 			w.exchangeFault(f, bg)
 			continue
 		}
+		if w.plan.Setup.Standby && (f.Kind == gen.FaultKill || f.Kind == gen.FaultTerm || f.Kind == gen.FaultPGCutActive) {
+			w.rec.event(w.takeoverFault(f))
+			continue
+		}
 		switch f.Kind {
 		case gen.FaultBrokerRestart, gen.FaultMemAlarm:
 			w.brokerFault(f)
@@ -127,17 +131,25 @@ func (w *world) apply(f gen.Step) string {
 	return ""
 }
 
-// resetIdle stops router 0 gracefully, lets the writers go on for d (their rows wait in the slot), runs
-// reset without --force, and starts the router again. The stop and the reset are recorded apart.
+// resetIdle stops router 0 gracefully (and its standby), lets the writers go on for d (their rows wait in
+// the slot), runs reset without --force, and starts the router again. The stop and the reset are recorded
+// apart.
 func (w *world) resetIdle(d time.Duration) {
 	from := time.Now()
-	code, addr := w.stopRouter(0, syscall.SIGTERM, 45*time.Second)
-	w.rec.event(check.Event{From: from, To: time.Now(), Kind: gen.FaultTerm, Note: fmt.Sprintf("exit %d (before a reset)", code)})
+	var addrs []string
+	for _, k := range w.slotProcs(0) {
+		code, addr := w.stopRouter(k, syscall.SIGTERM, 45*time.Second)
+		addrs = append(addrs, addr)
+		now := time.Now()
+		w.rec.event(check.Event{From: from, To: now, Gone: now, Kind: gen.FaultTerm, Proc: k / w.plan.Setup.Routers(), Note: fmt.Sprintf("exit %d (before a reset)", code)})
+	}
 	time.Sleep(d)
 	from = time.Now()
 	out, code := w.cli(time.Minute, "reset", "--slot", w.slot(0))
 	w.rec.event(check.Event{From: from, To: time.Now(), Kind: gen.CmdResetIdle, Note: fmt.Sprintf("exit %d: %s", code, lastLine(out))})
-	w.startRouter(0, addr, nil)
+	for i, k := range w.slotProcs(0) {
+		w.startRouter(k, addrs[i], nil)
+	}
 }
 
 func (w *world) backfill(n int) string {

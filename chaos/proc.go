@@ -48,17 +48,18 @@ func (w *world) routerArgs(i int) []string {
 	return args
 }
 
-// startRouter starts router i (again) on its fixed HTTP address. With prev set, only if prev is still
-// router i's process and nobody stopped it on purpose (a supervisor's restart).
+// startRouter starts router process i (again; standby.go: process i serves slot slotOf(i)) on its fixed HTTP
+// address. With prev set, only if prev is still process i and nobody stopped it on purpose (a supervisor's
+// restart).
 func (w *world) startRouter(i int, httpAddr string, prev *proc) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if w.closing || prev != nil && (w.routers[i] != prev || prev.intended) {
 		return
 	}
-	p := &proc{idx: i, httpAddr: httpAddr, out: &logWriter{rec: w.rec, router: i}, done: make(chan struct{})}
-	p.cmd = exec.Command(w.bin, append(w.routerArgs(i), "--http-addr", httpAddr)...)
-	p.cmd.Env = append(os.Environ(), "CDC_ROUTER_PG_URL="+w.proxiedPGURL(), "CDC_ROUTER_AMQP_URL="+w.proxiedAMQPURL(),
+	p := &proc{idx: i, httpAddr: httpAddr, out: &logWriter{rec: w.rec, router: w.slotOf(i), proc: i / w.plan.Setup.Routers()}, done: make(chan struct{})}
+	p.cmd = exec.Command(w.bin, append(w.routerArgs(w.slotOf(i)), "--http-addr", httpAddr)...)
+	p.cmd.Env = append(os.Environ(), "CDC_ROUTER_PG_URL="+w.pgURLOf(i), "CDC_ROUTER_AMQP_URL="+w.proxiedAMQPURL(),
 		"CDC_ROUTER_SLOT="+w.db, "CDC_ROUTER_EXCHANGE="+w.exchange)
 	p.cmd.Stdout, p.cmd.Stderr = p.out, p.out
 	if err := p.cmd.Start(); err != nil {
@@ -76,7 +77,7 @@ func (w *world) startRouter(i int, httpAddr string, prev *proc) {
 			return
 		}
 		now := time.Now()
-		w.rec.event(check.Event{From: now, To: now, Kind: check.KindRouterExit, Router: i,
+		w.rec.event(check.Event{From: now, To: now, Kind: check.KindRouterExit, Router: w.slotOf(i), Proc: i / w.plan.Setup.Routers(),
 			Note: fmt.Sprintf("exit %d: %s", p.cmd.ProcessState.ExitCode(), p.out.lastError())})
 		time.Sleep(time.Second)
 		w.startRouter(i, httpAddr, p)
@@ -114,12 +115,21 @@ func (w *world) ready(i int) bool {
 	return resp.StatusCode == http.StatusOK
 }
 
-// sampleReady asks every router's /readyz every 500 ms until stop is closed.
+// sampleReady asks every router's /readyz every 500 ms until stop is closed (with a standby, each process's
+// /readyz and /readyz?active=1).
 func (w *world) sampleReady(stop <-chan struct{}) {
 	client := &http.Client{Timeout: time.Second}
 	tick := time.NewTicker(500 * time.Millisecond)
 	defer tick.Stop()
-	for {
+	get := func(url string) int {
+		resp, err := client.Get(url)
+		if err != nil {
+			return 0
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	for round := 0; ; round++ {
 		select {
 		case <-stop:
 			return
@@ -132,18 +142,20 @@ func (w *world) sampleReady(stop <-chan struct{}) {
 		}
 		w.mu.Unlock()
 		for i, a := range addrs {
-			code := 0
-			if resp, err := client.Get("http://" + a + "/readyz"); err == nil {
-				code = resp.StatusCode
-				resp.Body.Close()
+			s := check.Sample{At: time.Now(), Router: w.slotOf(i), Proc: i / w.plan.Setup.Routers(), Code: get("http://" + a + "/readyz"), Round: round}
+			if w.plan.Setup.Standby {
+				s.Active = get("http://" + a + "/readyz?active=1")
 			}
-			w.rec.sample(check.Sample{At: time.Now(), Router: i, Code: code})
+			w.rec.sample(s)
 		}
 	}
 }
 
 // stopAll stops every router gracefully at the end of a run.
 func (w *world) stopAll() {
+	w.rec.mu.Lock()
+	w.rec.h.Stopping = time.Now()
+	w.rec.mu.Unlock()
 	w.mu.Lock()
 	w.closing = true
 	ps := append([]*proc(nil), w.routers...)

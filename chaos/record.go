@@ -54,6 +54,7 @@ func (r *recorder) delivered() map[string]bool {
 type logWriter struct {
 	rec    *recorder
 	router int
+	proc   int // with a standby: which of the slot's processes
 	mu     sync.Mutex
 	part   []byte
 	last   []string // the last lines, for exit notes
@@ -70,7 +71,9 @@ func (w *logWriter) Write(p []byte) (int, error) {
 		}
 		line := string(w.part[:i])
 		w.part = w.part[i+1:]
-		w.rec.log(parseLine(w.router, line))
+		l := parseLine(w.router, line)
+		l.Proc = w.proc
+		w.rec.log(l)
 		w.last = append(w.last, line)
 		if len(w.last) > 20 {
 			w.last = w.last[1:]

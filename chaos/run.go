@@ -47,12 +47,9 @@ func Run(t testing.TB, pg *testenv.Postgres, bin string, plan gen.Plan) *check.H
 	if err != nil {
 		t.Fatalf("consumer: %v", err)
 	}
-	w.routers = make([]*proc, s.Routers())
 	start := time.Now()
 	w.rec.h.Start = start
-	for i := range s.Routers() {
-		w.startRouter(i, freeAddr(), nil)
-	}
+	w.startAll()
 	stopSampler, sampled := make(chan struct{}), make(chan struct{})
 	go func() { defer close(sampled); w.sampleReady(stopSampler) }()
 	stopOperator, operated := make(chan struct{}), make(chan struct{})

@@ -50,8 +50,10 @@ type world struct {
 	hugeCommitted chan struct{} // closed when the huge transaction committed, at hugeAt
 	hugeAt        time.Time
 
+	procPG []*testenv.Proxy // with gen.Setup.Standby: each router process's own proxy in front of pgProxy
+
 	mu      sync.Mutex
-	routers []*proc
+	routers []*proc // by process: one per slot, two with a standby (standby.go)
 	closing bool
 }
 

@@ -2,11 +2,14 @@ package e2e
 
 import (
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/cdc-router/cdc-router/internal/testenv"
 )
 
 // standbyRouter is a router with its HTTP endpoints, for the standby tests.
@@ -148,4 +151,47 @@ func TestStandbyTakesOverAfterSIGKILL(t *testing.T) {
 	stop()
 	t.Logf("standby takeover after SIGKILL of the active router: %v", takeovers)
 	expectEveryEventInOrder(t, c, w, "two routers, active killed twice", 90*time.Second)
+}
+
+// TestStandbyOutlastsAPostgreSQLOutage: a standby whose PostgreSQL does not answer for longer than a first
+// start's 30 s grace goes on retrying, as the active router does, and takes over afterwards. The chaos
+// harness found it (seed 10 with a standby): at the end of a 30 s PostgreSQL blackhole the standby exited
+// "the router does not retry this", as if its setup had never worked.
+func TestStandbyOutlastsAPostgreSQLOutage(t *testing.T) {
+	e := newStreamEnv(t)
+	c := e.consume(e.queue)
+	first := e.startWithHTTP()
+	first.waitLog("msg=streaming ", 30*time.Second)
+	// The standby alone reaches PostgreSQL through a proxy, which then forwards nothing for 40 s: each of its
+	// attempts ends after --pg-timeout.
+	p := testenv.NewProxy(t, fmt.Sprintf("127.0.0.1:%d", pg.Port))
+	direct := e.pgURL
+	e.pgURL = strings.Replace(direct, fmt.Sprintf("127.0.0.1:%d", pg.Port), p.Addr, 1)
+	addr := freeAddr(t)
+	second := standbyRouter{e.start("", "--http-addr", addr, "--pg-timeout", "5s"), addr}
+	e.pgURL = direct
+	second.expectStandby()
+	p.Pause()
+	time.Sleep(40 * time.Second)
+	if code, exited := second.Wait(10 * time.Millisecond); exited {
+		t.Fatalf("the standby exited %d during a 40 s PostgreSQL outage, want it retrying:\n%s", code, tail(second.Output(), 10))
+	}
+	p.Resume()
+	w := newWriter(t, e.pgURL, 20)
+	stop := writeUntilStopped(w)
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		if _, h := second.health("/healthz"); h.State == "standby" {
+			break
+		}
+		if time.Now().After(deadline) {
+			_, h := second.health("/healthz")
+			t.Fatalf("state %q 15 s after the outage, want standby:\n%s", h.State, tail(second.Output(), 10))
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	first.signal(syscall.SIGKILL)
+	second.waitLog("msg=streaming ", 15*time.Second)
+	stop()
+	expectEveryEventInOrder(t, c, w, "a standby after a PostgreSQL outage, then the active router killed", 60*time.Second)
 }

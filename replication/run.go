@@ -28,7 +28,8 @@ import (
 // startupGrace is how long connection failures are retried before the first successful start; after it,
 // the router gives up with the last error instead of retrying a setup that never worked. A run that got as
 // far as the initial snapshot's copy has a setup that works: its failures are retried as a streaming
-// router's are, however long the copy took.
+// router's are, however long the copy took. So has a standby, which reached PostgreSQL and found the slot
+// held: it outlasts an outage as the active router does (it is there to take over after one).
 const startupGrace = 30 * time.Second
 
 // standbyRetry is how often a router in standby tries to take the slot. It bounds the takeover after the
@@ -53,7 +54,8 @@ func Run(ctx context.Context, cfg Config, dial Dialer, log *slog.Logger, stats *
 	stop := newStopClock(ctx, cfg.ShutdownTimeout)
 	began := time.Now()
 	started, standby := false, false
-	copied := false // a run reached the initial snapshot's copy: the setup works
+	stoodBy := false // found the slot held by another router at least once: the connection works
+	copied := false  // a run reached the initial snapshot's copy: the setup works
 	backoff := 100 * time.Millisecond
 	net := newSafetyNet(cfg.RefusalRetry)
 	resume := &resumePoint{build: build.ID()}
@@ -82,8 +84,7 @@ func Run(ctx context.Context, cfg Config, dial Dialer, log *slog.Logger, stats *
 			} else {
 				log.Debug("slot still busy; standing by", "error", err)
 			}
-			standby = true
-			began = time.Now() // the start-up grace counts from the end of the standby
+			standby, stoodBy = true, true
 			stats.SetState(metrics.StateStandby, nil)
 			if !sleep(ctx, standbyRetry) {
 				return stopped()
@@ -91,7 +92,7 @@ func Run(ctx context.Context, cfg Config, dial Dialer, log *slog.Logger, stats *
 			continue
 		}
 		standby = false
-		if !started && !copied && time.Since(began) > startupGrace {
+		if !started && !copied && !stoodBy && time.Since(began) > startupGrace {
 			return &Fatal{Msg: err.Error()}
 		}
 		if progressed {
@@ -102,7 +103,7 @@ func Run(ctx context.Context, cfg Config, dial Dialer, log *slog.Logger, stats *
 				"at a time, and one refused "+fmt.Sprint(strikesToQuarantine)+" times in a row is quarantined (a return "+
 				"or a nack only once --refusal-retry has passed since the first)", "lsn", net.until, "refusal_retry", net.strikes.Period)
 		}
-		wait := withinGrace(backoff/2+rand.N(backoff/2+1), began, started || copied)
+		wait := withinGrace(backoff/2+rand.N(backoff/2+1), began, started || copied || stoodBy)
 		if errors.Is(err, pgserver.ErrStandby) {
 			// A failover in progress: look for the promoted standby every second instead of backing off further.
 			wait = min(wait, standbyRetry)

@@ -27,4 +27,8 @@
 //  10. While a right of the routers' user is revoked (RabbitMQ's permissions, PostgreSQL's REPLICATION or
 //     SELECT), each line naming its refusal names the grant, one is an ERROR, and its router answers
 //     /readyz 503 until the restore (ownbroker_test.go).
+//  11. With a hot standby, one router active at a time: never two processes of a slot answering
+//     /readyz?active=1 with 200 in two samples in a row (a split brain), never none past the takeover bound
+//     unless an outage explains it; the stall rule reads /readyz?active=1 per slot and never excuses such a
+//     period (standby_test.go).
 package check

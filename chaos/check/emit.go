@@ -25,7 +25,7 @@ func checkForged(h *History, _ Limits) []Violation {
 		}
 	}
 	for _, e := range h.Events {
-		if e.Kind == KindIntruderEmit && !strings.HasPrefix(e.Note, "refused") && !callLost(e.Note) {
+		if e.Kind == KindIntruderEmit && !strings.HasPrefix(e.Note, "refused") && !connectionLost(e.Note) {
 			vs = append(vs, Violation{Detail: fmt.Sprintf("a role without EXECUTE on emit called it at +%.2fs: %s",
 				e.From.Sub(h.Start).Seconds(), e.Note), At: e.From})
 		}
@@ -49,13 +49,12 @@ func checkForged(h *History, _ Limits) []Violation {
 		due.ID, due.Committed.Sub(h.Start).Seconds(), unauthenticated), At: due.Committed})
 }
 
-// callLost reports whether an intruder's call of emit failed because its connection was lost (a PostgreSQL
-// restart or crash terminated it): its outcome is unknown to the caller, not a success, and a message it
-// may have written is held to never being published like any forged one (seed 583: a fast shutdown
-// during the call).
-func callLost(note string) bool {
-	for _, s := range []string{"SQLSTATE 57P01", "SQLSTATE 57P02", "SQLSTATE 57P03", "conn closed", "unexpected EOF", "connection reset by peer"} {
-		if strings.HasPrefix(note, "failed otherwise: ") && strings.Contains(note, s) {
+// connectionLost reports whether a call's outcome is the loss of its connection (PostgreSQL restarting or
+// shutting down, the socket closed), which tells nothing of the role's rights: the call got no verdict, and a
+// message it may have written is held to never being published like any forged one (seeds 583 and 34).
+func connectionLost(note string) bool {
+	for _, m := range []string{"SQLSTATE 57P01", "SQLSTATE 57P02", "SQLSTATE 57P03", "SQLSTATE 08006", "conn closed", "unexpected EOF", "connection reset by peer"} {
+		if strings.HasPrefix(note, "failed otherwise") && strings.Contains(note, m) {
 			return true
 		}
 	}

@@ -41,6 +41,13 @@ func TestForgedMessagesNeverPublished(t *testing.T) {
 	if vs := Check(h, limits); len(vs) != 0 {
 		t.Fatalf("violations: %v", vs)
 	}
+	// A call whose connection PostgreSQL ended (a restart) got no verdict; any other outcome is a violation.
+	h.Events[0].Note = "failed otherwise: FATAL: terminating connection due to administrator command (SQLSTATE 57P01)"
+	if vs := Check(h, limits); len(vs) != 0 {
+		t.Fatalf("a call cut by a restart: %v", vs)
+	}
+	h.Events[0].Note = "failed otherwise: ERROR: function cdc_router.emit does not exist (SQLSTATE 42883)"
+	broken(t, h, "unauthenticated-never-published", "a role without EXECUTE on emit called it")
 	h.Events[0].Note = "succeeded: emit returned f"
 	broken(t, h, "unauthenticated-never-published", "a role without EXECUTE on emit called it")
 	// A call whose connection a PostgreSQL restart terminated has no outcome; any other failure is no refusal.

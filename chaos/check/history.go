@@ -9,15 +9,17 @@ import (
 
 // History is everything one run recorded, the only input of the checker.
 type History struct {
-	Setup  gen.Setup
-	Start  time.Time // the schedule's time zero
-	End    time.Time // when recording stopped
-	Rows   []Row     // every row that committed: the tables' final content and the rows deleted in a transaction that committed
-	Deliv  []Delivery
-	Quar   []Quarantined
-	Events []Event // faults and operator commands as applied, and routers' own exits
-	Ready  []Sample
-	Logs   []LogLine
+	Setup gen.Setup
+	Start time.Time // the schedule's time zero
+	End   time.Time // when recording stopped
+	// Stopping is when the runner began to stop every router at the end (zero: not recorded).
+	Stopping time.Time
+	Rows     []Row // every row that committed: the tables' final content and the rows deleted in a transaction that committed
+	Deliv    []Delivery
+	Quar     []Quarantined
+	Events   []Event // faults and operator commands as applied, and routers' own exits
+	Ready    []Sample
+	Logs     []LogLine
 	// Acked is each slot's confirmed_flush_lsn at the end.
 	Acked map[string]cdc.LSN
 	// Bounds of the duplicates one fault may cause: the in-flight window (lanes × window) plus the largest
@@ -71,8 +73,12 @@ type Event struct {
 	From, To time.Time
 	Kind     gen.Kind
 	Router   int
-	Note     string   // the outcome: exit code, the command's output's last line
-	IDs      []string // the events a command acted on: for a replay, the rows it fixed (they must arrive replayed)
+	Note     string // the outcome: exit code, the command's output's last line
+	// With Setup.Standby, for a fault that hit one process of the router's slot: which one (Sample.Proc),
+	// and when it was gone (its exit, or the cut of its PostgreSQL connections).
+	Proc int
+	Gone time.Time
+	IDs  []string // the events a command acted on: for a replay, the rows it fixed (they must arrive replayed)
 }
 
 // KindIntruderEmit is a call of cdc_router.emit by a role without EXECUTE on it; Note says its outcome,
@@ -82,17 +88,23 @@ const KindIntruderEmit gen.Kind = "intruder-emit"
 // KindRouterExit marks a router process that exited without being told to.
 const KindRouterExit gen.Kind = "router-exit"
 
-// Sample is one /readyz answer of one router (Code 0: no answer).
+// Sample is one /readyz answer of one router (Code 0: no answer). With Setup.Standby, Proc tells the
+// slot's two processes apart and Active is the same process's /readyz?active=1 answer; the samples of one
+// tick of the sampler share Round.
 type Sample struct {
 	At     time.Time
 	Router int
 	Code   int
+	Proc   int
+	Active int
+	Round  int
 }
 
 // LogLine is one line a router process (or a command) wrote, with the time it carried.
 type LogLine struct {
 	At     time.Time
 	Router int // -1 for commands
+	Proc   int // with Setup.Standby: which of the slot's processes (Sample.Proc)
 	Level  string
 	Text   string
 }

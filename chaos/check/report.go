@@ -48,6 +48,13 @@ func Coverage(h *History) map[string]int {
 	if s.AggregateWindow > 1 {
 		c["feature:aggregate-window"] = 1
 	}
+	if s.Standby {
+		c["feature:standby"] = 1
+		c["seen:takeovers"] += len(Takeovers(h))
+		if n := overlaps(h); n > 0 {
+			c["seen:two-active-in-one-sample"] = n
+		}
+	}
 	for _, r := range h.Rows {
 		if r.Partition > 0 {
 			c["seen:rows-in-own-partitions"]++
@@ -144,8 +151,15 @@ func Applied(h *History) string {
 		case gen.FaultKill, gen.FaultTerm, gen.CmdResetLive, KindRouterExit:
 			who = fmt.Sprintf(" router=%d", e.Router)
 		}
-		fmt.Fprintf(&b, "  +%6.2fs..+%6.2fs %s%s %s\n", e.From.Sub(h.Start).Seconds(), e.To.Sub(h.Start).Seconds(),
-			e.Kind, who, Trim(e.Note, 300))
+		fmt.Fprintf(&b, "  +%6.2fs..+%6.2fs %s%s %s%s\n", e.From.Sub(h.Start).Seconds(), e.To.Sub(h.Start).Seconds(),
+			e.Kind, who, Trim(e.Note, 300), nextActive(h, e))
+	}
+	if h.Setup.Standby {
+		var ts []string
+		for _, d := range Takeovers(h) {
+			ts = append(ts, fmt.Sprintf("%.2fs", d.Seconds()))
+		}
+		fmt.Fprintf(&b, "takeovers (the active process changed; from its last active sample to the new one's first, an outage between included): %d %s\n", len(ts), strings.Join(ts, " "))
 	}
 	return b.String()
 }
@@ -190,7 +204,11 @@ func Shorten(h *History, vs []Violation) string {
 	for _, l := range h.Logs {
 		// A quarantined row is expected (the poison rows); the warnings that matter are the others.
 		if (l.Level == "WARN" || l.Level == "ERROR") && !strings.Contains(l.Text, `msg="row quarantined"`) {
-			warn = append(warn, fmt.Sprintf("  router %d +%.2fs %s", l.Router, l.At.Sub(h.Start).Seconds(), Trim(l.Text, 400)))
+			who := fmt.Sprint(l.Router)
+			if h.Setup.Standby && l.Router >= 0 {
+				who += fmt.Sprintf(" proc %d", l.Proc)
+			}
+			warn = append(warn, fmt.Sprintf("  router %s +%.2fs %s", who, l.At.Sub(h.Start).Seconds(), Trim(l.Text, 400)))
 		}
 	}
 	if len(warn) > 15 {

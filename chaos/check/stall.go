@@ -9,7 +9,9 @@ import (
 
 // checkStall finds each period longer than l.Stall in which a committed row was pending and no row was
 // delivered for the first time. It is excused when every /readyz sample of the period said 503 (or did not
-// answer) and a router logged a WARN or ERROR line in it: the router said it is stuck, and why.
+// answer) and a router logged a WARN or ERROR line in it: the router said it is stuck, and why. With a
+// standby, the slot's samples are its /readyz?active=1 answers (slotSamples), and a period in which no
+// router was active past the takeover bound without an outage (checkActive) is never excused.
 func checkStall(h *History, l Limits) []Violation {
 	first := firstDeliveries(h)
 	quar := quarantinedIDs(h)
@@ -42,7 +44,7 @@ func checkStall(h *History, l Limits) []Violation {
 		if minCommit[i].After(from) {
 			from = minCommit[i]
 		}
-		if b.Sub(from) > l.Stall && !excused(h, from, b, l.Stall) {
+		if b.Sub(from) > l.Stall && (!excused(h, from, b, l.Stall) || noActiveIn(h, from, b, takeoverBound(l))) {
 			vs = append(vs, Violation{Detail: fmt.Sprintf("no progress for %.1fs (+%.2fs .. +%.2fs) with rows pending, while /readyz said %s",
 				b.Sub(from).Seconds(), from.Sub(h.Start).Seconds(), b.Sub(h.Start).Seconds(), readyIn(h, from, b)), At: from})
 		}
@@ -61,7 +63,7 @@ func checkStall(h *History, l Limits) []Violation {
 func excused(h *History, from, to time.Time, bound time.Duration) bool {
 	n := 0
 	var ready time.Time // the first of the current run of 200s; zero outside one
-	for _, s := range h.Ready {
+	for _, s := range slotSamples(h) {
 		if s.At.Before(from) || s.At.After(to) {
 			continue
 		}
@@ -95,7 +97,7 @@ const stallLead = 500 * time.Millisecond
 // readyIn summarizes the /readyz answers between from and to, e.g. "200 x12, 503 x3".
 func readyIn(h *History, from, to time.Time) string {
 	n := map[int]int{}
-	for _, s := range h.Ready {
+	for _, s := range slotSamples(h) {
 		if !s.At.Before(from) && !s.At.After(to) {
 			n[s.Code]++
 		}

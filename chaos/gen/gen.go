@@ -47,6 +47,10 @@ type Setup struct {
 	// aggregate's events, which keeps their first deliveries in commit order unless the broker refuses one
 	// (docs/operations.md, hot aggregates), so it is drawn only for setups whose broker refuses nothing.
 	AggregateWindow int
+	// Standby runs a hot standby beside each router (never with shards): a second process on the same
+	// slot with the same flags and a /readyz port of its own (docs/operations.md, running two routers).
+	// The router faults then hit the active one, and FaultPGCutActive cuts its PostgreSQL connections alone.
+	Standby bool
 }
 
 // MappedTable is the table of Setup.Mapped.
@@ -74,6 +78,9 @@ func (s Setup) String() string {
 	}
 	if s.AggregateWindow > 1 {
 		full += fmt.Sprintf(" aggregate_window=%d", s.AggregateWindow)
+	}
+	if s.Standby {
+		full += " standby=true"
 	}
 	return fmt.Sprintf("seed=%d tables=%s shards=%d queue=%s unroutable=%s lanes=%d window=%d snapshot_rows=%d writers=%d duration=%v%s",
 		s.Seed, strings.Join(s.Tables, ","), s.Shards, s.QueueType, s.UnroutableType, s.Lanes, s.Window,
@@ -264,6 +271,7 @@ func Generate(seed int64, o Options) Plan {
 	addOwnBrokerFaults(&p, seed)
 	addPGRights(&p, seed)
 	addAggregateWindow(&p, seed)
+	addStandby(&p, seed)
 	for _, f := range p.Faults {
 		if f.Kind == FaultPubGap {
 			p.PublicationCheck = 2 * time.Second

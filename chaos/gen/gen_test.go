@@ -45,7 +45,7 @@ func kindsIn(o Options) map[Kind]bool {
 
 func TestKnownBrokenKindsOnlyWhenAsked(t *testing.T) {
 	seen := kindsIn(Options{})
-	for _, k := range []Kind{FaultPubGap, OpHuge, CmdResetIdle, FaultPGHole, OpEmit, OpForged, FaultBrokerRestart, FaultMemAlarm, FaultPartAttach, FaultPartDetach, FaultPartDrop, CmdReplay, FaultColumn, FaultExchangeDelete, FaultExchangeUnbind, "multitable-snapshot", "snapshot-resume-deleted"} {
+	for _, k := range []Kind{FaultPubGap, OpHuge, CmdResetIdle, FaultPGHole, OpEmit, OpForged, FaultBrokerRestart, FaultMemAlarm, FaultPartAttach, FaultPartDetach, FaultPartDrop, CmdReplay, FaultColumn, FaultExchangeDelete, FaultExchangeUnbind, FaultPGCutActive, "multitable-snapshot", "snapshot-resume-deleted"} {
 		if !seen[k] {
 			t.Errorf("%s is not in the default mix", k)
 		}
@@ -125,5 +125,43 @@ func TestAggregateWindowOnlyWhereTheBrokerRefusesNothing(t *testing.T) {
 	}
 	if n < 30 {
 		t.Fatalf("only %d of 300 seeds pipeline an aggregate", n)
+	}
+}
+
+// The hot standby runs beside one router only (no shards), and only its seeds cut the active router alone.
+func TestStandbyNeverWithShards(t *testing.T) {
+	n := 0
+	for seed := int64(1); seed <= 300; seed++ {
+		p := Generate(seed, Options{})
+		if p.Setup.Standby && p.Setup.Shards > 0 {
+			t.Fatalf("seed %d: a standby with %d shards", seed, p.Setup.Shards)
+		}
+		for _, f := range p.Faults {
+			if f.Kind == FaultPGCutActive && !p.Setup.Standby {
+				t.Fatalf("seed %d: %s without a standby", seed, f.Kind)
+			}
+		}
+		if p.Setup.Standby {
+			n++
+		}
+	}
+	if n < 80 {
+		t.Fatalf("only %d of 300 seeds run a standby", n)
+	}
+}
+
+// The CI seeds (ciSeeds in chaos/chaos_test.go) draw no standby: the standby's generator came last and left
+// their plans as they were.
+func TestCISeedsDrawNoStandby(t *testing.T) {
+	for _, seed := range []int64{107, 2026, 2160} {
+		p := Generate(seed, Options{})
+		if p.Setup.Standby {
+			t.Errorf("seed %d draws a standby", seed)
+		}
+		for _, f := range p.Faults {
+			if f.Kind == FaultPGCutActive {
+				t.Errorf("seed %d draws %s", seed, f.Kind)
+			}
+		}
 	}
 }
