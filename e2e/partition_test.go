@@ -16,7 +16,8 @@ import (
 // Within the bound plus slack the router logs a restart naming PostgreSQL with cause postgres, and every
 // connection attempt through the silent forwarder ends within the bound too: the restart counter (cause
 // postgres, never other) goes on growing, /readyz is 503 with a problem that names the PostgreSQL it waits
-// for, and the lag grows although no received event is unconfirmed. Once forwarding resumes every committed
+// for (on the idle stream already before the restart, once the stream's request for a reply has gone
+// unanswered), and the lag grows although no received event is unconfirmed. Once forwarding resumes every committed
 // event arrives, in order.
 func TestPostgresSilentPartition(t *testing.T) { silentPartition(t, false) }
 
@@ -66,6 +67,25 @@ func silentPartition(t *testing.T, underLoad bool) {
 		go func() { defer wg.Done(); w.write(300, 5, 50*time.Millisecond) }() // committed while the router cannot read WAL
 	}
 	paused := time.Now()
+	if !underLoad {
+		// Before the router takes the connection as dead (--pg-timeout), /readyz says that PostgreSQL has
+		// not answered the stream's request for a reply: a readiness probe hears of the silence after
+		// about half the bound, not all of it.
+		for {
+			code, body := get(t, "http://"+addr+"/readyz")
+			if code == 503 && strings.Contains(body, "has not answered the stream's request for a reply") {
+				t.Logf("/readyz 503 %v after the pause: %s", time.Since(paused).Round(100*time.Millisecond), body)
+				break
+			}
+			if strings.Contains(r.Output()[from:], "stream stopped; restarting") {
+				t.Fatalf("the router restarted on the silence before /readyz said PostgreSQL had not answered (last /readyz %d %s)", code, body)
+			}
+			if time.Since(paused) > bound+10*time.Second {
+				t.Fatalf("/readyz never said PostgreSQL had not answered within %v of the pause", time.Since(paused))
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+	}
 
 	warned := func() bool {
 		out := r.Output()[from:]

@@ -62,6 +62,7 @@ type Stats struct {
 	walEnd        atomic.Uint64          // the server's WAL end, from the last keepalive or XLogData
 	heard         atomic.Int64           // when (Unix ns) the walsender last sent anything, in any session; 0 if never
 	silentAfter   atomic.Int64           // the --pg-timeout bound (ns): a longer silence of the walsender counts as lag
+	pinged        atomic.Int64           // when (Unix ns) the stream asked the silent walsender for a reply it has not had; 0 if none
 	oldestPending atomic.Int64           // commit time (Unix ns) of the oldest received, unacknowledged transaction; 0 if none
 	flight        atomic.Pointer[Flight] // the running session's unconfirmed events
 	carried       time.Time              // the commit of the oldest unacknowledged transaction of the last session
@@ -208,6 +209,7 @@ func (s *Stats) SetState(state string, err error) {
 	defer s.mu.Unlock()
 	if s.state != state {
 		s.state, s.since = state, time.Now()
+		s.pinged.Store(0) // a request of the last session has no answer to wait for
 	}
 	if err != nil {
 		s.lastErr = err.Error()
@@ -304,7 +306,37 @@ func (s *Stats) SetWALEnd(end cdc.LSN) { s.walEnd.Store(uint64(end)) }
 func (s *Stats) SetAcknowledged(w cdc.LSN) { s.acked.Store(uint64(w)) }
 
 // Heard records that the walsender sent something at now.
-func (s *Stats) Heard(now time.Time) { s.heard.Store(now.UnixNano()) }
+func (s *Stats) Heard(now time.Time) { s.heard.Store(now.UnixNano()); s.pinged.Store(0) }
+
+// Pinged records that the stream, after half of --pg-timeout without a message, asked the walsender for an
+// immediate reply at now; the next message (Heard) answers it.
+func (s *Stats) Pinged(now time.Time) { s.pinged.Store(now.UnixNano()) }
+
+// Unanswered is the readiness problem of a walsender that has not answered the stream's request for a reply
+// for a while (a quarter of --pg-timeout, at most 2 s: a healthy one answers at once), or "": PostgreSQL
+// may have stopped answering, which the stream takes as a dead connection once --pg-timeout has passed.
+// So a silent server makes /readyz 503 after about half of --pg-timeout rather than all of it.
+func (s *Stats) Unanswered() string {
+	p := s.pinged.Load()
+	if p == 0 {
+		return ""
+	}
+	bound := time.Duration(s.silentAfter.Load())
+	if bound <= 0 {
+		bound = pgserver.DefaultPGTimeout
+	}
+	waited := time.Since(time.Unix(0, p))
+	if waited < min(bound/4, 2*time.Second) {
+		return ""
+	}
+	quiet := time.Duration(0)
+	if h := s.heard.Load(); h != 0 {
+		quiet = time.Since(time.Unix(0, h))
+	}
+	return fmt.Sprintf("PostgreSQL has sent nothing on the replication connection for %v and has not answered the "+
+		"stream's request for a reply for %v (a stalled server or a silent network partition?): the router takes the "+
+		"connection as dead after --pg-timeout %v", quiet.Round(time.Second), waited.Round(100*time.Millisecond), bound)
+}
 
 // SetSilentAfter records the --pg-timeout bound past which the walsender's silence counts as lag.
 func (s *Stats) SetSilentAfter(bound time.Duration) { s.silentAfter.Store(int64(bound)) }

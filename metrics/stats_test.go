@@ -196,3 +196,32 @@ func TestFlightModel(t *testing.T) {
 		}
 	}
 }
+
+// TestUnansweredPing: a request for a reply unanswered for a quarter of the bound (at most 2 s) is a
+// readiness problem naming the silence; an answer (Heard) or a new state clears it.
+func TestUnansweredPing(t *testing.T) {
+	s := &Stats{}
+	s.SetSilentAfter(4 * time.Second)
+	if p := s.Unanswered(); p != "" {
+		t.Fatalf("Unanswered before any ping = %q", p)
+	}
+	s.Heard(time.Now().Add(-3 * time.Second))
+	s.Pinged(time.Now())
+	if p := s.Unanswered(); p != "" {
+		t.Errorf("Unanswered right after the ping = %q, want none yet", p)
+	}
+	s.Pinged(time.Now().Add(-1100 * time.Millisecond))
+	if p := s.Unanswered(); !strings.Contains(p, "has not answered the stream's request for a reply for 1.1s") ||
+		!strings.Contains(p, "for 3s") || !strings.Contains(p, "--pg-timeout 4s") {
+		t.Errorf("Unanswered 1.1 s after the ping with a 4 s bound = %q", p)
+	}
+	s.Heard(time.Now())
+	if p := s.Unanswered(); p != "" {
+		t.Errorf("Unanswered after the answer = %q", p)
+	}
+	s.Pinged(time.Now().Add(-time.Minute))
+	s.SetState(StateRestarting, nil)
+	if p := s.Unanswered(); p != "" {
+		t.Errorf("Unanswered after a restart = %q", p)
+	}
+}

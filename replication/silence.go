@@ -59,6 +59,7 @@ func (s *session) quiet() error {
 		pos = s.tracker.Watermark()
 	}
 	l.pinged = now
+	s.stats.Pinged(now)
 	err := pglogrepl.SendStandbyStatusUpdate(context.Background(), s.conn,
 		pglogrepl.StandbyStatusUpdate{WALWritePosition: pglogrepl.LSN(pos), ReplyRequested: true})
 	if err != nil {
