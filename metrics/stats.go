@@ -63,6 +63,7 @@ type Stats struct {
 	heard         atomic.Int64           // when (Unix ns) the walsender last sent anything, in any session; 0 if never
 	silentAfter   atomic.Int64           // the --pg-timeout bound (ns): a longer silence of the walsender counts as lag
 	pinged        atomic.Int64           // when (Unix ns) the stream asked the silent walsender for a reply it has not had; 0 if none
+	pgWait        atomic.Pointer[pgWait] // the stream's wait on the ordinary connection now; nil if none
 	oldestPending atomic.Int64           // commit time (Unix ns) of the oldest received, unacknowledged transaction; 0 if none
 	flight        atomic.Pointer[Flight] // the running session's unconfirmed events
 	carried       time.Time              // the commit of the oldest unacknowledged transaction of the last session
@@ -210,6 +211,7 @@ func (s *Stats) SetState(state string, err error) {
 	if s.state != state {
 		s.state, s.since = state, time.Now()
 		s.pinged.Store(0) // a request of the last session has no answer to wait for
+		s.pgWait.Store(nil)
 	}
 	if err != nil {
 		s.lastErr = err.Error()
@@ -311,6 +313,42 @@ func (s *Stats) Heard(now time.Time) { s.heard.Store(now.UnixNano()); s.pinged.S
 // Pinged records that the stream, after half of --pg-timeout without a message, asked the walsender for an
 // immediate reply at now; the next message (Heard) answers it.
 func (s *Stats) Pinged(now time.Time) { s.pinged.Store(now.UnixNano()) }
+
+// pgWait is a wait of the stream on PostgreSQL's ordinary connection.
+type pgWait struct {
+	what  string
+	since time.Time
+}
+
+// WaitOnPostgres records that the stream began to wait for PostgreSQL to do what (what "" and a zero since:
+// the wait ended).
+func (s *Stats) WaitOnPostgres(what string, since time.Time) {
+	if what == "" {
+		s.pgWait.Store(nil)
+		return
+	}
+	s.pgWait.Store(&pgWait{what, since})
+}
+
+// WaitingOnPostgres is the readiness problem of a wait of the stream on the ordinary connection that has
+// lasted half of --pg-timeout, at most 5 s and at least 1 s (a healthy server answers such a query at
+// once), or "": meanwhile the stream reads nothing, so only this says that PostgreSQL may have gone silent.
+func (s *Stats) WaitingOnPostgres() string {
+	w := s.pgWait.Load()
+	if w == nil {
+		return ""
+	}
+	bound := time.Duration(s.silentAfter.Load())
+	if bound <= 0 {
+		bound = pgserver.DefaultPGTimeout
+	}
+	waited := time.Since(w.since)
+	if waited < max(min(bound/2, 5*time.Second), time.Second) {
+		return ""
+	}
+	return fmt.Sprintf("the stream has waited %v for PostgreSQL to %s (a stalled server or a silent network "+
+		"partition?), reading nothing meanwhile", waited.Round(100*time.Millisecond), w.what)
+}
 
 // Unanswered is the readiness problem of a walsender that has not answered the stream's request for a reply
 // for a while (a quarter of --pg-timeout, at most 2 s: a healthy one answers at once), or "": PostgreSQL

@@ -225,3 +225,32 @@ func TestUnansweredPing(t *testing.T) {
 		t.Errorf("Unanswered after a restart = %q", p)
 	}
 }
+
+// TestWaitingOnPostgres: a wait of the stream on the ordinary connection is a readiness problem naming it
+// once it has lasted half the bound (at most 5 s, at least 1 s); its end or a new state clears it.
+func TestWaitingOnPostgres(t *testing.T) {
+	s := &Stats{}
+	s.SetSilentAfter(30 * time.Second)
+	s.WaitOnPostgres("write a quarantine record", time.Now().Add(-4*time.Second))
+	if p := s.WaitingOnPostgres(); p != "" {
+		t.Errorf("after 4 s of a wait with a 30 s bound: %q, want none yet", p)
+	}
+	s.WaitOnPostgres("write a quarantine record", time.Now().Add(-6*time.Second))
+	if p := s.WaitingOnPostgres(); !strings.Contains(p, "waited 6s for PostgreSQL to write a quarantine record") {
+		t.Errorf("after 6 s: %q", p)
+	}
+	s.WaitOnPostgres("", time.Time{})
+	if p := s.WaitingOnPostgres(); p != "" {
+		t.Errorf("after the wait ended: %q", p)
+	}
+	s.SetSilentAfter(time.Second)
+	s.WaitOnPostgres("store the position", time.Now().Add(-900*time.Millisecond))
+	if p := s.WaitingOnPostgres(); p != "" {
+		t.Errorf("0.9 s into a wait with a 1 s bound: %q, want none before 1 s", p)
+	}
+	s.WaitOnPostgres("store the position", time.Now().Add(-time.Minute))
+	s.SetState(StateRestarting, nil)
+	if p := s.WaitingOnPostgres(); p != "" {
+		t.Errorf("after a restart: %q", p)
+	}
+}

@@ -69,6 +69,8 @@ func (s *session) save(force bool) error {
 	}
 	ctx, cancel := context.WithDeadline(context.Background(), end)
 	defer cancel()
+	s.stats.WaitOnPostgres("store the position", time.Now())
+	defer s.stats.WaitOnPostgres("", time.Time{})
 	if idle {
 		return s.store.SaveIdle(ctx, p)
 	}

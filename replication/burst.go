@@ -46,9 +46,9 @@ func (b *bursts) due(s *session, all bool) error {
 			return nil
 		}
 		q := o.Record
-		ctx, cancel := s.stop.bounded(30 * time.Second)
+		ctx, end := s.onPostgres("write a quarantine record", 30*time.Second)
 		err := s.quar.Write(ctx, q)
-		cancel()
+		end()
 		if err != nil {
 			return fmt.Errorf("quarantine messages at %s: %w", q.LSN, err)
 		}

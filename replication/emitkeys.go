@@ -23,8 +23,8 @@ func (w *emitKeyWatch) due(s *session) {
 	if s.cfg.Decode.MessagePrefix == "" || !w.Due() {
 		return
 	}
-	ctx, cancel := s.stop.bounded(10 * time.Second)
-	defer cancel()
+	ctx, end := s.onPostgres("reload the emit keys", 10*time.Second)
+	defer end()
 	keys, changed, err := w.Reload(ctx, s.sql)
 	if err != nil {
 		w.log.Warn("could not reload the emit keys; keeping those loaded", "error", err)

@@ -144,8 +144,8 @@ func (s *session) quarantine(q cdc.Quarantined, class string) error {
 		s.bursts.add(s, q, kind, class, -1)
 		return nil
 	}
-	ctx, cancel := s.stop.bounded(30 * time.Second)
-	defer cancel()
+	ctx, end := s.onPostgres("write a quarantine record", 30*time.Second)
+	defer end()
 	if err := s.quar.Write(ctx, q); err != nil {
 		return fmt.Errorf("quarantine row at %s: %w", q.LSN, err)
 	}

@@ -76,3 +76,12 @@ func (s *session) bounded(d time.Duration) time.Duration {
 	}
 	return d
 }
+
+// onPostgres is a wait of the stream on the ordinary connection (what it waits for, bounded by d and the
+// stop): while it runs, the read loop reads nothing, so no ping can find a silent server. It is in the stats
+// meanwhile, so that /readyz says so once it lasts (metrics.Stats.WaitingOnPostgres); end ends it.
+func (s *session) onPostgres(what string, d time.Duration) (ctx context.Context, end func()) {
+	ctx, cancel := s.stop.bounded(d)
+	s.stats.WaitOnPostgres(what, time.Now())
+	return ctx, func() { s.stats.WaitOnPostgres("", time.Time{}); cancel() }
+}

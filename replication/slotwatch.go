@@ -16,7 +16,7 @@ func (w *slotWatch) due(s *session) error {
 	if s.ctx.Err() != nil || !w.Due() { // no reads once the stop is requested: it is bounded
 		return nil
 	}
-	ctx, cancel := s.stop.bounded(s.bounded(5 * time.Second))
+	ctx, cancel := s.onPostgres("read the slot's health", s.bounded(5*time.Second))
 	defer cancel()
 	h, ok, err := w.Read(ctx, s.sql, s.cfg.Slot, s.stats.Slot(), s.log)
 	if ok {

@@ -23,8 +23,8 @@ func (s *session) publicationDue() error {
 	if time.Now().Before(s.watch.Next()) {
 		return nil
 	}
-	ctx, cancel := s.stop.bounded(10 * time.Second)
-	defer cancel()
+	ctx, end := s.onPostgres("check the publication", 10*time.Second)
+	defer end()
 	return s.watch.Due(ctx, s.sql)
 }
 

@@ -45,6 +45,9 @@ func healthOf(s *metrics.Stats, slotProblem string) health {
 		problem = s.Unanswered() // streaming, but PostgreSQL may have gone silent
 	}
 	if problem == "" {
+		problem = s.WaitingOnPostgres() // or the stream waits on its ordinary connection
+	}
+	if problem == "" {
 		problem = s.Waiting() // starting or restarting: what it waits for
 	}
 	return health{State: state, Since: since.UTC().Format(time.RFC3339), AcknowledgedLSN: s.Acknowledged().String(),
@@ -79,7 +82,8 @@ func slotProblem(h pgserver.SlotHealth, minSafe int64) string {
 // creation and the transactions it waits for, or the restart backoff), while the publication no longer carries the outbox, so new rows are not streamed, and while
 // the slot is near invalidation (slotProblem with minSafe), and while RabbitMQ blocks the router's
 // connection (broker: a memory or disk alarm; nothing is published until it clears), and while PostgreSQL has not
-// answered the stream's request for a reply (metrics.Stats.Unanswered). /readyz?active=1 answers 503 in standby too,
+// answered the stream's request for a reply (metrics.Stats.Unanswered) or a wait of the stream on its ordinary
+// connection lasts (metrics.Stats.WaitingOnPostgres). /readyz?active=1 answers 503 in standby too,
 // for a probe or a Service that wants only the router that holds the slot.
 func handler(s *metrics.Stats, gather prometheus.Gatherer, minSafe int64, broker func() string) http.Handler {
 	if broker == nil {
