@@ -30,17 +30,22 @@ func (w *world) createEmitRoles(ctx context.Context, conn *pgx.Conn) error {
 		if _, err := conn.Exec(ctx, `CREATE ROLE `+role+` LOGIN`); err != nil {
 			return fmt.Errorf("create role %s: %w", role, err)
 		}
-		w.t.Cleanup(func() {
-			c, err := pgx.Connect(ctx, w.pg.URL(w.db))
-			if err != nil {
-				return
-			}
-			defer c.Close(ctx)
-			c.Exec(ctx, `DROP OWNED BY `+role)
-			c.Exec(ctx, `DROP ROLE `+role)
-		})
+		w.dropRoleAtCleanup(ctx, role)
 	}
 	return nil
+}
+
+// dropRoleAtCleanup drops role, and what it owns, when the test ends.
+func (w *world) dropRoleAtCleanup(ctx context.Context, role string) {
+	w.t.Cleanup(func() {
+		c, err := pgx.Connect(ctx, w.pg.URL(w.db))
+		if err != nil {
+			return
+		}
+		defer c.Close(ctx)
+		c.Exec(ctx, `DROP OWNED BY `+role)
+		c.Exec(ctx, `DROP ROLE `+role)
+	})
 }
 
 // grantWriter gives the writer role what a service that writes events needs (docs/operations.md, the

@@ -32,15 +32,7 @@ func (w *world) createPGRouterRole(ctx context.Context, conn *pgx.Conn) error {
 			return fmt.Errorf("%s: %w", q, err)
 		}
 		if i == 0 {
-			w.t.Cleanup(func() {
-				c, err := pgx.Connect(ctx, w.pg.URL(w.db))
-				if err != nil {
-					return
-				}
-				defer c.Close(ctx)
-				c.Exec(ctx, `DROP OWNED BY `+role)
-				c.Exec(ctx, `DROP ROLE `+role)
-			})
+			w.dropRoleAtCleanup(ctx, role)
 		}
 	}
 	return nil
