@@ -24,7 +24,7 @@ func (w *world) inject(start time.Time, faults []gen.Step, bg *sync.WaitGroup) {
 			case <-w.hugeCommitted:
 				base = w.hugeAt
 			case <-time.After(time.Until(start.Add(w.plan.Setup.Duration))):
-				w.rec.event(check.Event{From: time.Now(), To: time.Now(), Kind: f.Kind, Note: "skipped: the huge transaction did not commit"})
+				w.rec.Event(check.Event{From: time.Now(), To: time.Now(), Kind: f.Kind, Note: "skipped: the huge transaction did not commit"})
 				continue
 			}
 		}
@@ -37,7 +37,7 @@ func (w *world) inject(start time.Time, faults []gen.Step, bg *sync.WaitGroup) {
 			go func() {
 				defer bg.Done()
 				note := w.backfill(n)
-				w.rec.event(check.Event{From: from, To: time.Now(), Kind: f.Kind, Note: note})
+				w.rec.Event(check.Event{From: from, To: time.Now(), Kind: f.Kind, Note: note})
 			}()
 			continue
 		}
@@ -46,7 +46,7 @@ func (w *world) inject(start time.Time, faults []gen.Step, bg *sync.WaitGroup) {
 			continue
 		}
 		if f.Kind == gen.CmdReplay {
-			w.rec.event(w.replay())
+			w.rec.Event(w.replay())
 			continue
 		}
 		if f.Kind == gen.FaultExchangeDelete || f.Kind == gen.FaultExchangeUnbind {
@@ -54,7 +54,7 @@ func (w *world) inject(start time.Time, faults []gen.Step, bg *sync.WaitGroup) {
 			continue
 		}
 		if w.plan.Setup.Standby && (f.Kind == gen.FaultKill || f.Kind == gen.FaultTerm || f.Kind == gen.FaultPGCutActive) {
-			w.rec.event(w.takeoverFault(f))
+			w.rec.Event(w.takeoverFault(f))
 			continue
 		}
 		switch f.Kind {
@@ -75,7 +75,7 @@ func (w *world) inject(start time.Time, faults []gen.Step, bg *sync.WaitGroup) {
 			continue
 		}
 		note := w.apply(f)
-		w.rec.event(check.Event{From: from, To: time.Now(), Kind: f.Kind, Router: f.Router, Note: note})
+		w.rec.Event(check.Event{From: from, To: time.Now(), Kind: f.Kind, Router: f.Router, Note: note})
 	}
 }
 
@@ -83,12 +83,12 @@ func (w *world) inject(start time.Time, faults []gen.Step, bg *sync.WaitGroup) {
 func (w *world) apply(f gen.Step) string {
 	switch f.Kind {
 	case gen.FaultKill:
-		_, addr := w.stopRouter(f.Router, syscall.SIGKILL, 10*time.Second)
+		_, addr := w.routers.Stop(f.Router, syscall.SIGKILL, 10*time.Second)
 		time.Sleep(f.Dur)
-		w.startRouter(f.Router, addr, nil)
+		w.routers.Start(f.Router, addr)
 	case gen.FaultTerm:
-		code, addr := w.stopRouter(f.Router, syscall.SIGTERM, 45*time.Second)
-		w.startRouter(f.Router, addr, nil)
+		code, addr := w.routers.Stop(f.Router, syscall.SIGTERM, 45*time.Second)
+		w.routers.Start(f.Router, addr)
 		return fmt.Sprintf("exit %d", code)
 	case gen.FaultAMQPCut:
 		w.mqProxy.Cut()
@@ -113,7 +113,7 @@ func (w *world) apply(f gen.Step) string {
 			w.t.Errorf("PostgreSQL did not start again: %v", err)
 		}
 	case gen.CmdResetLive:
-		if !w.ready(f.Router) {
+		if !w.routers.Ready(f.Router) {
 			return "skipped: the router is not ready"
 		}
 		out, code := w.cli(time.Minute, "reset", "--slot", w.slot(f.Router))
@@ -138,17 +138,17 @@ func (w *world) resetIdle(d time.Duration) {
 	from := time.Now()
 	var addrs []string
 	for _, k := range w.slotProcs(0) {
-		code, addr := w.stopRouter(k, syscall.SIGTERM, 45*time.Second)
+		code, addr := w.routers.Stop(k, syscall.SIGTERM, 45*time.Second)
 		addrs = append(addrs, addr)
 		now := time.Now()
-		w.rec.event(check.Event{From: from, To: now, Gone: now, Kind: gen.FaultTerm, Proc: k / w.plan.Setup.Routers(), Note: fmt.Sprintf("exit %d (before a reset)", code)})
+		w.rec.Event(check.Event{From: from, To: now, Gone: now, Kind: gen.FaultTerm, Proc: k / w.plan.Setup.Routers(), Note: fmt.Sprintf("exit %d (before a reset)", code)})
 	}
 	time.Sleep(d)
 	from = time.Now()
 	out, code := w.cli(time.Minute, "reset", "--slot", w.slot(0))
-	w.rec.event(check.Event{From: from, To: time.Now(), Kind: gen.CmdResetIdle, Note: fmt.Sprintf("exit %d: %s", code, lastLine(out))})
+	w.rec.Event(check.Event{From: from, To: time.Now(), Kind: gen.CmdResetIdle, Note: fmt.Sprintf("exit %d: %s", code, lastLine(out))})
 	for i, k := range w.slotProcs(0) {
-		w.startRouter(k, addrs[i], nil)
+		w.routers.Start(k, addrs[i])
 	}
 }
 
@@ -196,7 +196,7 @@ func (w *world) brokerFault(f gen.Step) {
 	} else {
 		from, to, note = w.broker.MemoryAlarm(f.Dur)
 	}
-	w.rec.event(check.Event{From: from, To: to, Kind: f.Kind, Note: note})
+	w.rec.Event(check.Event{From: from, To: to, Kind: f.Kind, Note: note})
 }
 
 // replay plays the operator of docs/operations.md#quarantine: it fixes the rows of the open records in

@@ -97,12 +97,12 @@ func (w *world) exchangeFault(f gen.Step, bg *sync.WaitGroup) {
 		note += "; restore: " + err
 	}
 	w.exchangeDown.Store(false)
-	w.rec.event(check.Event{From: from, To: time.Now(), Kind: f.Kind, Note: note})
+	w.rec.Event(check.Event{From: from, To: time.Now(), Kind: f.Kind, Note: note})
 	bg.Add(1)
 	go func() {
 		defer bg.Done()
 		time.Sleep(4 * time.Second)
-		w.rec.event(w.replayWhere(`reason LIKE '%' || $1 || '%'`, w.topicExchange()))
+		w.rec.Event(w.replayWhere(`reason LIKE '%' || $1 || '%'`, w.topicExchange()))
 	}()
 }
 

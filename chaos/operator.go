@@ -61,9 +61,8 @@ func (w *world) operate(stop <-chan struct{}) {
 			return
 		case <-time.After(500 * time.Millisecond):
 		}
-		w.rec.mu.Lock()
-		cmds := gapBackfills(w.rec.h.Logs)
-		w.rec.mu.Unlock()
+		var cmds []string
+		w.rec.With(func(h *check.History) { cmds = gapBackfills(h.Logs) })
 		for _, cmd := range cmds {
 			if done[cmd] < 0 || done[cmd] >= 5 {
 				continue
@@ -72,7 +71,7 @@ func (w *world) operate(stop <-chan struct{}) {
 			args, ok := backfillArgs(cmd)
 			if !ok {
 				done[cmd] = 5
-				w.rec.event(check.Event{From: from, To: from, Kind: gen.CmdGapBackfill, Note: "not run, a form the harness cannot run: " + cmd})
+				w.rec.Event(check.Event{From: from, To: from, Kind: gen.CmdGapBackfill, Note: "not run, a form the harness cannot run: " + cmd})
 				continue
 			}
 			out, code := w.cli(3*time.Minute, w.backfillFlags(args...)...)
@@ -80,7 +79,7 @@ func (w *world) operate(stop <-chan struct{}) {
 			if code == 0 {
 				done[cmd] = -1
 			}
-			w.rec.event(check.Event{From: from, To: time.Now(), Kind: gen.CmdGapBackfill, Note: fmt.Sprintf("exit %d: %s", code, outcome(out))})
+			w.rec.Event(check.Event{From: from, To: time.Now(), Kind: gen.CmdGapBackfill, Note: fmt.Sprintf("exit %d: %s", code, outcome(out))})
 		}
 	}
 }

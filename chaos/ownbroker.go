@@ -41,19 +41,19 @@ func (w *world) queuePolicyFault(f gen.Step, bg *sync.WaitGroup) {
 		}
 		time.Sleep(time.Second)
 	}
-	w.rec.event(check.Event{From: from, To: time.Now(), Kind: f.Kind, Note: note})
+	w.rec.Event(check.Event{From: from, To: time.Now(), Kind: f.Kind, Note: note})
 	bg.Add(1)
 	go func() {
 		defer bg.Done()
 		time.Sleep(4 * time.Second)
-		w.rec.event(w.replayWhere(`quarantined_at >= $1 AND reason LIKE 'nacked by the broker%'`, from))
+		w.rec.Event(w.replayWhere(`quarantined_at >= $1 AND reason LIKE 'nacked by the broker%'`, from))
 	}()
 }
 
 // brokerKill kills the node's VM (SIGKILL) and starts it again after f.Dur from the same data.
 func (w *world) brokerKill(f gen.Step) {
 	from, to, note := w.broker.Kill(f.Dur)
-	w.rec.event(check.Event{From: from, To: to, Kind: f.Kind, Note: note})
+	w.rec.Event(check.Event{From: from, To: to, Kind: f.Kind, Note: note})
 }
 
 // routerUser is the user the routers connect as on the harness's own node when the plan revokes its
@@ -101,5 +101,5 @@ func (w *world) permissionsFault(f gen.Step) {
 		}
 		time.Sleep(time.Second)
 	}
-	w.rec.event(check.Event{From: from, To: time.Now(), Kind: f.Kind, Note: strings.Join(notes, "; ")})
+	w.rec.Event(check.Event{From: from, To: time.Now(), Kind: f.Kind, Note: strings.Join(notes, "; ")})
 }

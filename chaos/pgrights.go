@@ -73,5 +73,5 @@ func (w *world) pgRightsFault(f gen.Step) {
 		}
 		time.Sleep(time.Second)
 	}
-	w.rec.event(check.Event{From: from, To: time.Now(), Kind: f.Kind, Note: strings.Join(notes, "; ")})
+	w.rec.Event(check.Event{From: from, To: time.Now(), Kind: f.Kind, Note: strings.Join(notes, "; ")})
 }

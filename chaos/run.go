@@ -11,6 +11,7 @@ import (
 
 	"github.com/cdc-router/cdc-router/chaos/check"
 	"github.com/cdc-router/cdc-router/chaos/gen"
+	"github.com/cdc-router/cdc-router/chaos/record"
 	"github.com/cdc-router/cdc-router/internal/cdc"
 	"github.com/cdc-router/cdc-router/internal/testenv"
 )
@@ -43,23 +44,24 @@ func Run(t testing.TB, pg *testenv.Postgres, bin string, plan gen.Plan) *check.H
 	for left := s.SnapshotRows; left > 0; left -= 100 {
 		writers[0].do(ctx, gen.Step{Kind: gen.OpMulti, N: min(left, 100)})
 	}
-	stopConsumer, err := w.consume()
+	stopConsumer, err := record.Consume(w.amqpURL, w.queue, w.rec)
 	if err != nil {
 		t.Fatalf("consumer: %v", err)
 	}
 	start := time.Now()
-	w.rec.h.Start = start
+	w.rec.With(func(h *check.History) { h.Start = start })
 	w.startAll()
 	stopSampler, sampled := make(chan struct{}), make(chan struct{})
-	go func() { defer close(sampled); w.sampleReady(stopSampler) }()
+	go func() {
+		defer close(sampled)
+		record.SampleReady(w.rec, s.Standby, w.routers.Targets, stopSampler)
+	}()
 	stopOperator, operated := make(chan struct{}), make(chan struct{})
 	go func() { defer close(operated); w.operate(stopOperator) }()
 	if plan.WaitForStreaming {
 		w.waitStreaming()
 		start = time.Now()
-		w.rec.mu.Lock()
-		w.rec.h.Start = start
-		w.rec.mu.Unlock()
+		w.rec.With(func(h *check.History) { h.Start = start })
 	}
 
 	var wg, bg sync.WaitGroup
@@ -81,14 +83,14 @@ func Run(t testing.TB, pg *testenv.Postgres, bin string, plan gen.Plan) *check.H
 	w.settle(rows)
 	close(stopOperator)
 	<-operated
-	w.rec.h.Acked = w.acked()
-	w.rec.h.Quar = w.quarantine()
-	w.stopAll()
+	acked, quar := w.acked(), w.quarantine()
+	w.rec.With(func(h *check.History) { h.Acked, h.Quar, h.Stopping = acked, quar, time.Now() })
+	w.routers.StopAll()
 	close(stopSampler)
 	<-sampled
 	stopConsumer()
 
-	h := &w.rec.h
+	h := w.rec.History()
 	h.End = time.Now()
 	h.Rows = rows
 	h.WindowRows = s.Lanes * s.Window * s.Routers()
@@ -102,14 +104,13 @@ func Run(t testing.TB, pg *testenv.Postgres, bin string, plan gen.Plan) *check.H
 
 // allStreamed reports whether every router has logged that it streams (its initial snapshot done).
 func (w *world) allStreamed() bool {
-	w.rec.mu.Lock()
-	defer w.rec.mu.Unlock()
-	for i := range w.plan.Setup.Routers() {
-		if !check.StreamedBefore(&w.rec.h, i, time.Now()) {
-			return false
+	all := true
+	w.rec.With(func(h *check.History) {
+		for i := range w.plan.Setup.Routers() {
+			all = all && check.StreamedBefore(h, i, time.Now())
 		}
-	}
-	return true
+	})
+	return all
 }
 
 // waitStreaming waits until every router has logged that it streams.
@@ -175,41 +176,29 @@ func (w *world) finalRows(writers []*writer) []check.Row {
 }
 
 // connect connects to the database directly, retrying while PostgreSQL restarts.
-func (w *world) connect(ctx context.Context) *pgx.Conn {
-	deadline := time.Now().Add(time.Minute)
-	for {
-		c, err := pgx.Connect(ctx, w.directURL())
-		if err == nil {
-			return c
-		}
-		if time.Now().After(deadline) {
-			w.t.Fatalf("connect: %v", err)
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
-}
+func (w *world) connect(context.Context) *pgx.Conn { return record.Connect(w.t, w.directURL()) }
 
 // settle waits until every row is delivered or quarantined, or settleTimeout passes, then a little more
 // so that late duplicates are recorded too.
 func (w *world) settle(rows []check.Row) {
 	deadline, limit, last := time.Now().Add(settleTimeout), time.Now().Add(settleCap), -1
 	for time.Now().Before(deadline) && time.Now().Before(limit) {
-		got := w.rec.delivered()
+		got := w.rec.Delivered()
 		quar := map[string]bool{}
 		for _, q := range w.quarantine() {
 			quar[q.EventID] = true
 		}
 		left := 0
-		w.rec.mu.Lock()
-		for _, r := range rows {
-			if r.Forged {
-				continue
+		w.rec.With(func(h *check.History) {
+			for _, r := range rows {
+				if r.Forged {
+					continue
+				}
+				if r.Refused && !quar[r.ID] || !got[r.ID] && !quar[r.ID] && !check.Unpublishable(h, r) {
+					left++
+				}
 			}
-			if r.Refused && !quar[r.ID] || !got[r.ID] && !quar[r.ID] && !check.Unpublishable(&w.rec.h, r) {
-				left++
-			}
-		}
-		w.rec.mu.Unlock()
+		})
 		if left == 0 {
 			break
 		}
@@ -221,39 +210,8 @@ func (w *world) settle(rows []check.Row) {
 	time.Sleep(2 * time.Second)
 }
 
-func (w *world) quarantine() []check.Quarantined {
-	ctx := context.Background()
-	c := w.connect(ctx)
-	defer c.Close(ctx)
-	rs, err := c.Query(ctx, `SELECT id, coalesce(event_id, ''), reason, coalesce(handled_how, ''), quarantined_at FROM cdc_router.quarantine`)
-	if err != nil {
-		w.t.Fatalf("read the quarantine: %v", err)
-	}
-	defer rs.Close()
-	var qs []check.Quarantined
-	for rs.Next() {
-		var q check.Quarantined
-		rs.Scan(&q.ID, &q.EventID, &q.Reason, &q.Handled, &q.At)
-		qs = append(qs, q)
-	}
-	return qs
-}
+// quarantine is the database's quarantine table.
+func (w *world) quarantine() []check.Quarantined { return record.Quarantine(w.t, w.directURL()) }
 
 // acked is each of the world's slots' confirmed_flush_lsn.
-func (w *world) acked() map[string]cdc.LSN {
-	ctx := context.Background()
-	c := w.connect(ctx)
-	defer c.Close(ctx)
-	rs, err := c.Query(ctx, `SELECT slot_name, coalesce(confirmed_flush_lsn::text, '0/0') FROM pg_replication_slots WHERE database = $1`, w.db)
-	if err != nil {
-		w.t.Fatalf("read the slots: %v", err)
-	}
-	defer rs.Close()
-	m := map[string]cdc.LSN{}
-	for rs.Next() {
-		var slot, lsn string
-		rs.Scan(&slot, &lsn)
-		m[slot], _ = cdc.ParseLSN(lsn)
-	}
-	return m
-}
+func (w *world) acked() map[string]cdc.LSN { return record.Acked(w.t, w.directURL(), w.db) }

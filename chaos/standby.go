@@ -8,6 +8,7 @@ import (
 
 	"github.com/cdc-router/cdc-router/chaos/check"
 	"github.com/cdc-router/cdc-router/chaos/gen"
+	"github.com/cdc-router/cdc-router/chaos/procs"
 	"github.com/cdc-router/cdc-router/internal/testenv"
 )
 
@@ -38,14 +39,14 @@ func (w *world) slotProcs(i int) []int {
 
 // startAll starts every router process, each on an HTTP address of its own.
 func (w *world) startAll() {
-	w.routers = make([]*proc, w.procs())
+	w.routers = procs.New(w.t, w.bin, w.rec, w.procs(), w.spec)
 	if w.plan.Setup.Standby {
 		for range w.procs() {
 			w.procPG = append(w.procPG, testenv.NewProxy(w.t, w.pgProxy.Addr))
 		}
 	}
 	for k := range w.procs() {
-		w.startRouter(k, freeAddr(), nil)
+		w.routers.Start(k, freeAddr())
 	}
 }
 
@@ -62,9 +63,7 @@ func (w *world) pgURLOf(k int) string {
 func (w *world) activeProc(i int) (k int, ok bool) {
 	client := &http.Client{Timeout: time.Second}
 	for _, k := range w.slotProcs(i) {
-		w.mu.Lock()
-		addr := w.routers[k].httpAddr
-		w.mu.Unlock()
+		addr := w.routers.Addr(k)
 		if resp, err := client.Get("http://" + addr + "/readyz?active=1"); err == nil {
 			resp.Body.Close()
 			if resp.StatusCode == http.StatusOK {
@@ -88,16 +87,16 @@ func (w *world) takeoverFault(f gen.Step) check.Event {
 	}
 	switch f.Kind {
 	case gen.FaultKill:
-		_, addr := w.stopRouter(k, syscall.SIGKILL, 10*time.Second)
+		_, addr := w.routers.Stop(k, syscall.SIGKILL, 10*time.Second)
 		e.Gone = time.Now()
 		time.Sleep(f.Dur)
 		w.awaitOther(f.Router, k, e.Gone)
-		w.startRouter(k, addr, nil)
+		w.routers.Start(k, addr)
 	case gen.FaultTerm:
-		code, addr := w.stopRouter(k, syscall.SIGTERM, 45*time.Second)
+		code, addr := w.routers.Stop(k, syscall.SIGTERM, 45*time.Second)
 		e.Gone = time.Now()
 		w.awaitOther(f.Router, k, e.Gone)
-		w.startRouter(k, addr, nil)
+		w.routers.Start(k, addr)
 		note = fmt.Sprintf("exit %d %s", code, note)
 	case gen.FaultPGCutActive:
 		w.procPG[k].Cut()

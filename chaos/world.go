@@ -7,7 +7,6 @@ import (
 	"os"
 	"os/exec"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -15,7 +14,10 @@ import (
 	"github.com/jackc/pgx/v5"
 	amqp "github.com/rabbitmq/amqp091-go"
 
+	"github.com/cdc-router/cdc-router/chaos/check"
 	"github.com/cdc-router/cdc-router/chaos/gen"
+	"github.com/cdc-router/cdc-router/chaos/procs"
+	"github.com/cdc-router/cdc-router/chaos/record"
 	"github.com/cdc-router/cdc-router/internal/testenv"
 	"github.com/cdc-router/cdc-router/migrations"
 )
@@ -37,7 +39,7 @@ type world struct {
 	queue         string
 	pgProxy       *testenv.Proxy
 	mqProxy       *testenv.Proxy
-	rec           *recorder
+	rec           *record.Recorder
 	broker        *testenv.RabbitMQNode // the harness's own RabbitMQ node (gen.Setup.OwnBroker), nil on the shared broker
 	parts         partitions            // the harness's partitions of public.outbox (gen.Setup.Partitioned)
 	cols          columns               // the extra columns of public.outbox (gen.FaultColumn)
@@ -52,15 +54,13 @@ type world struct {
 
 	procPG []*testenv.Proxy // with gen.Setup.Standby: each router process's own proxy in front of pgProxy
 
-	mu      sync.Mutex
-	routers []*proc // by process: one per slot, two with a standby (standby.go)
-	closing bool
+	routers *procs.Set // by process: one per slot, two with a standby (standby.go)
 }
 
 func newWorld(t testing.TB, pg *testenv.Postgres, bin string, plan gen.Plan) *world {
 	t.Helper()
 	url := pg.NewDatabase(t)
-	w := &world{t: t, plan: plan, bin: bin, pg: pg, rec: &recorder{},
+	w := &world{t: t, plan: plan, bin: bin, pg: pg, rec: &record.Recorder{},
 		token: fmt.Sprintf("chaos-payload-%d", plan.Setup.Seed), hugeCommitted: make(chan struct{})}
 	w.db = url[strings.LastIndex(url, "/")+1 : strings.Index(url, "?")]
 	w.exchange, w.queue = "x_"+w.db, "q_"+w.db
@@ -74,7 +74,7 @@ func newWorld(t testing.TB, pg *testenv.Postgres, bin string, plan gen.Plan) *wo
 		w.mqProxy = testenv.NewProxy(t, testenv.AMQPAddr(t))
 	}
 	w.routerAMQPURL = w.amqpURL
-	w.rec.h.Setup = plan.Setup
+	w.rec.With(func(h *check.History) { h.Setup = plan.Setup })
 	t.Cleanup(w.deleteTopology)
 	return w
 }
@@ -104,7 +104,7 @@ func (w *world) cli(timeout time.Duration, args ...string) (string, int) {
 	cmd.Env = append(os.Environ(), "CDC_ROUTER_PG_URL="+w.directURL(), "CDC_ROUTER_AMQP_URL="+w.amqpURL,
 		"CDC_ROUTER_EXCHANGE="+w.exchange)
 	out, _ := cmd.CombinedOutput()
-	lw := &logWriter{rec: w.rec, router: -1}
+	lw := record.NewLogWriter(w.rec, -1, 0)
 	lw.Write(append(out, '\n'))
 	return string(out), cmd.ProcessState.ExitCode()
 }

@@ -65,7 +65,7 @@ func (wr *writer) do(ctx context.Context, op gen.Step) {
 		}
 		wr.rows = append(wr.rows, rows...)
 		for _, c := range calls {
-			wr.w.rec.event(check.Event{From: now, To: now, Kind: check.KindIntruderEmit, Note: c})
+			wr.w.rec.Event(check.Event{From: now, To: now, Kind: check.KindIntruderEmit, Note: c})
 		}
 		return
 	}

@@ -1,4 +1,4 @@
-package chaos
+package record
 
 import (
 	"fmt"
@@ -14,28 +14,28 @@ import (
 // and busy): it reconnects at once, and the messages it had not acknowledged come again (duplicates).
 const KindConsumerLost gen.Kind = "consumer-lost"
 
-// consume receives from the world's queue, straight from the broker, records each delivery and then
-// acknowledges it, and reconnects whenever it loses its channel. It returns a function that stops it.
-func (w *world) consume() (func(), error) {
+// Consume receives from queue at url, straight from the broker, records each delivery into rec and then
+// acknowledges it, and subscribes again whenever it loses its channel. It returns a function that stops it.
+func Consume(url, queue string, rec *Recorder) (func(), error) {
 	stop := make(chan struct{})
 	done := make(chan struct{})
-	c, msgs, closed, err := w.subscribe()
+	c, msgs, closed, err := subscribe(url, queue)
 	if err != nil {
 		return nil, err
 	}
 	go func() {
 		defer close(done)
 		for {
-			reason := w.receive(msgs, closed, stop)
+			reason := receive(rec, msgs, closed, stop)
 			c.Close()
 			select {
 			case <-stop:
 				return
 			default:
 			}
-			w.rec.event(check.Event{From: time.Now(), To: time.Now(), Kind: KindConsumerLost, Note: reason})
+			rec.Event(check.Event{From: time.Now(), To: time.Now(), Kind: KindConsumerLost, Note: reason})
 			for {
-				if c, msgs, closed, err = w.subscribe(); err == nil {
+				if c, msgs, closed, err = subscribe(url, queue); err == nil {
 					break
 				}
 				select {
@@ -49,8 +49,8 @@ func (w *world) consume() (func(), error) {
 	return func() { close(stop); <-done }, nil
 }
 
-func (w *world) subscribe() (*amqp.Connection, <-chan amqp.Delivery, <-chan *amqp.Error, error) {
-	c, err := amqp.Dial(w.amqpURL)
+func subscribe(url, queue string) (*amqp.Connection, <-chan amqp.Delivery, <-chan *amqp.Error, error) {
+	c, err := amqp.Dial(url)
 	if err != nil {
 		return nil, nil, nil, err
 	}
@@ -60,17 +60,17 @@ func (w *world) subscribe() (*amqp.Connection, <-chan amqp.Delivery, <-chan *amq
 	}
 	var msgs <-chan amqp.Delivery
 	if err == nil {
-		msgs, err = ch.Consume(w.queue, "", false, false, false, false, nil)
+		msgs, err = ch.Consume(queue, "", false, false, false, false, nil)
 	}
 	if err != nil {
 		c.Close()
-		return nil, nil, nil, fmt.Errorf("consume %s: %w", w.queue, err)
+		return nil, nil, nil, fmt.Errorf("consume %s: %w", queue, err)
 	}
 	return c, msgs, ch.NotifyClose(make(chan *amqp.Error, 1)), nil
 }
 
 // receive records deliveries until msgs closes (it returns why, as far as it knows) or stop is closed.
-func (w *world) receive(msgs <-chan amqp.Delivery, closed <-chan *amqp.Error, stop <-chan struct{}) string {
+func receive(rec *Recorder, msgs <-chan amqp.Delivery, closed <-chan *amqp.Error, stop <-chan struct{}) string {
 	for {
 		select {
 		case <-stop:
@@ -92,7 +92,7 @@ func (w *world) receive(msgs <-chan amqp.Delivery, closed <-chan *amqp.Error, st
 			bf, _ := m.Headers["x-backfill"].(bool)
 			lsn, _ := m.Headers["commit_lsn"].(string)
 			replayed, _ := m.Headers["x-replayed"].(bool)
-			w.rec.delivery(check.Delivery{At: time.Now(), MessageID: m.MessageId, Aggregate: at + "/" + ai, Version: v,
+			rec.Delivery(check.Delivery{At: time.Now(), MessageID: m.MessageId, Aggregate: at + "/" + ai, Version: v,
 				Backfill: bf, CommitLSN: lsn, Redelivered: m.Redelivered, Replayed: replayed})
 			m.Ack(false)
 		}

@@ -1,4 +1,4 @@
-package chaos
+package record
 
 import (
 	"bytes"
@@ -9,58 +9,23 @@ import (
 	"github.com/cdc-router/cdc-router/chaos/check"
 )
 
-// recorder is the History being written by the runner's goroutines.
-type recorder struct {
-	mu sync.Mutex
-	h  check.History
-}
-
-func (r *recorder) event(e check.Event) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.h.Events = append(r.h.Events, e)
-}
-
-func (r *recorder) delivery(d check.Delivery) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.h.Deliv = append(r.h.Deliv, d)
-}
-
-func (r *recorder) sample(s check.Sample) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.h.Ready = append(r.h.Ready, s)
-}
-
-func (r *recorder) log(l check.LogLine) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.h.Logs = append(r.h.Logs, l)
-}
-
-// delivered is the set of message ids received so far.
-func (r *recorder) delivered() map[string]bool {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	m := make(map[string]bool, len(r.h.Deliv))
-	for _, d := range r.h.Deliv {
-		m[d.MessageID] = true
-	}
-	return m
-}
-
-// logWriter turns a process's output into LogLines of router (or -1 for a command).
-type logWriter struct {
-	rec    *recorder
+// LogWriter turns a process's output into the History's LogLines, as written by router (-1 for a
+// command) and, with a standby, by which of the slot's processes (proc).
+type LogWriter struct {
+	rec    *Recorder
 	router int
-	proc   int // with a standby: which of the slot's processes
+	proc   int
 	mu     sync.Mutex
 	part   []byte
 	last   []string // the last lines, for exit notes
 }
 
-func (w *logWriter) Write(p []byte) (int, error) {
+// NewLogWriter is a LogWriter of router's process proc recording into rec.
+func NewLogWriter(rec *Recorder, router, proc int) *LogWriter {
+	return &LogWriter{rec: rec, router: router, proc: proc}
+}
+
+func (w *LogWriter) Write(p []byte) (int, error) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	w.part = append(w.part, p...)
@@ -73,7 +38,7 @@ func (w *logWriter) Write(p []byte) (int, error) {
 		w.part = w.part[i+1:]
 		l := parseLine(w.router, line)
 		l.Proc = w.proc
-		w.rec.log(l)
+		w.rec.Log(l)
 		w.last = append(w.last, line)
 		if len(w.last) > 20 {
 			w.last = w.last[1:]
@@ -82,8 +47,8 @@ func (w *logWriter) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
-// lastError is the last line at level ERROR (or the last line) the process wrote.
-func (w *logWriter) lastError() string {
+// LastError is the last line at level ERROR (or the last line) the process wrote.
+func (w *LogWriter) LastError() string {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	for i := len(w.last) - 1; i >= 0; i-- {

@@ -1,0 +1,45 @@
+package record
+
+import (
+	"net/http"
+	"time"
+
+	"github.com/cdc-router/cdc-router/chaos/check"
+)
+
+// Target is one router process whose /readyz is sampled: its HTTP address, its slot (Router) and which
+// of the slot's processes it is (Proc).
+type Target struct {
+	Addr         string
+	Router, Proc int
+}
+
+// SampleReady asks the /readyz of every target every 500 ms until stop is closed, and with standby also
+// /readyz?active=1. targets is called each round: a restarted process keeps its address.
+func SampleReady(rec *Recorder, standby bool, targets func() []Target, stop <-chan struct{}) {
+	client := &http.Client{Timeout: time.Second}
+	tick := time.NewTicker(500 * time.Millisecond)
+	defer tick.Stop()
+	get := func(url string) int {
+		resp, err := client.Get(url)
+		if err != nil {
+			return 0
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	for round := 0; ; round++ {
+		select {
+		case <-stop:
+			return
+		case <-tick.C:
+		}
+		for _, t := range targets() {
+			s := check.Sample{At: time.Now(), Router: t.Router, Proc: t.Proc, Code: get("http://" + t.Addr + "/readyz"), Round: round}
+			if standby {
+				s.Active = get("http://" + t.Addr + "/readyz?active=1")
+			}
+			rec.Sample(s)
+		}
+	}
+}
