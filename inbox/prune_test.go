@@ -1,10 +1,13 @@
 package inbox_test
 
 import (
+	"context"
+	"errors"
 	"testing"
 	"time"
 
 	"github.com/cdc-router/cdc-router/inbox"
+	"github.com/jackc/pgx/v5"
 )
 
 // Pruned rows stay blocked by the version watermark: a redelivery is Stale, never applied again; a
@@ -71,4 +74,33 @@ func TestPruneDeletesAnsweredRequestsOnly(t *testing.T) {
 	}
 	want(t, "answered request pruned", l.Count(`SELECT count(*) FROM inbox.requests WHERE id = $1`, answered), 0)
 	want(t, "open request kept", l.Count(`SELECT count(*) FROM inbox.requests WHERE id = $1`, open), 1)
+}
+
+// Prune deletes the failed events retried or resolved before the cutoff, and keeps the open ones: a
+// resolved failure is history (its skipped or applied inbox row still blocks a redelivery), an open one
+// is an operator's work.
+func TestPruneDeletesResolvedFailuresOnly(t *testing.T) {
+	l, p, evs, f := poisonLab(t)
+	l.skipInProjection("42", 3)
+	if err := p.ResolveFailed(l.Ctx, f.ID, "approved"); err != nil {
+		t.Fatal(err)
+	}
+	l.Fault = func(_ context.Context, _ pgx.Tx, ev inbox.Event) error {
+		return inbox.Permanent(errors.New("rule 8 rejects this order"))
+	}
+	open := order("43", 1, 10)
+	want(t, "another order's v1", l.processOK(p, open).Outcome, inbox.Failed)
+	want(t, "failures before a prune", l.Count(`SELECT count(*) FROM inbox.failed`), 2)
+	if _, err := p.Prune(l.Ctx, time.Now().Add(-time.Hour)); err != nil {
+		t.Fatal(err)
+	}
+	want(t, "failures after a prune with an old cutoff", l.Count(`SELECT count(*) FROM inbox.failed`), 2)
+	if _, err := p.Prune(l.Ctx, time.Now().Add(time.Hour)); err != nil {
+		t.Fatal(err)
+	}
+	want(t, "resolved failure pruned", l.Count(`SELECT count(*) FROM inbox.failed WHERE id = $1`, f.ID), 0)
+	want(t, "open failure kept", l.Count(`SELECT count(*) FROM inbox.failed WHERE event_id = $1`, open.ID), 1)
+	l.Fault = nil
+	want(t, "the resolved event redelivered after the prune", l.processOK(p, evs[2]).Outcome, inbox.Stale)
+	want(t, "amount unchanged by the redelivery", l.Amount("42"), 120)
 }

@@ -6,7 +6,7 @@ type queries struct {
 	insertInbox, inboxEntry, setStatus, markApplied, deleteInbox, insertSkipped string
 	ensureAggregate, lockAggregate, setApplied, state                           string
 	park, takeParked, dropStaleParked                                           string
-	fail, repair, prune, pruneAttempts, pruneRequests                           string
+	fail, repair, prune, pruneAttempts, pruneRequests, pruneFailed              string
 	countAttempt, attempts, clearAttempts                                       string
 	listFailed, failedByID, resolveFailed, failedAgain                          string
 	listParked, parkedByID                                                      string
@@ -90,6 +90,8 @@ func newQueries(schema string) queries {
 		pruneAttempts: `DELETE FROM {schema}.attempts WHERE consumer = $1 AND last_failed_at < $2`,
 		// Answered repair requests are history; an open one (not taken, or taken and not answered) stays.
 		pruneRequests: `DELETE FROM {schema}.requests WHERE consumer = $1 AND done_at < $2`,
+		// Failures retried or resolved are history too; an open one is work and stays.
+		pruneFailed: `DELETE FROM {schema}.failed WHERE consumer = $1 AND resolved_at < $2`,
 
 		countAttempt: `INSERT INTO {schema}.attempts AS a (consumer, event_id, attempts, last_error) VALUES ($1, $2, 1, $3)
 			ON CONFLICT (consumer, event_id) DO UPDATE
@@ -136,7 +138,7 @@ func newQueries(schema string) queries {
 	}
 	for _, s := range []*string{&q.insertInbox, &q.inboxEntry, &q.setStatus, &q.markApplied, &q.deleteInbox,
 		&q.insertSkipped, &q.ensureAggregate, &q.lockAggregate, &q.setApplied, &q.state, &q.park, &q.takeParked,
-		&q.dropStaleParked, &q.fail, &q.repair, &q.prune, &q.pruneAttempts, &q.pruneRequests, &q.countAttempt, &q.attempts, &q.clearAttempts,
+		&q.dropStaleParked, &q.fail, &q.repair, &q.prune, &q.pruneAttempts, &q.pruneRequests, &q.pruneFailed, &q.countAttempt, &q.attempts, &q.clearAttempts,
 		&q.listFailed, &q.failedByID, &q.resolveFailed, &q.failedAgain, &q.listParked, &q.parkedByID,
 		&q.request, &q.takeRequest, &q.answerRequest, &q.requestState, &q.unnamed, &q.backlog} {
 		*s = inSchema(*s, schema)
