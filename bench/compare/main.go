@@ -42,6 +42,7 @@ type config struct {
 	routerBin   string
 	bareHeaders bool
 	routerFlags []string // extra flags for `cdc-router run` (-router-flags)
+	routerEnv   []string // extra environment of the router process (-router-env)
 	log         io.Writer
 
 	// The extra modes (modes.go); 0 skips each.
@@ -72,6 +73,7 @@ func main() {
 	flag.StringVar(&c.plots, "plots", "docs/bench", "directory to write the SVG plots to; empty: no plots")
 	flag.StringVar(&c.pprofDir, "pprof-dir", "", "write CPU and allocation profiles of the router's drain and steady runs here")
 	flag.DurationVar(&c.timeout, "timeout", 10*time.Minute, "longest wait for one run's events to reach the consumer")
+	routerEnv := flag.String("router-env", "", "extra environment of the router process, space-separated NAME=value (e.g. \"GOMAXPROCS=1\")")
 	routerFlags := flag.String("router-flags", "", "extra flags for `cdc-router run`, space-separated (e.g. \"--lanes 1 --window 2048\")")
 	flag.IntVar(&c.snapshotRows, "snapshot-rows", 0, "initial snapshot mode: rows written before the slot exists (e.g. 1000000); 0: skip")
 	perAgg := flag.String("snapshot-per-aggregate", "1,10", "snapshot mode: rows per aggregate, one snapshot mode per value, comma-separated")
@@ -81,6 +83,7 @@ func main() {
 	hotWindows := flag.String("hot-aggregate-windows", "1,64", "hot-aggregate mode: the router's --aggregate-window, one mode per value, comma-separated")
 	flag.Parse()
 	c.routerFlags = strings.Fields(*routerFlags)
+	c.routerEnv = strings.Fields(*routerEnv)
 	if v, err := parsePerAggregate(*perAgg); err != nil {
 		fmt.Fprintln(os.Stderr, "compare:", err)
 		os.Exit(2)
@@ -503,6 +506,7 @@ func startRouterUntil(c config, dbURL, slot, exchange, profDir, marker string, a
 	cmd := exec.Command(c.routerBin, args...)
 	cmd.Env = append(os.Environ(), "CDC_ROUTER_PG_URL="+dbURL, "CDC_ROUTER_AMQP_URL="+c.amqpURL,
 		"CDC_ROUTER_SLOT="+slot, "CDC_ROUTER_EXCHANGE="+exchange)
+	cmd.Env = append(cmd.Env, c.routerEnv...)
 	if profDir != "" {
 		cmd.Env = append(cmd.Env, "CDC_ROUTER_PROFILE_DIR="+profDir)
 	}
