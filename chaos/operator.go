@@ -52,9 +52,14 @@ func backfillArgs(cmd string) (args []string, ok bool) {
 
 // operate plays the operator of docs/operations.md#publication-gaps until stop is closed: each backfill a
 // router's publication-gap ERROR (or refusal) names is run as named, with the world's broker flags, and
-// run again (it resumes) until it succeeds, at most five times. Each attempt is recorded (CmdGapBackfill).
+// run again (it resumes) until it succeeds, as an operator would: after a failure it waits twice as long
+// as before (from half a second up to backfillRetryCap), for at most backfillAttempts tries, so that a
+// broker or PostgreSQL outage longer than a few seconds (a SIGKILL of the node takes 10–23 s to heal here)
+// does not leave the gap unbackfilled and the routers refusing to start for the rest of the run (seed
+// 5024). Each attempt is recorded (CmdGapBackfill).
 func (w *world) operate(stop <-chan struct{}) {
-	done := map[string]int{} // attempts; -1 once it succeeded
+	tries := map[string]int{} // attempts; -1 once it succeeded
+	next := map[string]time.Time{}
 	for {
 		select {
 		case <-stop:
@@ -64,25 +69,33 @@ func (w *world) operate(stop <-chan struct{}) {
 		var cmds []string
 		w.rec.With(func(h *check.History) { cmds = gapBackfills(h.Logs) })
 		for _, cmd := range cmds {
-			if done[cmd] < 0 || done[cmd] >= 5 {
+			if tries[cmd] < 0 || tries[cmd] >= backfillAttempts || time.Now().Before(next[cmd]) {
 				continue
 			}
 			from := time.Now()
 			args, ok := backfillArgs(cmd)
 			if !ok {
-				done[cmd] = 5
+				tries[cmd] = backfillAttempts
 				w.rec.Event(check.Event{From: from, To: from, Kind: gen.CmdGapBackfill, Note: "not run, a form the harness cannot run: " + cmd})
 				continue
 			}
 			out, code := w.cli(3*time.Minute, w.backfillFlags(args...)...)
-			done[cmd]++
+			tries[cmd]++
+			next[cmd] = time.Now().Add(min(backfillRetryCap, 250*time.Millisecond<<tries[cmd]))
 			if code == 0 {
-				done[cmd] = -1
+				tries[cmd] = -1
 			}
 			w.rec.Event(check.Event{From: from, To: time.Now(), Kind: gen.CmdGapBackfill, Note: fmt.Sprintf("exit %d: %s", code, outcome(out))})
 		}
 	}
 }
+
+// backfillAttempts and backfillRetryCap bound operate's retries of one backfill: 12 tries, the last ones
+// 8 s apart, span about a minute of outages.
+const (
+	backfillAttempts = 12
+	backfillRetryCap = 8 * time.Second
+)
 
 // refusalRetry is the routers' and backfills' --refusal-retry with the full queue: short, so that an event
 // the full queue nacks is quarantined within the run.
