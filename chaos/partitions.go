@@ -9,6 +9,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/cdc-router/cdc-router/chaos/check"
 	"github.com/cdc-router/cdc-router/chaos/gen"
 )
 
@@ -27,8 +28,6 @@ type partition struct {
 }
 
 var partitionEpoch = time.Date(2031, 1, 1, 0, 0, 0, 0, time.UTC)
-
-func partitionName(g int) string { return fmt.Sprintf("public.outbox_chaos_%d", g) }
 
 // live is the newest attached partition, or -1.
 func (p *partitions) live() int {
@@ -56,7 +55,7 @@ func (p *partitions) detachedTables() []string {
 	var ts []string
 	for g, pt := range p.parts {
 		if pt.detached && !pt.dropped {
-			ts = append(ts, partitionName(g))
+			ts = append(ts, check.PartitionName(g))
 		}
 	}
 	return ts
@@ -100,16 +99,16 @@ func (w *world) attachPartition() string {
 	w.parts.parts = append(w.parts.parts, partition{})
 	w.parts.mu.Unlock()
 	from := partitionEpoch.AddDate(0, 0, g)
-	err := w.ddl(`CREATE TABLE `+partitionName(g)+` (LIKE public.outbox INCLUDING DEFAULTS INCLUDING CONSTRAINTS)`,
-		fmt.Sprintf(`ALTER TABLE public.outbox ATTACH PARTITION %s FOR VALUES FROM ('%s') TO ('%s')`, partitionName(g),
+	err := w.ddl(`CREATE TABLE `+check.PartitionName(g)+` (LIKE public.outbox INCLUDING DEFAULTS INCLUDING CONSTRAINTS)`,
+		fmt.Sprintf(`ALTER TABLE public.outbox ATTACH PARTITION %s FOR VALUES FROM ('%s') TO ('%s')`, check.PartitionName(g),
 			from.Format(time.RFC3339), from.AddDate(0, 0, 1).Format(time.RFC3339)))
 	if err != nil {
-		return fmt.Sprintf("%s: %v", partitionName(g), err)
+		return fmt.Sprintf("%s: %v", check.PartitionName(g), err)
 	}
 	w.parts.mu.Lock()
 	w.parts.parts[g].attached = true
 	w.parts.mu.Unlock()
-	return partitionName(g)
+	return check.PartitionName(g)
 }
 
 // changePartition detaches or drops the oldest partition of the harness's that still can be.
@@ -126,12 +125,12 @@ func (w *world) changePartition(k gen.Kind) string {
 	if g < 0 {
 		return "skipped: no partition to " + strings.TrimPrefix(string(k), "partition-")
 	}
-	stmt := `ALTER TABLE public.outbox DETACH PARTITION ` + partitionName(g)
+	stmt := `ALTER TABLE public.outbox DETACH PARTITION ` + check.PartitionName(g)
 	if k == gen.FaultPartDrop {
-		stmt = `DROP TABLE ` + partitionName(g)
+		stmt = `DROP TABLE ` + check.PartitionName(g)
 	}
 	if err := w.ddl(stmt); err != nil {
-		return fmt.Sprintf("%s: %v", partitionName(g), err)
+		return fmt.Sprintf("%s: %v", check.PartitionName(g), err)
 	}
 	w.parts.mu.Lock()
 	pt := &w.parts.parts[g]
@@ -142,7 +141,7 @@ func (w *world) changePartition(k gen.Kind) string {
 	}
 	pt.attached = false
 	w.parts.mu.Unlock()
-	return partitionName(g)
+	return check.PartitionName(g)
 }
 
 // occurredAt is where a writer's row goes: for about one row in four, into the live partition of the

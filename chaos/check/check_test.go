@@ -73,6 +73,32 @@ func TestDeletedRowMustBePublishedOnceASlotExists(t *testing.T) {
 	}
 }
 
+// Seed 5012: rows written into a partition before any slot existed, the partition detached (or dropped)
+// before the first slot took its snapshot. Neither the WAL nor the initial snapshot can have them.
+func TestRowOfAPartitionGoneBeforeTheSnapshot(t *testing.T) {
+	gone := func(created, detached float64, kind gen.Kind) *History {
+		h := clean()
+		h.Rows[2].Partition = 1
+		h.Deliv = h.Deliv[:2]
+		h.Logs = []LogLine{
+			{At: at(created), Router: 0, Text: "level=INFO msg=\"created replication slot with a snapshot\" lsn=0/1"},
+			{At: at(created + 0.5), Router: 0, Text: "level=INFO msg=streaming slot=s"},
+		}
+		h.Events = []Event{{From: at(detached), To: at(detached + 0.1), Kind: kind, Note: PartitionName(0)}}
+		return h
+	}
+	for _, k := range []gen.Kind{gen.FaultPartDetach, gen.FaultPartDrop} {
+		if vs := Check(gone(2.5, 2.2, k), limits); len(vs) != 0 {
+			t.Errorf("%s before the first slot's snapshot: %v", k, vs)
+		}
+		broken(t, gone(2.5, 2.7, k), "published-or-quarantined", "LOST") // after the snapshot: the copy has it
+		broken(t, gone(1.5, 2.2, k), "published-or-quarantined", "LOST") // the slot was there: the WAL has it
+	}
+	h := gone(2.5, 2.2, gen.FaultPartDetach)
+	h.Events[0].Note = PartitionName(1) // another partition
+	broken(t, h, "published-or-quarantined", "LOST")
+}
+
 func TestQuarantineNeedsAReasonAndAPoisonRow(t *testing.T) {
 	h := clean()
 	h.Rows[2].Poison = true
