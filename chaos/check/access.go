@@ -77,8 +77,10 @@ func checkAccessRefusals(h *History, l Limits) []Violation {
 			if e.Kind != rr.kind {
 				continue
 			}
-			refusedAt := map[int]time.Time{}
-			errored := map[int]bool{}
+			// By process: a standby beside the refused router answers /readyz 200 as docs/operations.md
+			// says a standby does (it holds no slot and publishes nothing), whatever the active one logs.
+			refusedAt := map[procKey]time.Time{}
+			errored := map[procKey]bool{}
 			for _, ln := range h.Logs {
 				// Log lines only (Level set): a process's last words on exit (`cdc-router run: …`) repeat the
 				// ERROR line before them.
@@ -89,19 +91,20 @@ func checkAccessRefusals(h *History, l Limits) []Violation {
 					vs = append(vs, Violation{Detail: fmt.Sprintf("router %d at +%.2fs named the refusal (%s) without the fix, as %s: %s",
 						ln.Router, ln.At.Sub(h.Start).Seconds(), e.Kind, ln.Level, Trim(ln.Text, 300)), At: ln.At})
 				}
-				errored[ln.Router] = errored[ln.Router] || ln.Level == "ERROR"
-				if t, ok := refusedAt[ln.Router]; !ok || ln.At.Before(t) {
-					refusedAt[ln.Router] = ln.At
+				k := procKey{ln.Router, ln.Proc}
+				errored[k] = errored[k] || ln.Level == "ERROR"
+				if t, ok := refusedAt[k]; !ok || ln.At.Before(t) {
+					refusedAt[k] = ln.At
 				}
 			}
-			for router, t := range refusedAt {
-				if !errored[router] {
+			for k, t := range refusedAt {
+				if !errored[k] {
 					vs = append(vs, Violation{Detail: fmt.Sprintf("router %d named the refusal (%s) from +%.2fs but never at ERROR",
-						router, e.Kind, t.Sub(h.Start).Seconds()), At: t})
+						k.router, e.Kind, t.Sub(h.Start).Seconds()), At: t})
 				}
 			}
 			for _, s := range h.Ready {
-				t, ok := refusedAt[s.Router]
+				t, ok := refusedAt[procKey{s.Router, s.Proc}]
 				// A second after the line: /readyz reads the state the line reports.
 				if ok && s.Code == 200 && s.At.After(t.Add(time.Second)) && s.At.Before(e.To) {
 					vs = append(vs, Violation{Detail: fmt.Sprintf("router %d answered /readyz 200 at +%.2fs while its user lacked the right "+
@@ -114,6 +117,9 @@ func checkAccessRefusals(h *History, l Limits) []Violation {
 	}
 	return compress(vs, 5)
 }
+
+// procKey is one router process: its router and, with a standby, which of the two (Proc).
+type procKey struct{ router, proc int }
 
 // refusalExit reports whether a router's exit was the refusal of a right its user lost (the router exits
 // naming the right to grant: docs/operations.md, Levels) while that right was revoked or within the stall

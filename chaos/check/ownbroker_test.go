@@ -76,6 +76,15 @@ func TestAccessRefusalNamesTheFix(t *testing.T) {
 	}
 	h.Ready[2].Code = 200
 	broken(t, h, "access-refusal-names-the-fix", "router 0 answered /readyz 200 at +1.90s")
+	// Seed 5023: the standby beside the refused process answers 200, as a standby does; the process that
+	// logged the refusal is judged, not its router's other one.
+	h.Ready[2].Proc = 1
+	if vs := Check(h, limits); len(vs) != 0 {
+		t.Fatalf("the standby's 200 beside a refused active process: %v", vs)
+	}
+	h.Ready[2].Proc, h.Logs[0].Proc = 1, 1
+	broken(t, h, "access-refusal-names-the-fix", "router 0 answered /readyz 200 at +1.90s")
+	h.Ready[2].Proc, h.Logs[0].Proc = 0, 0
 	h.Ready[2].Code = 503
 	h.Logs[0].Level = "WARN"
 	broken(t, h, "access-refusal-names-the-fix", "router 0 named the refusal (permissions-revoked) from +0.70s but never at ERROR")
