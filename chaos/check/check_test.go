@@ -1,6 +1,7 @@
 package check
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -162,6 +163,41 @@ func TestStallWithoutReason(t *testing.T) {
 	h.End = at(60)
 	if vs := Check(h, limits); len(vs) != 0 {
 		t.Fatalf("idle: %v", vs)
+	}
+}
+
+// Seed 5022: a backfill copied a run of rows first; the stream then publishes them again, one every 3 s,
+// before it reaches the row nobody has delivered (committed at +2, delivered at +20). That is progress.
+// The same 18 s with the stream silent is a stall.
+func TestStreamRedeliveringCopiesIsProgress(t *testing.T) {
+	stalls := func(h *History) []Violation {
+		var out []Violation
+		for _, v := range Check(h, limits) {
+			if v.Invariant == "no-silent-stall" {
+				out = append(out, v)
+			}
+		}
+		return out
+	}
+	h := clean()
+	h.End = at(25)
+	h.Deliv[2].At = at(20)
+	h.Ready = []Sample{{At: at(4), Code: 200}, {At: at(12), Code: 200}}
+	h.Events = []Event{{From: at(0.5), To: at(1.6), Kind: gen.CmdBackfill}}
+	for i := range 6 {
+		id := fmt.Sprintf("copied-%d", i)
+		h.Rows = append(h.Rows, Row{ID: id, Aggregate: fmt.Sprintf("order/c%d", i), Version: 1, Committed: at(0.2), LSNAfter: 5})
+		h.Deliv = append(h.Deliv, Delivery{At: at(1.5), MessageID: id, Aggregate: fmt.Sprintf("order/c%d", i), Version: 1, Backfill: true})
+	}
+	if vs := stalls(h); len(vs) != 1 || !strings.Contains(vs[0].Detail, "no progress for 18.0s") {
+		t.Fatalf("the stream silent behind the copies: want one stall of 18 s, got %v", vs)
+	}
+	for i := range 6 {
+		h.Deliv = append(h.Deliv, Delivery{At: at(3 + 3*float64(i)), MessageID: fmt.Sprintf("copied-%d", i),
+			Aggregate: fmt.Sprintf("order/c%d", i), Version: 1})
+	}
+	if vs := stalls(h); len(vs) != 0 {
+		t.Fatalf("the stream publishing the copied rows again: %v", vs)
 	}
 }
 

@@ -8,12 +8,19 @@ import (
 )
 
 // checkStall finds each period longer than l.Stall in which a committed row was pending and no row was
-// delivered for the first time. It is excused when every /readyz sample of the period said 503 (or did not
+// delivered for the first time, by the stream or at all (a row a copy delivered first is pending for the
+// stream until it delivers it too). It is excused when every /readyz sample of the period said 503 (or did not
 // answer) and a router logged a WARN or ERROR line in it: the router said it is stuck, and why. With a
 // standby, the slot's samples are its /readyz?active=1 answers (slotSamples), and a period in which no
 // router was active past the takeover bound without an outage (checkActive) is never excused.
 func checkStall(h *History, l Limits) []Violation {
 	first := firstDeliveries(h)
+	stream := map[string]int{} // each row's first delivery by the stream (not a copy, not a replay)
+	for i, d := range h.Deliv {
+		if _, ok := stream[d.MessageID]; !ok && !d.Backfill && !d.Replayed {
+			stream[d.MessageID] = i
+		}
+	}
 	quar := quarantinedIDs(h)
 	type pend struct{ committed, delivered time.Time }
 	var ps []pend
@@ -26,6 +33,15 @@ func checkStall(h *History, l Limits) []Violation {
 			p.delivered = h.Deliv[i].At
 		}
 		ps = append(ps, p)
+		// A row a backfill or snapshot copied first still waits in the slot: the stream's own first
+		// delivery of it later is progress too, pending since the copy (seed 5022: the rest of a huge
+		// transaction the backfill had copied took the stream 25 s to publish again, behind which the
+		// rows nobody had delivered waited, with /readyz rightly 200).
+		if i, ok := first[r.ID]; ok && h.Deliv[i].Backfill {
+			if j, ok := stream[r.ID]; ok && j > i {
+				ps = append(ps, pend{committed: h.Deliv[i].At, delivered: h.Deliv[j].At})
+			}
+		}
 	}
 	sort.Slice(ps, func(i, j int) bool { return ps[i].delivered.Before(ps[j].delivered) })
 	// minCommit[i]: the earliest commit among the rows delivered at or after ps[i].
