@@ -3,6 +3,7 @@ package chaos
 import (
 	"fmt"
 	"sync"
+	"time"
 )
 
 // columns are the extra columns of public.outbox that gen.FaultColumn adds and drops: changes the router
@@ -57,4 +58,34 @@ func (w *world) columnChange(c int) string {
 		w.cols.added = w.cols.added[1:]
 	}
 	return fmt.Sprintf("%s: %s", name, []string{"added, nullable", "added, NOT NULL DEFAULT false", "dropped", "nullability changed"}[c])
+}
+
+// drift retypes public.outbox's headers to text for d, a change the router must notice
+// (docs/operations.md#schema-and-publication-changes), then restores it as the docs' safe procedure says:
+// restore the column, then start the routers (once, but it may stay set) with --on-drift=quarantine. A
+// router without the flag refuses the first row written meanwhile and exits naming that fix; its
+// supervisor's next start has the flag (w.drifted). The restore is tried until it takes: left undone,
+// every later row would be quarantined. The rows written meanwhile decode as written, with text headers:
+// quarantined with the drift as the reason.
+func (w *world) drift(d time.Duration) string {
+	w.cols.mu.Lock() // no column change in between
+	defer w.cols.mu.Unlock()
+	if err := w.ddl(`ALTER TABLE public.outbox ALTER COLUMN headers TYPE text`); err != nil {
+		return "headers to text: " + err.Error()
+	}
+	time.Sleep(d)
+	var err error
+	for range 10 {
+		// pgx's COPY describes a table once per connection and sends jsonb's binary form (a version
+		// byte, 1, then the text) to the column it still takes for jsonb: a COPY while the column was
+		// text stored that byte too. The restore drops it, as the writers' operator would have to.
+		if err = w.ddl(`ALTER TABLE public.outbox ALTER COLUMN headers TYPE jsonb
+			USING (CASE WHEN left(headers, 1) = chr(1) THEN substr(headers, 2) ELSE headers END)::jsonb`); err == nil {
+			w.drifted.Store(true)
+			return "headers text, then jsonb again"
+		}
+		time.Sleep(time.Second)
+	}
+	w.t.Errorf("column-drift: restoring public.outbox.headers: %v", err)
+	return "headers to text, not restored: " + err.Error()
 }

@@ -122,6 +122,8 @@ func (w *world) apply(f gen.Step) string {
 		return w.publicationGap(f.Dur)
 	case gen.FaultColumn:
 		return w.columnChange(f.N)
+	case gen.FaultDrift:
+		return w.drift(f.Dur)
 	case gen.FaultPartAttach:
 		return w.attachPartition()
 	case gen.FaultPartDetach, gen.FaultPartDrop:

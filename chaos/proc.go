@@ -27,6 +27,9 @@ func (w *world) routerArgs(i int) []string {
 	if s.Emit {
 		args = append(args, "--message-prefix", messagePrefix)
 	}
+	if s.OnDriftQuarantine || w.drifted.Load() {
+		args = append(args, "--on-drift", "quarantine")
+	}
 	if d := w.plan.PublicationCheck; d > 0 {
 		args = append(args, "--publication-check-interval", d.String())
 	}

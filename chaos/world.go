@@ -43,6 +43,7 @@ type world struct {
 	broker        *testenv.RabbitMQNode // the harness's own RabbitMQ node (gen.Setup.OwnBroker), nil on the shared broker
 	parts         partitions            // the harness's partitions of public.outbox (gen.Setup.Partitioned)
 	cols          columns               // the extra columns of public.outbox (gen.FaultColumn)
+	drifted       atomic.Bool           // a gen.FaultDrift was restored: routers start with --on-drift=quarantine from now on
 	token         string                // every payload carries it; no log line may
 	// mappingConfig is the --config file of gen.MappedTable; exchangeDown is set while an exchange fault
 	// has the topic's exchange away.

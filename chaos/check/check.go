@@ -114,6 +114,9 @@ func checkComplete(h *History, _ Limits) []Violation {
 			// A queue-length policy (FaultQueuePolicy) had the consumer's queue refuse it: nacked, retried
 			// alone for --refusal-retry, then quarantined with the broker's reason (the runner replays such
 			// records once the policy is cleared; this one stayed open).
+		case !r.Poison && quarantined && !delivered && driftQuarantine(h, reason, r.Committed):
+			// Written while public.outbox's headers were text (FaultDrift): it decodes as written, drifted,
+			// and is quarantined with the drift as the reason (docs/operations.md, schema changes).
 		case !r.Poison && quarantined && !delivered:
 			vs = append(vs, Violation{Detail: fmt.Sprintf("valid row %s (%s v%d) was quarantined: %s", r.ID, r.Aggregate, r.Version, reason), Aggregate: r.Aggregate})
 		case delivered:

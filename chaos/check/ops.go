@@ -11,7 +11,7 @@ func checkExits(h *History, l Limits) []Violation {
 	n := map[int]int{}
 	var vs []Violation
 	for _, e := range h.Events {
-		if e.Kind != KindRouterExit || gapRefusal(e.Note) || refusalExit(h, e, l) {
+		if e.Kind != KindRouterExit || gapRefusal(e.Note) || refusalExit(h, e, l) || driftExit(h, e, l) {
 			continue
 		}
 		n[e.Router]++

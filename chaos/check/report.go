@@ -48,6 +48,14 @@ func Coverage(h *History) map[string]int {
 	if s.AggregateWindow > 1 {
 		c["feature:aggregate-window"] = 1
 	}
+	if s.OnDriftQuarantine {
+		c["feature:on-drift-quarantine"] = 1
+	}
+	for _, q := range h.Quar {
+		if driftReason(q.Reason) {
+			c["seen:drift-quarantined"]++
+		}
+	}
 	if s.Standby {
 		c["feature:standby"] = 1
 		c["seen:takeovers"] += len(Takeovers(h))
@@ -72,6 +80,9 @@ func Coverage(h *History) map[string]int {
 					break
 				}
 			}
+		}
+		if l.Router >= 0 && l.Level == "ERROR" && driftExitText(l.Text) {
+			c["seen:drift-refused"]++
 		}
 		if l.Router >= 0 && strings.Contains(l.Text, "ACCESS_REFUSED") {
 			c["seen:access-refused-logged"]++

@@ -51,6 +51,11 @@ type Setup struct {
 	// slot with the same flags and a /readyz port of its own (docs/operations.md, running two routers).
 	// The router faults then hit the active one, and FaultPGCutActive cuts its PostgreSQL connections alone.
 	Standby bool
+	// OnDriftQuarantine starts the routers with --on-drift=quarantine (docs/operations.md: it can stay
+	// set): a FaultDrift's rows are quarantined and the stream goes on. Without it the routers refuse the
+	// first drifted row, and the harness restarts them with the flag once the column is restored, as the
+	// docs' safe procedure says.
+	OnDriftQuarantine bool
 }
 
 // MappedTable is the table of Setup.Mapped.
@@ -81,6 +86,9 @@ func (s Setup) String() string {
 	}
 	if s.Standby {
 		full += " standby=true"
+	}
+	if s.OnDriftQuarantine {
+		full += " on_drift=quarantine"
 	}
 	return fmt.Sprintf("seed=%d tables=%s shards=%d queue=%s unroutable=%s lanes=%d window=%d snapshot_rows=%d writers=%d duration=%v%s",
 		s.Seed, strings.Join(s.Tables, ","), s.Shards, s.QueueType, s.UnroutableType, s.Lanes, s.Window,
@@ -129,6 +137,7 @@ const (
 	FaultPGRights      Kind = "pg-rights-revoked"   // the routers' PostgreSQL role loses REPLICATION (N=0) or SELECT on public.outbox (N=1) for Dur, its sessions terminated, then regains it (on own-broker seeds only, to keep the others' plans)
 	FaultPermissions   Kind = "permissions-revoked" // the routers' user loses write on its exchange (N=0) or configure (N=1) for Dur, its connections closed, then restored
 	FaultColumn        Kind = "column-change"       // a change the router must not notice (docs/operations.md, schema changes): an extra column added, its nullability changed, dropped
+	FaultDrift         Kind = "column-drift"        // a change the router must notice: public.outbox's headers retyped to text for Dur, then restored (a drift refusal, then --on-drift=quarantine)
 	CmdReplay          Kind = "quarantine-replay"   // fix the open records' rows in place (headers), then cdc-router quarantine replay them all
 	// With Setup.Partitioned:
 	FaultPartAttach Kind = "partition-attach" // create a partition for a new range and attach it: the writers' rows go there
@@ -272,6 +281,7 @@ func Generate(seed int64, o Options) Plan {
 	addPGRights(&p, seed)
 	addAggregateWindow(&p, seed)
 	addStandby(&p, seed)
+	addDrift(&p, seed)
 	for _, f := range p.Faults {
 		if f.Kind == FaultPubGap {
 			p.PublicationCheck = 2 * time.Second
@@ -395,6 +405,20 @@ func addReplays(p *Plan, seed int64) {
 		// After two fifths, so that there are records to replay.
 		p.Faults = append(p.Faults, Step{At: p.Setup.Duration*2/5 + time.Duration(r.Int64N(int64(p.Setup.Duration*2/5))), Kind: CmdReplay})
 	}
+	sort.SliceStable(p.Faults, func(i, j int) bool { return p.Faults[i].At < p.Faults[j].At })
+}
+
+// addDrift gives a quarter of the seeds one FaultDrift (1–4 s) in the first three fifths, and a third of
+// those --on-drift=quarantine from the start. From a generator of its own, last, so that no other choice
+// of a plan changes.
+func addDrift(p *Plan, seed int64) {
+	r := rand.New(rand.NewPCG(uint64(seed), 0xd71f))
+	if r.IntN(4) != 0 {
+		return
+	}
+	p.Setup.OnDriftQuarantine = r.IntN(3) == 0
+	p.Faults = append(p.Faults, Step{At: time.Duration(r.Int64N(int64(p.Setup.Duration * 3 / 5))), Kind: FaultDrift,
+		Dur: time.Duration(1000+r.IntN(3000)) * time.Millisecond})
 	sort.SliceStable(p.Faults, func(i, j int) bool { return p.Faults[i].At < p.Faults[j].At })
 }
 
