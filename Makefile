@@ -96,4 +96,5 @@ KNOWN_BROKEN ?=
 DURATION     ?= 20s
 chaos: services
 	$(GO) test -count=1 -v -timeout 0 -run '^TestChaos$$' ./chaos/ -args -chaos.seeds=$(SEEDS) -chaos.duration=$(DURATION) \
-		$(if $(SEED),-chaos.seed=$(SEED)) $(if $(BASE),-chaos.base=$(BASE)) $(if $(KNOWN_BROKEN),-chaos.known-broken=$(KNOWN_BROKEN))
+		$(if $(SEED),-chaos.seed=$(SEED)) $(if $(BASE),-chaos.base=$(BASE)) $(if $(KNOWN_BROKEN),-chaos.known-broken=$(KNOWN_BROKEN)) \
+		$(if $(JUDGE),-chaos.judge=$(JUDGE))

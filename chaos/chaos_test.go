@@ -23,6 +23,7 @@ var (
 	brokenFlag = flag.String("chaos.known-broken", "", "comma-separated kinds of knownBroken to generate anyway, or all")
 	durFlag    = flag.Duration("chaos.duration", 20*time.Second, "how long each seed writes and injects faults")
 	dumpFlag   = flag.Bool("chaos.dump", false, "write every seed's whole history as JSON, not only a failing one's")
+	judgeFlag  = flag.String("chaos.judge", "", "judge this history file (a run's JSON) by today's checker instead of running seeds")
 )
 
 // ciSeeds are the seeds the normal suite runs (make test, CI): a handful that pass on main and together
@@ -90,6 +91,10 @@ func seeds(t *testing.T) []int64 {
 // TestChaos runs each seed's plan and judges its history by the invariants (check.go). A failing seed
 // prints its setup, its shortened history and the command that replays it.
 func TestChaos(t *testing.T) {
+	if *judgeFlag != "" {
+		judge(t, *judgeFlag)
+		return
+	}
 	bin := routerBinary(t)
 	o := options()
 	total := map[string]int{}
@@ -101,15 +106,19 @@ func TestChaos(t *testing.T) {
 			t.Logf("%s", plan.Describe())
 			t0 := time.Now()
 			h := Run(t, pg, bin, plan)
-			vs := check.Check(h, check.Limits{Stall: 20 * time.Second, RouterExits: 3, PayloadToken: fmt.Sprintf("chaos-payload-%d", seed)})
+			vs := check.Check(h, limits(seed))
 			cov := check.Coverage(h)
 			for k, n := range cov {
 				total[k] += n
 			}
 			t.Logf("seed %d: %d rows, %d deliveries, %d quarantined, %v; coverage: %s\n%s", seed, len(h.Rows), len(h.Deliv),
 				len(h.Quar), time.Since(t0).Round(time.Second), gen.Counts(cov), check.Applied(h))
+			file := ""
+			if *dumpFlag || len(vs) > 0 {
+				file = dump(h)
+			}
 			if *dumpFlag {
-				t.Logf("the whole history: %s", dump(h))
+				t.Logf("the whole history: %s", file)
 			}
 			if len(vs) > 0 {
 				var b strings.Builder
@@ -117,7 +126,7 @@ func TestChaos(t *testing.T) {
 					fmt.Fprintf(&b, "  %s\n", v)
 				}
 				t.Errorf("seed %d broke %d invariants:\n%s\n%s\n%s\nthe whole history: %s\nreplay: make chaos SEED=%d%s", seed, len(vs),
-					b.String(), plan.Describe(), check.Shorten(h, vs), dump(h), seed, replayFlags())
+					b.String(), plan.Describe(), check.Shorten(h, vs), file, seed, replayFlags())
 			}
 		})
 		if !ok {
@@ -134,6 +143,30 @@ func TestChaos(t *testing.T) {
 		fmt.Fprintf(&b, "  %-36s %d\n", k, total[k])
 	}
 	t.Logf("%d seeds in %v, failed: %v; coverage over all seeds:\n%s", len(seeds(t)), time.Since(began).Round(time.Second), failed, b.String())
+}
+
+// limits are the checker's bounds for a seed's run (its payload token is the runner's).
+func limits(seed int64) check.Limits {
+	return check.Limits{Stall: 20 * time.Second, RouterExits: 3, PayloadToken: fmt.Sprintf("chaos-payload-%d", seed)}
+}
+
+// judge reads a history that dump wrote and judges it by the invariants as they are now: a checker's fix is
+// tried on the run that found it without running the seed again (whose timing may not repeat).
+func judge(t *testing.T, file string) {
+	b, err := os.ReadFile(file)
+	if err != nil {
+		t.Fatalf("-chaos.judge: %v", err)
+	}
+	var h check.History
+	if err := json.Unmarshal(b, &h); err != nil {
+		t.Fatalf("-chaos.judge %s: %v", file, err)
+	}
+	seed := h.Setup.Seed
+	vs := check.Check(&h, limits(seed))
+	for _, v := range vs {
+		t.Errorf("seed %d: %s", seed, v)
+	}
+	t.Logf("seed %d: %d rows, %d deliveries, %d violations", seed, len(h.Rows), len(h.Deliv), len(vs))
 }
 
 // dump writes the whole history as JSON to a file in the temporary directory and returns its path.
