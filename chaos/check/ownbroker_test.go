@@ -84,6 +84,17 @@ func TestAccessRefusalNamesTheFix(t *testing.T) {
 	}
 	h.Ready[2].Proc, h.Logs[0].Proc = 1, 1
 	broken(t, h, "access-refusal-names-the-fix", "router 0 answered /readyz 200 at +1.90s")
+	// Seed 7013: the refused process, started again, finds the slot held and stands by: 200, with
+	// /readyz?active=1 503. Judged only while it says it is active.
+	h.Setup.Standby = true
+	h.Ready[2].Active = 503
+	if vs := Check(h, limits); len(vs) != 0 {
+		t.Fatalf("the refused process standing by after its restart: %v", vs)
+	}
+	h.Ready[2].Active = 200
+	broken(t, h, "access-refusal-names-the-fix", "router 0 answered /readyz 200 at +1.90s")
+	h.Setup.Standby = false
+	h.Ready[2].Active = 0
 	h.Ready[2].Proc, h.Logs[0].Proc = 0, 0
 	h.Ready[2].Code = 503
 	h.Logs[0].Level = "WARN"
