@@ -47,7 +47,7 @@ type Setup struct {
 	// aggregate's events, which keeps their first deliveries in commit order unless the broker refuses one
 	// (docs/operations.md, hot aggregates), so it is drawn only for setups whose broker refuses nothing.
 	AggregateWindow int
-	// Standby runs a hot standby beside each router (never with shards): a second process on the same
+	// Standby runs a hot standby beside each router (each shard's, with shards): a second process on the same
 	// slot with the same flags and a /readyz port of its own (docs/operations.md, running two routers).
 	// The router faults then hit the active one, and FaultPGCutActive cuts its PostgreSQL connections alone.
 	Standby bool
@@ -200,7 +200,7 @@ func (s Step) String() string {
 		fmt.Fprintf(&b, " rows=%d", s.N)
 	}
 	switch s.Kind {
-	case FaultKill, FaultTerm, CmdResetLive: // a cut or a pause hits every router: the proxies are shared
+	case FaultKill, FaultTerm, CmdResetLive, FaultPGCutActive: // a cut or a pause hits every router: the proxies are shared
 		fmt.Fprintf(&b, " router=%d", s.Router)
 	}
 	if s.Dur > 0 {

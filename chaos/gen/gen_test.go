@@ -128,25 +128,33 @@ func TestAggregateWindowOnlyWhereTheBrokerRefusesNothing(t *testing.T) {
 	}
 }
 
-// The hot standby runs beside one router only (no shards), and only its seeds cut the active router alone.
-func TestStandbyNeverWithShards(t *testing.T) {
-	n := 0
+// The hot standby runs beside every router, sharded ones too (each takeover fault names a shard of the
+// setup), and only its seeds cut the active router alone.
+func TestStandbyBesideEveryRouter(t *testing.T) {
+	n, sharded := 0, 0
+	shardsHit := map[int]bool{}
 	for seed := int64(1); seed <= 300; seed++ {
 		p := Generate(seed, Options{})
-		if p.Setup.Standby && p.Setup.Shards > 0 {
-			t.Fatalf("seed %d: a standby with %d shards", seed, p.Setup.Shards)
-		}
 		for _, f := range p.Faults {
 			if f.Kind == FaultPGCutActive && !p.Setup.Standby {
 				t.Fatalf("seed %d: %s without a standby", seed, f.Kind)
 			}
+			if (f.Kind == FaultPGCutActive || f.Kind == FaultKill || f.Kind == FaultTerm) && f.Router >= p.Setup.Routers() {
+				t.Fatalf("seed %d: %s of router %d, of %d", seed, f.Kind, f.Router, p.Setup.Routers())
+			}
+			if p.Setup.Standby && p.Setup.Shards > 0 && f.Kind == FaultPGCutActive {
+				shardsHit[f.Router] = true
+			}
 		}
 		if p.Setup.Standby {
 			n++
+			if p.Setup.Shards > 0 {
+				sharded++
+			}
 		}
 	}
-	if n < 80 {
-		t.Fatalf("only %d of 300 seeds run a standby", n)
+	if n < 80 || sharded < 20 || !shardsHit[0] || !shardsHit[1] {
+		t.Fatalf("of 300 seeds %d run a standby, %d of them with shards, whose active-router cuts hit shards %v", n, sharded, shardsHit)
 	}
 }
 
