@@ -51,17 +51,6 @@ func refusalOf(text string) (rightRefusal, bool) {
 	return rightRefusal{}, false
 }
 
-// inRevocation reports whether t falls while a right of kind k was revoked or within bound after its
-// restore.
-func inRevocation(h *History, k gen.Kind, t time.Time, bound time.Duration) (Event, bool) {
-	for _, e := range h.Events {
-		if e.Kind == k && !t.Before(e.From) && !t.After(e.To.Add(bound)) {
-			return e, true
-		}
-	}
-	return Event{}, false
-}
-
 // checkAccessRefusals holds the routers to what docs/operations.md promises when their user loses a right
 // (FaultPermissions: RabbitMQ write or configure; FaultPGRights: PostgreSQL REPLICATION or SELECT on the
 // outbox), each revoked for a while, then restored: each log line a router writes naming the refusal names
@@ -136,7 +125,7 @@ func refusalExit(h *History, exit Event, l Limits) bool {
 	if !ok {
 		return false
 	}
-	_, ok = inRevocation(h, rr.kind, exit.From, l.Stall)
+	_, ok = eventAround(h, rr.kind, exit.From, l.Stall)
 	return ok
 }
 
@@ -149,6 +138,6 @@ func refusalExplains(h *History, text string, at, to time.Time, bound time.Durat
 	if !ok {
 		return true
 	}
-	e, ok := inRevocation(h, rr.kind, at, bound)
+	e, ok := eventAround(h, rr.kind, at, bound)
 	return ok && !to.After(e.To.Add(bound))
 }

@@ -123,7 +123,7 @@ func checkComplete(h *History, _ Limits) []Violation {
 		case (r.Deleted || r.Emitted) && slotless(h, r.Committed):
 			// Deleted in its own transaction, or emitted (in the WAL only), while no slot existed: nothing
 			// could ever have read it.
-		case r.Partition > 0 && goneBeforeSnapshot(h, r):
+		case goneBeforeSnapshot(h, r):
 			// Committed into a partition of the harness's while no slot existed, and that partition was
 			// detached or dropped before the next slot took its snapshot: the initial snapshot copies the
 			// outbox as it is then, and the row is not in it (docs/snapshots.md; seed 5012).
@@ -256,7 +256,7 @@ func PartitionName(g int) string { return fmt.Sprintf("public.outbox_chaos_%d", 
 // commit took its snapshot: no router can read it then, from the WAL or from the table. A slot created
 // before the commit reads it from the WAL, whatever becomes of the partition.
 func goneBeforeSnapshot(h *History, r Row) bool {
-	if !slotless(h, r.Committed) {
+	if r.Partition == 0 || !slotless(h, r.Committed) {
 		return false
 	}
 	var created time.Time
@@ -289,7 +289,18 @@ func goneBeforeSnapshot(h *History, r Row) bool {
 // read it (goneBeforeSnapshot).
 func Unpublishable(h *History, r Row) bool {
 	return (r.Deleted || r.Emitted) && slotless(h, r.Committed) || r.Deleted && inAnnouncedGap(h, r.Committed) ||
-		r.Partition > 0 && goneBeforeSnapshot(h, r)
+		goneBeforeSnapshot(h, r)
+}
+
+// eventAround is the event of kind k that t falls in, or within bound after its end (a right revoked, a
+// column drifted): ok is false when there is none.
+func eventAround(h *History, k gen.Kind, t time.Time, bound time.Duration) (Event, bool) {
+	for _, e := range h.Events {
+		if e.Kind == k && !t.Before(e.From) && !t.After(e.To.Add(bound)) {
+			return e, true
+		}
+	}
+	return Event{}, false
 }
 
 // compress keeps the first n violations and counts the rest in one more.

@@ -29,12 +29,8 @@ func driftExitText(text string) bool {
 
 // inDrift reports whether t falls inside a FaultDrift, or within bound after its restore.
 func inDrift(h *History, t time.Time, bound time.Duration) bool {
-	for _, e := range h.Events {
-		if e.Kind == gen.FaultDrift && !t.Before(e.From) && !t.After(e.To.Add(bound)) {
-			return true
-		}
-	}
-	return false
+	_, ok := eventAround(h, gen.FaultDrift, t, bound)
+	return ok
 }
 
 // driftQuarantine reports whether a valid row committed at `committed` was quarantined for the drift of a
