@@ -98,6 +98,18 @@ func (s *Stats) Waiting() string {
 	return fmt.Sprintf("waiting %v for %s", time.Since(s.waitingSince).Round(time.Second), s.waiting)
 }
 
+// WaitingOn is Waiting's parts: what the router waits for and since when ("" and the zero time when it
+// waits for nothing, or streams, copies a snapshot or stands by).
+func (s *Stats) WaitingOn() (string, time.Time) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	switch s.state {
+	case StateStreaming, StateSnapshot, StateStandby, StateStopped:
+		return "", time.Time{}
+	}
+	return s.waiting, s.waitingSince
+}
+
 // WaitFor records what the router waits for now; the time counts from the first call with this text.
 func (s *Stats) WaitFor(what string) {
 	s.mu.Lock()

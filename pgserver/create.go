@@ -26,6 +26,9 @@ func creationReportAt(i int) time.Duration {
 	return creationReports[i]
 }
 
+// CreationWait begins what the router waits for (WatchCreation's waitFor) while PostgreSQL creates a slot.
+const CreationWait = "PostgreSQL to create replication slot "
+
 // WatchCreation reports, for as long as the creation of slot waits, the transactions it waits for: building
 // the slot's snapshot waits until every transaction running at that moment ends, so an idle-in-transaction
 // session or a forgotten prepared transaction makes it wait indefinitely. It logs a WARN line and one line per
@@ -33,7 +36,7 @@ func creationReportAt(i int) time.Duration {
 // hands waitFor what the router waits for (/readyz's problem: the wait and its transactions), read over its
 // own connection to url (each attempt and query bounded by d). The returned stop ends the watch.
 func WatchCreation(ctx context.Context, url, slot string, d time.Duration, log *slog.Logger, waitFor func(string)) (stop func()) {
-	what := "PostgreSQL to create replication slot " + slot + " (it waits until the transactions running when it began end)"
+	what := CreationWait + slot + " (it waits until the transactions running when it began end)"
 	waitFor(what)
 	ctx, cancel := context.WithCancel(ctx)
 	done := make(chan struct{})

@@ -52,6 +52,9 @@ func Run(ctx context.Context, cfg Config, dial Dialer, log *slog.Logger, stats *
 	stats.SetSilentAfter(cfg.PGTimeout)
 	stats.SetState(metrics.StateStarting, nil)
 	stop := newStopClock(ctx, cfg.ShutdownTimeout)
+	wctx, endWatch := context.WithCancel(ctx)
+	defer endWatch()
+	go watchWaits(wctx, log, stats, longWait(cfg.PGTimeout), cfg.PGTimeout)
 	began := time.Now()
 	started, standby := false, false
 	stoodBy := false // found the slot held by another router at least once: the connection works
@@ -111,7 +114,7 @@ func Run(ctx context.Context, cfg Config, dial Dialer, log *slog.Logger, stats *
 		cause := causeOf(err)
 		stats.Restarted(cause)
 		stats.SetState(metrics.StateRestarting, err)
-		stats.WaitFor(fmt.Sprintf("the restart after a %s failure (backoff %v)", cause, wait.Round(time.Millisecond)))
+		stats.WaitFor(fmt.Sprintf(restartWait+"%s failure (backoff %v)", cause, wait.Round(time.Millisecond)))
 		log.Warn("stream stopped; restarting from the acknowledged position", "cause", cause, "error", err,
 			"backoff", wait.Round(time.Millisecond), "lsn", stats.Acknowledged())
 		if !sleep(ctx, wait) {

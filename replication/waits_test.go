@@ -1,0 +1,72 @@
+package replication
+
+import (
+	"bytes"
+	"context"
+	"log/slog"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/cdc-router/cdc-router/metrics"
+	"github.com/cdc-router/cdc-router/pgserver"
+)
+
+// syncBuffer is a bytes.Buffer safe for the watcher's writes and the test's reads.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+func (s *syncBuffer) String() string { s.mu.Lock(); defer s.mu.Unlock(); return s.b.String() }
+
+// TestWatchWaitsLogsALongWait: a start-up wait is logged as a warning once it lasts the threshold, again at
+// each doubling, and a new wait starts its own count; the restart's backoff (logged as it began), a slot's creation (pgserver.WatchCreation logs it) and a
+// router that streams or stands by are not logged.
+func TestWatchWaitsLogsALongWait(t *testing.T) {
+	const after = 200 * time.Millisecond
+	var out syncBuffer
+	stats := &metrics.Stats{}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go watchWaits(ctx, slog.New(slog.NewTextHandler(&out, nil)), stats, after, 30*time.Second)
+	count := func(s string) int { return strings.Count(out.String(), s) }
+
+	stats.SetState(metrics.StateStarting, nil)
+	stats.WaitFor("PostgreSQL at h:5432 to accept the router's ordinary connection")
+	time.Sleep(after / 2)
+	if n := count("still waiting"); n != 0 {
+		t.Fatalf("%d lines before the threshold:\n%s", n, out.String())
+	}
+	time.Sleep(2*after + after/2) // at 3x the threshold: past 1x and 2x, before 4x
+	if n := count(`level=WARN msg="still waiting for PostgreSQL at h:5432 to accept the router's ordinary connection"`); n != 2 {
+		t.Fatalf("%d warnings after 2x the threshold, want 2 (at 1x and 2x):\n%s", n, out.String())
+	}
+	if !strings.Contains(out.String(), "--pg-timeout 30s") {
+		t.Errorf("the line does not name the bound:\n%s", out.String())
+	}
+	stats.WaitFor("RabbitMQ to accept the router's connection")
+	time.Sleep(after + after/2)
+	if n := count(`msg="still waiting for RabbitMQ to accept the router's connection"`); n != 1 {
+		t.Errorf("%d warnings for the new wait, want 1:\n%s", n, out.String())
+	}
+	before := count("still waiting")
+	stats.SetState(metrics.StateRestarting, nil)
+	stats.WaitFor(restartWait + "postgres failure (backoff 5s)")
+	time.Sleep(3 * after)
+	stats.SetState(metrics.StateStarting, nil)
+	stats.WaitFor(pgserver.CreationWait + "s (it waits until the transactions running when it began end)")
+	time.Sleep(3 * after)
+	stats.SetState(metrics.StateStandby, nil)
+	stats.WaitFor("PostgreSQL at h:5432 to answer the start-up checks")
+	time.Sleep(3 * after)
+	if n := count("still waiting"); n != before {
+		t.Errorf("the restart's backoff, the slot's creation or the standby was logged:\n%s", out.String())
+	}
+}
