@@ -2,6 +2,7 @@ package chaos
 
 import (
 	"fmt"
+	"regexp"
 	"strings"
 	"sync"
 	"time"
@@ -56,16 +57,33 @@ func (w *world) brokerKill(f gen.Step) {
 	w.rec.Event(check.Event{From: from, To: to, Kind: f.Kind, Note: note})
 }
 
-// routerUser is the user the routers connect as on the harness's own node when the plan revokes its
-// permissions (gen.FaultPermissions); commands and the consumer stay guest.
+// routerUser is the user the routers connect as on the harness's own node (gen.Setup.OwnBroker);
+// commands and the consumer stay guest.
 func (w *world) routerUser() string { return "router_" + w.db }
 
-// addRouterUser creates routerUser with every permission and makes it the routers' AMQP URL.
+// routerPermissions are the configure, write and read permissions docs/operations.md (Security) gives the
+// router's user, adapted to the run's --exchange: its exchange, the alternate exchange and its queue, and
+// write on the per-topic exchange of the mapped table (Setup.ExchangeByTopic: declared by the operator, so
+// the router only publishes to it).
+func (w *world) routerPermissions() (configure, write, read string) {
+	own := "^" + regexp.QuoteMeta(w.exchange) + `(\.unroutable)?$`
+	write = own
+	if w.plan.Setup.ExchangeByTopic {
+		write = "^(" + regexp.QuoteMeta(w.exchange) + `(\.unroutable)?|` + regexp.QuoteMeta(w.topicExchange()) + ")$"
+	}
+	return own, write, own
+}
+
+// addRouterUser creates routerUser with routerPermissions and makes it the routers' AMQP URL.
 func (w *world) addRouterUser() error {
 	// The password carries the payload token, so that a router logging it breaks logs-carry-no-payload.
 	u, err := w.broker.AddUser(w.routerUser(), w.token+"-password")
 	if err != nil {
 		return err
+	}
+	configure, write, read := w.routerPermissions()
+	if out, err := w.broker.TryCtl(time.Minute, "set_permissions", "-p", "/", w.routerUser(), configure, write, read); err != nil {
+		return fmt.Errorf("set_permissions: %v: %s", err, out)
 	}
 	w.routerAMQPURL = u
 	return nil
@@ -74,15 +92,20 @@ func (w *world) addRouterUser() error {
 // permissionsFault takes away from the routers' user write on their exchange (f.N 0: they can declare
 // everything and publish nowhere but the alternate exchange) or configure (1: they can declare nothing)
 // for f.Dur, and closes its connections so that the change applies at once (a channel keeps the
-// permissions it checked), then restores every permission.
+// permissions it checked), then gives routerPermissions back.
 func (w *world) permissionsFault(f gen.Step) {
-	configure, write := ".*", "^(?!"+w.exchange+"$).*"
-	if f.N == 1 {
-		configure, write = "^$", ".*"
+	configure, write, read := w.routerPermissions()
+	if f.N == 0 {
+		write = "^" + regexp.QuoteMeta(w.exchange+".unroutable") + "$"
+		if w.plan.Setup.ExchangeByTopic {
+			write = "^(" + regexp.QuoteMeta(w.exchange+".unroutable") + "|" + regexp.QuoteMeta(w.topicExchange()) + ")$"
+		}
+	} else {
+		configure = "^$"
 	}
 	from := time.Now()
 	var notes []string
-	if out, err := w.broker.TryCtl(time.Minute, "set_permissions", "-p", "/", w.routerUser(), configure, write, ".*"); err != nil {
+	if out, err := w.broker.TryCtl(time.Minute, "set_permissions", "-p", "/", w.routerUser(), configure, write, read); err != nil {
 		notes = append(notes, fmt.Sprintf("revoke: %v: %s", err, out))
 	}
 	if out, err := w.broker.TryCtl(time.Minute, "close_all_user_connections", w.routerUser(), "chaos: permissions changed"); err != nil {
@@ -90,7 +113,8 @@ func (w *world) permissionsFault(f gen.Step) {
 	}
 	time.Sleep(f.Dur)
 	for i := 0; ; i++ {
-		out, err := w.broker.TryCtl(time.Minute, "set_permissions", "-p", "/", w.routerUser(), ".*", ".*", ".*")
+		configure, write, read := w.routerPermissions()
+		out, err := w.broker.TryCtl(time.Minute, "set_permissions", "-p", "/", w.routerUser(), configure, write, read)
 		if err == nil {
 			break
 		}

@@ -32,8 +32,8 @@ type world struct {
 	pg      *testenv.Postgres
 	db      string // database name; also the slot and the base of every broker name
 	amqpURL string // direct
-	// routerAMQPURL is the routers' URL before the proxy: amqpURL, or a user of the run's own on the
-	// harness's node when the plan revokes its permissions (gen.FaultPermissions).
+	// routerAMQPURL is the routers' URL before the proxy: amqpURL, or on the harness's own node a user of
+	// the run's own with the permissions docs/operations.md gives (routerPermissions).
 	routerAMQPURL string
 	exchange      string
 	queue         string
@@ -133,7 +133,7 @@ func (w *world) setUp() error {
 		}
 		args = append(args, "--emit-function", "--emit-role", w.writerRole())
 	}
-	if w.plan.Has(gen.FaultPermissions) {
+	if s.OwnBroker {
 		if err := w.addRouterUser(); err != nil {
 			return fmt.Errorf("the routers' user: %w", err)
 		}

@@ -336,7 +336,20 @@ func checkOrder(h *History, _ Limits) []Violation {
 	seen := map[string]bool{}
 	last := map[string]int64{}
 	bad := map[string]bool{}
+	quarantined := map[string]time.Time{} // the first quarantine record of each event
+	for _, q := range h.Quar {
+		if t, ok := quarantined[q.EventID]; !ok || q.At.Before(t) {
+			quarantined[q.EventID] = q.At
+		}
+	}
 	for _, d := range h.Deliv {
+		if t, ok := quarantined[d.MessageID]; ok && !seen[d.MessageID] && t.Before(d.At) {
+			// Quarantined before it was first delivered: the stream went on past it, so whatever publishes it
+			// later (a replay; the stream reading it again after a restart once the broker takes it, such as
+			// a per-topic exchange declared again: seed 367) is out of its aggregate's order by design.
+			seen[d.MessageID] = true
+			continue
+		}
 		if d.Replayed {
 			// A replay goes out beside the stream, in no order to it; what comes of its event after it (a
 			// snapshot's copy after a reset: seed 793) is a duplicate, not a first delivery.
