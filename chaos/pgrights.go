@@ -12,8 +12,9 @@ import (
 	"github.com/cdc-router/cdc-router/chaos/gen"
 )
 
-// pgRouterRole is the PostgreSQL role the routers connect as when the plan revokes one of its rights
-// (gen.FaultPGRights); otherwise they connect as the superuser, as the writers' commands always do.
+// pgRouterRole is the PostgreSQL role the routers connect as on the seeds of the harness's own node
+// (gen.Setup.OwnBroker: those may revoke one of its rights, gen.FaultPGRights); otherwise they connect as
+// the superuser, as the writers' commands always do.
 func (w *world) pgRouterRole() string { return w.db + "_router" }
 
 // createPGRouterRole creates pgRouterRole with the rights docs/operations.md (database role and access)
@@ -40,12 +41,18 @@ func (w *world) createPGRouterRole(ctx context.Context, conn *pgx.Conn) error {
 
 // pgRightsFault takes REPLICATION (f.N 0) or SELECT on public.outbox (1) from the routers' role for f.Dur,
 // terminating its sessions so that the change applies at once (a session keeps the rights it started
-// with for REPLICATION), then gives it back.
+// with for REPLICATION), or INSERT, UPDATE and DELETE on the router's own tables (2: the stored position,
+// the quarantine, the snapshot's progress), its sessions left running, so that the next write of a
+// streaming router meets the refusal; then gives it back.
 func (w *world) pgRightsFault(f gen.Step) {
 	role := w.pgRouterRole()
 	revoke, grant := `ALTER ROLE `+role+` NOREPLICATION`, `ALTER ROLE `+role+` REPLICATION`
-	if f.N == 1 {
+	switch f.N {
+	case 1:
 		revoke, grant = `REVOKE SELECT ON public.outbox FROM `+role, `GRANT SELECT ON public.outbox TO `+role
+	case 2:
+		revoke = `REVOKE INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA cdc_router FROM ` + role
+		grant = `GRANT INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA cdc_router TO ` + role
 	}
 	ctx := context.Background()
 	from := time.Now()
@@ -54,8 +61,10 @@ func (w *world) pgRightsFault(f gen.Step) {
 	if _, err := c.Exec(ctx, revoke); err != nil {
 		notes = append(notes, fmt.Sprintf("revoke: %v", err))
 	}
-	if _, err := c.Exec(ctx, `SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE usename = $1`, role); err != nil {
-		notes = append(notes, fmt.Sprintf("terminate: %v", err))
+	if f.N < 2 {
+		if _, err := c.Exec(ctx, `SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE usename = $1`, role); err != nil {
+			notes = append(notes, fmt.Sprintf("terminate: %v", err))
+		}
 	}
 	c.Close(ctx)
 	time.Sleep(f.Dur)

@@ -85,7 +85,7 @@ func (w *world) directURL() string { return w.pg.URL(w.db) }
 
 func (w *world) proxiedPGURL() string {
 	user := "postgres"
-	if w.plan.Has(gen.FaultPGRights) {
+	if w.plan.Setup.OwnBroker {
 		user = w.pgRouterRole()
 	}
 	return fmt.Sprintf("postgres://%s@%s/%s?sslmode=disable", user, w.pgProxy.Addr, w.db)
@@ -168,7 +168,7 @@ func (w *world) setUp() error {
 			return fmt.Errorf("grant the writer role: %w", err)
 		}
 	}
-	if w.plan.Has(gen.FaultPGRights) {
+	if w.plan.Setup.OwnBroker {
 		if err := w.createPGRouterRole(ctx, conn); err != nil {
 			return fmt.Errorf("the routers' role: %w", err)
 		}

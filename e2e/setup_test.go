@@ -173,3 +173,35 @@ func TestSetupRefusalWhenAllSlotsAreInUse(t *testing.T) {
 	}
 	e.expectSetupRefusal("max_replication_slots")
 }
+
+// TestWritesRevokedWhileStreamingStopNamingTheGrant: a running router whose role loses INSERT and UPDATE
+// on its positions table (a DBA's REVOKE) used to stop with PostgreSQL's "permission denied for table
+// positions" and a pointer to the docs (seed 467 of the harness). It now stops with the start-up checks'
+// refusal naming the GRANT to run, having stored nothing past what the broker confirmed; given the grant
+// back, a new start publishes every event.
+func TestWritesRevokedWhileStreamingStopNamingTheGrant(t *testing.T) {
+	e := newStreamEnv(t)
+	c := e.consume(e.queue)
+	w := newWriter(t, e.pgURL, 3)
+	as := e.as(e.asRouterRole())
+	r := as.startStreaming()
+	w.write(10, 5, 0)
+	c.waitFor(t, w.rows, 30*time.Second)
+	role := "r_" + e.slot
+	e.exec(`REVOKE INSERT, UPDATE ON cdc_router.positions FROM ` + role)
+	w.write(10, 5, 0)
+	code := r.wait(60 * time.Second)
+	out := strings.TrimSpace(r.Output())
+	last := out[strings.LastIndex(out, "\n")+1:]
+	t.Logf("exit %d: %s", code, last)
+	want := `GRANT INSERT, UPDATE ON "cdc_router"."positions" TO "` + role + `"`
+	if code != 1 || !strings.Contains(last, want) {
+		t.Fatalf("exit %d, last line %q: want exit 1 naming %s", code, last, want)
+	}
+	if !strings.Contains(out, `level=ERROR msg="exiting: the router does not retry this"`) || !strings.Contains(out, want) {
+		t.Errorf("no ERROR line naming %s:\n%s", want, tail(out, 10))
+	}
+	e.exec(`GRANT INSERT, UPDATE ON cdc_router.positions TO ` + role)
+	as.startStreaming()
+	expectEveryEventInOrder(t, c, w, "writes on the positions revoked while streaming", 60*time.Second)
+}

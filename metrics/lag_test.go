@@ -44,6 +44,24 @@ func TestWaitingSaysWhatTheRouterWaitsFor(t *testing.T) {
 	if w := s.Waiting(); !strings.HasPrefix(w, "waiting 0s for PostgreSQL at db:5432") {
 		t.Errorf("waiting %q", w)
 	}
+	// The same wait told in more detail keeps its start; another wait starts anew.
+	slot := "PostgreSQL to create replication slot s (it waits until the transactions running when it began end)"
+	s.WaitFor(slot)
+	s.mu.Lock()
+	s.waitingSince = s.waitingSince.Add(-time.Minute)
+	s.mu.Unlock()
+	s.WaitFor(slot + ": 1 transaction(s) still run: pid 42")
+	if w := s.Waiting(); !strings.HasPrefix(w, "waiting 1m0s for "+slot+": 1 transaction(s)") {
+		t.Errorf("waiting %q, want the creation's wait of 1m0s with its transactions", w)
+	}
+	s.WaitFor(slot + ": 2 transaction(s) still run: pid 42, pid 43")
+	if w := s.Waiting(); !strings.HasPrefix(w, "waiting 1m0s for "+slot+": 2 transaction(s)") {
+		t.Errorf("waiting %q, want the creation's wait of 1m0s with its transactions", w)
+	}
+	s.WaitFor("RabbitMQ to accept the router's connection")
+	if w := s.Waiting(); w != "waiting 0s for RabbitMQ to accept the router's connection" {
+		t.Errorf("waiting %q, want a new wait", w)
+	}
 	s.SetState(StateStreaming, nil)
 	if w := s.Waiting(); w != "" {
 		t.Errorf("waiting %q while streaming, want none", w)

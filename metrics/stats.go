@@ -2,6 +2,7 @@ package metrics
 
 import (
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -80,6 +81,7 @@ type Stats struct {
 	// waiting is what the router waits for while it is not streaming (a connection, the start-up checks, the
 	// slot's creation, the restart backoff), since waitingSince; empty while streaming, snapshotting or standing by.
 	waiting      string
+	waitingBase  string // the text the current wait began with
 	waitingSince time.Time
 }
 
@@ -110,13 +112,16 @@ func (s *Stats) WaitingOn() (string, time.Time) {
 	return s.waiting, s.waitingSince
 }
 
-// WaitFor records what the router waits for now; the time counts from the first call with this text.
+// WaitFor records what the router waits for now; the time counts from the first call with this text, or
+// with the text this one extends (the same wait told in more detail: a slot's creation, then the
+// transactions it waits for).
 func (s *Stats) WaitFor(what string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.waiting != what {
-		s.waiting, s.waitingSince = what, time.Now()
+	if s.waiting == "" || !strings.HasPrefix(what, s.waitingBase) {
+		s.waitingBase, s.waitingSince = what, time.Now()
 	}
+	s.waiting = what
 }
 
 // Problem is what makes a running router unready although it streams (empty when nothing does): the

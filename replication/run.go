@@ -79,6 +79,9 @@ func Run(ctx context.Context, cfg Config, dial Dialer, log *slog.Logger, stats *
 			return &Fatal{Msg: err.Error()}
 		}
 		if f := pgserver.PermanentSetupError(err); f != nil {
+			if g := missingGrants(ctx, cfg, log, err); g != nil {
+				return g
+			}
 			return f
 		}
 		if errors.Is(err, pgserver.ErrSlotBusy) {
@@ -163,9 +166,7 @@ func runOnce(ctx context.Context, cfg Config, dial Dialer, log *slog.Logger, sta
 		if !mine {
 			return fmt.Errorf("another router holds slot %s (it may be copying the initial snapshot): %w", cfg.Slot, pgserver.ErrSlotBusy)
 		}
-		mcfg := migrations.Config{Table: cfg.Table, Publication: cfg.Publication, Schema: cfg.Schema, Mapping: cfg.Decode.Mapping,
-			MoreTables: cfg.Decode.MoreTables, Notice: func(msg string) { log.Info(msg) }}
-		if err := migrations.Check(ctx, sql, mcfg); err != nil {
+		if err := migrations.Check(ctx, sql, cfg.migrationsConfig(log)); err != nil {
 			return pubcheck.WithBackfillHint(ctx, sql, cfg.pubcheckConfig(), err)
 		}
 		if cfg.Decode.MessagePrefix != "" { // read at every start of the stream: a restart picks up a rotated key
@@ -354,4 +355,34 @@ func createWithSnapshot(ctx context.Context, cfg Config, log *slog.Logger, stats
 		return 0, err
 	}
 	return point, nil
+}
+
+// migrationsConfig is what the start-up checks (migrations.Check) are given.
+func (cfg Config) migrationsConfig(log *slog.Logger) migrations.Config {
+	return migrations.Config{Table: cfg.Table, Publication: cfg.Publication, Schema: cfg.Schema, Mapping: cfg.Decode.Mapping,
+		MoreTables: cfg.Decode.MoreTables, Notice: func(msg string) { log.Info(msg) }}
+}
+
+// missingGrants is, after PostgreSQL refused the router's role a right while it ran (42501: a GRANT revoked
+// from it meanwhile, such as INSERT on its positions), the start-up checks' refusal naming every GRANT the
+// role lacks, so that the router stops naming the GRANT to run rather than only PostgreSQL's "permission
+// denied for table positions"; nil for another error, or when the checks pass or cannot run within
+// --pg-timeout (the caller's refusal then stands).
+func missingGrants(ctx context.Context, cfg Config, log *slog.Logger, err error) error {
+	var pgErr *pgconn.PgError
+	if !errors.As(err, &pgErr) || pgErr.Code != "42501" {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, cfg.PGTimeout)
+	defer cancel()
+	sql, err := pgserver.ConnectSQLWithin(ctx, cfg.PGURL, cfg.PGTimeout)
+	if err != nil {
+		return nil
+	}
+	defer sql.Close(context.Background())
+	var p *migrations.Problem
+	if err := migrations.Check(ctx, sql, cfg.migrationsConfig(log)); errors.As(err, &p) {
+		return err
+	}
+	return nil
 }

@@ -134,7 +134,7 @@ const (
 	FaultMemAlarm      Kind = "memory-alarm"        // vm_memory_high_watermark 0 for Dur: the broker blocks every publisher
 	FaultQueuePolicy   Kind = "queue-length-policy" // a policy of the run's own on the consumer's queue (QueuePolicies[N], x-overflow reject-publish) for Dur: the broker nacks
 	FaultBrokerKill    Kind = "broker-sigkill"      // SIGKILL the node's Erlang VM, start it again after Dur from the same data directory
-	FaultPGRights      Kind = "pg-rights-revoked"   // the routers' PostgreSQL role loses REPLICATION (N=0) or SELECT on public.outbox (N=1) for Dur, its sessions terminated, then regains it (on own-broker seeds only, to keep the others' plans)
+	FaultPGRights      Kind = "pg-rights-revoked"   // the routers' PostgreSQL role loses REPLICATION (N=0) or SELECT on public.outbox (N=1), its sessions terminated, or INSERT, UPDATE and DELETE on the router's own tables (N=2, its sessions left running) for Dur, then regains it (on own-broker seeds only, to keep the others' plans)
 	FaultPermissions   Kind = "permissions-revoked" // the routers' user loses write on its exchange (N=0) or configure (N=1) for Dur, its connections closed, then restored
 	FaultColumn        Kind = "column-change"       // a change the router must not notice (docs/operations.md, schema changes): an extra column added, its nullability changed, dropped
 	FaultDrift         Kind = "column-drift"        // a change the router must notice: public.outbox's headers retyped to text for Dur, then restored (a drift refusal, then --on-drift=quarantine)
@@ -193,7 +193,7 @@ func (s Step) String() string {
 	case s.Kind == FaultQueuePolicy:
 		fmt.Fprintf(&b, " policy=%s", QueuePolicies[s.N])
 	case s.Kind == FaultPGRights:
-		fmt.Fprintf(&b, " revoked=%s", [...]string{"REPLICATION", "SELECT"}[s.N])
+		fmt.Fprintf(&b, " revoked=%s", [...]string{"REPLICATION", "SELECT", "writes-on-cdc_router"}[s.N])
 	case s.Kind == FaultPermissions:
 		fmt.Fprintf(&b, " revoked=%s", [...]string{"write-on-exchange", "configure"}[s.N])
 	case s.N > 0:
@@ -499,14 +499,20 @@ func addOwnBrokerFaults(p *Plan, seed int64) {
 
 // addPGRights gives half of the seeds on the harness's own node (only those, so that the plans of the
 // others stay what they were) a revocation of one right of the routers' PostgreSQL role, for 1–6 s in the
-// first three fifths. It draws from a generator of its own, after every other.
+// first three fifths: REPLICATION or SELECT on the outbox, or for a third of them (since 3 December 2026,
+// from a generator of its own) the writes on the router's own tables. It draws from a generator of its own,
+// after every other.
 func addPGRights(p *Plan, seed int64) {
 	r := rand.New(rand.NewPCG(uint64(seed), 0x0b0d))
 	if !p.Setup.OwnBroker || r.IntN(2) != 0 {
 		return
 	}
-	p.Faults = append(p.Faults, Step{At: time.Duration(r.Int64N(int64(p.Setup.Duration * 3 / 5))), Kind: FaultPGRights,
-		N: r.IntN(2), Dur: time.Duration(1000+r.IntN(5000)) * time.Millisecond})
+	f := Step{At: time.Duration(r.Int64N(int64(p.Setup.Duration * 3 / 5))), Kind: FaultPGRights,
+		N: r.IntN(2), Dur: time.Duration(1000+r.IntN(5000)) * time.Millisecond}
+	if rand.New(rand.NewPCG(uint64(seed), 0x0b0e)).IntN(3) == 0 { // a generator of its own: the older draws stay
+		f.N = 2
+	}
+	p.Faults = append(p.Faults, f)
 	sort.SliceStable(p.Faults, func(i, j int) bool { return p.Faults[i].At < p.Faults[j].At })
 }
 
