@@ -2,8 +2,11 @@ package chaos
 
 import (
 	"fmt"
+	"strings"
 	"sync"
 	"time"
+
+	"github.com/cdc-router/cdc-router/migrations"
 )
 
 // columns are the extra columns of public.outbox that gen.FaultColumn adds and drops: changes the router
@@ -88,4 +91,51 @@ func (w *world) drift(d time.Duration) string {
 	}
 	w.t.Errorf("column-drift: restoring public.outbox.headers: %v", err)
 	return "headers to text, not restored: " + err.Error()
+}
+
+// otherTable is the second FaultDrift (N=1): another table, public.chaos_other, added to the routers'
+// publications (each shard's) for d and written three times meanwhile, then removed, as
+// docs/operations.md#schema-and-publication-changes says: `ALTER PUBLICATION … DROP TABLE other`, then start
+// once with --on-drift=quarantine (w.drifted). A router without the flag stops before the other table's first
+// row, naming the fix; with it the rows are quarantined (they are no events: the checker knows none of them).
+func (w *world) otherTable(d time.Duration) string {
+	add := []string{`CREATE TABLE IF NOT EXISTS public.chaos_other (id bigserial PRIMARY KEY, note text)`}
+	var drop []string
+	for _, pub := range w.publications() {
+		add = append(add, `ALTER PUBLICATION `+pub+` ADD TABLE public.chaos_other`)
+		drop = append(drop, `ALTER PUBLICATION `+pub+` DROP TABLE public.chaos_other`)
+	}
+	if err := w.ddl(add...); err != nil {
+		return "add public.chaos_other: " + err.Error()
+	}
+	var notes []string
+	for i := range 3 {
+		if err := w.ddl(fmt.Sprintf(`INSERT INTO public.chaos_other (note) VALUES ('not an event %d')`, i)); err != nil {
+			notes = append(notes, "insert: "+err.Error())
+		}
+		time.Sleep(d / 3)
+	}
+	var err error
+	for range 10 {
+		if err = w.ddl(drop...); err == nil {
+			w.drifted.Store(true)
+			return strings.Join(append([]string{"public.chaos_other in the publication, 3 rows, then out"}, notes...), "; ")
+		}
+		time.Sleep(time.Second)
+	}
+	w.t.Errorf("column-drift: removing public.chaos_other from the publication: %v", err)
+	return "public.chaos_other in the publication, not removed: " + err.Error()
+}
+
+// publications are the routers' publications: cdc_router_outbox, or with shards each shard's.
+func (w *world) publications() []string {
+	n := w.plan.Setup.Shards
+	if n == 0 {
+		return []string{"cdc_router_outbox"}
+	}
+	pubs := make([]string, n)
+	for i := range n {
+		pubs[i] = migrations.ShardPublication("cdc_router_outbox", i, n)
+	}
+	return pubs
 }

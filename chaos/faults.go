@@ -123,6 +123,9 @@ func (w *world) apply(f gen.Step) string {
 	case gen.FaultColumn:
 		return w.columnChange(f.N)
 	case gen.FaultDrift:
+		if f.N == 1 {
+			return w.otherTable(f.Dur)
+		}
 		return w.drift(f.Dur)
 	case gen.FaultPartAttach:
 		return w.attachPartition()

@@ -51,6 +51,12 @@ func TestResumeMarkIsAppliedOnlyWhereItHolds(t *testing.T) {
 			t.Errorf("%s: resumes past %+v, want %+v", tc.name, got, tc.want)
 		}
 	}
+	// Seed 8035: after standing by, the stored mark (the other router's, further on) applies, not this Run's.
+	r := &resumePoint{build: "b", set: true, mark: offsets.Mark{Key: m.Key, Done: 1}, config: "f", systemID: "42", timeline: 2}
+	r.standBy()
+	if got := r.choose(stored, true, sys, "f", 400); got != m || r.build != "b" {
+		t.Errorf("after standing by: resumes past %+v (build %q), want the stored %+v", got, r.build, m)
+	}
 }
 
 // TestMarkConfigTellsConfigurationsApart: the fingerprint changes with every setting that decides which

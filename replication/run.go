@@ -91,6 +91,7 @@ func Run(ctx context.Context, cfg Config, dial Dialer, log *slog.Logger, stats *
 				log.Debug("slot still busy; standing by", "error", err)
 			}
 			standby, stoodBy = true, true
+			resume.standBy()
 			stats.SetState(metrics.StateStandby, nil)
 			if !sleep(ctx, standbyRetry) {
 				return stopped()

@@ -201,6 +201,50 @@ func TestStreamRedeliveringCopiesIsProgress(t *testing.T) {
 	}
 }
 
+// Seed 8035: after a takeover the stream publishes again, once, rows it published before (a transaction the
+// new router could not resume inside), one every 3 s, before the row nobody has delivered. That is progress;
+// the same rows a third time are not (a stream going round in circles).
+func TestStreamPublishingAgainOnceIsProgress(t *testing.T) {
+	stalls := func(h *History) []Violation {
+		var out []Violation
+		for _, v := range Check(h, limits) {
+			if v.Invariant == "no-silent-stall" {
+				out = append(out, v)
+			}
+		}
+		return out
+	}
+	h := clean()
+	h.End = at(25)
+	h.Deliv[2].At = at(20)
+	h.Ready = []Sample{{At: at(4), Code: 200}, {At: at(12), Code: 200}}
+	h.Events = []Event{{From: at(1.6), To: at(1.7), Kind: gen.FaultKill}}
+	for i := range 6 {
+		id := fmt.Sprintf("again-%d", i)
+		h.Rows = append(h.Rows, Row{ID: id, Aggregate: fmt.Sprintf("order/c%d", i), Version: 1, Committed: at(0.2), LSNAfter: 5})
+		h.Deliv = append(h.Deliv, Delivery{At: at(1.5), MessageID: id, Aggregate: fmt.Sprintf("order/c%d", i), Version: 1})
+	}
+	if vs := stalls(h); len(vs) != 1 || !strings.Contains(vs[0].Detail, "no progress for 18.0s") {
+		t.Fatalf("the stream silent after the takeover: want one stall of 18 s, got %v", vs)
+	}
+	again := func(from, every float64) {
+		for i := range 6 {
+			h.Deliv = append(h.Deliv, Delivery{At: at(from + every*float64(i)), MessageID: fmt.Sprintf("again-%d", i),
+				Aggregate: fmt.Sprintf("order/c%d", i), Version: 1, Redelivered: true})
+		}
+	}
+	again(3, 3)
+	if vs := stalls(h); len(vs) != 0 {
+		t.Fatalf("the stream publishing the rows again once: %v", vs)
+	}
+	h.Deliv = h.Deliv[:len(h.Deliv)-6]
+	again(1.8, 0.01) // again at once, then a third time, one every 3 s
+	again(3, 3)
+	if vs := stalls(h); len(vs) != 1 {
+		t.Fatalf("the stream publishing the same rows a third time: want one stall, got %v", vs)
+	}
+}
+
 func TestDuplicatesNeedACauseAndABound(t *testing.T) {
 	h := clean()
 	h.Deliv = append(h.Deliv, Delivery{At: at(4), MessageID: "a", Aggregate: "order/1", Version: 1})

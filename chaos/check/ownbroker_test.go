@@ -76,6 +76,16 @@ func TestAccessRefusalNamesTheFix(t *testing.T) {
 	}
 	h.Ready[2].Code = 200
 	broken(t, h, "access-refusal-names-the-fix", "router 0 answered /readyz 200 at +1.90s")
+	// Seed 8032: the supervisor started the refused process again at +1.85: it streams and says 200 until its
+	// first publish meets the refusal; that sample is the new process's.
+	h.Logs = append(h.Logs, LogLine{At: at(1.85), Router: 0, Level: "INFO", Text: `level=INFO msg=starting version=dev`})
+	if vs := Check(h, limits); len(vs) != 0 {
+		t.Fatalf("a process started again after the refusal, before it met it: %v", vs)
+	}
+	h.Logs = append(h.Logs, LogLine{At: at(0.8), Router: 0, Level: "ERROR", Text: refused})
+	h.Logs[1].At = at(0.75) // started again before its own refusal at +0.8: judged
+	broken(t, h, "access-refusal-names-the-fix", "router 0 answered /readyz 200 at +1.90s")
+	h.Logs = h.Logs[:1]
 	// Seed 5023: the standby beside the refused process answers 200, as a standby does; the process that
 	// logged the refusal is judged, not its router's other one.
 	h.Ready[2].Proc = 1

@@ -137,7 +137,7 @@ const (
 	FaultPGRights      Kind = "pg-rights-revoked"   // the routers' PostgreSQL role loses REPLICATION (N=0) or SELECT on public.outbox (N=1), its sessions terminated, or INSERT, UPDATE and DELETE on the router's own tables (N=2, its sessions left running) for Dur, then regains it (on own-broker seeds only, to keep the others' plans)
 	FaultPermissions   Kind = "permissions-revoked" // the routers' user loses write on its exchange (N=0) or configure (N=1) for Dur, its connections closed, then restored
 	FaultColumn        Kind = "column-change"       // a change the router must not notice (docs/operations.md, schema changes): an extra column added, its nullability changed, dropped
-	FaultDrift         Kind = "column-drift"        // a change the router must notice: public.outbox's headers retyped to text for Dur, then restored (a drift refusal, then --on-drift=quarantine)
+	FaultDrift         Kind = "column-drift"        // a change the router must notice: public.outbox's headers retyped to text (N=0), or another table added to the publication and written (N=1), for Dur, then restored (a drift refusal, then --on-drift=quarantine)
 	CmdReplay          Kind = "quarantine-replay"   // fix the open records' rows in place (headers), then cdc-router quarantine replay them all
 	// With Setup.Partitioned:
 	FaultPartAttach Kind = "partition-attach" // create a partition for a new range and attach it: the writers' rows go there
@@ -194,6 +194,8 @@ func (s Step) String() string {
 		fmt.Fprintf(&b, " policy=%s", QueuePolicies[s.N])
 	case s.Kind == FaultPGRights:
 		fmt.Fprintf(&b, " revoked=%s", [...]string{"REPLICATION", "SELECT", "writes-on-cdc_router"}[s.N])
+	case s.Kind == FaultDrift:
+		fmt.Fprintf(&b, " drift=%s", [...]string{"headers-text", "other-table"}[s.N])
 	case s.Kind == FaultPermissions:
 		fmt.Fprintf(&b, " revoked=%s", [...]string{"write-on-exchange", "configure"}[s.N])
 	case s.N > 0:
@@ -409,7 +411,8 @@ func addReplays(p *Plan, seed int64) {
 }
 
 // addDrift gives a quarter of the seeds one FaultDrift (1–4 s) in the first three fifths, and a third of
-// those --on-drift=quarantine from the start. From a generator of its own, last, so that no other choice
+// those --on-drift=quarantine from the start; a third of the drifts (since 3 December 2026) are another
+// table added to the publication (N=1) rather than headers retyped. From a generator of its own, last, so that no other choice
 // of a plan changes.
 func addDrift(p *Plan, seed int64) {
 	r := rand.New(rand.NewPCG(uint64(seed), 0xd71f))
@@ -417,8 +420,12 @@ func addDrift(p *Plan, seed int64) {
 		return
 	}
 	p.Setup.OnDriftQuarantine = r.IntN(3) == 0
-	p.Faults = append(p.Faults, Step{At: time.Duration(r.Int64N(int64(p.Setup.Duration * 3 / 5))), Kind: FaultDrift,
-		Dur: time.Duration(1000+r.IntN(3000)) * time.Millisecond})
+	f := Step{At: time.Duration(r.Int64N(int64(p.Setup.Duration * 3 / 5))), Kind: FaultDrift,
+		Dur: time.Duration(1000+r.IntN(3000)) * time.Millisecond}
+	if rand.New(rand.NewPCG(uint64(seed), 0xd720)).IntN(3) == 0 { // a generator of its own: the draws above stay
+		f.N = 1
+	}
+	p.Faults = append(p.Faults, f)
 	sort.SliceStable(p.Faults, func(i, j int) bool { return p.Faults[i].At < p.Faults[j].At })
 }
 
