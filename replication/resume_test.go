@@ -60,7 +60,8 @@ func TestResumeMarkIsAppliedOnlyWhereItHolds(t *testing.T) {
 }
 
 // TestMarkConfigTellsConfigurationsApart: the fingerprint changes with every setting that decides which
-// changes become items and with the build, not with the payload limit; an unknown build has none.
+// changes become items and with the build, not with the payload limit or the drift rule; an unknown build
+// has none.
 func TestMarkConfigTellsConfigurationsApart(t *testing.T) {
 	base := Config{Table: "public.outbox", Publication: "p"}.WithDefaults()
 	base.Decode.Table = base.Table
@@ -70,7 +71,6 @@ func TestMarkConfigTellsConfigurationsApart(t *testing.T) {
 		"table":          func(c *Config) { c.Table = "public.other" },
 		"more tables":    func(c *Config) { c.Decode.MoreTables = []decode.Outbox{{Table: "public.b"}} },
 		"message prefix": func(c *Config) { c.Decode.MessagePrefix = "outbox" },
-		"drift rule":     func(c *Config) { c.Decode.OnDrift = decode.OnDriftQuarantine },
 		"mapping":        func(c *Config) { c.Decode.Mapping = &decode.Mapping{Tombstone: "drop"} },
 	}
 	for name, change := range changed {
@@ -84,6 +84,11 @@ func TestMarkConfigTellsConfigurationsApart(t *testing.T) {
 	c.Decode.MaxPayloadBytes = 1 << 10
 	if f == "" || markConfig(c, "b") != f {
 		t.Errorf("the payload limit changed the fingerprint (or it is empty)")
+	}
+	c = base
+	c.Decode.OnDrift = decode.OnDriftQuarantine // decides only whether a drifted insert stops the stream
+	if markConfig(c, "b") != f {
+		t.Errorf("the drift rule changed the fingerprint: the start with --on-drift=quarantine after a refusal would publish the transaction again")
 	}
 	if markConfig(base, "b2") == f || markConfig(base, "") != "" {
 		t.Errorf("another build has the same fingerprint, or an unknown build has one")
