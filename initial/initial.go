@@ -38,6 +38,8 @@ type Config struct {
 	RefusalRetry     time.Duration
 	// Renew replaces a publisher that a per-message refusal failed (snapshot.Config.Renew); nil: none.
 	Renew func(context.Context) (snapshot.Publisher, error)
+	// Holds reports the loss of the router's slot lock (snapshot.Config.Holds); nil: not asked.
+	Holds func(context.Context) error
 	// StopBy bounds a copy that a stop interrupted (snapshot.Config.StopBy), and the reader's close after
 	// it; nil: snapshot's defaults.
 	StopBy func() (settle, end time.Time)
@@ -208,7 +210,7 @@ func copyTables(ctx context.Context, cfg Config, log *slog.Logger, stats *metric
 		c := cfg.forTable(j.table)
 		c.SnapshotWhere = j.job.Predicate
 		cfgs[i] = c.snapshotConfig()
-		cfgs[i].Renew = cfg.Renew
+		cfgs[i].Renew, cfgs[i].Holds = cfg.Renew, cfg.Holds
 		cfgs[i].SeenBy, cfgs[i].SeenSince = j.job.ReadSnapshot, j.job.StartedAt // set when resumed (resumeSnapshot)
 	}
 	why := "one table"
