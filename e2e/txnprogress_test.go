@@ -87,7 +87,9 @@ func (e *env) storedMark() int {
 // through a proxy once a tenth was delivered, so that the transaction cannot finish first on a fast machine).
 // After a restart every event arrives in order, the events the stored progress covers are never delivered
 // again, and the duplicates are at most what was confirmed after that progress was stored.
-func TestSIGKILLInsideLargeTransactionResumesPastConfirmed(t *testing.T) { killInsideLargeTransaction(t) }
+func TestSIGKILLInsideLargeTransactionResumesPastConfirmed(t *testing.T) {
+	killInsideLargeTransaction(t)
+}
 
 // TestDriftRuleChangeResumesInsideTheTransaction: the docs' procedure after a drift refusal, start once with
 // --on-drift=quarantine, resumes past the stored progress inside the transaction the router stopped in: the
