@@ -1,37 +1,23 @@
 package replication
 
 import (
-	"bytes"
 	"context"
 	"log/slog"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
+	"github.com/cdc-router/cdc-router/internal/testenv"
 	"github.com/cdc-router/cdc-router/metrics"
 	"github.com/cdc-router/cdc-router/pgserver"
 )
-
-// syncBuffer is a bytes.Buffer safe for the watcher's writes and the test's reads.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-func (s *syncBuffer) String() string { s.mu.Lock(); defer s.mu.Unlock(); return s.b.String() }
 
 // TestWatchWaitsLogsALongWait: a start-up wait is logged as a warning once it lasts the threshold, again at
 // each doubling, and a new wait starts its own count; the restart's backoff (logged as it began), a slot's creation (pgserver.WatchCreation logs it) and a
 // router that streams or stands by are not logged.
 func TestWatchWaitsLogsALongWait(t *testing.T) {
 	const after = 200 * time.Millisecond
-	var out syncBuffer
+	var out testenv.Buffer
 	stats := &metrics.Stats{}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()

@@ -166,19 +166,21 @@ func TestStallWithoutReason(t *testing.T) {
 	}
 }
 
+// stalls are the no-silent-stall violations of h.
+func stalls(h *History) []Violation {
+	var out []Violation
+	for _, v := range Check(h, limits) {
+		if v.Invariant == "no-silent-stall" {
+			out = append(out, v)
+		}
+	}
+	return out
+}
+
 // Seed 5022: a backfill copied a run of rows first; the stream then publishes them again, one every 3 s,
 // before it reaches the row nobody has delivered (committed at +2, delivered at +20). That is progress.
 // The same 18 s with the stream silent is a stall.
 func TestStreamRedeliveringCopiesIsProgress(t *testing.T) {
-	stalls := func(h *History) []Violation {
-		var out []Violation
-		for _, v := range Check(h, limits) {
-			if v.Invariant == "no-silent-stall" {
-				out = append(out, v)
-			}
-		}
-		return out
-	}
 	h := clean()
 	h.End = at(25)
 	h.Deliv[2].At = at(20)
@@ -205,15 +207,6 @@ func TestStreamRedeliveringCopiesIsProgress(t *testing.T) {
 // new router could not resume inside), one every 3 s, before the row nobody has delivered. That is progress;
 // the same rows a third time are not (a stream going round in circles).
 func TestStreamPublishingAgainOnceIsProgress(t *testing.T) {
-	stalls := func(h *History) []Violation {
-		var out []Violation
-		for _, v := range Check(h, limits) {
-			if v.Invariant == "no-silent-stall" {
-				out = append(out, v)
-			}
-		}
-		return out
-	}
 	h := clean()
 	h.End = at(25)
 	h.Deliv[2].At = at(20)
