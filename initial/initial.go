@@ -40,6 +40,8 @@ type Config struct {
 	Renew func(context.Context) (snapshot.Publisher, error)
 	// Holds reports the loss of the router's slot lock (snapshot.Config.Holds); nil: not asked.
 	Holds func(context.Context) error
+	// WaitOnPostgres is told each silence probe's wait (pgserver.Silence.Waiting); nil: not told.
+	WaitOnPostgres func(what string, since time.Time)
 	// StopBy bounds a copy that a stop interrupted (snapshot.Config.StopBy), and the reader's close after
 	// it; nil: snapshot's defaults.
 	StopBy func() (settle, end time.Time)

@@ -18,5 +18,6 @@ func (c Config) probe(ctx context.Context) error { return c.silence().Probe(ctx)
 
 func (c Config) silence() pgserver.Silence {
 	return pgserver.Silence{URL: c.PGURL, Timeout: c.PGTimeout, Who: "the initial snapshot",
-		Then: "the router tries again and resumes the copy from its stored progress (the bound is --pg-timeout)"}
+		Then:    "the router tries again and resumes the copy from its stored progress (the bound is --pg-timeout)",
+		Waiting: c.WaitOnPostgres}
 }

@@ -5,9 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/cdc-router/cdc-router/metrics"
 	"github.com/cdc-router/cdc-router/pgserver"
 )
 
@@ -70,6 +72,24 @@ func TestProbeTellsSilenceFromAnAnswer(t *testing.T) {
 		var r *pgserver.Retryable
 		if err := end(ctx.Err()); !errors.As(err, &r) {
 			t.Fatalf("end = %v, want the probe's pgserver.Retryable", err)
+		}
+	})
+	t.Run("readiness is told of each probe's wait", func(t *testing.T) {
+		// Seed 8106: with --pg-timeout 30s a silent server ended the copy only after 45 s, with /readyz 200
+		// meanwhile; the probe's wait is now a readiness problem after a few seconds.
+		s := &metrics.Stats{}
+		s.SetSilentAfter(2 * time.Second)
+		cfg := Config{PGURL: "postgres://u@" + silent.Addr().String() + "/db?sslmode=disable", PGTimeout: 2 * time.Second,
+			WaitOnPostgres: s.WaitOnPostgres}
+		done := make(chan error, 1)
+		go func() { done <- cfg.probe(context.Background()) }()
+		time.Sleep(1500 * time.Millisecond)
+		if p := s.WaitingOnPostgres(); !strings.Contains(p, "answer the initial snapshot's probe") {
+			t.Errorf("1.5 s into a probe of a silent server (bound 2s): readiness problem %q, want the probe's wait", p)
+		}
+		<-done
+		if p := s.WaitingOnPostgres(); p != "" {
+			t.Errorf("after the probe: %q, want none", p)
 		}
 	})
 	t.Run("a stop is not silence", func(t *testing.T) {

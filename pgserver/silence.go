@@ -23,7 +23,16 @@ type Silence struct {
 	Timeout time.Duration // 0: no watch
 	Who     string        // what stopped waiting, for the message: "the initial snapshot"
 	Then    string        // what happens next, for the message: "the router tries again and resumes ..."
+	// Waiting, when set, is told each probe's start (what the probe waits for and since when) and end ("" and
+	// the zero time), so that readiness can say the server did not answer long before the probe gives up
+	// (metrics.Stats.WaitOnPostgres: /readyz 503 after half the bound, at most 5 s).
+	Waiting func(what string, since time.Time)
 }
+
+// every is how often Watch probes: every half of Timeout, at most every 5 s, so that with Waiting a silent
+// server is unready within about 10 s whatever the bound (seed 8106 of the harness: a 30 s blackhole
+// during an initial snapshot's last write, 30 s of /readyz 200 with --pg-timeout 30s).
+func (s Silence) every() time.Duration { return min(s.Timeout/2, 5*time.Second) }
 
 // Watch returns the copy's context and end, which returns the probe's *Retryable when the probe ended the
 // copy, and err otherwise; end must be called once, when the copy returns.
@@ -34,7 +43,7 @@ func (s Silence) Watch(ctx context.Context) (wctx context.Context, end func(err 
 	wctx, cancel := context.WithCancelCause(ctx)
 	done := make(chan struct{})
 	go func() {
-		tick := time.NewTicker(s.Timeout / 2)
+		tick := time.NewTicker(s.every())
 		defer tick.Stop()
 		for {
 			select {
@@ -68,6 +77,10 @@ func (s Silence) Watch(ctx context.Context) (wctx context.Context, end func(err 
 func (s Silence) Probe(ctx context.Context) error {
 	pctx, cancel := context.WithTimeout(ctx, s.Timeout)
 	defer cancel()
+	if s.Waiting != nil {
+		s.Waiting("answer "+s.Who+"'s probe (SELECT 1 on a connection of its own)", time.Now())
+		defer s.Waiting("", time.Time{})
+	}
 	conn, err := ConnectReaderWithin(pctx, s.URL, s.Timeout)
 	var silent *Retryable
 	switch {
