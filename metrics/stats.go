@@ -347,6 +347,14 @@ func (s *Stats) WaitOnPostgres(what string, since time.Time) {
 	s.pgWait.Store(&pgWait{what, since})
 }
 
+// PostgresWaitSince is when the wait WaitOnPostgres last recorded began, zero when none is recorded.
+func (s *Stats) PostgresWaitSince() time.Time {
+	if w := s.pgWait.Load(); w != nil {
+		return w.since
+	}
+	return time.Time{}
+}
+
 // WaitingOnPostgres is the readiness problem of a wait of the stream on the ordinary connection that has
 // lasted half of --pg-timeout, at most 5 s and at least 1 s (a healthy server answers such a query at
 // once), or "": meanwhile the stream reads nothing, so only this says that PostgreSQL may have gone silent.

@@ -24,17 +24,28 @@ func longWait(pgTimeout time.Duration) time.Duration {
 }
 
 // watchWaits logs a warning when the router has waited for the same thing (stats.WaitFor) for after,
-// then again at each doubling of the wait, until ctx ends.
+// then again at each doubling of the wait, and once for each wait on PostgreSQL that readiness reports
+// (stats.WaitingOnPostgres), until ctx ends.
 func watchWaits(ctx context.Context, log *slog.Logger, stats *metrics.Stats, after, pgTimeout time.Duration) {
 	tick := time.NewTicker(min(after/4, time.Second))
 	defer tick.Stop()
-	var seen time.Time // the start of the wait last logged
+	var seen time.Time     // the start of the wait last logged
+	var pgLogged time.Time // the start of the wait on PostgreSQL last logged
 	next := after
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-tick.C:
+		}
+		// A wait on PostgreSQL once readiness says so (the stream's on its ordinary connection, the initial
+		// snapshot's silence probe): logged once per wait, as its 503 begins (seed 8106 of the harness: a
+		// copy waited 30 s on a silent server with nothing in the log).
+		if p := stats.WaitingOnPostgres(); p != "" {
+			if since := stats.PostgresWaitSince(); !since.Equal(pgLogged) {
+				pgLogged = since
+				log.Warn(p)
+			}
 		}
 		what, since := stats.WaitingOn()
 		if what == "" || strings.HasPrefix(what, restartWait) || strings.HasPrefix(what, pgserver.CreationWait) {

@@ -64,4 +64,14 @@ func TestWatchWaitsLogsALongWait(t *testing.T) {
 	if n := count("still waiting"); n != before {
 		t.Errorf("the restart's backoff, the slot's creation or the standby was logged:\n%s", out.String())
 	}
+	// Seed 8106: a wait on PostgreSQL that readiness reports (here the initial snapshot's silence probe) is
+	// logged once, whatever the state.
+	stats.SetState(metrics.StateSnapshot, nil)
+	stats.SetSilentAfter(2 * time.Second)
+	stats.WaitOnPostgres("answer the initial snapshot's probe", time.Now().Add(-3*time.Second))
+	within(`level=WARN msg="the stream has waited 3s for PostgreSQL to answer the initial snapshot's probe`, 1)
+	time.Sleep(3 * after)
+	if n := count("to answer the initial snapshot's probe"); n != 1 {
+		t.Errorf("%d lines for one wait on PostgreSQL, want 1:\n%s", n, out.String())
+	}
 }
