@@ -375,26 +375,6 @@ func (s *Stats) WaitingOnPostgres() string {
 		"partition?), reading nothing meanwhile", waited.Round(100*time.Millisecond), w.what)
 }
 
-// UnconfirmedBound is how long the oldest event handed to RabbitMQ may wait for its confirm before the
-// router is unready (Unconfirmed): a healthy broker confirms within milliseconds, a loaded one within a
-// second or two, and a blocked connection is its own problem (broker alarms).
-const UnconfirmedBound = 10 * time.Second
-
-// Unconfirmed is the readiness problem of a stream whose oldest event handed to RabbitMQ has waited
-// UnconfirmedBound or longer for its confirm, or "": the broker takes publishes but confirms none (a queue
-// that cannot accept them, a stuck quorum queue, a cluster that lost its majority). Without it the router
-// answered /readyz 200 until --confirm-timeout (1 minute) restarted the stream, and again after each
-// restart, for as long as the broker confirmed nothing (seed 8100 of the harness: 400 s).
-func (s *Stats) Unconfirmed() string {
-	oldest := s.OldestUnconfirmed()
-	if oldest < UnconfirmedBound {
-		return ""
-	}
-	return fmt.Sprintf("RabbitMQ has not confirmed the oldest event handed to it for %v (a queue that cannot take it, "+
-		"a stuck quorum queue or a cluster without its majority?): nothing is acknowledged meanwhile, and the stream "+
-		"restarts once --confirm-timeout has passed", oldest.Round(time.Second))
-}
-
 // Unanswered is the readiness problem of a walsender that has not answered the stream's request for a reply
 // for a while (a quarter of --pg-timeout, at most 2 s: a healthy one answers at once), or "": PostgreSQL
 // may have stopped answering, which the stream takes as a dead connection once --pg-timeout has passed.

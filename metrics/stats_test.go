@@ -254,30 +254,3 @@ func TestWaitingOnPostgres(t *testing.T) {
 		t.Errorf("after a restart: %q", p)
 	}
 }
-
-// TestUnconfirmed: an event handed to RabbitMQ and unconfirmed for UnconfirmedBound is a readiness problem
-// (seed 8100: a broker that confirmed nothing for minutes left /readyz at 200); its confirm, or the end of
-// the session, clears it.
-func TestUnconfirmed(t *testing.T) {
-	s := &Stats{}
-	f := NewFlight()
-	s.SetFlight(f)
-	recent := f.Add(time.Now().Add(-UnconfirmedBound / 2))
-	if p := s.Unconfirmed(); p != "" {
-		t.Errorf("an event unconfirmed for half the bound: %q, want none", p)
-	}
-	f.Done(recent)
-	old := f.Add(time.Now().Add(-UnconfirmedBound - 2*time.Second))
-	if p := s.Unconfirmed(); !strings.Contains(p, "RabbitMQ has not confirmed the oldest event handed to it for 12s") {
-		t.Errorf("an event unconfirmed for 12 s: %q", p)
-	}
-	f.Done(old)
-	if p := s.Unconfirmed(); p != "" {
-		t.Errorf("after its confirm: %q", p)
-	}
-	f.Add(time.Now().Add(-time.Minute))
-	s.SetFlight(nil)
-	if p := s.Unconfirmed(); p != "" {
-		t.Errorf("after the session ended: %q", p)
-	}
-}

@@ -48,9 +48,6 @@ func healthOf(s *metrics.Stats, slotProblem string) health {
 		problem = s.WaitingOnPostgres() // or the stream waits on its ordinary connection
 	}
 	if problem == "" {
-		problem = s.Unconfirmed() // or RabbitMQ confirms nothing
-	}
-	if problem == "" {
 		problem = s.Waiting() // starting or restarting: what it waits for
 	}
 	return health{State: state, Since: since.UTC().Format(time.RFC3339), AcknowledgedLSN: s.Acknowledged().String(),
@@ -86,8 +83,7 @@ func slotProblem(h pgserver.SlotHealth, minSafe int64) string {
 // the slot is near invalidation (slotProblem with minSafe), and while RabbitMQ blocks the router's
 // connection (broker: a memory or disk alarm; nothing is published until it clears), and while PostgreSQL has not
 // answered the stream's request for a reply (metrics.Stats.Unanswered) or a wait of the stream on its ordinary
-// connection lasts (metrics.Stats.WaitingOnPostgres), and while RabbitMQ has not confirmed the oldest event
-// handed to it for metrics.UnconfirmedBound (metrics.Stats.Unconfirmed). /readyz?active=1 answers 503 in standby too,
+// connection lasts (metrics.Stats.WaitingOnPostgres). /readyz?active=1 answers 503 in standby too,
 // for a probe or a Service that wants only the router that holds the slot.
 func handler(s *metrics.Stats, gather prometheus.Gatherer, minSafe int64, broker func() string) http.Handler {
 	if broker == nil {
