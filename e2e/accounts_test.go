@@ -2,7 +2,6 @@ package e2e
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -190,23 +189,10 @@ func (o *outcomeTally) snapshot() (kinds map[string]int, unparked, lines int) {
 }
 
 // outputBuffer collects a process's output for several goroutines.
-type outputBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *outputBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
+type outputBuffer struct{ testenv.Buffer }
 
 // Output is what was written so far.
-func (b *outputBuffer) Output() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
+func (b *outputBuffer) Output() string { return b.String() }
 
 // projection is one running instance of the accountsconsumer program.
 type projection struct {

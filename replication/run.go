@@ -312,7 +312,7 @@ func (p plan) execute(ctx context.Context, cfg Config, log *slog.Logger, stats *
 			return err
 		}
 		if p.Decision.Create && cfg.Snapshot == "initial" {
-			return initial.CheckTables(ctx, holding(cfg.initialConfig(pub, stop), cfg, sql, stats), sql)
+			return initial.CheckTables(ctx, cfg.copyConfig(pub, stop, sql, stats), sql)
 		}
 		return nil
 	})
@@ -333,7 +333,7 @@ func (p plan) execute(ctx context.Context, cfg Config, log *slog.Logger, stats *
 		// Store the position at once: from now on a vanished slot is detected instead of silently replaced.
 		return point, store.Save(ctx, pos(point), true)
 	case len(p.jobs) > 0:
-		if err := initial.Finish(ctx, holding(cfg.initialConfig(pub, stop), cfg, sql, stats), log, stats, sql, store, pos(p.Decision.Start), p.jobs, p.fresh,
+		if err := initial.Finish(ctx, cfg.copyConfig(pub, stop, sql, stats), log, stats, sql, store, pos(p.Decision.Start), p.jobs, p.fresh,
 			pub); err != nil {
 			return 0, err
 		}
@@ -352,7 +352,7 @@ func createWithSnapshot(ctx context.Context, cfg Config, log *slog.Logger, stats
 	if err != nil {
 		return 0, err
 	}
-	if err := initial.Copy(ctx, holding(cfg.initialConfig(pub, stop), cfg, sql, stats), log, stats, sql, store, pos(point), snapshotName, pub); err != nil {
+	if err := initial.Copy(ctx, cfg.copyConfig(pub, stop, sql, stats), log, stats, sql, store, pos(point), snapshotName, pub); err != nil {
 		return 0, err
 	}
 	return point, nil
@@ -388,14 +388,16 @@ func missingGrants(ctx context.Context, cfg Config, log *slog.Logger, err error)
 	return nil
 }
 
-// holding lends the initial snapshot's safety net (ic.Renew set) a check of sql, the connection that holds
-// the slot's lock (a session lock: held while the session answers), so that a copy waiting to publish again
-// after a refusal ends once a cut took the lock, instead of going on beside the router that took the slot
-// over and answering /readyz?active=1 with 200 meanwhile (seed 8063 of the harness).
+// copyConfig is initialConfig for a copy of this run: it lends the initial snapshot's safety net (Renew
+// set) a check of sql, the connection that holds the slot's lock (a session lock: held while the session
+// answers), so that a copy waiting to publish again after a refusal ends once a cut took the lock, instead
+// of going on beside the router that took the slot over and answering /readyz?active=1 with 200 meanwhile
+// (seed 8063 of the harness).
 //
 // It also tells stats of the copy's silence probes (initial.Config.WaitOnPostgres), so that /readyz says
 // a silent PostgreSQL within seconds while the copy waits on it.
-func holding(ic initial.Config, cfg Config, sql *pgx.Conn, stats *metrics.Stats) initial.Config {
+func (cfg Config) copyConfig(pub Publisher, stop *stopClock, sql *pgx.Conn, stats *metrics.Stats) initial.Config {
+	ic := cfg.initialConfig(pub, stop)
 	ic.WaitOnPostgres = stats.WaitOnPostgres
 	if ic.Renew != nil {
 		ic.Holds = func(ctx context.Context) error {

@@ -1,7 +1,6 @@
 package route
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"log/slog"
@@ -20,22 +19,7 @@ import (
 )
 
 // logBuffer collects the router's log lines; tests check that no password ever reaches it.
-type logBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *logBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *logBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
+type logBuffer = testenv.Buffer
 
 // broker is one test's view of the shared RabbitMQ: its own exchange name, an admin channel on a
 // connection of its own, and cleanup of everything it declared.

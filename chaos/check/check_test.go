@@ -177,6 +177,16 @@ func stalls(h *History) []Violation {
 	return out
 }
 
+// deliveredEarly adds six rows named prefix-0 to prefix-5, each of its own aggregate, committed at +0.2 s
+// and delivered at +1.5 s, by a backfill's copy when backfill is set.
+func deliveredEarly(h *History, prefix string, backfill bool) {
+	for i := range 6 {
+		id := fmt.Sprintf("%s-%d", prefix, i)
+		h.Rows = append(h.Rows, Row{ID: id, Aggregate: fmt.Sprintf("order/c%d", i), Version: 1, Committed: at(0.2), LSNAfter: 5})
+		h.Deliv = append(h.Deliv, Delivery{At: at(1.5), MessageID: id, Aggregate: fmt.Sprintf("order/c%d", i), Version: 1, Backfill: backfill})
+	}
+}
+
 // Seed 5022: a backfill copied a run of rows first; the stream then publishes them again, one every 3 s,
 // before it reaches the row nobody has delivered (committed at +2, delivered at +20). That is progress.
 // The same 18 s with the stream silent is a stall.
@@ -186,11 +196,7 @@ func TestStreamRedeliveringCopiesIsProgress(t *testing.T) {
 	h.Deliv[2].At = at(20)
 	h.Ready = []Sample{{At: at(4), Code: 200}, {At: at(12), Code: 200}}
 	h.Events = []Event{{From: at(0.5), To: at(1.6), Kind: gen.CmdBackfill}}
-	for i := range 6 {
-		id := fmt.Sprintf("copied-%d", i)
-		h.Rows = append(h.Rows, Row{ID: id, Aggregate: fmt.Sprintf("order/c%d", i), Version: 1, Committed: at(0.2), LSNAfter: 5})
-		h.Deliv = append(h.Deliv, Delivery{At: at(1.5), MessageID: id, Aggregate: fmt.Sprintf("order/c%d", i), Version: 1, Backfill: true})
-	}
+	deliveredEarly(h, "copied", true)
 	if vs := stalls(h); len(vs) != 1 || !strings.Contains(vs[0].Detail, "no progress for 18.0s") {
 		t.Fatalf("the stream silent behind the copies: want one stall of 18 s, got %v", vs)
 	}
@@ -212,11 +218,7 @@ func TestStreamPublishingAgainOnceIsProgress(t *testing.T) {
 	h.Deliv[2].At = at(20)
 	h.Ready = []Sample{{At: at(4), Code: 200}, {At: at(12), Code: 200}}
 	h.Events = []Event{{From: at(1.6), To: at(1.7), Kind: gen.FaultKill}}
-	for i := range 6 {
-		id := fmt.Sprintf("again-%d", i)
-		h.Rows = append(h.Rows, Row{ID: id, Aggregate: fmt.Sprintf("order/c%d", i), Version: 1, Committed: at(0.2), LSNAfter: 5})
-		h.Deliv = append(h.Deliv, Delivery{At: at(1.5), MessageID: id, Aggregate: fmt.Sprintf("order/c%d", i), Version: 1})
-	}
+	deliveredEarly(h, "again", false)
 	if vs := stalls(h); len(vs) != 1 || !strings.Contains(vs[0].Detail, "no progress for 18.0s") {
 		t.Fatalf("the stream silent after the takeover: want one stall of 18 s, got %v", vs)
 	}

@@ -1,7 +1,6 @@
 package runner_test
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"log/slog"
@@ -190,22 +189,7 @@ func (l *runnerLab) queueMessages() int {
 }
 
 // syncBuffer is a log sink safe for concurrent writers.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
+type syncBuffer struct{ testenv.Buffer }
 
 func (b *syncBuffer) contains(s string) bool { return strings.Contains(b.String(), s) }
 
