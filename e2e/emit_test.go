@@ -116,6 +116,17 @@ func TestEmittedMessagesAreEventsLikeRows(t *testing.T) {
 		}
 	}
 
+	// The records of messages anyone can emit are aggregated per second (quarantine.BurstWindow) and written
+	// when the stream's loop next runs its duties, which may be after the events behind them were delivered.
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		var n int
+		if err := e.db.QueryRow(ctx, `SELECT count(*) FROM cdc_router.quarantine`).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		if n >= 2 || time.Now().After(deadline) {
+			break
+		}
+	}
 	qrows, _ := e.db.Query(ctx, `SELECT table_name, reason FROM cdc_router.quarantine ORDER BY lsn`)
 	quarantined, err := pgx.CollectRows(qrows, func(r pgx.CollectableRow) (string, error) {
 		var table, reason string
