@@ -101,6 +101,28 @@ func (h *holds) admit(e *held) verdict {
 	return holdBack
 }
 
+// admitOrWait admits e as admit does, and while there is no room to hold it, waits: wait gets the channel
+// that the next release of room closes, and returns nil to try again or an error to give up, which
+// admitOrWait returns with nothing admitted. Otherwise it returns the verdict admit kept (letThrough or
+// holdBack), admitted exactly once: a verdict other than noRoom has changed the holds already, so it is
+// never asked for twice. (Publish used to ask again when room came back between its two tries: the event
+// was then held twice, published twice, or, let through, left its aggregate waiting forever on an event
+// never written; TestAdmitOrWaitAdmitsOnce stalls so within seconds. Found reading this path for seed 8126.)
+func (h *holds) admitOrWait(e *held, wait func(freed <-chan struct{}) error) (verdict, error) {
+	for {
+		if v := h.admit(e); v != noRoom {
+			return v, nil
+		}
+		freed := h.room.freedCh()
+		if v := h.admit(e); v != noRoom { // room came back before freed was taken
+			return v, nil
+		}
+		if err := wait(freed); err != nil {
+			return noRoom, err
+		}
+	}
+}
+
 // next is called once an event of aggregate agg is confirmed. It returns the next held event of agg,
 // which is let through and must be written next (in the confirmed one's window slot), or nil when none
 // is held; the aggregate is free once none of its events is unconfirmed.

@@ -5,6 +5,7 @@ import (
 	"math/rand/v2"
 	"runtime"
 	"testing"
+	"time"
 
 	"github.com/cdc-router/cdc-router/internal/cdc"
 )
@@ -207,5 +208,52 @@ func BenchmarkHolds(b *testing.B) {
 				b.Fatal("a held event behind a free aggregate")
 			}
 		}
+	}
+}
+
+// TestAdmitOrWaitAdmitsOnce: one goroutine hands over the events of one aggregate as Publish does, with
+// room for one held event, while another confirms each event let through as the lane's confirmLoop does
+// (next, which frees room). Every event is let through exactly once, in order, and none is left waiting:
+// room that comes back between admitOrWait's two tries must not admit the event a second time (held
+// twice, or let through and then held behind itself, which stops its aggregate for good).
+func TestAdmitOrWaitAdmitsOnce(t *testing.T) {
+	const n, agg = 20000, 7
+	h := newHolds(1, newBudget(1))
+	through := make(chan int, n) // the events admitOrWait let through, each to be written now
+	go func() {
+		for i := range n {
+			v, err := h.admitOrWait(heldEvent(agg, i), func(freed <-chan struct{}) error { <-freed; return nil })
+			if err != nil {
+				panic(err)
+			}
+			if v == letThrough {
+				through <- i
+			}
+		}
+	}()
+	var got []int
+	pending := -1 // the event let through and not confirmed yet
+	for len(got) < n || pending >= 0 {
+		if pending < 0 {
+			select {
+			case pending = <-through:
+				got = append(got, pending)
+			case <-time.After(5 * time.Second):
+				t.Fatalf("after %d events let through, none more within 5 s: the aggregate waits on an event never written", len(got))
+			}
+		}
+		pending = -1
+		if e := h.next(agg); e != nil {
+			fmt.Sscanf(e.ev.ID, "7-%d", &pending)
+			got = append(got, pending)
+		}
+	}
+	for i, v := range got {
+		if v != i {
+			t.Fatalf("let through %d as the %d-th event (%d in all, want %d, each once, in order)", v, i, len(got), n)
+		}
+	}
+	if h.held() != 0 || len(h.busy) != 0 {
+		t.Fatalf("after the last confirm: %d held, %d aggregates busy", h.held(), len(h.busy))
 	}
 }

@@ -187,33 +187,28 @@ func (r *Router) Publish(ctx context.Context, ev cdc.Event, done func()) error {
 	}
 	e := held{ev: ev, exchange: exchange, agg: agg, size: size, done: done}
 	r.track(1) // before admit: a held event can be written and confirmed before admit returns
-	for {
-		switch l.holds.admit(&e) {
-		case letThrough:
-			l.queued <- &publishing{eventID: ev.ID, exchange: exchange, key: key, agg: agg, msg: msg, size: size, done: done} // a held slot guarantees room
-			return nil
-		case holdBack: // it waits aside, without a slot; it takes its predecessor's when that one is confirmed
-			<-l.slots
-			return nil
-		}
-		// noRoom: as many events are held as MaxHeld allows; wait for one to be let through
-		freed := r.held.freedCh()
-		if l.holds.admit(&e) != noRoom {
-			continue // room appeared before freed was taken: admit again (the same verdict, now kept)
-		}
+	verdict, err := l.holds.admitOrWait(&e, func(freed <-chan struct{}) error {
 		select {
 		case <-freed:
-			continue
+			return nil
 		case <-ctx.Done():
-			err = ctx.Err()
+			return ctx.Err()
 		case <-r.failed:
-			err = r.Err()
+			return r.Err()
 		}
+	})
+	switch {
+	case err != nil: // nothing was admitted
 		r.bytes.release(size)
 		<-l.slots
 		r.track(-1)
 		return err
+	case verdict == letThrough:
+		l.queued <- &publishing{eventID: ev.ID, exchange: exchange, key: key, agg: agg, msg: msg, size: size, done: done} // a held slot guarantees room
+	default: // held: it waits aside, without a slot; it takes its predecessor's when that one is confirmed
+		<-l.slots
 	}
+	return nil
 }
 
 // build maps ev to its message after the static checks (Check) and the frame check against the
