@@ -1,6 +1,7 @@
 package pubcheck
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -8,9 +9,10 @@ import (
 	"github.com/cdc-router/cdc-router/decode"
 )
 
-// TestGapBackfill: the backfill a publication gap names works for the table: the native shape's
-// occurred_at, a mapped table's --config and its timestamp column, --table for any table but the
-// default, --slot for any slot but the default, and a window widened to whole seconds on both sides.
+// TestGapBackfill: the backfill a publication gap recorded before 013 (by time, without transaction ids)
+// names works for the table: the native shape's occurred_at, a mapped table's --config and its timestamp
+// column, --table for any table but the default, --slot for any slot but the default, and a window widened
+// to whole seconds on both sides.
 func TestGapBackfill(t *testing.T) {
 	from := time.Date(2026, 12, 1, 7, 0, 0, 500e6, time.UTC)
 	to := time.Date(2026, 12, 1, 7, 0, 4, 200e6, time.UTC)
@@ -35,9 +37,47 @@ func TestGapBackfill(t *testing.T) {
 			`cdc-router backfill --table public.b --where "occurred_at >= `},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			got := newGap(tc.cfg, tc.table, &from, to).command(tc.cfg)
+			got := newGap(tc.cfg, tc.table, &from, "", to, "").command(tc.cfg)
 			if !strings.Contains(got, tc.want) {
 				t.Errorf("backfill %q lacks %q", got, tc.want)
+			}
+		})
+	}
+}
+
+// TestGapBackfillByTransaction: a gap with transaction ids selects the rows by their inserting transaction,
+// on any table (a mapped table without a timestamp column too), from the oldest transaction running at the
+// check before the gap to the first not started at the check after it, in the 32-bit ids a row's xmin
+// holds (their epoch dropped: age() compares them across wraparound); without the first check (before
+// the router ever checked the table, or a check recorded before 013), every transaction before the second.
+func TestGapBackfillByTransaction(t *testing.T) {
+	from := time.Date(2026, 12, 1, 7, 0, 0, 500e6, time.UTC)
+	to := time.Date(2026, 12, 1, 7, 0, 4, 200e6, time.UTC)
+	untimed := Config{Table: "public.outbox", Decode: decode.Config{Mapping: &decode.Mapping{}}}
+	wrapped := fmt.Sprint(5<<32 + 100)
+	for _, tc := range []struct {
+		name           string
+		cfg            Config
+		from           *time.Time
+		xidFrom, xidTo string
+		where, xids    string
+	}{
+		{"native", Config{Table: "public.outbox"}, &from, "730", "812",
+			"age(xmin) <= age('730'::xid) AND age(xmin) > age('812'::xid)", "by transactions 730 to 811"},
+		{"mapped without a timestamp column", untimed, &from, "730", "812",
+			"age(xmin) <= age('730'::xid) AND age(xmin) > age('812'::xid)", "by transactions 730 to 811"},
+		{"across wraparound, in a later epoch", Config{Table: "public.outbox"}, &from, fmt.Sprint(4<<32 + 4294967000), wrapped,
+			"age(xmin) <= age('4294967000'::xid) AND age(xmin) > age('100'::xid)", "by transactions 4294967000 to 99"},
+		{"no check before", Config{Table: "public.outbox"}, nil, "730", "812", "age(xmin) > age('812'::xid)", "by transactions before 812"},
+		{"a check before 013", Config{Table: "public.outbox"}, &from, "", "812", "age(xmin) > age('812'::xid)", "by transactions before 812"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			g := newGap(tc.cfg, "outbox", tc.from, tc.xidFrom, to, tc.xidTo)
+			if g.Where != tc.where || !strings.Contains(g.command(tc.cfg), `--where "`+tc.where+`"`) {
+				t.Errorf("where %q, command %q; want %q", g.Where, g.command(tc.cfg), tc.where)
+			}
+			if d := g.describe(tc.cfg); !strings.Contains(d, "rows inserted then "+tc.xids+" were never streamed") {
+				t.Errorf("description %q does not say %q", d, tc.xids)
 			}
 		})
 	}

@@ -59,6 +59,7 @@ type Watch struct {
 	lossless   bool              // every failed check since the last sound one was lossless (see lossless)
 	seen       map[string]string // membership identities by table, as the last sound check saw them
 	soundAt    *time.Time        // when the last sound check ran (the recorded ok_at until this run's first)
+	soundXmin  string            // the oldest transaction running when it began (the recorded ok_xmin; "": not known)
 	recordedAt time.Time         // when this process last recorded a sound check
 	gaps       []gap             // the recorded gaps whose backfill has not run yet
 }
@@ -89,9 +90,9 @@ const okRefresh = 10 * time.Minute
 func (w *Watch) Begin(ctx context.Context, sql *pgx.Conn, started bool) error {
 	var failedAt *time.Time
 	var lastProblem, seen, gaps string
-	err := sql.QueryRow(ctx, `SELECT ok_at, failed_at, coalesce(problem, ''), coalesce(identities, '{}')::text,
-		coalesce(gaps, '[]')::text FROM `+w.table()+` WHERE slot = $1`, w.cfg.Slot).Scan(&w.soundAt, &failedAt,
-		&lastProblem, &seen, &gaps)
+	err := sql.QueryRow(ctx, `SELECT ok_at, coalesce(ok_xmin::text, ''), failed_at, coalesce(problem, ''),
+		coalesce(identities, '{}')::text, coalesce(gaps, '[]')::text FROM `+w.table()+` WHERE slot = $1`,
+		w.cfg.Slot).Scan(&w.soundAt, &w.soundXmin, &failedAt, &lastProblem, &seen, &gaps)
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
 	case err != nil:
@@ -157,7 +158,7 @@ func (w *Watch) failedCheck(ctx context.Context, sql *pgx.Conn, problem string) 
 // identity changed (each table, after a failed check that changed none) since the last sound check, and
 // records the check when something changed or okRefresh has passed.
 func (w *Watch) sound(ctx context.Context, sql *pgx.Conn) error {
-	ids, now, err := membershipIdentities(ctx, sql, w.cfg)
+	ids, now, xmin, xmax, err := membershipIdentities(ctx, sql, w.cfg)
 	if err != nil {
 		return err
 	}
@@ -169,15 +170,15 @@ func (w *Watch) sound(ctx context.Context, sql *pgx.Conn) error {
 	}
 	fresh := []gap{}
 	for _, t := range changed {
-		fresh = append(fresh, newGap(w.cfg, t, w.soundAt, now))
+		fresh = append(fresh, newGap(w.cfg, t, w.soundAt, w.soundXmin, now, xmax))
 	}
 	if len(fresh) > 0 || w.failed || !maps.Equal(w.seen, ids) || time.Since(w.recordedAt) >= okRefresh {
 		var gaps []gap
-		err := sql.QueryRow(ctx, `INSERT INTO `+w.table()+` AS c (slot, ok_at, identities, gaps)
-			VALUES ($1, $4, $2, nullif($3::jsonb, '[]'))
-			ON CONFLICT (slot) DO UPDATE SET ok_at = $4, failed_at = NULL, problem = NULL, identities = $2,
-				gaps = nullif(coalesce(c.gaps, '[]') || $3::jsonb, '[]')
-			RETURNING gaps`, w.cfg.Slot, ids, fresh, now).Scan(&gaps)
+		err := sql.QueryRow(ctx, `INSERT INTO `+w.table()+` AS c (slot, ok_at, ok_xmin, identities, gaps)
+			VALUES ($1, $4, $5::text::xid8, $2, nullif($3::jsonb, '[]'))
+			ON CONFLICT (slot) DO UPDATE SET ok_at = $4, ok_xmin = $5::text::xid8, failed_at = NULL, problem = NULL,
+				identities = $2, gaps = nullif(coalesce(c.gaps, '[]') || $3::jsonb, '[]')
+			RETURNING gaps`, w.cfg.Slot, ids, fresh, now, xmin).Scan(&gaps)
 		if err != nil {
 			w.log.Warn("could not record the publication check", "error", err)
 			w.gaps = append(w.gaps, fresh...)
@@ -190,7 +191,7 @@ func (w *Watch) sound(ctx context.Context, sql *pgx.Conn) error {
 			w.gaps = gaps
 		}
 	}
-	w.seen, w.soundAt, w.failed, w.lossless, w.problem = ids, &now, false, false, ""
+	w.seen, w.soundAt, w.soundXmin, w.failed, w.lossless, w.problem = ids, &now, xmin, false, false, ""
 	if len(w.gaps) > 0 {
 		w.stats.SetProblem(gapsProblem(w.cfg, w.gaps))
 	} else {
