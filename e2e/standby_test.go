@@ -28,6 +28,7 @@ func (e *env) startWithHTTP() standbyRouter {
 type health struct {
 	State    string `json:"state"`
 	Restarts int64  `json:"restarts"`
+	Problem  string `json:"problem"`
 }
 
 // health returns the status code and the decoded body of one of the router's endpoints; code 0 while the
@@ -194,4 +195,44 @@ func TestStandbyOutlastsAPostgreSQLOutage(t *testing.T) {
 	second.waitLog("msg=streaming ", 15*time.Second)
 	stop()
 	expectEveryEventInOrder(t, c, w, "a standby after a PostgreSQL outage, then the active router killed", 60*time.Second)
+}
+
+// TestStandbyThatCouldNotTakeOverIsNotReady: a second router whose RabbitMQ login is refused (a wrong
+// password, as a rolling update with a bad secret would bring) finds the slot held and stands by. It used to
+// answer /readyz 200 until the active router went and only then fail, so a rolling update gated on readiness
+// went on and replaced the working router. It now checks the broker while it stands by: /readyz 503 naming
+// the refusal, one WARN, and still no restart.
+func TestStandbyThatCouldNotTakeOverIsNotReady(t *testing.T) {
+	e := newStreamEnv(t)
+	first := e.startWithHTTP()
+	first.waitLog("msg=streaming ", 30*time.Second)
+	addr := freeAddr(t)
+	wrong := strings.Replace(e.amqpURL, "guest:guest@", "guest:not-the-password@", 1)
+	if wrong == e.amqpURL {
+		t.Fatalf("cannot make a wrong password for %s", e.amqpURL)
+	}
+	second := standbyRouter{e.start("", "--http-addr", addr, "--amqp-url", wrong), addr}
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		code, h := second.health("/readyz")
+		if h.State == "standby" && code == 503 {
+			if !strings.Contains(h.Problem, "could not take over the slot") || !strings.Contains(h.Problem, "guest") {
+				t.Errorf("/readyz problem %q, want it to say the standby could not take over, naming the login", h.Problem)
+			}
+			if h.Restarts != 0 {
+				t.Errorf("restarts %d while standing by, want 0", h.Restarts)
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("/readyz = %d %+v 20 s after the start, want 503 in standby:\n%s", code, h, tail(second.Output(), 10))
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if n := strings.Count(second.Output(), "level=WARN msg=\"standing by, but this router could not take over the slot"); n != 1 {
+		t.Errorf("%d warnings that the standby could not take over, want 1:\n%s", n, tail(second.Output(), 10))
+	}
+	if code, _ := first.health("/readyz"); code != 200 {
+		t.Errorf("the active router's /readyz = %d, want 200", code)
+	}
 }

@@ -77,6 +77,7 @@ type Stats struct {
 	since   time.Time
 	lastErr string
 	problem string // a condition that makes the router unready while it runs, e.g. the publication lost the outbox
+	spare   string // what would keep this router, standing by, from taking over (SetStandbyProblem)
 	slot    pgserver.SlotHealth
 	// waiting is what the router waits for while it is not streaming (a connection, the start-up checks, the
 	// slot's creation, the restart backoff), since waitingSince; empty while streaming, snapshotting or standing by.
@@ -125,11 +126,26 @@ func (s *Stats) WaitFor(what string) {
 }
 
 // Problem is what makes a running router unready although it streams (empty when nothing does): the
-// publication no longer carries the outbox table's inserts, so new rows are not streamed.
+// publication no longer carries the outbox table's inserts, so new rows are not streamed; or, standing by,
+// what would keep it from taking over (SetStandbyProblem).
 func (s *Stats) Problem() string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if s.problem == "" && s.state == StateStandby {
+		return s.spare
+	}
 	return s.problem
+}
+
+// SetStandbyProblem records what would keep this router from taking over the slot while it stands by ("" when
+// nothing would): a broker it cannot reach or may not use. It counts only in StateStandby and is forgotten
+// when the router leaves it.
+func (s *Stats) SetStandbyProblem(p string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.state == StateStandby {
+		s.spare = p
+	}
 }
 
 // SetProblem records what makes the running router unready ("" when nothing does).
@@ -232,6 +248,9 @@ func (s *Stats) SetState(state string, err error) {
 	}
 	if err != nil {
 		s.lastErr = err.Error()
+	}
+	if state != StateStandby {
+		s.spare = ""
 	}
 	if state == StateStandby {
 		s.slot = pgserver.SlotHealth{} // the active router reports the slot; a spare would report it twice

@@ -1,6 +1,7 @@
 package replication
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -54,6 +55,11 @@ type Config struct {
 	// sync_replication_slots = on keeps a copy the router continues from after a promotion, and enables it on
 	// an existing slot; refused before PostgreSQL 17.
 	FailoverSlot bool
+
+	// StandbyProbe, when set, checks that this router could take over the slot: a router standing by calls it
+	// at once and every standbyProbeInterval (the broker it would publish to: reachable, the login and the
+	// topology's declarations accepted), and answers /readyz 503 while it fails (spare.go).
+	StandbyProbe func(ctx context.Context) error
 }
 
 var slotName = regexp.MustCompile(`^[a-z0-9_]{1,63}$`)

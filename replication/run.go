@@ -60,6 +60,8 @@ func Run(ctx context.Context, cfg Config, dial Dialer, log *slog.Logger, stats *
 	stoodBy := false // found the slot held by another router at least once: the connection works
 	copied := false  // a run reached the initial snapshot's copy: the setup works
 	backoff := 100 * time.Millisecond
+	var spare *spareProbe // while standing by: the check that it could take over
+	defer func() { spare.stop() }()
 	net := newSafetyNet(cfg.RefusalRetry)
 	resume := &resumePoint{build: build.ID()}
 	stopped := func() error {
@@ -93,6 +95,10 @@ func Run(ctx context.Context, cfg Config, dial Dialer, log *slog.Logger, stats *
 			standby, stoodBy = true, true
 			resume.standBy()
 			stats.SetState(metrics.StateStandby, nil)
+			if cfg.StandbyProbe != nil && !spare.running() {
+				spare.stop()
+				spare = startSpareProbe(ctx, cfg.StandbyProbe, log, stats)
+			}
 			if !sleep(ctx, standbyRetry) {
 				return stopped()
 			}

@@ -75,6 +75,33 @@ func NewDialer(cfg Config, logger *slog.Logger) *Dialer {
 	return &Dialer{cfg: cfg, log: logger}
 }
 
+// Probe tells whether a Router could be dialled now: it connects as Dial does (any address of Config.URL),
+// declares the topology, and closes the connection, logging nothing. A router standing by calls it, so that a
+// wrong URL, a refused login, or a permission its user lacks to declare shows before it takes over (a write
+// refused on publishing, 403 on basic.publish, shows only then). Its errors are Dial's.
+func (d *Dialer) Probe(ctx context.Context) error {
+	if err := d.cfg.Validate(); err != nil {
+		return err
+	}
+	cfg := d.cfg.withDefaults()
+	addrs, err := parseAddresses(cfg.URL)
+	if err != nil {
+		return err
+	}
+	quiet := slog.New(slog.DiscardHandler)
+	conn, sock, used, err := connectAny(ctx, cfg, quiet, addrs, 0)
+	if err != nil {
+		return err
+	}
+	stop := context.AfterFunc(ctx, func() { sock.close() })
+	err = declare(conn, cfg, addrs[used].URI)
+	if !stop() && err == nil {
+		err = fmt.Errorf("connect to RabbitMQ: %w", ctx.Err())
+	}
+	_ = closeConnection(conn, sock)
+	return err
+}
+
 // Dial is the package's Dial, starting with the address after the one last connected to.
 func (d *Dialer) Dial(ctx context.Context) (*Router, error) {
 	d.mu.Lock()

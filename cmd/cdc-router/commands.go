@@ -446,6 +446,12 @@ func runRun(ctx context.Context, args []string, env func(string) string, stdout,
 		}
 		return r, nil
 	}
+	cfg.StandbyProbe = func(ctx context.Context) error { // a standby shows a broker it could not publish to
+		if err := dialer.Probe(ctx); err != nil {
+			return brokerError(err)
+		}
+		return nil
+	}
 	if err := cfg.WithDefaults().Validate(); err != nil {
 		return usageError{err}
 	}
