@@ -40,7 +40,7 @@ const (
 )
 
 // errLockLost is wrapped by the error that ends a copy whose router lost the slot's lock.
-var errLockLost = errors.New("lost the slot's lock")
+var errLockLost = errors.New("lost the lock of slot")
 
 // slotLock is a run's hold of the slot's lock: on the session of sql, since at (when PostgreSQL's yes
 // arrived, which is after the lock was granted).
