@@ -39,9 +39,6 @@ const (
 	lockMargin     = 250 * time.Millisecond
 )
 
-// errLockLost is wrapped by the error that ends a copy whose router lost the slot's lock.
-var errLockLost = errors.New("lost the lock of slot")
-
 // slotLock is a run's hold of the slot's lock: on the session of sql, since at (when PostgreSQL's yes
 // arrived, which is after the lock was granted).
 type slotLock struct {
@@ -80,7 +77,7 @@ func (l slotLock) fence(ctx context.Context, stats *metrics.Stats) error {
 }
 
 // holding runs work (a copy of the initial snapshot) under the lock's lease (see above): work's context ends
-// once the lock counts as lost, and holding then returns an error wrapping errLockLost, whatever work
+// once the lock counts as lost, and holding then returns why (a restart with cause postgres), whatever work
 // returned. The lease's connection is dialled and asked once before work begins.
 func (l slotLock) holding(ctx context.Context, cfg Config, stats *metrics.Stats, log *slog.Logger,
 	work func(ctx context.Context) error) error {
@@ -88,7 +85,8 @@ func (l slotLock) holding(ctx context.Context, cfg Config, stats *metrics.Stats,
 	if err != nil {
 		return err
 	}
-	w := &lease{lock: l, pid: l.sql.PgConn().PID(), conn: conn, stats: stats, log: log, over: make(chan struct{})}
+	w := &lease{lock: l, pid: l.sql.PgConn().PID(), host: pgserver.Host(cfg.PGURL), conn: conn, stats: stats, log: log,
+		over: make(chan struct{})}
 	first := time.Now()
 	if err := w.ask(ctx, first.Add(lockLease)); err != nil {
 		w.close()
@@ -100,7 +98,7 @@ func (l slotLock) holding(ctx context.Context, cfg Config, stats *metrics.Stats,
 	err = work(wctx)
 	w.mu.Lock()
 	w.ended = true
-	lost := w.lost
+	lost := w.gone
 	w.mu.Unlock()
 	w.cancel(nil) // ends a check under way
 	<-w.over
@@ -115,6 +113,7 @@ func (l slotLock) holding(ctx context.Context, cfg Config, stats *metrics.Stats,
 type lease struct {
 	lock   slotLock
 	pid    uint32    // the backend of the lock's session
+	host   string    // the server, for the messages
 	conn   *pgx.Conn // the lease's own connection
 	stats  *metrics.Stats
 	log    *slog.Logger
@@ -122,28 +121,36 @@ type lease struct {
 	over   chan struct{}           // closed when run stopped asking
 
 	mu    sync.Mutex
-	lost  error // why the lock counts as lost; nil while it holds
+	gone  error // why the lock counts as lost; nil while it holds
 	ended bool  // the copy returned: a loss is no longer the copy's to stop for
 }
 
-// lockLost is the error that ends a copy whose router lost the slot's lock, and why it counts as lost.
-func lockLost(slot string, why error) error {
-	return caused(metrics.CausePostgres, fmt.Errorf("the router %w %s (%v): it stopped copying the initial snapshot, so "+
-		"that a router that takes the slot over copies alone; the run starts again", errLockLost, slot, why))
+// lost is the error that ends a copy whose lock is gone or unconfirmed, why being the first half of its
+// sentence.
+func (w *lease) lost(why string) error {
+	return caused(metrics.CausePostgres, errors.New(why+": the router stopped copying the initial snapshot, so that a "+
+		"router that takes the slot over copies alone; it tries again and resumes the copy from its stored progress, or stands by"))
 }
 
-// ask returns lockLost unless PostgreSQL answers by until that the lock's session holds it.
+// silent is lost for a PostgreSQL that did not confirm the lock within the lease.
+func (w *lease) silent() error {
+	return w.lost(fmt.Sprintf("the initial snapshot stopped waiting on PostgreSQL at %s: it did not confirm within %v that the "+
+		"router still holds the lock of slot %s (a stalled server or a silent network partition)", w.host, lockLease, w.lock.slot))
+}
+
+// ask returns lost unless PostgreSQL answers by until that the lock's session holds it.
 func (w *lease) ask(ctx context.Context, until time.Time) error {
 	actx, cancel := context.WithDeadline(ctx, until)
 	defer cancel()
 	held, err := snapshot.HeldBy(actx, w.conn, snapshot.LockKey(snapshot.InitialName(w.lock.slot)), w.pid)
 	switch {
 	case err != nil && actx.Err() != nil && ctx.Err() == nil:
-		return lockLost(w.lock.slot, fmt.Errorf("PostgreSQL did not say within the lease of %v whether its session still holds it", lockLease))
+		return w.silent()
 	case err != nil:
-		return lockLost(w.lock.slot, err)
+		return w.lost(fmt.Sprintf("the router could not confirm that it still holds the lock of slot %s (%v)", w.lock.slot, err))
 	case !held:
-		return lockLost(w.lock.slot, errors.New("the session of the router's ordinary connection no longer holds it"))
+		return w.lost(fmt.Sprintf("the router lost the lock of slot %s (the session of its ordinary connection no longer holds it)",
+			w.lock.slot))
 	}
 	return nil
 }
@@ -155,9 +162,7 @@ func (w *lease) ask(ctx context.Context, until time.Time) error {
 func (w *lease) run(ctx context.Context, confirmed time.Time) {
 	defer w.close() // after over: holding does not wait for it
 	defer close(w.over)
-	expire := time.AfterFunc(time.Until(confirmed.Add(lockLease)), func() {
-		w.lose(lockLost(w.lock.slot, fmt.Errorf("PostgreSQL did not confirm it within %v", lockLease)))
-	})
+	expire := time.AfterFunc(time.Until(confirmed.Add(lockLease)), func() { w.lose(w.silent()) })
 	defer expire.Stop()
 	for {
 		select {
@@ -182,13 +187,13 @@ func (w *lease) run(ctx context.Context, confirmed time.Time) {
 func (w *lease) lose(err error) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if w.lost != nil || w.ended {
+	if w.gone != nil || w.ended {
 		return
 	}
-	w.lost = err
+	w.gone = err
 	w.stats.SetState(metrics.StateRestarting, err)
 	w.cancel(err)
-	w.log.Warn("stopped copying the initial snapshot: the router lost the slot's lock", "error", err)
+	w.log.Warn("stopped copying the initial snapshot: the slot's lock is gone or unconfirmed", "error", err)
 }
 
 // close closes the lease's connection, within a second.
