@@ -38,8 +38,6 @@ type Config struct {
 	RefusalRetry     time.Duration
 	// Renew replaces a publisher that a per-message refusal failed (snapshot.Config.Renew); nil: none.
 	Renew func(context.Context) (snapshot.Publisher, error)
-	// Holds reports the loss of the router's slot lock (snapshot.Config.Holds); nil: not asked.
-	Holds func(context.Context) error
 	// WaitOnPostgres is told each silence probe's wait (pgserver.Silence.Waiting); nil: not told.
 	WaitOnPostgres func(what string, since time.Time)
 	// StopBy bounds a copy that a stop interrupted (snapshot.Config.StopBy), and the reader's close after
@@ -212,7 +210,7 @@ func copyTables(ctx context.Context, cfg Config, log *slog.Logger, stats *metric
 		c := cfg.forTable(j.table)
 		c.SnapshotWhere = j.job.Predicate
 		cfgs[i] = c.snapshotConfig()
-		cfgs[i].Renew, cfgs[i].Holds = cfg.Renew, cfg.Holds
+		cfgs[i].Renew = cfg.Renew
 		cfgs[i].SeenBy, cfgs[i].SeenSince = j.job.ReadSnapshot, j.job.StartedAt // set when resumed (resumeSnapshot)
 	}
 	why := "one table"

@@ -37,6 +37,11 @@
 //     TestStopBoundsPostgreSQLWaits).
 //   - A router that finds its slot held by another router stands by (metrics.StateStandby, retried every second),
 //     which is neither a failure nor a restart.
+//   - Two routers of a slot never copy its initial snapshot at once (slotlock.go: a copy holds the slot's lock
+//     as a lease, asked every 250 ms and stopped within 1.5 s of the last check that found it held, at once on
+//     a no or a failed connection; a copy resumed after taking the lock waits that lease and a margin first),
+//     nor answer /readyz?active=1 with 200 at once, unless a process is held up past the margin
+//     (TestCopyThatLostTheSlotLockStopsBeforeTheStandbyCopies).
 //   - While only standbys answer (pgserver.ErrStandby: a failover in progress) the router looks for a primary
 //     every second.
 //   - The stream is read through copyboth.Frames, so a logical decoding message with another prefix, or with

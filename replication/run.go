@@ -163,15 +163,13 @@ func runOnce(ctx context.Context, cfg Config, dial Dialer, log *slog.Logger, sta
 	}()
 	stats.WaitFor("PostgreSQL at " + host + " to answer the start-up checks")
 	watch := pubcheck.NewWatch(cfg.pubcheckConfig(), log, stats)
+	var lock slotLock
 	err = pgserver.SetupStep(ctx, cfg.PGTimeout, host, func(ctx context.Context) error {
 		// One router per slot, also while the slot is not streamed yet (during the initial snapshot): the lock
-		// belongs to this session and goes with it.
-		var mine bool
-		if err := sql.QueryRow(ctx, "SELECT pg_try_advisory_lock(hashtextextended('cdc_router:' || $1, 0))", cfg.Slot).Scan(&mine); err != nil {
-			return fmt.Errorf("lock slot %s: %w", cfg.Slot, err)
-		}
-		if !mine {
-			return fmt.Errorf("another router holds slot %s (it may be copying the initial snapshot): %w", cfg.Slot, pgserver.ErrSlotBusy)
+		// belongs to this session and goes with it (slotlock.go).
+		var err error
+		if lock, err = lockSlot(ctx, sql, cfg.Slot); err != nil {
+			return err
 		}
 		if err := migrations.Check(ctx, sql, cfg.migrationsConfig(log)); err != nil {
 			return pubcheck.WithBackfillHint(ctx, sql, cfg.pubcheckConfig(), err)
@@ -228,7 +226,7 @@ func runOnce(ctx context.Context, cfg Config, dial Dialer, log *slog.Logger, sta
 	if p.Decision.Create && cfg.Snapshot == "initial" || len(p.jobs) > 0 {
 		*copied = true
 	}
-	start, err := p.execute(ctx, cfg, log, stats, conn, sql, store, sys, pub, stop)
+	start, err := p.execute(ctx, cfg, log, stats, conn, lock, store, sys, pub, stop)
 	if err != nil {
 		return false, err
 	}
@@ -309,7 +307,8 @@ func planStart(ctx context.Context, cfg Config, sql *pgx.Conn, store *offsets.St
 // execute creates the slot (with its snapshot) or finishes a snapshot, and returns the position to
 // stream from.
 func (p plan) execute(ctx context.Context, cfg Config, log *slog.Logger, stats *metrics.Stats, conn *pgconn.PgConn,
-	sql *pgx.Conn, store *offsets.Store, sys pglogrepl.IdentifySystemResult, pub Publisher, stop *stopClock) (cdc.LSN, error) {
+	lock slotLock, store *offsets.Store, sys pglogrepl.IdentifySystemResult, pub Publisher, stop *stopClock) (cdc.LSN, error) {
+	sql := lock.sql
 	pos := func(l cdc.LSN) offsets.Position {
 		return offsets.Position{LSN: l, SystemID: sys.SystemID, Timeline: sys.Timeline}
 	}
@@ -318,7 +317,7 @@ func (p plan) execute(ctx context.Context, cfg Config, log *slog.Logger, stats *
 			return err
 		}
 		if p.Decision.Create && cfg.Snapshot == "initial" {
-			return initial.CheckTables(ctx, cfg.copyConfig(pub, stop, sql, stats), sql)
+			return initial.CheckTables(ctx, cfg.copyConfig(pub, stop, stats), sql)
 		}
 		return nil
 	})
@@ -327,7 +326,7 @@ func (p plan) execute(ctx context.Context, cfg Config, log *slog.Logger, stats *
 	}
 	switch {
 	case p.Decision.Create && cfg.Snapshot == "initial":
-		return createWithSnapshot(ctx, cfg, log, stats, conn, sql, store, pos, pub, stop)
+		return createWithSnapshot(ctx, cfg, log, stats, conn, lock, store, pos, pub, stop)
 	case p.Decision.Create:
 		stop := pgserver.WatchCreation(ctx, cfg.PGURL, cfg.Slot, cfg.PGTimeout, log, stats.WaitFor)
 		point, err := pgserver.CreateSlot(ctx, conn, cfg.Slot, cfg.FailoverSlot)
@@ -339,8 +338,14 @@ func (p plan) execute(ctx context.Context, cfg Config, log *slog.Logger, stats *
 		// Store the position at once: from now on a vanished slot is detected instead of silently replaced.
 		return point, store.Save(ctx, pos(point), true)
 	case len(p.jobs) > 0:
-		if err := initial.Finish(ctx, cfg.copyConfig(pub, stop, sql, stats), log, stats, sql, store, pos(p.Decision.Start), p.jobs, p.fresh,
-			pub); err != nil {
+		if err := lock.fence(ctx, stats); err != nil {
+			return 0, err
+		}
+		err := lock.holding(ctx, cfg, stats, log, func(ctx context.Context) error {
+			return initial.Finish(ctx, cfg.copyConfig(pub, stop, stats), log, stats, sql, store, pos(p.Decision.Start), p.jobs,
+				p.fresh, pub)
+		})
+		if err != nil {
 			return 0, err
 		}
 	}
@@ -349,16 +354,21 @@ func (p plan) execute(ctx context.Context, cfg Config, log *slog.Logger, stats *
 
 // createWithSnapshot creates the slot with an exported snapshot and has the initial snapshot copy the rows
 // visible in it (initial.Copy) before the replication connection runs anything else; it returns the slot's
-// consistent point, where the stream starts.
+// consistent point, where the stream starts. Both run under the lock's lease (slotLock.holding).
 func createWithSnapshot(ctx context.Context, cfg Config, log *slog.Logger, stats *metrics.Stats, conn *pgconn.PgConn,
-	sql *pgx.Conn, store *offsets.Store, pos func(cdc.LSN) offsets.Position, pub Publisher, stop *stopClock) (cdc.LSN, error) {
-	unwatch := pgserver.WatchCreation(ctx, cfg.PGURL, cfg.Slot, cfg.PGTimeout, log, stats.WaitFor)
-	point, snapshotName, err := pgserver.CreateSlotWithSnapshot(ctx, conn, cfg.Slot, cfg.FailoverSlot)
-	unwatch()
+	lock slotLock, store *offsets.Store, pos func(cdc.LSN) offsets.Position, pub Publisher, stop *stopClock) (cdc.LSN, error) {
+	var point cdc.LSN
+	err := lock.holding(ctx, cfg, stats, log, func(ctx context.Context) error {
+		unwatch := pgserver.WatchCreation(ctx, cfg.PGURL, cfg.Slot, cfg.PGTimeout, log, stats.WaitFor)
+		created, snapshotName, err := pgserver.CreateSlotWithSnapshot(ctx, conn, cfg.Slot, cfg.FailoverSlot)
+		unwatch()
+		if err != nil {
+			return err
+		}
+		point = created
+		return initial.Copy(ctx, cfg.copyConfig(pub, stop, stats), log, stats, lock.sql, store, pos(point), snapshotName, pub)
+	})
 	if err != nil {
-		return 0, err
-	}
-	if err := initial.Copy(ctx, cfg.copyConfig(pub, stop, sql, stats), log, stats, sql, store, pos(point), snapshotName, pub); err != nil {
 		return 0, err
 	}
 	return point, nil
@@ -394,23 +404,12 @@ func missingGrants(ctx context.Context, cfg Config, log *slog.Logger, err error)
 	return nil
 }
 
-// copyConfig is initialConfig for a copy of this run: it lends the initial snapshot's safety net (Renew
-// set) a check of sql, the connection that holds the slot's lock (a session lock: held while the session
-// answers), so that a copy waiting to publish again after a refusal ends once a cut took the lock, instead
-// of going on beside the router that took the slot over and answering /readyz?active=1 with 200 meanwhile
-// (seed 8063 of the harness).
-//
-// It also tells stats of the copy's silence probes (initial.Config.WaitOnPostgres), so that /readyz says
-// a silent PostgreSQL within seconds while the copy waits on it.
-func (cfg Config) copyConfig(pub Publisher, stop *stopClock, sql *pgx.Conn, stats *metrics.Stats) initial.Config {
+// copyConfig is initialConfig for a copy of this run. It tells stats of the copy's silence probes
+// (initial.Config.WaitOnPostgres), so that /readyz says a silent PostgreSQL within seconds while the copy
+// waits on it. The copy runs under the slot lock's lease (slotLock.holding), which ends its context once
+// the lock is gone, also while its safety net waits between two publishers (seed 8063 of the harness).
+func (cfg Config) copyConfig(pub Publisher, stop *stopClock, stats *metrics.Stats) initial.Config {
 	ic := cfg.initialConfig(pub, stop)
 	ic.WaitOnPostgres = stats.WaitOnPostgres
-	if ic.Renew != nil {
-		ic.Holds = func(ctx context.Context) error {
-			ctx, cancel := context.WithTimeout(ctx, min(cfg.PGTimeout, 5*time.Second))
-			defer cancel()
-			return sql.Ping(ctx)
-		}
-	}
 	return ic
 }

@@ -59,8 +59,9 @@ func (c *stopClock) end() time.Time {
 
 // copyBounds bounds a snapshot copy that a stop interrupted (snapshot.Config.StopBy): it waits for the
 // confirms of the rows already published until settle, and stores how far they reach by end, which leaves
-// the rest of the shutdown timeout to closing the publisher and the connections. Called only once the stop
-// was requested.
+// the rest of the shutdown timeout to closing the publisher and the connections. A copy whose context ended
+// without a stop (the silence probe's watch, or the slot lock's lease: slotlock.go) gets bounds already
+// passed: it waits for nothing.
 func (c *stopClock) copyBounds() (settle, end time.Time) {
 	by := c.readBy()
 	return by.Add(-c.closeReserve()), by

@@ -42,11 +42,6 @@ type Config struct {
 	// Renew replaces a publisher that failed with a per-message refusal (cdc.PerMessage) by a new one, for
 	// the copy's safety net (refusals.go); it closes the failed one. Nil: such a failure ends the copy.
 	Renew func(ctx context.Context) (Publisher, error)
-	// Holds reports an error once the process no longer holds what makes it the copy's only writer (the
-	// router's slot lock, on its own connection); the safety net asks it while it waits between two
-	// publishers, so that a router whose lock went with a cut connection stops at once instead of going on
-	// beside the router that took the slot over (seed 8063). Nil: not asked.
-	Holds func(ctx context.Context) error
 	// RefusalRetry is how long a row the broker returns or nacks is retried alone before it is
 	// quarantined; 0 means cdc.DefaultRefusalRetry.
 	RefusalRetry time.Duration

@@ -89,16 +89,29 @@ func LockKey(name string) string {
 	return "cdc_router:" + name
 }
 
-// Locked reports whether some session of this database holds the advisory lock of key (see LockKey). It
-// reads pg_locks and takes nothing: a bigint advisory key is classid (high 32 bits), objid (low 32 bits)
-// and objsubid 1.
-func Locked(ctx context.Context, conn *pgx.Conn, key string) (bool, error) {
-	var held bool
-	err := conn.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_locks l, (SELECT hashtextextended($1, 0) AS k) h
+// lockHeld selects the granted advisory locks of key $1 in this database from pg_locks l: a bigint advisory
+// key is classid (high 32 bits), objid (low 32 bits) and objsubid 1.
+const lockHeld = `SELECT EXISTS (SELECT 1 FROM pg_locks l, (SELECT hashtextextended($1, 0) AS k) h
 		WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 1
 		  AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())
-		  AND l.classid = ((h.k >> 32) & 4294967295)::oid AND l.objid = (h.k & 4294967295)::oid)`, key).Scan(&held)
-	if err != nil {
+		  AND l.classid = ((h.k >> 32) & 4294967295)::oid AND l.objid = (h.k & 4294967295)::oid`
+
+// Locked reports whether some session of this database holds the advisory lock of key (see LockKey). It
+// reads pg_locks and takes nothing.
+func Locked(ctx context.Context, conn *pgx.Conn, key string) (bool, error) {
+	var held bool
+	if err := conn.QueryRow(ctx, lockHeld+")", key).Scan(&held); err != nil {
+		return false, fmt.Errorf("read advisory locks: %w", err)
+	}
+	return held, nil
+}
+
+// HeldBy reports whether the session of backend pid holds the advisory lock of key (see LockKey), asked on
+// conn, another session: it reads pg_locks and takes nothing. A session that ended holds nothing (a new one
+// given the same pid within the same moment, by wraparound, is not told apart).
+func HeldBy(ctx context.Context, conn *pgx.Conn, key string, pid uint32) (bool, error) {
+	var held bool
+	if err := conn.QueryRow(ctx, lockHeld+" AND l.pid = $2)", key, int64(pid)).Scan(&held); err != nil {
 		return false, fmt.Errorf("read advisory locks: %w", err)
 	}
 	return held, nil

@@ -33,9 +33,6 @@ type rowNet struct {
 // carefulBackoff bounds the wait between two publishers of the copy's safety net.
 const carefulBackoff = 10 * time.Second
 
-// holdsEvery is how often the safety net asks Config.Holds while it waits.
-const holdsEvery = 250 * time.Millisecond
-
 // careful reports whether the row being published goes alone.
 func (n *rowNet) careful() bool { return n.at < n.until }
 
@@ -90,29 +87,13 @@ func (c *copier) rewind(ctx context.Context, err error) error {
 }
 
 // renewAfter waits backoff, then dials the copy's new publisher (cfg.Renew); refusal is what made it needed.
-// While it waits it asks cfg.Holds every holdsEvery, and before it dials: a copy that lost its slot lock
-// ends with the refusal and that loss, and the run starts again (or stands by).
+// The wait ends with ctx: a router that lost its slot lock meanwhile ends it (replication's lease of the
+// lock, seeds 8063 and 8110), and the run starts again (or stands by).
 func renewAfter(ctx context.Context, cfg Config, backoff time.Duration, refusal error) (Publisher, error) {
-	for end := time.Now().Add(backoff); ; {
-		wait := time.Until(end)
-		if cfg.Holds != nil {
-			wait = min(wait, holdsEvery)
-		}
-		if wait > 0 {
-			select {
-			case <-time.After(wait):
-			case <-ctx.Done():
-				return nil, ctx.Err()
-			}
-		}
-		if cfg.Holds != nil {
-			if err := cfg.Holds(ctx); err != nil {
-				return nil, fmt.Errorf("%w (and the router lost its slot while it waited to publish again: %w)", refusal, err)
-			}
-		}
-		if !time.Now().Before(end) {
-			break
-		}
+	select {
+	case <-time.After(backoff):
+	case <-ctx.Done():
+		return nil, ctx.Err()
 	}
 	pub, err := cfg.Renew(ctx)
 	if err != nil {

@@ -28,7 +28,8 @@
 //     SELECT), each line naming its refusal names the grant, one is an ERROR, and its router answers
 //     /readyz 503 until the restore (ownbroker_test.go).
 //  11. With a hot standby, one router active at a time: never two processes of a slot answering
-//     /readyz?active=1 with 200 in two samples in a row (a split brain), never none past the takeover bound
+//     /readyz?active=1 with 200 in state snapshot within the lease's margin of each other (copying at once),
+//     nor with 200 in two samples in a row (a split brain), never none past the takeover bound
 //     unless an outage explains it; the stall rule reads /readyz?active=1 per slot and never excuses such a
 //     period (standby_test.go).
 package check

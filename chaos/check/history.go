@@ -88,16 +88,19 @@ const KindIntruderEmit gen.Kind = "intruder-emit"
 // KindRouterExit marks a router process that exited without being told to.
 const KindRouterExit gen.Kind = "router-exit"
 
-// Sample is one /readyz answer of one router (Code 0: no answer). With Setup.Standby, Proc tells the
-// slot's two processes apart and Active is the same process's /readyz?active=1 answer; the samples of one
-// tick of the sampler share Round.
+// Sample is one /readyz answer of one router (Code 0: no answer), asked at At. With Setup.Standby, Proc
+// tells the slot's two processes apart and Active is the same process's /readyz?active=1 answer, asked
+// after the first, which arrived at ActiveAt with the router's State in its body ("snapshot", "streaming";
+// both zero in histories recorded before they were); the samples of one tick of the sampler share Round.
 type Sample struct {
-	At     time.Time
-	Router int
-	Code   int
-	Proc   int
-	Active int
-	Round  int
+	At       time.Time
+	Router   int
+	Code     int
+	Proc     int
+	Active   int
+	Round    int
+	State    string    `json:",omitempty"`
+	ActiveAt time.Time `json:",omitzero"`
 }
 
 // LogLine is one line a router process (or a command) wrote, with the time it carried.

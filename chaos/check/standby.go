@@ -185,15 +185,21 @@ func activeGaps(h *History, bound time.Duration) []gap {
 	return gaps
 }
 
+// leaseMargin is the time between a router that lost the slot's lock during the initial snapshot stopping
+// at the latest and the router that took the lock starting to copy at the earliest (docs/operations.md,
+// running two routers: the lease and its margin; replication's lockMargin).
+const leaseMargin = 250 * time.Millisecond
+
 // checkActive holds a slot with a standby to one active router at a time: never two processes answering
-// /readyz?active=1 with 200 in two ticks of the sampler in a row (a split brain; one tick may catch the
-// old router not yet aware that it lost its session), and never none for longer than the takeover bound
-// unless an outage explains it (outages).
+// /readyz?active=1 with 200 in state snapshot within leaseMargin (copying, see copyingAtOnce), never two
+// answering it with 200 in two ticks of the sampler in a row (a split brain; while the slot streams, one
+// tick may catch the old router not yet aware that it lost its session), and never none for longer than
+// the takeover bound unless an outage explains it (outages).
 func checkActive(h *History, l Limits) []Violation {
 	if !h.Setup.Standby {
 		return nil
 	}
-	var vs []Violation
+	vs := copyingAtOnce(h)
 	both := map[int]int{}
 	reported := map[int]bool{}
 	for _, r := range rounds(h) {
@@ -214,6 +220,54 @@ func checkActive(h *History, l Limits) []Violation {
 			g.router, g.to.Sub(g.from).Seconds(), g.from.Sub(h.Start).Seconds(), g.to.Sub(h.Start).Seconds(), lastEventBefore(h, g.from), bound), At: g.from})
 	}
 	return compress(vs, 5)
+}
+
+// copyingAtOnce finds the ticks in which two processes of a slot answered /readyz?active=1 with 200 in
+// state snapshot (copying the initial snapshot) within leaseMargin of each other: from the first's question
+// to the second's answer, so that each read its state less than the margin apart. The docs promise that
+// never happens, one tick is enough. Histories recorded without the state (Sample.ActiveAt zero) are judged
+// by the two-ticks rule alone.
+func copyingAtOnce(h *History) []Violation {
+	type key struct{ round, router int }
+	copying := map[key][]Sample{}
+	var keys []key
+	for _, s := range h.Ready {
+		if s.Active != 200 || s.State != "snapshot" || s.ActiveAt.IsZero() {
+			continue
+		}
+		k := key{s.Round, s.Router}
+		if copying[k] == nil {
+			keys = append(keys, k)
+		}
+		copying[k] = append(copying[k], s)
+	}
+	var vs []Violation
+	reported := map[int]bool{}
+	for _, k := range keys {
+		ss := copying[k]
+		if len(ss) < 2 || reported[k.router] {
+			continue
+		}
+		from, to := ss[0].At, ss[0].ActiveAt
+		var procs []int
+		for _, s := range ss {
+			if s.At.Before(from) {
+				from = s.At
+			}
+			if s.ActiveAt.After(to) {
+				to = s.ActiveAt
+			}
+			procs = append(procs, s.Proc)
+		}
+		if to.Sub(from) >= leaseMargin {
+			continue
+		}
+		reported[k.router] = true
+		vs = append(vs, Violation{Detail: fmt.Sprintf("split brain: router %d's processes %v both copied the initial snapshot "+
+			"(/readyz?active=1 200 in state snapshot) within %v of each other (at +%.2fs), which the slot lock's lease rules out",
+			k.router, procs, to.Sub(from).Round(time.Millisecond), from.Sub(h.Start).Seconds()), At: from})
+	}
+	return vs
 }
 
 // noActiveIn reports whether a gap longer than bound without an active router (activeGaps) overlaps

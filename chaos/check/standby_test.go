@@ -137,6 +137,52 @@ func TestTwoActiveRoutersAreASplitBrain(t *testing.T) {
 	}
 }
 
+// Two processes copying the initial snapshot (/readyz?active=1 200 in state snapshot) in one tick, read
+// within the lease's margin, are a split brain: the slot lock's lease rules that out (seed 8110, where both
+// copied for two ticks). Streaming, one tick stays allowed; so do two answers read further apart than the
+// margin, and samples recorded without the state.
+func TestTwoRoutersCopyingAtOnceAreASplitBrain(t *testing.T) {
+	both := func(state string, span time.Duration, withState bool) *History {
+		h := standby(func(t float64) int {
+			if t == 4 {
+				return 2
+			}
+			return 0
+		})
+		for i := range h.Ready {
+			s := &h.Ready[i]
+			if !withState {
+				continue
+			}
+			s.State, s.ActiveAt = "standby", s.At.Add(time.Millisecond)
+			if s.Active == 200 {
+				s.State = state
+			}
+			if s.Round == 8 && s.Proc == 1 {
+				s.At = h.Ready[i-1].At.Add(span)
+				s.ActiveAt = s.At.Add(time.Millisecond)
+			}
+		}
+		return h
+	}
+	vs := violated(both("snapshot", 5*time.Millisecond, true), "one-active-router")
+	if len(vs) != 1 || !strings.Contains(vs[0].Detail, "both copied the initial snapshot") || !strings.Contains(vs[0].Detail, "+4.00s") {
+		t.Fatalf("want two routers copying at +4.00s, got %v", vs)
+	}
+	for _, c := range []struct {
+		name string
+		h    *History
+	}{
+		{"streaming", both("streaming", 5*time.Millisecond, true)},
+		{"read further apart than the margin", both("snapshot", leaseMargin, true)},
+		{"recorded without the state", both("snapshot", 5*time.Millisecond, false)},
+	} {
+		if vs := Check(c.h, limits); len(vs) != 0 {
+			t.Errorf("%s: %v", c.name, vs)
+		}
+	}
+}
+
 // A stall with a standby reads /readyz?active=1: the standby's /readyz 200 does not make a stall silent,
 // and a 503 on both with a warning excuses it only while an outage explains that no router is active.
 func TestStallWithAStandbyReadsTheActiveRouter(t *testing.T) {
