@@ -55,6 +55,12 @@
 //     ConfirmTimeout puts the Router into a failed state; after that, done is never called again for any
 //     event. The caller then closes the Router and restarts its stream from its last acknowledged position,
 //     which is how no event is lost and the order per aggregate holds (modulo duplicates).
+//   - Metrics.Unconfirmed is the age of the oldest message written to a lane's channel and not yet resolved,
+//     across the open Routers: events held behind their aggregate and events queued but not written never
+//     count, so a hot aggregate draining under a working broker keeps it near zero while a broker that
+//     confirms nothing makes it grow with the clock (TestUnconfirmedLeavesHeldEventsOut,
+//     TestUnconfirmedAgesWhileConfirmsAreWithheld). A Router logs a WARN once each time that wait passes
+//     UnconfirmedBound. Each lane keeps it in one atomic that its confirmLoop sets: no lock, no allocation.
 //   - A close by the broker or a lost connection is a *ClosedError (matching ErrBrokerClosed) whose
 //     PerMessage says whether a single message can have caused it (406, 501, 502, 505, 540, and a 403 on
 //     a lane's channel that refuses writing to an exchange other than Config.Exchange, which names the
@@ -67,8 +73,8 @@
 //     the event (cdc.Refusals). A return from Config.Exchange under NoAlternateExchange is not per message.
 //
 // Metrics (Config.Metrics, one per process, shared by the Routers dialled with it) counts nacks and returns,
-// observes the confirm round trip, and reads the open Routers' in-flight events and bytes and their
-// connection.blocked state at scrape time.
+// observes the confirm round trip, and reads the open Routers' in-flight events and bytes, the age of their
+// oldest unconfirmed write (Metrics.Unconfirmed) and their connection.blocked state at scrape time.
 //
 // What RabbitMQ says before the first publish (the addresses of Config.URL, a connection that failed, a
 // declaration it refused) route/rabbitmq turns into one sentence naming the fix; route owns the connection.

@@ -3,6 +3,7 @@ package route
 import (
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
@@ -47,6 +48,10 @@ type lane struct {
 	returns  chan amqp.Return       // basic.return, drained before each confirmation is acted on
 	closes   chan *amqp.Error       // the channel's close (a connection close closes it too)
 	returned map[string]amqp.Return // by message id: returns not yet matched to their confirmation
+	// writing is the publishing confirmLoop resolves, which is the lane's oldest written and unresolved one
+	// (publishings are resolved in write order), nil while it waits for none; read by oldestWrite. Held and
+	// queued events are not written yet, so they never appear here.
+	writing atomic.Pointer[publishing]
 }
 
 // openLane opens a channel in confirm mode with its notification listeners.
@@ -235,7 +240,10 @@ func (l *lane) confirmLoop() {
 			l.closed(e, ok, first)
 			return
 		case p := <-l.sent:
-			if !l.resolve(p, timer) {
+			l.writing.Store(p)
+			ok := l.resolve(p, timer)
+			l.writing.Store(nil)
+			if !ok {
 				return
 			}
 		}

@@ -10,9 +10,9 @@ import (
 
 // Metrics is what the Routers of a process report to Prometheus: the broker's nacks and returns, the
 // confirm round trip, and, read at scrape time from the Routers that are open, the events and bytes in
-// flight and whether RabbitMQ blocks the connection (connection.blocked). One Metrics serves every Router
-// dialled with it in Config.Metrics (the stream dials one per run), so its counters survive reconnects.
-// A nil *Metrics records nothing.
+// flight, the age of the oldest unconfirmed write and whether RabbitMQ blocks the connection
+// (connection.blocked). One Metrics serves every Router dialled with it in Config.Metrics (the stream dials
+// one per run), so its counters survive reconnects. A nil *Metrics records nothing.
 type Metrics struct {
 	nacks   prometheus.Counter
 	returns prometheus.Counter
@@ -23,7 +23,7 @@ type Metrics struct {
 }
 
 // NewMetrics registers the route metrics (cdc_router_broker_*, cdc_router_confirm_round_trip_seconds,
-// cdc_router_inflight_*) with reg.
+// cdc_router_inflight_*, cdc_router_oldest_unconfirmed_write_age_seconds) with reg.
 func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 	m := &Metrics{
 		nacks: prometheus.NewCounter(prometheus.CounterOpts{Name: "cdc_router_broker_nacks_total",
@@ -50,6 +50,9 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 				}
 				return 0
 			}),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "cdc_router_oldest_unconfirmed_write_age_seconds",
+			Help: "How long the oldest message written to the broker has waited for its confirm (not events held behind their aggregate or queued unwritten); 0 when none waits."},
+			func() float64 { return m.Unconfirmed().Seconds() }),
 	} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("route metrics: %w", err)
@@ -131,4 +134,24 @@ func (m *Metrics) Blocked() (Blocking, bool) {
 		return Blocking{}, false
 	}
 	return *oldest, true
+}
+
+// Unconfirmed returns how long the oldest message written to RabbitMQ on the open Routers' lanes has waited
+// for its confirm, 0 when none waits. Only written messages count: an event held behind its aggregate or
+// queued in its lane waits on the router, not on the broker. Past UnconfirmedBound the broker takes
+// publishes and confirms none (a stuck quorum queue, a cluster without its majority), and nothing is
+// acknowledged until it does or the Router's ConfirmTimeout fails it.
+func (m *Metrics) Unconfirmed() time.Duration {
+	if m == nil {
+		return 0
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	var oldest time.Duration
+	for r := range m.open {
+		if p, _ := r.oldestWrite(); p != nil {
+			oldest = max(oldest, time.Since(p.sent))
+		}
+	}
+	return oldest
 }

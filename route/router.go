@@ -119,7 +119,6 @@ func open(cfg Config, logger *slog.Logger, uri amqp.URI, conn *amqp.Connection, 
 	if r.frameMax <= 0 {
 		r.frameMax = message.DefaultFrameMax
 	}
-	cfg.Metrics.opened(r)
 	for i := range cfg.Lanes {
 		l, err := openLane(r, i)
 		if err != nil {
@@ -127,11 +126,14 @@ func open(cfg Config, logger *slog.Logger, uri amqp.URI, conn *amqp.Connection, 
 		}
 		r.lanes = append(r.lanes, l)
 	}
+	cfg.Metrics.opened(r) // once the lanes are in place: Metrics.Unconfirmed reads them at scrape time
 	r.watch()
 	for _, l := range r.lanes {
 		r.wg.Add(1)
 		go l.run()
 	}
+	r.wg.Add(1)
+	go r.watchUnconfirmed(UnconfirmedBound, unconfirmedTick)
 	return r, nil
 }
 

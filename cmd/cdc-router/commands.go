@@ -402,7 +402,7 @@ func runRun(ctx context.Context, args []string, env func(string) string, stdout,
 		return err
 	}
 	if *httpAddr != "" {
-		if err := serveHTTP(ctx, *httpAddr, handler(stats, reg, int64(*minSafeWAL), brokerBlocked(routeMetrics)), "/healthz, /readyz and /metrics", log); err != nil {
+		if err := serveHTTP(ctx, *httpAddr, handler(stats, reg, int64(*minSafeWAL), brokerProblem(routeMetrics)), "/healthz, /readyz and /metrics", log); err != nil {
 			return usageError{err}
 		}
 	}

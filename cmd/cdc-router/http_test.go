@@ -1,6 +1,7 @@
 package main
 
 import (
+	"net/http"
 	"net/http/httptest"
 	"strings"
 	"testing"
@@ -10,6 +11,7 @@ import (
 
 	"github.com/cdc-router/cdc-router/metrics"
 	"github.com/cdc-router/cdc-router/pgserver"
+	"github.com/cdc-router/cdc-router/route"
 )
 
 func TestSlotProblem(t *testing.T) {
@@ -47,11 +49,7 @@ func TestReadyzWhileTheBrokerBlocks(t *testing.T) {
 	s.SetState(metrics.StateStreaming, nil)
 	blocked := ""
 	h := handler(s, prometheus.NewRegistry(), -1, func() string { return blocked })
-	ready := func() (int, string) {
-		rec := httptest.NewRecorder()
-		h.ServeHTTP(rec, httptest.NewRequest("GET", "/readyz", nil))
-		return rec.Code, rec.Body.String()
-	}
+	ready := func() (int, string) { return readyz(h) }
 	if code, body := ready(); code != 200 {
 		t.Fatalf("streaming: /readyz = %d %s, want 200", code, body)
 	}
@@ -62,5 +60,44 @@ func TestReadyzWhileTheBrokerBlocks(t *testing.T) {
 	blocked = ""
 	if code, body := ready(); code != 200 {
 		t.Fatalf("unblocked: /readyz = %d %s, want 200", code, body)
+	}
+}
+
+// readyz asks h for /readyz.
+func readyz(h http.Handler) (int, string) {
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, httptest.NewRequest("GET", "/readyz", nil))
+	return rec.Code, rec.Body.String()
+}
+
+// TestReadyzWhileRabbitMQConfirmsNothing: a streaming router whose oldest write RabbitMQ has not confirmed
+// for route.UnconfirmedBound is unready, naming the broker's likely faults (seed 8100: a node that took
+// publishes and confirmed none left /readyz at 200 for 400 s); a slow but steady broker's round trip of a
+// second or two is not, and a confirm makes it ready again.
+func TestReadyzWhileRabbitMQConfirmsNothing(t *testing.T) {
+	s := &metrics.Stats{}
+	s.SetState(metrics.StateStreaming, nil)
+	var age time.Duration
+	h := handler(s, prometheus.NewRegistry(), -1, func() string { return unconfirmed(age) })
+	for _, tc := range []struct {
+		age  time.Duration
+		code int
+		want string
+	}{
+		{0, 200, ""},
+		{2 * time.Second, 200, ""}, // a loaded broker's confirm round trip
+		{route.UnconfirmedBound - time.Second, 200, ""},
+		{12 * time.Second, 503, "RabbitMQ has not confirmed the oldest message the router wrote to it for 12s (a stuck quorum queue, " +
+			"a cluster without its majority, or a node that takes publishes and confirms none?)"},
+		{0, 200, ""}, // confirmed
+	} {
+		age = tc.age
+		code, body := readyz(h)
+		if code != tc.code || !strings.Contains(body, tc.want) || (tc.want == "") != !strings.Contains(body, `"problem"`) {
+			t.Errorf("oldest write unconfirmed for %v: /readyz = %d %s, want %d %q", tc.age, code, body, tc.code, tc.want)
+		}
+	}
+	if p := brokerProblem(nil)(); p != "" {
+		t.Errorf("without route metrics: %q", p)
 	}
 }
