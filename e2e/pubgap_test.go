@@ -217,8 +217,11 @@ func TestNoPublicationGapOnRestartOrUnrelatedPublication(t *testing.T) {
 // publication gap inserts a row before the gap, one in it and one after it, and commits only once the
 // gap's backfill has started. Its row from the gap is in no window of occurred_at (its transaction's
 // start) and in no snapshot the backfill could take before the commit; the stream never decodes it (seed
-// 8126 of the harness lost 1,065 rows of such a transaction). The backfill the router names selects the
-// rows by their inserting transaction and waits for it, saying so, then publishes that row.
+// 8126 of the harness lost 1,065 rows of such a transaction). A second one begins while the table is added
+// back, after the ALTER's transaction took its id and before it commits, and writes into the gap too: its id
+// is above every id completed when the next check runs (a snapshot's xmax is not a bound for it). The
+// backfill the router names selects the rows by their inserting transaction and waits for both, saying so,
+// then publishes their rows from the gap.
 func TestPublicationGapBackfillCoversALongTransaction(t *testing.T) {
 	e := newStreamEnv(t)
 	c := e.consume(e.queue)
@@ -242,12 +245,36 @@ func TestPublicationGapBackfillCoversALongTransaction(t *testing.T) {
 		}
 		return id
 	}
+	begin := func() (*pgx.Conn, pgx.Tx) {
+		conn, err := pgx.Connect(ctx, e.pgURL)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { conn.Close(ctx) })
+		tx, err := conn.Begin(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return conn, tx
+	}
 	before := insert("long-before")
 	r.afterCheck()
 	e.exec(`ALTER PUBLICATION cdc_router_outbox DROP TABLE outbox`)
 	inGap := insert("long-in-the-gap")
 	time.Sleep(time.Second)
-	e.exec(`ALTER PUBLICATION cdc_router_outbox ADD TABLE outbox`)
+	_, adding := begin()
+	if _, err := adding.Exec(ctx, `ALTER PUBLICATION cdc_router_outbox ADD TABLE outbox`); err != nil {
+		t.Fatal(err)
+	}
+	_, late := begin()
+	lateID := uuid()
+	if _, err := late.Exec(ctx, `INSERT INTO outbox (id, aggregate_type, aggregate_id, aggregate_version, event_type, payload)
+		VALUES ($1, 'order', 'late-in-the-gap', 1, 'created', '{"n": 1}')`, lateID); err != nil {
+		t.Fatal(err)
+	}
+	if err := adding.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
 	after := insert("long-after")
 	r.waitLog("publication gap: the outbox table public.outbox", 30*time.Second)
 	args := backfillArgs(t, strings.ReplaceAll(r.Output(), `\"`, `"`)) // the log line's quoting
@@ -265,8 +292,10 @@ func TestPublicationGapBackfillCoversALongTransaction(t *testing.T) {
 		t.Fatalf("%v ended while the transaction that wrote in the gap was still open: exit %d\n%s", args, res.code, res.out)
 	case <-time.After(3 * time.Second):
 	}
-	if err := tx.Commit(ctx); err != nil {
-		t.Fatal(err)
+	for _, tx := range []pgx.Tx{tx, late} {
+		if err := tx.Commit(ctx); err != nil {
+			t.Fatal(err)
+		}
 	}
 	var res result
 	select {
@@ -278,5 +307,5 @@ func TestPublicationGapBackfillCoversALongTransaction(t *testing.T) {
 		!strings.Contains(res.out, "waiting for the transactions that may have written public.outbox during the publication gap") {
 		t.Fatalf("%v: exit %d, want it to wait for the open transaction and clear the gap:\n%s", args, res.code, res.out)
 	}
-	c.waitFor(t, []row{{id: before}, {id: inGap}, {id: after}}, 30*time.Second)
+	c.waitFor(t, []row{{id: before}, {id: inGap}, {id: after}, {id: lateID}}, 30*time.Second)
 }

@@ -138,8 +138,9 @@ func (s *Stats) Problem() string {
 }
 
 // SetStandbyProblem records what would keep this router from taking over the slot while it stands by ("" when
-// nothing would): a broker it cannot reach or may not use. It counts only in StateStandby and is forgotten
-// when the router leaves it.
+// nothing would): a broker it cannot reach or may not use. It is set and read only in StateStandby, and kept
+// while the router is in another state: a standby that restarts (a PostgreSQL blip) and stands by again is
+// unready as before until its next check says otherwise.
 func (s *Stats) SetStandbyProblem(p string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -248,9 +249,6 @@ func (s *Stats) SetState(state string, err error) {
 	}
 	if err != nil {
 		s.lastErr = err.Error()
-	}
-	if state != StateStandby {
-		s.spare = ""
 	}
 	if state == StateStandby {
 		s.slot = pgserver.SlotHealth{} // the active router reports the slot; a spare would report it twice

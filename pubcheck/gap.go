@@ -32,8 +32,12 @@ import (
 // long before the first (occurred_at, its start, is then outside the window) and may commit after the
 // second, even after the backfill began. So a gap also records the transactions that may have inserted
 // rows in it: XidFrom, the oldest one running when the last check that saw the old identity began (every
-// later one is newer), and XidTo, the first one not yet started when the check that saw the new identity
-// had read it. The backfill selects the rows whose inserting transaction (xmin) is in [XidFrom, XidTo),
+// later one is newer), and XidTo, the id of a transaction the check that saw the new identity started
+// after it had read it (pg_current_xact_id(): every transaction given an id before, so every writer of the
+// gap, has a smaller one; a snapshot's xmax is not that bound: it is the latest completed id plus one, and a
+// transaction still running may have a larger id). The backfill selects the rows whose inserting
+// transaction (xmin) is in [XidFrom, XidTo), or, for a row an UPDATE gave a later xmin, whose occurred_at
+// (the timestamp column of a mapped table) is in the window,
 // and first waits for those of them that still run and write the table (AwaitGapWriters): their rows are
 // in no snapshot until they commit (seed 8126 of the harness lost 1,065 rows of a 36,763-row transaction
 // that began before a 0.3 s gap and committed after its backfill had started).
@@ -56,8 +60,8 @@ func tableKey(table string) string { return decode.QualifiedTable(table) }
 // the publication's). Each of them changes when the table leaves the publication and comes back. It is
 // read only after a sound check, and returned with the server's time before it was read (the rows' own
 // clock, occurred_at, whatever the router's clock says) and the transactions around the read (see gap):
-// xmin, the oldest one running before it, and xmax, the first one not started after it.
-func membershipIdentities(ctx context.Context, sql *pgx.Conn, cfg Config) (ids map[string]string, at time.Time, xmin, xmax string, err error) {
+// xmin, the oldest one running before it, and next, an id given after it (see gap).
+func membershipIdentities(ctx context.Context, sql *pgx.Conn, cfg Config) (ids map[string]string, at time.Time, xmin, next string, err error) {
 	var version int
 	if err := sql.QueryRow(ctx, "SELECT current_setting('server_version_num')::int, now(), "+
 		"pg_snapshot_xmin(pg_current_snapshot())::text").Scan(&version, &at, &xmin); err != nil {
@@ -82,10 +86,11 @@ func membershipIdentities(ctx context.Context, sql *pgx.Conn, cfg Config) (ids m
 		}
 		ids[tableKey(t)] = id
 	}
-	if err := sql.QueryRow(ctx, "SELECT pg_snapshot_xmax(pg_current_snapshot())::text").Scan(&xmax); err != nil {
+	// One transaction id per check (a check every 30 s by default): an empty commit, which the stream skips.
+	if err := sql.QueryRow(ctx, "SELECT pg_current_xact_id()::text").Scan(&next); err != nil {
 		return nil, at, "", "", fmt.Errorf("read the next transaction id: %w", err)
 	}
-	return ids, at, xmin, xmax, nil
+	return ids, at, xmin, next, nil
 }
 
 // changedTables are the tables of cur whose identity differs from the one seen before; a table seen for the
@@ -123,10 +128,6 @@ func newGap(cfg Config, table string, from *time.Time, xidFrom string, now time.
 	if from != nil {
 		g.XidFrom = xidFrom
 	}
-	if w := xidWhere(g.XidFrom, g.XidTo); w != "" {
-		g.Where = w
-		return g
-	}
 	column := "occurred_at"
 	if m := decode.MappingFor(cfg.Decode, table); m != nil {
 		column = "<a column that orders its rows>"
@@ -136,9 +137,17 @@ func newGap(cfg Config, table string, from *time.Time, xidFrom string, now time.
 	}
 	// Whole seconds, widened outwards: a few more duplicates, never a row short.
 	to := now.UTC().Truncate(time.Second).Add(time.Second)
-	g.Where = fmt.Sprintf("%s < '%s'", column, to.Format(hintTime))
+	window := fmt.Sprintf("%s < '%s'", column, to.Format(hintTime))
 	if from != nil {
-		g.Where = fmt.Sprintf("%s >= '%s' AND %s", column, from.UTC().Truncate(time.Second).Format(hintTime), g.Where)
+		window = fmt.Sprintf("%s >= '%s' AND %s", column, from.UTC().Truncate(time.Second).Format(hintTime), window)
+	}
+	switch xids := xidWhere(g.XidFrom, g.XidTo); {
+	case xids == "":
+		g.Where = window
+	case strings.HasPrefix(column, "<"): // a mapped table without a timestamp column: the transactions alone
+		g.Where = xids
+	default:
+		g.Where = "(" + xids + ") OR (" + window + ")"
 	}
 	return g
 }
@@ -268,25 +277,25 @@ func RecordedGaps(ctx context.Context, conn *pgx.Conn, schema, slot string) ([]R
 	return out, nil
 }
 
-// AwaitGapWriters waits, before the backfill of slot's gap of table with where takes its snapshot, until
-// no transaction that may have inserted rows in that gap (one older than the gap's XidTo) still holds a
-// write lock on table or one of its partitions: such a transaction's rows are in no snapshot until it
-// commits, and the stream never decodes those written while the table was out of the publication. A
-// backfill that matches no gap recorded with transaction ids waits for nothing. The wait is logged when it
-// begins and every 30 s while it lasts, naming the backends; it ends with ctx.
-func AwaitGapWriters(ctx context.Context, conn *pgx.Conn, schema, slot, table, where string, log *slog.Logger) error {
+// AwaitGapWriters waits, before a backfill of table takes its snapshot while slot has a gap of table
+// recorded, until no transaction that may have inserted rows in such a gap (one older than the newest gap's
+// XidTo) still holds a write lock on table or one of its partitions in this database: such a transaction's
+// rows are in no snapshot until it commits, and the stream never decodes those written while the table was
+// out of the publication. Any backfill of the table waits, the gap's own or a wider one an operator wrote.
+// Without a gap recorded with transaction ids it waits for nothing. The wait is logged when it begins and
+// every 30 s while it lasts, naming the backends (0: a prepared transaction); it ends with ctx.
+func AwaitGapWriters(ctx context.Context, conn *pgx.Conn, schema, slot, table string, log *slog.Logger) error {
 	gaps, err := RecordedGaps(ctx, conn, schema, slot)
 	if err != nil {
 		return err
 	}
-	xidTo := ""
+	var hi uint64
 	for _, g := range gaps {
-		if g.Table == tableKey(table) && g.Where == where {
-			xidTo = g.xidTo
+		if x, err := strconv.ParseUint(g.xidTo, 10, 64); err == nil && g.Table == tableKey(table) {
+			hi = max(hi, x)
 		}
 	}
-	hi, err := strconv.ParseUint(xidTo, 10, 64)
-	if err != nil {
+	if hi == 0 {
 		return nil
 	}
 	began, told := time.Now(), time.Time{}
@@ -296,6 +305,7 @@ func AwaitGapWriters(ctx context.Context, conn *pgx.Conn, schema, slot, table, w
 			FROM pg_locks r JOIN pg_locks x ON x.virtualtransaction = r.virtualtransaction
 			WHERE r.locktype = 'relation' AND r.granted
 				AND r.mode IN ('RowExclusiveLock', 'ShareRowExclusiveLock', 'ExclusiveLock', 'AccessExclusiveLock')
+				AND r.database = (SELECT oid FROM pg_database WHERE datname = current_database())
 				AND (r.relation = $1::text::regclass OR r.relation IN (SELECT relid FROM pg_partition_tree($1::text::regclass)))
 				AND x.locktype = 'transactionid' AND x.mode = 'ExclusiveLock' AND x.granted
 				AND age(x.transactionid) > age($2::text::xid)`,

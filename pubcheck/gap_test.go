@@ -46,38 +46,44 @@ func TestGapBackfill(t *testing.T) {
 }
 
 // TestGapBackfillByTransaction: a gap with transaction ids selects the rows by their inserting transaction,
-// on any table (a mapped table without a timestamp column too), from the oldest transaction running at the
-// check before the gap to the first not started at the check after it, in the 32-bit ids a row's xmin
-// holds (their epoch dropped: age() compares them across wraparound); without the first check (before
-// the router ever checked the table, or a check recorded before 013), every transaction before the second.
+// from the oldest transaction running at the check before the gap to one begun after the check that found
+// it, in the 32-bit ids a row's xmin holds (their epoch dropped: age() compares them across wraparound),
+// or by the window of occurred_at (a row an UPDATE gave a later xmin), the timestamp column of a mapped
+// table; a mapped table without one by the transactions alone. Without the first check (before the router
+// ever checked the table, or a check recorded before 013): every transaction before the second.
 func TestGapBackfillByTransaction(t *testing.T) {
 	from := time.Date(2026, 12, 1, 7, 0, 0, 500e6, time.UTC)
 	to := time.Date(2026, 12, 1, 7, 0, 4, 200e6, time.UTC)
 	untimed := Config{Table: "public.outbox", Decode: decode.Config{Mapping: &decode.Mapping{}}}
+	timed := Config{Table: "public.outbox", Decode: decode.Config{Mapping: &decode.Mapping{TimestampColumn: "created_at"}}}
 	wrapped := fmt.Sprint(5<<32 + 100)
+	const xids = "age(xmin) <= age('730'::xid) AND age(xmin) > age('812'::xid)"
+	const window = "occurred_at >= '2026-12-01 07:00:00Z' AND occurred_at < '2026-12-01 07:00:05Z'"
 	for _, tc := range []struct {
 		name           string
 		cfg            Config
 		from           *time.Time
 		xidFrom, xidTo string
-		where, xids    string
+		where, desc    string
 	}{
-		{"native", Config{Table: "public.outbox"}, &from, "730", "812",
-			"age(xmin) <= age('730'::xid) AND age(xmin) > age('812'::xid)", "by transactions 730 to 811"},
-		{"mapped without a timestamp column", untimed, &from, "730", "812",
-			"age(xmin) <= age('730'::xid) AND age(xmin) > age('812'::xid)", "by transactions 730 to 811"},
+		{"native", Config{Table: "public.outbox"}, &from, "730", "812", "(" + xids + ") OR (" + window + ")", "by transactions 730 to 811"},
+		{"mapped with a timestamp column", timed, &from, "730", "812",
+			"(" + xids + ") OR (" + strings.ReplaceAll(window, "occurred_at", "created_at") + ")", "by transactions 730 to 811"},
+		{"mapped without one", untimed, &from, "730", "812", xids, "by transactions 730 to 811"},
 		{"across wraparound, in a later epoch", Config{Table: "public.outbox"}, &from, fmt.Sprint(4<<32 + 4294967000), wrapped,
-			"age(xmin) <= age('4294967000'::xid) AND age(xmin) > age('100'::xid)", "by transactions 4294967000 to 99"},
-		{"no check before", Config{Table: "public.outbox"}, nil, "730", "812", "age(xmin) > age('812'::xid)", "by transactions before 812"},
-		{"a check before 013", Config{Table: "public.outbox"}, &from, "", "812", "age(xmin) > age('812'::xid)", "by transactions before 812"},
+			"(age(xmin) <= age('4294967000'::xid) AND age(xmin) > age('100'::xid)) OR (" + window + ")", "by transactions 4294967000 to 99"},
+		{"no check before", Config{Table: "public.outbox"}, nil, "730", "812",
+			"(age(xmin) > age('812'::xid)) OR (occurred_at < '2026-12-01 07:00:05Z')", "by transactions before 812"},
+		{"a check before 013", Config{Table: "public.outbox"}, &from, "", "812",
+			"(age(xmin) > age('812'::xid)) OR (" + window + ")", "by transactions before 812"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			g := newGap(tc.cfg, "outbox", tc.from, tc.xidFrom, to, tc.xidTo)
 			if g.Where != tc.where || !strings.Contains(g.command(tc.cfg), `--where "`+tc.where+`"`) {
 				t.Errorf("where %q, command %q; want %q", g.Where, g.command(tc.cfg), tc.where)
 			}
-			if d := g.describe(tc.cfg); !strings.Contains(d, "rows inserted then "+tc.xids+" were never streamed") {
-				t.Errorf("description %q does not say %q", d, tc.xids)
+			if d := g.describe(tc.cfg); !strings.Contains(d, "rows inserted then "+tc.desc+" were never streamed") {
+				t.Errorf("description %q does not say %q", d, tc.desc)
 			}
 		})
 	}

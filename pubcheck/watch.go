@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
+	"slices"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -158,7 +159,7 @@ func (w *Watch) failedCheck(ctx context.Context, sql *pgx.Conn, problem string) 
 // identity changed (each table, after a failed check that changed none) since the last sound check, and
 // records the check when something changed or okRefresh has passed.
 func (w *Watch) sound(ctx context.Context, sql *pgx.Conn) error {
-	ids, now, xmin, xmax, err := membershipIdentities(ctx, sql, w.cfg)
+	ids, now, xmin, next, err := membershipIdentities(ctx, sql, w.cfg)
 	if err != nil {
 		return err
 	}
@@ -170,7 +171,7 @@ func (w *Watch) sound(ctx context.Context, sql *pgx.Conn) error {
 	}
 	fresh := []gap{}
 	for _, t := range changed {
-		fresh = append(fresh, newGap(w.cfg, t, w.soundAt, w.soundXmin, now, xmax))
+		fresh = append(fresh, newGap(w.cfg, t, w.soundAt, w.soundXmin, now, next))
 	}
 	if len(fresh) > 0 || w.failed || !maps.Equal(w.seen, ids) || time.Since(w.recordedAt) >= okRefresh {
 		var gaps []gap
@@ -180,11 +181,19 @@ func (w *Watch) sound(ctx context.Context, sql *pgx.Conn) error {
 				identities = $2, gaps = nullif(coalesce(c.gaps, '[]') || $3::jsonb, '[]')
 			RETURNING gaps`, w.cfg.Slot, ids, fresh, now, xmin).Scan(&gaps)
 		if err != nil {
+			// Nothing moves on: the next check compares with the same last sound one, so a gap found now is
+			// found again and recorded then, not forgotten once the table's new identity is the one seen.
 			w.log.Warn("could not record the publication check", "error", err)
-			w.gaps = append(w.gaps, fresh...)
-		} else {
-			w.recordedAt, w.gaps = time.Now(), gaps
+			if len(fresh) > 0 {
+				w.stats.SetProblem(gapsProblem(w.cfg, append(slices.Clip(w.gaps), fresh...)))
+				for _, g := range fresh {
+					w.log.Error("publication gap: "+g.describe(w.cfg), "publication", w.cfg.Publication, "table", g.Table,
+						"backfill", g.command(w.cfg))
+				}
+			}
+			return nil
 		}
+		w.recordedAt, w.gaps = time.Now(), gaps
 	} else if len(w.gaps) > 0 { // a backfill may have cleared them
 		var gaps []gap
 		if err := sql.QueryRow(ctx, `SELECT gaps FROM `+w.table()+` WHERE slot = $1`, w.cfg.Slot).Scan(&gaps); err == nil {

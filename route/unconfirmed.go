@@ -58,7 +58,8 @@ func (r *Router) watchUnconfirmed(bound, tick time.Duration) {
 			r.log.Warn("RabbitMQ has not confirmed a message written to it: nothing is acknowledged until it does; look for a "+
 				"stuck quorum queue, a cluster without its majority or a node that takes publishes and confirms none",
 				slog.String("exchange", r.cfg.Exchange), slog.Int("lane", lane), slog.String("event_id", p.eventID),
-				slog.Duration("waited", time.Since(p.sent).Round(100*time.Millisecond)), slog.Duration("bound", r.cfg.ConfirmTimeout))
+				slog.Duration("waited", time.Since(p.sent).Round(100*time.Millisecond)), slog.Duration("bound", bound),
+				slog.Duration("confirm_timeout", r.cfg.ConfirmTimeout))
 		}
 	}
 }

@@ -111,10 +111,10 @@ func runBackfill(ctx context.Context, args []string, env func(string) string, st
 		}
 		return now.Add(*shutdown / 2), now.Add(*shutdown)
 	}
-	// The backfill of a publication gap first waits for the transactions that may have written in the gap
-	// and still run: its snapshot would not hold their rows.
+	// While a publication gap of the table is recorded, a backfill first waits for the transactions that may
+	// have written in the gap and still run: its snapshot would not hold their rows.
 	var job snapshot.Job
-	err = pubcheck.AwaitGapWriters(wctx, state, *pg.schema, *pg.slot, pg.table(), *where, log)
+	err = pubcheck.AwaitGapWriters(wctx, state, *pg.schema, *pg.slot, pg.table(), log)
 	if err == nil {
 		job, err = snapshot.Backfill(wctx, cfg, read, state, *name, *restart, count(r), log, terminal(stderr))
 	}
