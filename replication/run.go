@@ -269,6 +269,11 @@ func runOnce(ctx context.Context, cfg Config, dial Dialer, log *slog.Logger, sta
 	if err = s.stream(); err != nil && causeOf(err) == metrics.CausePostgres {
 		err = pgserver.Stalled(err, host)
 	}
+	if err != nil && ctx.Err() == nil {
+		// Unready at once: closing the publisher below takes seconds on a stalled broker, and a standby
+		// may take the slot meanwhile (seed 9057: both processes of a slot answered /readyz?active=1 200).
+		stats.SetState(metrics.StateRestarting, err)
+	}
 	s.flushBursts()
 	m := s.mark()
 	resume.record(m, s.markConfig, sys)

@@ -387,3 +387,24 @@ func TestExchangeRefusalExcusedOnlyInItsWindow(t *testing.T) {
 	h.Rows[1].Table = "public.outbox"
 	broken(t, h, "published-or-quarantined", "valid row b")
 }
+
+// TestRowHeldByAnUnfinishedSnapshotIsStuckNotLost: a row committed before its slot was created waits in that
+// slot's initial snapshot; while the copy never finishes (a broker that confirms nothing, seed 9057) the
+// slot's position, its creation point, is past the row, which is stuck, not lost. Once a copy finished, a
+// missing row of it is lost.
+func TestRowHeldByAnUnfinishedSnapshotIsStuckNotLost(t *testing.T) {
+	held := func(finished bool) *History {
+		h := clean()
+		h.Deliv = h.Deliv[:2]
+		h.Logs = []LogLine{
+			{At: at(2.5), Router: 0, Text: `level=INFO msg="created replication slot with a snapshot" slot=s lsn=0/1`},
+			{At: at(2.6), Router: 0, Text: `level=INFO msg="initial snapshot" slot=s table=public.outbox rows_total=3`},
+		}
+		if finished {
+			h.Logs = append(h.Logs, LogLine{At: at(2.7), Router: 0, Text: `level=INFO msg="snapshot finished" slot=s job=initial:s rows_done=3`})
+		}
+		return h
+	}
+	broken(t, held(false), "published-or-quarantined", "held by an initial snapshot that never finished (stuck)")
+	broken(t, held(true), "published-or-quarantined", "LOST")
+}
