@@ -32,10 +32,10 @@ import (
 // long before the first (occurred_at, its start, is then outside the window) and may commit after the
 // second, even after the backfill began. So a gap also records the transactions that may have inserted
 // rows in it: XidFrom, the oldest one running when the last check that saw the old identity began (every
-// later one is newer), and XidTo, the id of a transaction the check that saw the new identity started
-// after it had read it (pg_current_xact_id(): every transaction given an id before, so every writer of the
-// gap, has a smaller one; a snapshot's xmax is not that bound: it is the latest completed id plus one, and a
-// transaction still running may have a larger id). The backfill selects the rows whose inserting
+// later one is newer), and XidTo, an id above every id given when the check that saw the new identity had
+// read it, so above every writer of the gap: the snapshot's xmax then, raised above every transaction still
+// running (xmax alone is the latest completed id plus one, and a transaction still running may have a
+// larger id). The backfill selects the rows whose inserting
 // transaction (xmin) is in [XidFrom, XidTo), or, for a row an UPDATE gave a later xmin, whose occurred_at
 // (the timestamp column of a mapped table) is in the window,
 // and first waits for those of them that still run and write the table (AwaitGapWriters): their rows are
@@ -86,8 +86,15 @@ func membershipIdentities(ctx context.Context, sql *pgx.Conn, cfg Config) (ids m
 		}
 		ids[tableKey(t)] = id
 	}
-	// One transaction id per check (a check every 30 s by default): an empty commit, which the stream skips.
-	if err := sql.QueryRow(ctx, "SELECT pg_current_xact_id()::text").Scan(&next); err != nil {
+	// Above every id given so far without taking one (an id of the check's own would be a transaction that
+	// slot creation waits for): the snapshot's xmax covers the completed ones, the transactionid locks every
+	// one still running, subtransactions and prepared transactions included (compared as 32-bit ids across
+	// wraparound, placed in xmax's epoch).
+	if err := sql.QueryRow(ctx, `WITH x AS (SELECT pg_snapshot_xmax(pg_current_snapshot())::text::bigint AS xmax)
+		SELECT (x.xmax + greatest(0, coalesce(max(((l.transactionid::text::bigint - x.xmax % 4294967296 + 4294967296 +
+			2147483648) % 4294967296) - 2147483648 + 1), 0)))::text
+		FROM x LEFT JOIN pg_locks l ON l.locktype = 'transactionid' AND l.mode = 'ExclusiveLock' AND l.granted
+		GROUP BY x.xmax`).Scan(&next); err != nil {
 		return nil, at, "", "", fmt.Errorf("read the next transaction id: %w", err)
 	}
 	return ids, at, xmin, next, nil
