@@ -165,12 +165,12 @@ func newGap(cfg Config, table string, from *time.Time, xidFrom string, now time.
 // A row frozen more than 2^31 transactions ago may match by chance: a duplicate, never a row short. It is
 // "" when to is not known or not a number.
 func xidWhere(from, to string) string {
-	hi, err := strconv.ParseUint(to, 10, 64)
-	if err != nil {
+	lo, hi, bounded, ok := xidRange(from, to)
+	if !ok {
 		return ""
 	}
 	where := fmt.Sprintf("age(xmin) > age('%d'::xid)", uint32(hi))
-	if lo, err := strconv.ParseUint(from, 10, 64); err == nil && lo <= hi {
+	if bounded {
 		where = fmt.Sprintf("age(xmin) <= age('%d'::xid) AND %s", uint32(lo), where)
 	}
 	return where
@@ -178,14 +178,25 @@ func xidWhere(from, to string) string {
 
 // xids says which transactions g's backfill covers, for its description.
 func (g gap) xids() string {
-	hi, err := strconv.ParseUint(g.XidTo, 10, 64)
-	if err != nil {
+	lo, hi, bounded, ok := xidRange(g.XidFrom, g.XidTo)
+	switch {
+	case !ok:
 		return ""
-	}
-	if lo, err := strconv.ParseUint(g.XidFrom, 10, 64); err == nil && lo <= hi {
+	case bounded:
 		return fmt.Sprintf(" by transactions %d to %d", uint32(lo), uint32(hi-1))
 	}
 	return fmt.Sprintf(" by transactions before %d", uint32(hi))
+}
+
+// xidRange parses a gap's transaction ids: ok when to is a number, bounded when from is one too and not
+// after it.
+func xidRange(from, to string) (lo, hi uint64, bounded, ok bool) {
+	hi, err := strconv.ParseUint(to, 10, 64)
+	if err != nil {
+		return 0, 0, false, false
+	}
+	lo, err = strconv.ParseUint(from, 10, 64)
+	return lo, hi, err == nil && lo <= hi, true
 }
 
 // hintTime is how a backfill hint writes a time.

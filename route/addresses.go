@@ -80,16 +80,7 @@ func NewDialer(cfg Config, logger *slog.Logger) *Dialer {
 // wrong URL, a refused login, or a permission its user lacks to declare shows before it takes over (a write
 // refused on publishing, 403 on basic.publish, shows only then). Its errors are Dial's.
 func (d *Dialer) Probe(ctx context.Context) error {
-	if err := d.cfg.Validate(); err != nil {
-		return err
-	}
-	cfg := d.cfg.withDefaults()
-	addrs, err := parseAddresses(cfg.URL)
-	if err != nil {
-		return err
-	}
-	quiet := slog.New(slog.DiscardHandler)
-	conn, sock, used, err := connectAny(ctx, cfg, quiet, addrs, 0)
+	cfg, addrs, conn, sock, used, err := reach(ctx, d.cfg, slog.New(slog.DiscardHandler), 0)
 	if err != nil {
 		return err
 	}

@@ -13,6 +13,7 @@ import (
 
 	"github.com/cdc-router/cdc-router/internal/cdc"
 	"github.com/cdc-router/cdc-router/route/message"
+	"github.com/cdc-router/cdc-router/route/rabbitmq"
 )
 
 // Close bounds: the connection.close handshake gets closeHandshake, then the socket is closed; the
@@ -71,18 +72,10 @@ func Dial(ctx context.Context, cfg Config, logger *slog.Logger) (*Router, error)
 // dial is Dial from the address at index start; it returns the index of the address it connected to,
 // -1 if none. logged is the set of exchanges already logged as found (exchanges.logged).
 func dial(ctx context.Context, cfg Config, logger *slog.Logger, start int, logged *sync.Map) (*Router, int, error) {
-	if err := cfg.Validate(); err != nil {
-		return nil, -1, err
-	}
-	cfg = cfg.withDefaults()
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
-	addrs, err := parseAddresses(cfg.URL)
-	if err != nil {
-		return nil, -1, err
-	}
-	conn, sock, used, err := connectAny(ctx, cfg, logger, addrs, start)
+	cfg, addrs, conn, sock, used, err := reach(ctx, cfg, logger, start)
 	if err != nil {
 		return nil, used, err
 	}
@@ -106,6 +99,22 @@ func dial(ctx context.Context, cfg Config, logger *slog.Logger, start int, logge
 	logger.Info("connected to RabbitMQ", slog.String("address", addrs[used].HostPort()), slog.String("exchange", cfg.Exchange),
 		slog.Int("lanes", cfg.Lanes), slog.Int("window", cfg.Window))
 	return r, used, nil
+}
+
+// reach validates cfg, applies its defaults and connects to one of its addresses from index start: the
+// first steps of a Dial and of a Dialer's Probe. used is the address connected to, -1 before any was tried.
+func reach(ctx context.Context, cfg Config, logger *slog.Logger, start int) (Config, []rabbitmq.Address, *amqp.Connection,
+	*socket, int, error) {
+	if err := cfg.Validate(); err != nil {
+		return cfg, nil, nil, nil, -1, err
+	}
+	cfg = cfg.withDefaults()
+	addrs, err := parseAddresses(cfg.URL)
+	if err != nil {
+		return cfg, nil, nil, nil, -1, err
+	}
+	conn, sock, used, err := connectAny(ctx, cfg, logger, addrs, start)
+	return cfg, addrs, conn, sock, used, err
 }
 
 // open declares the topology and starts the lanes on an established connection.
