@@ -31,7 +31,7 @@ func TestCompareTiny(t *testing.T) {
 	rows := map[string]string{}
 	for _, line := range strings.Split(string(out), "\n") {
 		cells := strings.Split(line, "|")
-		if len(cells) != 15 || strings.TrimSpace(cells[1]) == "mode" || strings.HasPrefix(cells[1], "---") {
+		if len(cells) != 16 || strings.TrimSpace(cells[1]) == "mode" || strings.HasPrefix(cells[1], "---") {
 			continue
 		}
 		rows[strings.TrimSpace(cells[1])+"/"+strings.TrimSpace(cells[2])] = line

@@ -41,6 +41,8 @@ type config struct {
 	timeout     time.Duration
 	routerBin   string
 	bareHeaders bool
+	pollHeaders bool     // the polling publisher sends the router's headers too (-poll-headers)
+	brokerPID   int      // the RabbitMQ node's process whose CPU is measured (-broker-pid); 0: none
 	routerFlags []string // extra flags for `cdc-router run` (-router-flags)
 	routerEnv   []string // extra environment of the router process (-router-env)
 	log         io.Writer
@@ -66,6 +68,8 @@ func main() {
 	flag.DurationVar(&c.steady, "steady", 15*time.Second, "length of each steady-rate run")
 	rates := flag.String("rates", "1000,5000", "steady rates, events per second, comma-separated; empty: the drain only")
 	flag.BoolVar(&c.bareHeaders, "bare-headers", true, "the bare publisher (the ceiling) sends the router's 5 headers and 3 properties, as the router does; false: none (the drain also has a row of the bare publisher without them either way)")
+	flag.BoolVar(&c.pollHeaders, "poll-headers", false, "the polling publisher sends the router's 5 headers and 3 properties too (the same messages as the router's); false: none, as issue 9 defined the reference")
+	brokerPID := flag.Int("broker-pid", 0, "the process of the RabbitMQ node whose CPU per event is measured; 0: the machine's only beam.smp process, if there is exactly one; -1: none")
 	flag.IntVar(&c.runs, "runs", 3, "runs of the whole suite; the table shows the median of each figure")
 	flag.IntVar(&c.writers, "writers", 4, "load generator connections")
 	flag.IntVar(&c.size, "size", 512, "message body bytes")
@@ -102,7 +106,7 @@ func main() {
 	case "bare":
 		err = runBare(c.amqpURL, *exchange, *n, *rate, c.size, c.bareHeaders)
 	case "poll":
-		err = runPoll(*pgURL, c.amqpURL, *exchange)
+		err = runPoll(*pgURL, c.amqpURL, *exchange, c.pollHeaders)
 	case "":
 		for _, r := range strings.Split(*rates, ",") {
 			if strings.TrimSpace(r) == "" && strings.TrimSpace(*rates) == "" {
@@ -116,6 +120,15 @@ func main() {
 			c.rates = append(c.rates, v)
 		}
 		c.log = os.Stderr
+		switch c.brokerPID = *brokerPID; {
+		case c.brokerPID == 0:
+			c.brokerPID = onlyBroker()
+			if c.brokerPID == 0 {
+				fmt.Fprintln(c.log, "compare: not exactly one beam.smp process on this machine: RabbitMQ's CPU is not measured (-broker-pid names one)")
+			}
+		case c.brokerPID < 0:
+			c.brokerPID = 0
+		}
 		var table string
 		table, err = compare(c)
 		fmt.Print(table)
@@ -145,6 +158,7 @@ type result struct {
 	recv         []int64 // arrival times, unix ns
 	cpuPerEvent  float64 // µs, publisher process
 	pgPerEvent   float64 // µs, whole cluster; NaN-free: -1 when not applicable
+	mqPerEvent   float64 // µs, the RabbitMQ node's process (-broker-pid); -1 when not measured
 	rss          float64 // MiB
 }
 
@@ -251,6 +265,43 @@ func compare(c config) (string, error) {
 	return table(c, modes, all), nil
 }
 
+// onlyBroker is the pid of the machine's only beam.smp process (a RabbitMQ node); 0 if there is none or
+// more than one, which the benchmark cannot tell apart.
+func onlyBroker() int {
+	dirs, _ := os.ReadDir("/proc")
+	found := 0
+	for _, d := range dirs {
+		pid, err := strconv.Atoi(d.Name())
+		if err != nil {
+			continue
+		}
+		if comm, err := os.ReadFile(filepath.Join("/proc", d.Name(), "comm")); err == nil && strings.TrimSpace(string(comm)) == "beam.smp" {
+			if found != 0 {
+				return 0
+			}
+			found = pid
+		}
+	}
+	return found
+}
+
+// brokerCPU is the CPU time the RabbitMQ node used so far, in seconds; 0 when it is not measured.
+func (c config) brokerCPU() float64 {
+	if c.brokerPID == 0 {
+		return 0
+	}
+	return testenv.CPUSeconds(c.brokerPID)
+}
+
+// brokerPerEvent is the node's CPU per event since mq0, in µs; -1 when it is not measured. It is the
+// whole node's: whatever else the broker serves meanwhile counts too.
+func (c config) brokerPerEvent(mq0 float64, events int) float64 {
+	if c.brokerPID == 0 {
+		return -1
+	}
+	return (c.brokerCPU() - mq0) * 1e6 / float64(events)
+}
+
 func moduleRoot() (string, error) {
 	out, err := exec.Command("go", "env", "GOMOD").Output()
 	if err != nil || strings.TrimSpace(string(out)) == "" || strings.TrimSpace(string(out)) == os.DevNull {
@@ -269,7 +320,7 @@ func runOne(c config, pg *testenv.Postgres, pm int, sys string, rate, run int) (
 	if rate > 0 {
 		total = int(float64(rate) * c.steady.Seconds())
 	}
-	res = result{mode: modeName(rate), system: sys, events: total, pgPerEvent: -1}
+	res = result{mode: modeName(rate), system: sys, events: total, pgPerEvent: -1, mqPerEvent: -1}
 	if sys == inserts {
 		return insertsOnly(c, pg, pm, res, name, rate)
 	}
@@ -293,9 +344,10 @@ func runOne(c config, pg *testenv.Postgres, pm int, sys string, rate, run int) (
 	}
 
 	var proc *child
-	var cpu0, pg0 float64
+	var cpu0, pg0, mq0 float64
 	switch sys {
 	case bare, bareNoHeaders:
+		mq0 = c.brokerCPU()
 		if proc, err = startChild(c, "-role", "bare", "-exchange", exchange, "-n", strconv.Itoa(total), "-rate", strconv.Itoa(rate),
 			"-bare-headers="+strconv.FormatBool(c.bareHeaders && sys == bare)); err != nil {
 			return res, err
@@ -312,7 +364,7 @@ func runOne(c config, pg *testenv.Postgres, pm int, sys string, rate, run int) (
 			if _, err := load(ctx, dbURL, total, 0, c.writers, c.size); err != nil {
 				return res, err
 			}
-			pg0 = testenv.ClusterCPU(pm)
+			pg0, mq0 = testenv.ClusterCPU(pm), c.brokerCPU()
 			if proc, err = startRouter(c, dbURL, name, exchange, profileDir(c, rate, run)); err != nil {
 				return res, err
 			}
@@ -324,14 +376,14 @@ func runOne(c config, pg *testenv.Postgres, pm int, sys string, rate, run int) (
 				return res, err
 			}
 		}
-		pg0 = testenv.ClusterCPU(pm)
-		if proc, err = startChild(c, "-role", "poll", "-exchange", exchange, "-pg-url", dbURL); err != nil {
+		pg0, mq0 = testenv.ClusterCPU(pm), c.brokerCPU()
+		if proc, err = startChild(c, "-role", "poll", "-exchange", exchange, "-pg-url", dbURL, "-poll-headers="+strconv.FormatBool(c.pollHeaders)); err != nil {
 			return res, err
 		}
 	}
 	defer proc.stop()
 	if rate > 0 {
-		cpu0, pg0 = testenv.CPUSeconds(proc.pid()), testenv.ClusterCPU(pm)
+		cpu0, pg0, mq0 = testenv.CPUSeconds(proc.pid()), testenv.ClusterCPU(pm), c.brokerCPU()
 		if !isBare(sys) {
 			took, err := load(ctx, dbURL, total, rate, c.writers, c.size)
 			if err != nil {
@@ -344,6 +396,7 @@ func runOne(c config, pg *testenv.Postgres, pm int, sys string, rate, run int) (
 		return res, errors.Join(err, proc.failure())
 	}
 	cpu1 := testenv.CPUSeconds(proc.pid())
+	res.mqPerEvent = c.brokerPerEvent(mq0, total)
 	if !isBare(sys) {
 		res.pgPerEvent = (testenv.ClusterCPU(pm) - pg0) * 1e6 / float64(total)
 	}

@@ -120,21 +120,28 @@ func extraProfileDir(c config, m extraMode, run int) string {
 }
 
 // runRouterExtra runs cdc-router in one extra mode on a database, exchange and queue of its own.
+//
 //   - snapshot: the rows are written before the slot exists; the router then creates the slot with
 //     --snapshot initial and publishes them from the slot's snapshot. The window runs from the slot's
 //     creation (the router's log line "created replication slot with a snapshot", which the row count and
 //     the page queries follow) to the last delivery.
+//
 //   - backlog: as the drain: the slot is created, the router stopped, the backlog written in 1-row
 //     transactions, the router started again; the window runs from the first delivery to the last.
+//
 //   - big txn: the router streams; one INSERT ... SELECT generate_series of n rows commits in one
 //     transaction; the window runs from the commit to the last delivery.
 //
+//   - hot burst: the router streams; the trickle starts and the burst commits (hotBurst); the window of the
+//     rate runs from the burst's commit to its last delivery.
+//
 // Router CPU is counted from the process's start (snapshot, backlog) or from just before the INSERT (big
-// txn); PostgreSQL's over the same window; peak RSS is the router's VmHWM.
+// txn) or the trickle (hot burst); PostgreSQL's and RabbitMQ's over the same window (before 4 December 2026
+// the hot burst's PostgreSQL figure counted from the cluster's start); peak RSS is the router's VmHWM.
 func runRouterExtra(c config, pg *testenv.Postgres, pm int, m extraMode, name, profDir string) (res result, err error) {
 	ctx := context.Background()
 	exchange, queue := fmt.Sprintf("x_%s_%d", name, os.Getpid()), fmt.Sprintf("q_%s_%d", name, os.Getpid())
-	res = result{mode: m.name(), system: router, events: m.n, pgPerEvent: -1}
+	res = result{mode: m.name(), system: router, events: m.n, pgPerEvent: -1, mqPerEvent: -1}
 	if err := declare(c.amqpURL, exchange, queue); err != nil {
 		return res, err
 	}
@@ -152,13 +159,14 @@ func runRouterExtra(c config, pg *testenv.Postgres, pm int, m extraMode, name, p
 
 	var proc *child
 	var cpu0, pg0 float64
-	var start int64 // unix ns: the window's start; 0: the first delivery
+	mq0 := c.brokerCPU() // the snapshot's and the backlog's rows are written before it; each reset below
+	var start int64      // unix ns: the window's start; 0: the first delivery
 	switch m.kind {
 	case "snapshot":
 		if err := writeRows(ctx, dbURL, m.n, m.perAgg, c.size, 100_000, true); err != nil {
 			return res, err
 		}
-		pg0 = testenv.ClusterCPU(pm)
+		pg0, mq0 = testenv.ClusterCPU(pm), c.brokerCPU()
 		const created = `msg="created replication slot with a snapshot"`
 		if proc, err = startRouterUntil(c, dbURL, name, exchange, profDir, created, "--snapshot", "initial"); err != nil {
 			return res, err
@@ -174,7 +182,7 @@ func runRouterExtra(c config, pg *testenv.Postgres, pm int, m extraMode, name, p
 		if err := writeBacklog(ctx, dbURL, m.n, c.writers, c.size); err != nil {
 			return res, err
 		}
-		pg0 = testenv.ClusterCPU(pm)
+		pg0, mq0 = testenv.ClusterCPU(pm), c.brokerCPU()
 		if proc, err = startRouter(c, dbURL, name, exchange, profDir); err != nil {
 			return res, err
 		}
@@ -190,7 +198,7 @@ func runRouterExtra(c config, pg *testenv.Postgres, pm int, m extraMode, name, p
 	defer proc.stop()
 	proc.profile(profDir)
 	if m.kind == "big txn" {
-		cpu0, pg0 = testenv.CPUSeconds(proc.pid()), testenv.ClusterCPU(pm)
+		cpu0, pg0, mq0 = testenv.CPUSeconds(proc.pid()), testenv.ClusterCPU(pm), c.brokerCPU()
 		if err := writeRows(ctx, dbURL, m.n, 1, c.size, m.n, false); err != nil {
 			return res, err
 		}
@@ -198,6 +206,7 @@ func runRouterExtra(c config, pg *testenv.Postgres, pm int, m extraMode, name, p
 	}
 	trickled := 0
 	if m.kind == "hot burst" {
+		cpu0, pg0, mq0 = testenv.CPUSeconds(proc.pid()), testenv.ClusterCPU(pm), c.brokerCPU() // not the router's start
 		if trickled, start, err = hotBurst(ctx, c, dbURL, cons, m, proc); err != nil {
 			return res, err
 		}
@@ -207,6 +216,7 @@ func runRouterExtra(c config, pg *testenv.Postgres, pm int, m extraMode, name, p
 	}
 	res.cpuPerEvent = (testenv.CPUSeconds(proc.pid()) - cpu0) * 1e6 / float64(m.n)
 	res.pgPerEvent = (testenv.ClusterCPU(pm) - pg0) * 1e6 / float64(m.n)
+	res.mqPerEvent = c.brokerPerEvent(mq0, m.n)
 	res.rss = testenv.PeakRSS(proc.pid())
 	proc.endProfile()
 	if m.kind == "snapshot" {
@@ -401,10 +411,10 @@ func extraRows(b *strings.Builder, c config, all map[string][]result) {
 			if sys != bare {
 				pgcpu = fmt.Sprintf("%.1f", m1(func(r result) float64 { return r.pgPerEvent }))
 			}
-			fmt.Fprintf(b, "| %s | %s | %d | – | %.0f | %.2f | %s | %s | %s | %s | %.1f | %s | %.1f |\n",
+			fmt.Fprintf(b, "| %s | %s | %d | – | %.0f | %.2f | %s | %s | %s | %s | %.1f | %s | %s | %.1f |\n",
 				m.name(), sys, m.n, m1(func(r result) float64 { return r.rate }), median(ratios),
 				lat(0.5), lat(0.95), lat(0.99), lat(1), m1(func(r result) float64 { return r.cpuPerEvent }), pgcpu,
-				m1(func(r result) float64 { return r.rss }))
+				brokerCell(rs), m1(func(r result) float64 { return r.rss }))
 		}
 	}
 }

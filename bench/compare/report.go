@@ -52,14 +52,14 @@ func median(v []float64) float64 {
 // publisher's drain rate in the same run, then the median of those.
 func table(c config, modes []int, all map[string][]result) string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "| mode | publisher | events | offered/s | events/s | / ceiling | p50 ms | p95 ms | p99 ms | max ms | publisher CPU µs/event | PostgreSQL CPU µs/event | peak RSS MiB |\n")
-	fmt.Fprintf(&b, "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+	fmt.Fprintf(&b, "| mode | publisher | events | offered/s | events/s | / ceiling | p50 ms | p95 ms | p99 ms | max ms | publisher CPU µs/event | PostgreSQL CPU µs/event | RabbitMQ CPU µs/event | peak RSS MiB |\n")
+	fmt.Fprintf(&b, "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
 	ceiling := all[modeName(0)+"/"+bare]
 	for _, rate := range modes {
 		for _, sys := range systemsOf(rate) {
 			rs := all[modeName(rate)+"/"+sys]
 			if sys == inserts {
-				fmt.Fprintf(&b, "| %s | %s | %d | %.0f | – | – | – | – | – | – | – | %.1f | – |\n", modeName(rate), sys, rs[0].events,
+				fmt.Fprintf(&b, "| %s | %s | %d | %.0f | – | – | – | – | – | – | – | %.1f | – | – |\n", modeName(rate), sys, rs[0].events,
 					median(pick(rs, func(r result) float64 { return r.offered })), median(pick(rs, func(r result) float64 { return r.pgPerEvent })))
 				continue
 			}
@@ -86,10 +86,10 @@ func table(c config, modes []int, all map[string][]result) string {
 			if rate > 0 && sys != bare {
 				offered = fmt.Sprintf("%.0f", m(func(r result) float64 { return r.offered }))
 			}
-			fmt.Fprintf(&b, "| %s | %s | %d | %s | %.0f | %.2f | %s | %s | %s | %s | %.1f | %s | %.1f |\n",
+			fmt.Fprintf(&b, "| %s | %s | %d | %s | %.0f | %.2f | %s | %s | %s | %s | %.1f | %s | %s | %.1f |\n",
 				modeName(rate), sys, rs[0].events, offered, m(func(r result) float64 { return r.rate }), ratio,
 				lat(0.5), lat(0.95), lat(0.99), lat(1), m(func(r result) float64 { return r.cpuPerEvent }), pgcpu,
-				m(func(r result) float64 { return r.rss }))
+				brokerCell(rs), m(func(r result) float64 { return r.rss }))
 		}
 	}
 	extraRows(&b, c, all)
@@ -98,9 +98,18 @@ func table(c config, modes []int, all map[string][]result) string {
 	} else {
 		b.WriteString("\nOne run. ")
 	}
-	b.WriteString("offered/s: the commits per second the load generator reached (it aims at the mode's rate; the bare publisher paces itself). inserts only: the load generator with no publisher, so a publisher's cost on PostgreSQL is its figure minus this one. / ceiling: events/s over the bare publisher's drain rate in the same run; the bare publisher sends the router's 5 headers and 3 properties (-bare-headers), and the drain's \"no headers\" row is the same publisher without them. Latency: insert (or, for the bare publisher, publish) to consumer; in the drain it is the age of the backlog.\n")
+	b.WriteString("offered/s: the commits per second the load generator reached (it aims at the mode's rate; the bare publisher paces itself). inserts only: the load generator with no publisher, so a publisher's cost on PostgreSQL is its figure minus this one. / ceiling: events/s over the bare publisher's drain rate in the same run; the bare publisher sends the router's 5 headers and 3 properties (-bare-headers), and the drain's \"no headers\" row is the same publisher without them. Latency: insert (or, for the bare publisher, publish) to consumer; in the drain it is the age of the backlog. RabbitMQ CPU: the node's whole process over the same window as the publisher's, its deliveries to the consumer included.\n")
 	b.WriteString(extraNote(c))
 	return b.String()
+}
+
+// brokerCell is the median of the RabbitMQ node's CPU per event, or – when it was not measured.
+func brokerCell(rs []result) string {
+	v := pick(rs, func(r result) float64 { return r.mqPerEvent })
+	if len(v) == 0 || median(v) < 0 {
+		return "–"
+	}
+	return fmt.Sprintf("%.1f", median(v))
 }
 
 var colors = map[string]string{bare: "#888888", bareNoHeaders: "#bbbbbb", router: "#1f77b4", poll: "#d62728"}

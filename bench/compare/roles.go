@@ -276,7 +276,7 @@ func runBare(url, exchange string, n, rate, size int, headers bool) error {
 // runPoll is the reference polling publisher: one worker that locks up to 100 unpublished rows with
 // FOR UPDATE SKIP LOCKED, publishes them with confirms pipelined, marks them published_at = now() and
 // commits; it sleeps 10 ms when it found nothing.
-func runPoll(pgURL, amqpURL, exchange string) error {
+func runPoll(pgURL, amqpURL, exchange string, headers bool) error {
 	ctx := untilSignalled()
 	db, err := pgx.Connect(ctx, pgURL)
 	if err != nil {
@@ -288,7 +288,7 @@ func runPoll(pgURL, amqpURL, exchange string) error {
 		return fmt.Errorf("polling publisher: %w", err)
 	}
 	defer conn.Close()
-	p := &poller{db: db, ch: ch, exchange: exchange}
+	p := &poller{db: db, ch: ch, exchange: exchange, headers: headers}
 	for ctx.Err() == nil {
 		n, err := p.once(ctx)
 		if ctx.Err() != nil {
@@ -311,6 +311,8 @@ type poller struct {
 	db       *pgx.Conn
 	ch       *amqp.Channel
 	exchange string
+	headers  bool // the router's headers and properties on every message (-poll-headers)
+	sent     int
 	ids      []string
 	confirms []*amqp.DeferredConfirmation
 }
@@ -334,7 +336,12 @@ func (p *poller) once(ctx context.Context) (int, error) {
 			rows.Close()
 			return 0, err
 		}
-		dc, err := p.ch.PublishWithDeferredConfirmWithContext(ctx, p.exchange, "order.created", false, false, message([]byte(body)))
+		msg := message([]byte(body))
+		if p.headers {
+			likeRouter(&msg, p.sent)
+		}
+		p.sent++
+		dc, err := p.ch.PublishWithDeferredConfirmWithContext(ctx, p.exchange, "order.created", false, false, msg)
 		if err != nil {
 			rows.Close()
 			return 0, fmt.Errorf("publish: %w", err)
