@@ -100,3 +100,20 @@ func TestCompareTiny(t *testing.T) {
 		}
 	}
 }
+
+// TestBrokerProcess: -1 measures nothing and says nothing; a pid that does not exist is refused naming the
+// fix; a broker off this machine is not measured, whatever beam.smp runs here; a pid that exists is used.
+func TestBrokerProcess(t *testing.T) {
+	if pid, why := brokerProcess(-1, "amqp://guest:guest@127.0.0.1:5672/"); pid != 0 || why != "" {
+		t.Errorf("-1: %d %q, want nothing measured, nothing said", pid, why)
+	}
+	if pid, why := brokerProcess(1<<30, "amqp://127.0.0.1/"); pid != 0 || !strings.Contains(why, "no such process") || !strings.Contains(why, "-1 for none") {
+		t.Errorf("a missing pid: %d %q, want a refusal naming the fix", pid, why)
+	}
+	if pid, why := brokerProcess(0, "amqp://guest:guest@rabbit.example.com:5672/"); pid != 0 || !strings.Contains(why, "not on this machine") {
+		t.Errorf("a remote broker: %d %q, want it not measured", pid, why)
+	}
+	if pid, why := brokerProcess(os.Getpid(), "amqp://rabbit.example.com/"); pid != os.Getpid() || why != "" {
+		t.Errorf("an existing pid: %d %q, want it used", pid, why)
+	}
+}

@@ -12,6 +12,8 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net"
+	"net/url"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -120,14 +122,13 @@ func main() {
 			c.rates = append(c.rates, v)
 		}
 		c.log = os.Stderr
-		switch c.brokerPID = *brokerPID; {
-		case c.brokerPID == 0:
-			c.brokerPID = onlyBroker()
-			if c.brokerPID == 0 {
-				fmt.Fprintln(c.log, "compare: not exactly one beam.smp process on this machine: RabbitMQ's CPU is not measured (-broker-pid names one)")
+		var why string
+		if c.brokerPID, why = brokerProcess(*brokerPID, c.amqpURL); why != "" {
+			if *brokerPID > 0 {
+				fmt.Fprintln(os.Stderr, "compare:", why)
+				os.Exit(2)
 			}
-		case c.brokerPID < 0:
-			c.brokerPID = 0
+			fmt.Fprintln(c.log, "compare:", why)
 		}
 		var table string
 		table, err = compare(c)
@@ -265,9 +266,22 @@ func compare(c config) (string, error) {
 	return table(c, modes, all), nil
 }
 
-// onlyBroker is the pid of the machine's only beam.smp process (a RabbitMQ node); 0 if there is none or
-// more than one, which the benchmark cannot tell apart.
-func onlyBroker() int {
+// brokerProcess is the pid of the RabbitMQ node whose CPU is measured: flagPID when positive, none when
+// negative, and with 0 the machine's only beam.smp process, when the broker is on this machine (amqpURL's
+// host is a loopback address). With 0 it also says why nothing is measured, when that is so.
+func brokerProcess(flagPID int, amqpURL string) (int, string) {
+	switch {
+	case flagPID < 0:
+		return 0, ""
+	case flagPID > 0:
+		if _, err := os.Stat(fmt.Sprintf("/proc/%d/stat", flagPID)); err != nil {
+			return 0, fmt.Sprintf("-broker-pid %d: no such process on this machine: name the RabbitMQ node's beam.smp process, or -1 for none", flagPID)
+		}
+		return flagPID, ""
+	}
+	if u, err := url.Parse(amqpURL); err != nil || !isLoopback(u.Hostname()) {
+		return 0, "RabbitMQ is not on this machine's loopback address: its CPU is not measured (-broker-pid names its process if it runs here)"
+	}
 	dirs, _ := os.ReadDir("/proc")
 	found := 0
 	for _, d := range dirs {
@@ -277,12 +291,23 @@ func onlyBroker() int {
 		}
 		if comm, err := os.ReadFile(filepath.Join("/proc", d.Name(), "comm")); err == nil && strings.TrimSpace(string(comm)) == "beam.smp" {
 			if found != 0 {
-				return 0
+				return 0, "more than one beam.smp process on this machine: RabbitMQ's CPU is not measured (-broker-pid names one)"
 			}
 			found = pid
 		}
 	}
-	return found
+	if found == 0 {
+		return 0, "no beam.smp process on this machine: RabbitMQ's CPU is not measured"
+	}
+	return found, ""
+}
+
+func isLoopback(host string) bool {
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
 }
 
 // brokerCPU is the CPU time the RabbitMQ node used so far, in seconds; 0 when it is not measured.
@@ -296,10 +321,11 @@ func (c config) brokerCPU() float64 {
 // brokerPerEvent is the node's CPU per event since mq0, in µs; -1 when it is not measured. It is the
 // whole node's: whatever else the broker serves meanwhile counts too.
 func (c config) brokerPerEvent(mq0 float64, events int) float64 {
-	if c.brokerPID == 0 {
+	now := c.brokerCPU()
+	if c.brokerPID == 0 || now <= 0 || now < mq0 { // not measured, or the node stopped or restarted meanwhile
 		return -1
 	}
-	return (c.brokerCPU() - mq0) * 1e6 / float64(events)
+	return (now - mq0) * 1e6 / float64(events)
 }
 
 func moduleRoot() (string, error) {

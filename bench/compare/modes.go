@@ -125,19 +125,16 @@ func extraProfileDir(c config, m extraMode, run int) string {
 //     --snapshot initial and publishes them from the slot's snapshot. The window runs from the slot's
 //     creation (the router's log line "created replication slot with a snapshot", which the row count and
 //     the page queries follow) to the last delivery.
-//
 //   - backlog: as the drain: the slot is created, the router stopped, the backlog written in 1-row
 //     transactions, the router started again; the window runs from the first delivery to the last.
-//
 //   - big txn: the router streams; one INSERT ... SELECT generate_series of n rows commits in one
 //     transaction; the window runs from the commit to the last delivery.
-//
 //   - hot burst: the router streams; the trickle starts and the burst commits (hotBurst); the window of the
 //     rate runs from the burst's commit to its last delivery.
 //
 // Router CPU is counted from the process's start (snapshot, backlog) or from just before the INSERT (big
-// txn) or the trickle (hot burst); PostgreSQL's and RabbitMQ's over the same window (before 4 December 2026
-// the hot burst's PostgreSQL figure counted from the cluster's start); peak RSS is the router's VmHWM.
+// txn) or the trickle (hot burst); PostgreSQL's and RabbitMQ's over the same window; peak RSS is the
+// router's VmHWM.
 func runRouterExtra(c config, pg *testenv.Postgres, pm int, m extraMode, name, profDir string) (res result, err error) {
 	ctx := context.Background()
 	exchange, queue := fmt.Sprintf("x_%s_%d", name, os.Getpid()), fmt.Sprintf("q_%s_%d", name, os.Getpid())
@@ -158,9 +155,8 @@ func runRouterExtra(c config, pg *testenv.Postgres, pm int, m extraMode, name, p
 	defer dropDatabase(pg, name)
 
 	var proc *child
-	var cpu0, pg0 float64
-	mq0 := c.brokerCPU() // the snapshot's and the backlog's rows are written before it; each reset below
-	var start int64      // unix ns: the window's start; 0: the first delivery
+	var cpu0, pg0, mq0 float64
+	var start int64 // unix ns: the window's start; 0: the first delivery
 	switch m.kind {
 	case "snapshot":
 		if err := writeRows(ctx, dbURL, m.n, m.perAgg, c.size, 100_000, true); err != nil {
@@ -206,7 +202,7 @@ func runRouterExtra(c config, pg *testenv.Postgres, pm int, m extraMode, name, p
 	}
 	trickled := 0
 	if m.kind == "hot burst" {
-		cpu0, pg0, mq0 = testenv.CPUSeconds(proc.pid()), testenv.ClusterCPU(pm), c.brokerCPU() // not the router's start
+		cpu0, pg0, mq0 = testenv.CPUSeconds(proc.pid()), testenv.ClusterCPU(pm), c.brokerCPU()
 		if trickled, start, err = hotBurst(ctx, c, dbURL, cons, m, proc); err != nil {
 			return res, err
 		}

@@ -105,11 +105,11 @@ func table(c config, modes []int, all map[string][]result) string {
 
 // brokerCell is the median of the RabbitMQ node's CPU per event, or – when it was not measured.
 func brokerCell(rs []result) string {
-	v := pick(rs, func(r result) float64 { return r.mqPerEvent })
-	if len(v) == 0 || median(v) < 0 {
+	m := median(pick(rs, func(r result) float64 { return r.mqPerEvent }))
+	if len(rs) == 0 || m < 0 {
 		return "–"
 	}
-	return fmt.Sprintf("%.1f", median(v))
+	return fmt.Sprintf("%.1f", m)
 }
 
 var colors = map[string]string{bare: "#888888", bareNoHeaders: "#bbbbbb", router: "#1f77b4", poll: "#d62728"}
