@@ -88,13 +88,20 @@ test-cluster: services
 # The randomized invariant harness (chaos/, docs/testing.md): SEEDS seeds from BASE (default: taken from
 # the clock, printed), or SEED=s (or s1,s2,...) to replay one (or these); KNOWN_BROKEN=kind,... (or all) also generates the fault kinds known
 # to find open bugs; DURATION per seed (default 20s). Each seed takes about 30 to 45 s. The normal suite
-# (make test) runs the fixed CI seeds of chaos/chaos_test.go.
+# (make test) runs the fixed CI seeds of chaos/chaos_test.go. JOBS=n runs SEEDS from BASE in n streams of
+# their own (a PostgreSQL cluster each: chaos/jobs.sh), logs in chaos-logs/, one summary at the end: the
+# long run is `make chaos SEEDS=200 JOBS=2` (about two hours on two cores).
 SEEDS        ?= 10
+JOBS         ?= 1
 SEED         ?=
 BASE         ?=
 KNOWN_BROKEN ?=
 DURATION     ?= 20s
 chaos: services
+ifneq ($(JOBS),1)
+	GO=$(GO) chaos/jobs.sh $(SEEDS) $(JOBS) "$(BASE)" $(DURATION) $(if $(KNOWN_BROKEN),-chaos.known-broken=$(KNOWN_BROKEN))
+else
 	$(GO) test -count=1 -v -timeout 0 -run '^TestChaos$$' ./chaos/ -args -chaos.seeds=$(SEEDS) -chaos.duration=$(DURATION) \
 		$(if $(SEED),-chaos.seed=$(SEED)) $(if $(BASE),-chaos.base=$(BASE)) $(if $(KNOWN_BROKEN),-chaos.known-broken=$(KNOWN_BROKEN)) \
 		$(if $(JUDGE),-chaos.judge=$(JUDGE))
+endif

@@ -28,12 +28,31 @@ type RabbitMQNode struct {
 	dir        string
 	sbin       string
 	cmd        *exec.Cmd
+	exited     chan struct{} // closed when the VM started last exits
 }
 
 // StartRabbitMQNode starts a node and waits until it accepts AMQP connections; the test's cleanup stops it
 // and removes its directory.
 func StartRabbitMQNode(t testing.TB) *RabbitMQNode {
 	t.Helper()
+	sbin := serverBin(t)
+	var errs []string
+	for attempt := 1; attempt <= 3; attempt++ {
+		n, err := freshNode(t, sbin)
+		if err == nil {
+			return n
+		}
+		// A start that fails (a port taken between choosing and binding, a VM that exits, a machine too
+		// loaded to answer) is retried on fresh ports, name and data; its log goes to the test's output.
+		errs = append(errs, err.Error())
+		t.Logf("RabbitMQ node, attempt %d of 3: %v", attempt, err)
+	}
+	t.Fatalf("start a RabbitMQ node of the test's own: 3 attempts failed:\n%s", strings.Join(errs, "\n"))
+	return nil
+}
+
+// serverBin is the directory of rabbitmq-server and rabbitmqctl.
+func serverBin(t testing.TB) string {
 	sbin := "/usr/lib/rabbitmq/bin"
 	if _, err := os.Stat(filepath.Join(sbin, "rabbitmq-server")); err != nil {
 		p, err := exec.LookPath("rabbitmq-server")
@@ -42,29 +61,92 @@ func StartRabbitMQNode(t testing.TB) *RabbitMQNode {
 		}
 		sbin = filepath.Dir(p)
 	}
-	port, err := freePort()
+	return sbin
+}
+
+// freshNode starts a node on fresh ports.
+func freshNode(t testing.TB, sbin string) (*RabbitMQNode, error) {
+	port, err := nodePort()
 	if err != nil {
-		t.Fatal(err)
+		return nil, err
 	}
-	dist, err := freePort()
+	dist, err := nodePort()
 	if err != nil {
-		t.Fatal(err)
+		return nil, err
 	}
+	return tryNode(t, sbin, port, dist)
+}
+
+// tryNode prepares and starts one node on the given AMQP and distribution ports; on failure it stops the
+// node, removes its directory and returns an error that carries the end of the node's logs.
+func tryNode(t testing.TB, sbin string, port, dist int) (*RabbitMQNode, error) {
 	n := &RabbitMQNode{t: t, sbin: sbin, port: port, dist: dist}
 	n.name = fmt.Sprintf("cdctest%d_%d@localhost", os.Getpid(), n.port)
 	dir, err := os.MkdirTemp("", "cdc-router-rabbitmq-node-")
 	if err != nil {
-		t.Fatal(err)
+		return nil, err
 	}
 	n.dir = dir
 	if err := n.prepare(); err != nil {
-		t.Fatalf("prepare a RabbitMQ node: %v", err)
+		os.RemoveAll(dir)
+		return nil, fmt.Errorf("prepare a RabbitMQ node: %v", err)
+	}
+	if err := n.start(); err != nil {
+		err = fmt.Errorf("start RabbitMQ node %s (AMQP %d, distribution %d): %v\n%s", n.name, port, dist, err, n.logTail(15))
+		n.stop()
+		return nil, err
 	}
 	t.Cleanup(n.stop)
-	if err := n.start(); err != nil {
-		t.Fatalf("start RabbitMQ node %s: %v (its log: %s)", n.name, err, filepath.Join(dir, "log"))
+	return n, nil
+}
+
+// nodePort is a free port that is none of those RabbitMQ's tools take for themselves: epmd's 4369, the
+// shared broker's 5672 and 25672, and the range rabbitmqctl's own distribution listens in (ctlDistMin..
+// ctlDistMax, inside Linux's ephemeral range, where freePort draws from).
+func nodePort() (int, error) {
+	for i := 0; ; i++ {
+		p, err := freePort()
+		if err != nil || i == 20 {
+			return p, err
+		}
+		if p != 4369 && p != 5672 && p != 25672 && (p < ctlDistMin || p > ctlDistMax) {
+			return p, nil
+		}
 	}
-	return n
+}
+
+// rabbitmqctl of a node listens on a distribution port of its own, the first free one of this range
+// (RabbitMQ's default is 35672 to 35682: eleven concurrent calls, fewer when ephemeral connections hold
+// some, would exhaust it).
+const ctlDistMin, ctlDistMax = 35672, 35871
+
+// logTail is the last lines of each of the node's log files, for an error that says why it did not start.
+func (n *RabbitMQNode) logTail(lines int) string {
+	files, _ := filepath.Glob(filepath.Join(n.dir, "log", "*"))
+	var b strings.Builder
+	for _, f := range files {
+		if filepath.Base(f) == "erl_crash.dump" { // megabytes of VM state; the other logs say why
+			continue
+		}
+		data, err := os.ReadFile(f)
+		if err != nil || len(data) == 0 {
+			continue
+		}
+		ls := strings.Split(strings.TrimRight(string(data), "\n"), "\n")
+		if len(ls) > lines {
+			ls = ls[len(ls)-lines:]
+		}
+		for i, l := range ls {
+			if len(l) > 400 {
+				ls[i] = l[:400] + " ..."
+			}
+		}
+		fmt.Fprintf(&b, "--- the end of %s:\n%s\n", filepath.Base(f), strings.Join(ls, "\n"))
+	}
+	if b.Len() == 0 {
+		return "(the node wrote no log)"
+	}
+	return b.String()
 }
 
 // URL is the node's AMQP URL (guest may connect from 127.0.0.1: loopback_users = none).
@@ -121,7 +203,8 @@ func (n *RabbitMQNode) command(ctx context.Context, prog string, args ...string)
 		"RABBITMQ_CONFIG_FILE=" + filepath.Join(n.dir, "rabbitmq"), "RABBITMQ_ENABLED_PLUGINS_FILE=" + filepath.Join(n.dir, "enabled_plugins"),
 		"RABBITMQ_CONF_ENV_FILE=" + filepath.Join(n.dir, "rabbitmq-env.conf"), "RABBITMQ_PID_FILE=" + filepath.Join(n.dir, "pid"),
 		"RABBITMQ_ADVANCED_CONFIG_FILE=" + filepath.Join(n.dir, "advanced.config"), "ERL_EPMD_ADDRESS=127.0.0.1",
-		"ERL_FLAGS=-kernel inet_dist_use_interface {127,0,0,1}"}
+		"ERL_FLAGS=-kernel inet_dist_use_interface {127,0,0,1}",
+		fmt.Sprintf("RABBITMQ_CTL_DIST_PORT_MIN=%d", ctlDistMin), fmt.Sprintf("RABBITMQ_CTL_DIST_PORT_MAX=%d", ctlDistMax)}
 	full := append([]string{filepath.Join(n.sbin, prog)}, args...)
 	var cmd *exec.Cmd
 	if u, err := n.runAs(); err == nil && u != nil {
@@ -153,7 +236,9 @@ func (n *RabbitMQNode) start() error {
 	if err := n.cmd.Start(); err != nil {
 		return err
 	}
-	go n.cmd.Wait()
+	exited := make(chan struct{})
+	n.exited = exited
+	go func() { n.cmd.Wait(); close(exited) }()
 	return n.await(2 * time.Minute)
 }
 
@@ -172,7 +257,11 @@ func (n *RabbitMQNode) await(timeout time.Duration) error {
 		if time.Now().After(deadline) {
 			return fmt.Errorf("not up within %v: %v", timeout, err)
 		}
-		time.Sleep(time.Second)
+		select {
+		case <-n.exited:
+			return fmt.Errorf("its Erlang VM exited (%v) before it accepted connections", n.cmd.ProcessState)
+		case <-time.After(time.Second):
+		}
 	}
 }
 
