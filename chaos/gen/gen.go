@@ -375,25 +375,32 @@ func addBrokerFaults(p *Plan, seed int64, o Options) {
 }
 
 // addPartitions makes a third of the seeds with one table and no shards partitioned, with two to four
-// partition changes in the first four fifths (and a PostgreSQL cut instead of a publication gap). Like addRefusals it draws from a generator of its own.
+// partition changes in the first four fifths. Like addRefusals it draws from a generator of its own.
+//
+// A publication gap stays in the plan: the publication names the partitioned root, the gap's backfill reads
+// the root (every partition attached then, by xmin), and a partition attached during the gap gets its rows
+// published by the backfill alone. A detach or a drop after the gap's start would take the gap's rows with
+// it before the backfill reads them: a loss by the operator's hand that the checker does not model, so the
+// changes drawn after the first gap attach a partition instead.
 func addPartitions(p *Plan, seed int64) {
 	r := rand.New(rand.NewPCG(uint64(seed), 0x9a47))
 	if len(p.Setup.Tables) > 1 || p.Setup.Shards > 0 || r.IntN(3) != 0 {
 		return
 	}
 	p.Setup.Partitioned = true
-	for i, f := range p.Faults {
-		// A gap's backfill reads the table (by xmin since seed 8126; by occurred_at before, which the
-		// rows written to the harness's partitions set far from now()), and a partition detached or dropped
-		// before it takes the gap's rows with it: a loss by the operator's hand that the checker does not
-		// model yet.
-		if f.Kind == FaultPubGap {
-			p.Faults[i].Kind, p.Faults[i].Dur = FaultPGCut, 0
+	gap := time.Duration(-1)
+	for _, f := range p.Faults {
+		if f.Kind == FaultPubGap && (gap < 0 || f.At < gap) {
+			gap = f.At
 		}
 	}
 	for range 2 + r.IntN(3) {
-		p.Faults = append(p.Faults, Step{At: time.Duration(r.Int64N(int64(p.Setup.Duration * 4 / 5))),
-			Kind: pick(r, FaultPartAttach, FaultPartDetach, FaultPartDrop)})
+		f := Step{At: time.Duration(r.Int64N(int64(p.Setup.Duration * 4 / 5))),
+			Kind: pick(r, FaultPartAttach, FaultPartDetach, FaultPartDrop)}
+		if gap >= 0 && f.At >= gap {
+			f.Kind = FaultPartAttach
+		}
+		p.Faults = append(p.Faults, f)
 	}
 	sort.SliceStable(p.Faults, func(i, j int) bool { return p.Faults[i].At < p.Faults[j].At })
 }

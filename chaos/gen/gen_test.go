@@ -173,3 +173,34 @@ func TestCISeedsDrawNoStandby(t *testing.T) {
 		}
 	}
 }
+
+// Partitioned seeds draw publication gaps, with partitions attached during and after them; no partition is
+// detached or dropped from a gap's start on (it would take the gap's rows before their backfill reads them).
+func TestPublicationGapsOnPartitionedSeeds(t *testing.T) {
+	gaps, attachedAfter := 0, 0
+	for seed := int64(1); seed <= 1000; seed++ {
+		p := Generate(seed, Options{})
+		if !p.Setup.Partitioned {
+			continue
+		}
+		var gap time.Duration = -1
+		for _, f := range p.Faults {
+			switch {
+			case f.Kind == FaultPubGap && gap < 0:
+				gap = f.At
+				gaps++
+				if p.PublicationCheck == 0 {
+					t.Errorf("seed %d: a publication gap with the default 30 s publication check", seed)
+				}
+			case gap >= 0 && (f.Kind == FaultPartDetach || f.Kind == FaultPartDrop):
+				t.Errorf("seed %d: %s at %v after the publication gap at %v", seed, f.Kind, f.At, gap)
+			case gap >= 0 && f.Kind == FaultPartAttach:
+				attachedAfter++
+			}
+		}
+	}
+	if gaps < 10 || attachedAfter < 10 {
+		t.Errorf("seeds 1-1000: %d partitioned seeds with a publication gap, %d partitions attached after one; want 10 or more of each", gaps, attachedAfter)
+	}
+	t.Logf("%d partitioned seeds with a publication gap, %d partitions attached after one", gaps, attachedAfter)
+}
