@@ -67,7 +67,7 @@ func newWorld(t testing.TB, pg *testenv.Postgres, bin string, plan gen.Plan) *wo
 	w.exchange, w.queue = "x_"+w.db, "q_"+w.db
 	w.pgProxy = testenv.NewProxy(t, fmt.Sprintf("127.0.0.1:%d", pg.Port))
 	if plan.Setup.OwnBroker {
-		w.broker = testenv.StartRabbitMQNode(t)
+		w.broker = testenv.StartRabbitMQNode(t, fmt.Sprintf("max_message_size = %d", gen.MaxMessageSize))
 		w.amqpURL = w.broker.URL()
 		w.mqProxy = testenv.NewProxy(t, w.broker.Addr())
 	} else {

@@ -132,18 +132,19 @@ func (wr *writer) rowsFor(op gen.Step) []check.Row {
 		if op.Kind != gen.OpBurst && op.Kind != gen.OpHuge {
 			agg = fmt.Sprintf("w%d-%d", wr.n, wr.rng.IntN(aggregatesPerWriter))
 		}
-		poison, refused := op.Kind == gen.OpPoison && i == 0, op.Kind == gen.OpRefused && i == 0
+		poison, tooBig := op.Kind == gen.OpPoison && i == 0, op.Kind == gen.OpTooBig && i == 0
+		refused := op.Kind == gen.OpRefused && i == 0 || tooBig
 		table, aggregate := tables[wr.rng.IntN(len(tables))], "order/"+agg
 		switch {
 		case table == gen.MappedTable && (poison || refused):
-			table = tables[0] // the native shape's refusals: headers not an object, the full queue's routing key
+			table = tables[0] // the native shape's refusals: headers not an object, the full queue's routing key, the payload
 		case table == gen.MappedTable:
 			aggregate = mappedType + "/" + agg
 		}
 		wr.versions[aggregate]++
 		rows[i] = check.Row{ID: uuid(), Table: table, Aggregate: aggregate,
 			Version: wr.versions[aggregate], Txn: wr.txn, Op: op.Kind, Poison: poison, Deleted: op.Kind == gen.OpDelete,
-			Refused: refused}
+			Refused: refused, TooBig: tooBig}
 		if op.Kind == gen.OpEmit && wr.erng.IntN(2) == 0 {
 			rows[i].Emitted, rows[i].Table = true, "message:"+messagePrefix
 		}
@@ -198,10 +199,14 @@ func (wr *writer) values(r check.Row) (id, aggID, event, payload, headers string
 	if r.Poison {
 		headers, event = `[1]`, "poison" // not a JSON object: the router must quarantine the row
 	}
-	if r.Refused {
+	payload = fmt.Sprintf(`{"token": %q, "v": %d}`, wr.w.token, r.Version)
+	switch {
+	case r.TooBig:
+		// Over the node's max_message_size, under the routers' --max-payload-bytes: RabbitMQ refuses it.
+		payload = fmt.Sprintf(`{"token": %q, "v": %d, "pad": %q}`, wr.w.token, r.Version, strings.Repeat("p", gen.TooBigPayload))
+	case r.Refused:
 		event = "refused" // routing key order.refused: the full queue nacks it
 	}
-	payload = fmt.Sprintf(`{"token": %q, "v": %d}`, wr.w.token, r.Version)
 	return r.ID, strings.TrimPrefix(r.Aggregate, "order/"), event, payload, headers
 }
 

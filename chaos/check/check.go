@@ -92,9 +92,15 @@ func checkComplete(h *History, _ Limits) []Violation {
 			// checkForged's: never published, quarantined as an unauthenticated emitted message.
 		case r.Refused && quarantined && strings.TrimSpace(reason) == "":
 			vs = append(vs, Violation{Detail: fmt.Sprintf("row %s was quarantined without a reason", r.ID)})
+		case r.TooBig && quarantined && !strings.Contains(reason, "406"):
+			vs = append(vs, Violation{Detail: fmt.Sprintf("row %s, over the broker's max_message_size, was quarantined "+
+				"without the broker's 406 in its reason: %s", r.ID, reason), Aggregate: r.Aggregate})
 		case r.Refused && quarantined:
 			// The broker refused it (the full queue nacks it): recorded with the broker's reason, whether or
 			// not the queues that accepted it got copies on the tries; a quarantined event is never lost.
+		case r.TooBig:
+			vs = append(vs, Violation{Detail: fmt.Sprintf("row %s (%s v%d), over the broker's max_message_size, was not quarantined "+
+				"(delivered to the consumer: %v)", r.ID, r.Aggregate, r.Version, delivered), Aggregate: r.Aggregate})
 		case r.Refused:
 			vs = append(vs, Violation{Detail: fmt.Sprintf("row %s (%s v%d), which the full queue refuses, was not quarantined "+
 				"(delivered to the consumer: %v)", r.ID, r.Aggregate, r.Version, delivered), Aggregate: r.Aggregate})

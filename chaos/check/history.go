@@ -34,7 +34,8 @@ type Row struct {
 	Aggregate string // aggregate_type/aggregate_id
 	Version   int64
 	Poison    bool      // written so that the router must quarantine it
-	Refused   bool      // routed to the full queue: the broker nacks it, the router must quarantine it
+	Refused   bool      // the broker refuses it every time (routed to the full queue, which nacks it, or TooBig): the router must quarantine it
+	TooBig    bool      // its message is over the harness's node's max_message_size (gen.OpTooBig): RabbitMQ closes the channel with 406; Refused too
 	Deleted   bool      // deleted by its own transaction: only the slot ever had it
 	Emitted   bool      // emitted through cdc_router.emit by a writer (a role with EXECUTE): no table has it, the slot only
 	Forged    bool      // a message with the prefix from a role without EXECUTE on emit: must never be published

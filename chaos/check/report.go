@@ -134,6 +134,8 @@ func Coverage(h *History) map[string]int {
 		q, ok := quar[r.ID]
 		reason := q.Reason
 		switch {
+		case ok && r.TooBig && strings.Contains(reason, "406"):
+			c["seen:too-big-quarantined"]++
 		case ok && r.Refused && strings.Contains(reason, "nack"):
 			c["seen:nacked-and-quarantined"]++
 		case ok && !r.Poison && policyRefusal(h, r.ID, reason, q.At):

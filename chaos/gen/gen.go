@@ -111,6 +111,16 @@ const (
 	OpRefused Kind = "refused"       // a row routed to the full queue (Setup.FullQueue) among good ones: the broker nacks it
 	OpEmit    Kind = "emit"          // N events, each emitted through cdc_router.emit or inserted as a row, in one transaction (Setup.Emit)
 	OpForged  Kind = "forged"        // N messages with the prefix from a role without EXECUTE on emit: unsigned, a forged MAC, or a call of emit (Setup.Emit)
+	OpTooBig  Kind = "too-big"       // a row whose message is over the own node's max_message_size (Setup.OwnBroker) among good ones: RabbitMQ closes the channel with 406
+)
+
+// MaxMessageSize is the max_message_size of the harness's own RabbitMQ node (in its rabbitmq.conf, so it
+// holds across the node's restarts), and TooBigPayload the size of an OpTooBig row's payload: under the
+// routers' --max-payload-bytes (8 MiB), which they check themselves, over the broker's limit, which they
+// cannot know.
+const (
+	MaxMessageSize = 256 << 10
+	TooBigPayload  = 300 << 10
 )
 
 // Faults and operator commands.
@@ -284,6 +294,7 @@ func Generate(seed int64, o Options) Plan {
 	addAggregateWindow(&p, seed)
 	addStandby(&p, seed)
 	addDrift(&p, seed)
+	addTooBig(&p, seed)
 	for _, f := range p.Faults {
 		if f.Kind == FaultPubGap {
 			p.PublicationCheck = 2 * time.Second
@@ -419,6 +430,30 @@ func addReplays(p *Plan, seed int64) {
 	sort.SliceStable(p.Faults, func(i, j int) bool { return p.Faults[i].At < p.Faults[j].At })
 }
 
+// addTooBig turns one or two single-row transactions of each seed on the harness's own node into OpTooBig
+// (its first row over the node's max_message_size: a 406 that retrying never cures, which the routers must
+// quarantine after three refusals of the event alone), except where an --aggregate-window over 1 is drawn
+// (a refusal trades order there). From a generator of its own, last, so that no other choice of a plan
+// changes.
+func addTooBig(p *Plan, seed int64) {
+	r := rand.New(rand.NewPCG(uint64(seed), 0x7b16))
+	if !p.Setup.OwnBroker || p.Setup.AggregateWindow > 1 {
+		return
+	}
+	var singles []*Step
+	for w := range p.Ops {
+		for i := range p.Ops[w] {
+			if p.Ops[w][i].Kind == OpSingle {
+				singles = append(singles, &p.Ops[w][i])
+			}
+		}
+	}
+	for range min(1+r.IntN(2), len(singles)) {
+		op := singles[r.IntN(len(singles))]
+		op.Kind, op.N = OpTooBig, 1+r.IntN(3)
+	}
+}
+
 // addDrift gives a quarter of the seeds one FaultDrift (1–4 s) in the first three fifths, and a third of
 // those --on-drift=quarantine from the start; a third of the drifts (since 3 December 2026) are another
 // table added to the publication (N=1) rather than headers retyped. From a generator of its own, last, so that no other choice
@@ -532,11 +567,18 @@ func addPGRights(p *Plan, seed int64) {
 	sort.SliceStable(p.Faults, func(i, j int) bool { return p.Faults[i].At < p.Faults[j].At })
 }
 
-// Has reports whether the plan has a fault or command of kind k.
+// Has reports whether the plan has a fault, command or operation of kind k.
 func (p Plan) Has(k Kind) bool {
 	for _, f := range p.Faults {
 		if f.Kind == k {
 			return true
+		}
+	}
+	for _, w := range p.Ops {
+		for _, op := range w {
+			if op.Kind == k {
+				return true
+			}
 		}
 	}
 	return false

@@ -116,7 +116,7 @@ func TestAggregateWindowOnlyWhereTheBrokerRefusesNothing(t *testing.T) {
 			continue
 		}
 		n++
-		if s.FullQueue || s.ExchangeByTopic || Generate(seed, Options{}).Has(FaultQueuePolicy) {
+		if p := Generate(seed, Options{}); s.FullQueue || s.ExchangeByTopic || p.Has(FaultQueuePolicy) || p.Has(OpTooBig) {
 			t.Fatalf("seed %d: aggregate window %d with a broker that refuses events (%s)", seed, s.AggregateWindow, s)
 		}
 		if s.AggregateWindow > s.Window {
@@ -203,4 +203,26 @@ func TestPublicationGapsOnPartitionedSeeds(t *testing.T) {
 		t.Errorf("seeds 1-1000: %d partitioned seeds with a publication gap, %d partitions attached after one; want 10 or more of each", gaps, attachedAfter)
 	}
 	t.Logf("%d partitioned seeds with a publication gap, %d partitions attached after one", gaps, attachedAfter)
+}
+
+// Rows over the broker's max_message_size are written only on the harness's own node, whose rabbitmq.conf
+// sets it, and on most of its seeds.
+func TestTooBigOnlyOnTheOwnNode(t *testing.T) {
+	own, with := 0, 0
+	for seed := int64(1); seed <= 1000; seed++ {
+		p := Generate(seed, Options{})
+		if p.Has(OpTooBig) && !p.Setup.OwnBroker {
+			t.Fatalf("seed %d: a row over max_message_size on the shared broker (%s)", seed, p.Setup)
+		}
+		if p.Setup.OwnBroker {
+			own++
+			if p.Has(OpTooBig) {
+				with++
+			}
+		}
+	}
+	if with < own/2 {
+		t.Errorf("seeds 1-1000: %d of %d seeds on the own node write a row over max_message_size; want most", with, own)
+	}
+	t.Logf("%d of %d seeds on the own node write rows over max_message_size", with, own)
 }

@@ -29,16 +29,18 @@ type RabbitMQNode struct {
 	sbin       string
 	cmd        *exec.Cmd
 	exited     chan struct{} // closed when the VM started last exits
+	conf       []string      // rabbitmq.conf lines of the test's, after the harness's own
 }
 
 // StartRabbitMQNode starts a node and waits until it accepts AMQP connections; the test's cleanup stops it
-// and removes its directory.
-func StartRabbitMQNode(t testing.TB) *RabbitMQNode {
+// and removes its directory. conf are rabbitmq.conf lines of the test's (max_message_size = 262144): they
+// hold across restarts and crashes of the node, where a setting made by rabbitmqctl eval would not.
+func StartRabbitMQNode(t testing.TB, conf ...string) *RabbitMQNode {
 	t.Helper()
 	sbin := serverBin(t)
 	var errs []string
 	for attempt := 1; attempt <= 3; attempt++ {
-		n, err := freshNode(t, sbin)
+		n, err := freshNode(t, sbin, conf)
 		if err == nil {
 			return n
 		}
@@ -65,7 +67,7 @@ func serverBin(t testing.TB) string {
 }
 
 // freshNode starts a node on fresh ports.
-func freshNode(t testing.TB, sbin string) (*RabbitMQNode, error) {
+func freshNode(t testing.TB, sbin string, conf []string) (*RabbitMQNode, error) {
 	port, err := nodePort()
 	if err != nil {
 		return nil, err
@@ -74,13 +76,13 @@ func freshNode(t testing.TB, sbin string) (*RabbitMQNode, error) {
 	if err != nil {
 		return nil, err
 	}
-	return tryNode(t, sbin, port, dist)
+	return tryNode(t, sbin, port, dist, conf)
 }
 
 // tryNode prepares and starts one node on the given AMQP and distribution ports; on failure it stops the
 // node, removes its directory and returns an error that carries the end of the node's logs.
-func tryNode(t testing.TB, sbin string, port, dist int) (*RabbitMQNode, error) {
-	n := &RabbitMQNode{t: t, sbin: sbin, port: port, dist: dist}
+func tryNode(t testing.TB, sbin string, port, dist int, conf []string) (*RabbitMQNode, error) {
+	n := &RabbitMQNode{t: t, sbin: sbin, port: port, dist: dist, conf: conf}
 	n.name = fmt.Sprintf("cdctest%d_%d@localhost", os.Getpid(), n.port)
 	dir, err := os.MkdirTemp("", "cdc-router-rabbitmq-node-")
 	if err != nil {
@@ -163,7 +165,8 @@ func (n *RabbitMQNode) prepare() error {
 	}
 	files := map[string]string{
 		"rabbitmq.conf": fmt.Sprintf("listeners.tcp.default = 127.0.0.1:%d\nloopback_users = none\nlog.file.level = info\n"+
-			"log.console = false\nvm_memory_high_watermark.relative = %s\ndisk_free_limit.absolute = 50MB\n", n.port, watermark),
+			"log.console = false\nvm_memory_high_watermark.relative = %s\ndisk_free_limit.absolute = 50MB\n", n.port, watermark) +
+			strings.Join(n.conf, "\n") + "\n",
 		"enabled_plugins": "[].\n", "advanced.config": "[].\n", "rabbitmq-env.conf": "",
 	}
 	for name, content := range files {
