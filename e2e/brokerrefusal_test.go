@@ -332,3 +332,65 @@ func (e *env) snapshotNackIsQuarantined(big string, want []string, flags ...stri
 		t.Errorf("the snapshot's safety net did not act:\n%s", tail(r.Output(), 20))
 	}
 }
+
+// TestRefusalRetriesKeepTheConfirmedTransactionBeforeIt (chaos seed 9405): a long one-aggregate transaction,
+// then an event a queue refuses every time. Each retry publishes one event at a time, so the refused event
+// goes out just after the long transaction's last confirm, before the batched status update acknowledged
+// it; the next retry then started before the transaction again (its progress mark ended with it) and
+// published it whole, once per retry: 20,514 events each time in the seed, the events after it held for
+// minutes. Now a failed session acknowledges what was confirmed first: the transaction is published once
+// (twice at most for an event in flight at the first refusal), and the refused event is quarantined.
+func TestRefusalRetriesKeepTheConfirmedTransactionBeforeIt(t *testing.T) {
+	e := newStreamEnv(t)
+	c := e.consume(e.queue)
+	r := e.startStreaming("--refusal-retry", "3s")
+	ch := e.channel()
+	full := e.queue + "_full"
+	if _, err := ch.QueueDeclare(full, false, false, false, false, amqp.Table{"x-max-length": int32(0),
+		"x-overflow": "reject-publish"}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _, _ = e.channel().QueueDelete(full, false, false, false) })
+	if err := ch.QueueBind(full, "order.refused", e.exchange, false, nil); err != nil {
+		t.Fatal(err)
+	}
+	const n = 4000
+	ctx := context.Background()
+	var long []string
+	err := pgx.BeginFunc(ctx, e.db, func(tx pgx.Tx) error {
+		rows, err := tx.Query(ctx, `INSERT INTO outbox (id, aggregate_type, aggregate_id, aggregate_version,
+			event_type, payload) SELECT gen_random_uuid(), 'order', 'hot', v, 'created', '{}' FROM generate_series(1, $1) v
+			RETURNING id::text`, n)
+		if err != nil {
+			return err
+		}
+		long, err = pgx.CollectRows(rows, pgx.RowTo[string])
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var refused string
+	if err := e.db.QueryRow(ctx, `INSERT INTO outbox (id, aggregate_type, aggregate_id, aggregate_version,
+		event_type, payload) VALUES (gen_random_uuid(), 'order', 'other', 1, 'refused', '{}') RETURNING id::text`).Scan(&refused); err != nil {
+		t.Fatal(err)
+	}
+	e.quarantinedFor(refused, 120*time.Second, "nacked", "only message in flight")
+	_, got := firstDeliveries(t, c, long, 30*time.Second)
+	total, twice := 0, 0
+	for _, id := range long {
+		total += got[id]
+		if got[id] > 2 {
+			t.Errorf("event %s of the long transaction delivered %d times, want at most 2", id, got[id])
+			break
+		}
+		if got[id] == 2 {
+			twice++
+		}
+	}
+	restarts := strings.Count(r.Output(), "restarting from the acknowledged position")
+	t.Logf("the long transaction's %d events: %d deliveries (%d twice); %d stream restarts before the quarantine", n, total, twice, restarts)
+	if restarts < 3 {
+		t.Errorf("%d stream restarts: the refused event was not retried as the test means it to be", restarts)
+	}
+}

@@ -77,6 +77,39 @@ func (s *session) save(force bool) error {
 	return s.store.Save(ctx, p, force)
 }
 
+// ackConfirmed acknowledges, when a session fails for another cause than PostgreSQL, what the broker confirmed
+// before the failure: the tracker's watermark goes to the slot and to the stored position at once. Status
+// updates are batched (ackInterval, the store's interval), and the next session starts from what was
+// acknowledged, with a mark only for progress inside the oldest unacknowledged transaction. Without this, a
+// refusal that comes right after a long transaction was confirmed (each retry publishes one event at a
+// time, so the refused event is published just after the transaction's last confirm) sent every retry back
+// before that transaction, whose mark was gone with its completion: seed 9405 of the harness republished a
+// 20,514-event transaction, one event at a time, at each of its refusal retries, 40 s each, and held the
+// events after it for minutes. A failure here is left to the next session, which
+// then starts where it would have without it. Bounded by --pg-timeout (10 s at most).
+func (s *session) ackConfirmed() {
+	w := s.tracker.Watermark()
+	if w == 0 || w <= s.sent {
+		return
+	}
+	conn := s.conn.Conn()
+	conn.SetWriteDeadline(time.Now().Add(s.bounded(10 * time.Second)))
+	defer conn.SetWriteDeadline(time.Time{})
+	err := pglogrepl.SendStandbyStatusUpdate(context.Background(), s.conn,
+		pglogrepl.StandbyStatusUpdate{WALWritePosition: pglogrepl.LSN(w)})
+	if err != nil {
+		s.log.Debug("acknowledge the confirmed position after the failure", "lsn", w, "error", err)
+		return
+	}
+	s.log.Debug("acknowledged", "lsn", w)
+	s.stats.SetAcknowledged(w)
+	s.sent, s.sentAt = w, time.Now()
+	s.acknowledged(w)
+	if err := s.save(true); err != nil {
+		s.log.Debug("store the confirmed position after the failure", "lsn", w, "error", err)
+	}
+}
+
 // drain stops reading, waits (bounded by the stop, or by the shutdown timeout when no stop was requested)
 // until every committed transaction is confirmed, and sends and stores the final position.
 func (s *session) drain() error {

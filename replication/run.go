@@ -275,6 +275,9 @@ func runOnce(ctx context.Context, cfg Config, dial Dialer, log *slog.Logger, sta
 		stats.SetState(metrics.StateRestarting, err)
 	}
 	s.flushBursts()
+	if err != nil && ctx.Err() == nil && causeOf(err) != metrics.CausePostgres {
+		s.ackConfirmed()
+	}
 	m := s.mark()
 	resume.record(m, s.markConfig, sys)
 	stats.Carry(oldestCommit(s.pending), s.sent)
