@@ -125,8 +125,8 @@ func TestChaos(t *testing.T) {
 				for _, v := range vs {
 					fmt.Fprintf(&b, "  %s\n", v)
 				}
-				t.Errorf("seed %d broke %d invariants:\n%s\n%s\n%s\nthe whole history: %s\nreplay: make chaos SEED=%d%s", seed, len(vs),
-					b.String(), plan.Describe(), check.Shorten(h, vs), file, seed, replayFlags())
+				t.Errorf("seed %d broke %d invariants:\n%s\n%s\n%s\nthe broker's view at the end:\n%s\nthe whole history: %s\nreplay: make chaos SEED=%d%s", seed, len(vs),
+					b.String(), plan.Describe(), check.Shorten(h, vs), h.Broker, file, seed, replayFlags())
 			}
 		})
 		if !ok {

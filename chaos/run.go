@@ -2,7 +2,9 @@ package chaos
 
 import (
 	"context"
+	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -89,9 +91,11 @@ func Run(t testing.TB, pg *testenv.Postgres, bin string, plan gen.Plan) *check.H
 	close(stopSampler)
 	<-sampled
 	stopConsumer()
+	view := w.brokerView()
 
 	h := w.rec.History()
 	h.End = time.Now()
+	h.Broker = view
 	h.Rows = rows
 	h.WindowRows = s.Lanes * s.Window * s.Routers()
 	for _, ops := range plan.Ops {
@@ -215,3 +219,32 @@ func (w *world) quarantine() []check.Quarantined { return record.Quarantine(w.t,
 
 // acked is each of the world's slots' confirmed_flush_lsn.
 func (w *world) acked() map[string]cdc.LSN { return record.Acked(w.t, w.directURL(), w.db) }
+
+// brokerView is what the broker says of the run's queues (type, messages ready and unacknowledged,
+// consumers, state) and of its exchange's bindings, from rabbitmqctl (reading only), the lines that name
+// the run's objects.
+func (w *world) brokerView() string {
+	var b strings.Builder
+	for _, args := range [][]string{{"list_queues", "-q", "name", "type", "messages_ready", "messages_unacknowledged", "consumers", "state"},
+		{"list_bindings", "-q", "source_name", "destination_name", "routing_key"}} {
+		var out string
+		var err error
+		if w.broker != nil {
+			out, err = w.broker.TryCtl(time.Minute, args...)
+		} else {
+			var o []byte
+			o, err = testenv.Rabbitmqctl(w.t, args...).CombinedOutput()
+			out = string(o)
+		}
+		if err != nil {
+			fmt.Fprintf(&b, "rabbitmqctl %s: %v\n", args[0], err)
+			continue
+		}
+		for _, l := range strings.Split(out, "\n") {
+			if strings.Contains(l, w.db) {
+				fmt.Fprintf(&b, "%s: %s\n", args[0], strings.Join(strings.Fields(l), " "))
+			}
+		}
+	}
+	return b.String()
+}

@@ -25,6 +25,10 @@ type History struct {
 	// Bounds of the duplicates one fault may cause: the in-flight window (lanes × window) plus the largest
 	// transaction.
 	WindowRows, MaxTxnRows int
+	// Broker is the broker's own view of the run's queues and bindings once the routers stopped
+	// (rabbitmqctl list_queues and list_bindings, the lines that name the run's objects): where confirmed
+	// messages went when the consumer did not get them (seed 9541).
+	Broker string
 }
 
 // Row is one committed outbox row.
