@@ -162,7 +162,10 @@ func TestRecordStoresTheJobsThenThePosition(t *testing.T) {
 	store := offsets.NewStore(conn, "cdc_router", "s1", time.Second)
 	pos := offsets.Position{LSN: 0x7000, SystemID: "7300000000000000001", Timeline: 1}
 	const seen = "1000:1002:1001"
-	if err := record(ctx, conn, snapshot.NewJobs(conn, "cdc_router"), store, todo, seen, pos); err != nil {
+	for i := range todo {
+		todo[i].job.ReadSnapshot = seen
+	}
+	if err := record(ctx, conn, snapshot.NewJobs(conn, "cdc_router"), store, todo, pos); err != nil {
 		t.Fatal(err)
 	}
 	jobs := snapshot.NewJobs(conn, "cdc_router")

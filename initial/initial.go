@@ -152,10 +152,14 @@ func copyNew(ctx context.Context, cfg Config, log *slog.Logger, stats *metrics.S
 	jobs := snapshot.NewJobs(sql, cfg.Schema)
 	var todo []Job
 	for _, t := range cfg.outboxTables() {
+		files, err := snapshot.StorageOf(ctx, tx, t) // as the slot's snapshot saw them: see snapshot.SeenBy
+		if err != nil {
+			return err
+		}
 		todo = append(todo, Job{t, snapshot.Job{Name: cfg.initialName(t), Kind: "initial", Predicate: cfg.SnapshotWhere,
-			ReadLSN: point}})
+			ReadLSN: point, ReadSnapshot: snapshot.SeenRecord(seen, files)}})
 	}
-	if err := record(ctx, sql, jobs, store, todo, seen, pos); err != nil {
+	if err := record(ctx, sql, jobs, store, todo, pos); err != nil {
 		return err
 	}
 	if err := copyTables(ctx, cfg, log, stats, tx, jobs, todo, pub); err != nil { // all in the slot's snapshot
@@ -211,7 +215,18 @@ func copyTables(ctx context.Context, cfg Config, log *slog.Logger, stats *metric
 		c.SnapshotWhere = j.job.Predicate
 		cfgs[i] = c.snapshotConfig()
 		cfgs[i].Renew = cfg.Renew
-		cfgs[i].SeenBy, cfgs[i].SeenSince = j.job.ReadSnapshot, j.job.StartedAt // set when resumed (resumeSnapshot)
+		if j.job.ReadSnapshot != "" { // set when resumed (resumeSnapshot)
+			seen, rewritten, err := snapshot.SeenBy(ctx, tx, j.table, j.job.ReadSnapshot)
+			if err != nil {
+				return err
+			}
+			if rewritten != "" {
+				log.Warn("the table was rewritten since the slot was created, so its rows' transaction ids no longer "+
+					"tell which rows the slot's snapshot saw: the resumed copy copies every row, and rows committed "+
+					"since the slot was created may be published twice", "table", j.table, "rewritten", rewritten)
+			}
+			cfgs[i].SeenBy, cfgs[i].SeenSince = seen, j.job.StartedAt
+		}
 	}
 	why := "one table"
 	if len(todo) > 1 {
@@ -398,20 +413,19 @@ func Finish(ctx context.Context, cfg Config, log *slog.Logger, stats *metrics.St
 	jobs := snapshot.NewJobs(sql, cfg.Schema)
 	if fresh {
 		log.Warn("the slot exists but no position or snapshot was ever recorded for it: copying the whole table once")
-		if err := record(ctx, sql, jobs, store, todo, "", pos); err != nil {
+		if err := record(ctx, sql, jobs, store, todo, pos); err != nil {
 			return err
 		}
 	}
 	return resumeSnapshot(ctx, cfg, log, stats, sql, todo, pub)
 }
 
-// record records the jobs todo in one transaction, each with the snapshot seen that a resumed copy judges
-// rows by ("" for none), then the position pos the stream starts from once they are done.
-func record(ctx context.Context, sql *pgx.Conn, jobs *snapshot.Jobs, store *offsets.Store, todo []Job, seen string,
+// record records the jobs todo in one transaction, each with the snapshot record (Job.ReadSnapshot) that a
+// resumed copy judges rows by ("" for none), then the position pos the stream starts from once they are done.
+func record(ctx context.Context, sql *pgx.Conn, jobs *snapshot.Jobs, store *offsets.Store, todo []Job,
 	pos offsets.Position) error {
 	err := pgx.BeginFunc(ctx, sql, func(t pgx.Tx) error {
 		for _, j := range todo {
-			j.job.ReadSnapshot = seen
 			if err := jobs.Start(ctx, t, j.job); err != nil {
 				return err
 			}
