@@ -50,8 +50,9 @@ type Job struct {
 	StartedAt time.Time
 	UpdatedAt time.Time
 	// ReadSnapshot is an initial snapshot's own snapshot as pg_current_snapshot() printed it inside the
-	// slot's exported snapshot ("" for a backfill, and for a job recorded before migration 012): a copy
-	// resumed in a new snapshot leaves out what it did not see (Config.SeenBy).
+	// slot's exported snapshot, followed by the table's storage as that snapshot saw it (SeenRecord; ""
+	// for a backfill, and for a job recorded before migration 012): a copy resumed in a new snapshot leaves
+	// out what it did not see, unless the table was rewritten since (SeenBy, Config.SeenBy).
 	ReadSnapshot string
 	// Live reports whether a process holds the job's lock (see LockKey); filled by All. A running job that no
 	// process holds was interrupted (a kill, a crash, a stop) and resumes at the next run of it.
