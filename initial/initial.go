@@ -188,7 +188,7 @@ func resumeSnapshot(ctx context.Context, cfg Config, log *slog.Logger, stats *me
 	defer func() { cfg.closeReader(ctx, reader, tx) }() // a commit first makes the rollback a no-op
 	for _, j := range todo {
 		msg := "resuming the initial snapshot in a new snapshot: rows committed since the slot was created may be published twice"
-		if j.job.ReadSnapshot != "" {
+		if j.job.ReadSnapshot != "" && cfg.forTable(j.table).Decode.Mapping == nil { // a mapped table is copied whole (snapshot.Config.SeenBy)
 			msg = "resuming the initial snapshot in a new snapshot: rows committed since the slot was created are left to the stream"
 		}
 		log.Warn(msg, "table", j.table, "rows_done", j.job.RowsDone, "lsn", j.job.ReadLSN)
