@@ -114,7 +114,25 @@ func TestTableDroppedFromThePublicationIsNoticedAndNamesTheBackfill(t *testing.T
 	e.exec(`ALTER PUBLICATION cdc_router_outbox ADD TABLE outbox`)
 	e.recover(e.expectGapRefusal("public.outbox"))
 	c.waitFor(t, []row{{id: gap}}, 30*time.Second)
-	e.startStreaming()
+	// A check that ran as the table was dropped may have recorded the window up to the drop as a gap of its
+	// own, beside the one since (CI, 4 December 2026: the start after the first backfill refused naming the
+	// second). Each refusal names its backfill, run as the operator would; then the router streams.
+	for i := 0; ; i++ {
+		r3 := e.start("")
+		deadline := time.Now().Add(30 * time.Second)
+		for !strings.Contains(r3.Output(), "msg=streaming ") && time.Now().Before(deadline) {
+			if _, exited := r3.Wait(100 * time.Millisecond); exited {
+				break
+			}
+		}
+		if strings.Contains(r3.Output(), "msg=streaming ") {
+			break
+		}
+		if i == 2 || !strings.Contains(r3.Output(), "may have been out of publication") {
+			t.Fatalf("the start after the backfills did not stream:\n%s", tail(r3.Output(), 20))
+		}
+		e.recover(backfillArgs(t, r3.Output()))
+	}
 }
 
 // TestSwappedOutboxIsNoticed: renaming the outbox away and creating a new one of the same name leaves the
