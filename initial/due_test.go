@@ -162,10 +162,8 @@ func TestRecordStoresTheJobsThenThePosition(t *testing.T) {
 	store := offsets.NewStore(conn, "cdc_router", "s1", time.Second)
 	pos := offsets.Position{LSN: 0x7000, SystemID: "7300000000000000001", Timeline: 1}
 	const seen = "1000:1002:1001"
-	for i := range todo {
-		todo[i].job.ReadSnapshot = seen
-	}
-	if err := record(ctx, conn, snapshot.NewJobs(conn, "cdc_router"), store, todo, pos); err != nil {
+	records := map[string]string{"public.outbox": seen, "billing.events": seen}
+	if err := record(ctx, conn, snapshot.NewJobs(conn, "cdc_router"), store, todo, records, pos); err != nil {
 		t.Fatal(err)
 	}
 	jobs := snapshot.NewJobs(conn, "cdc_router")

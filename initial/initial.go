@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"slices"
 	"strings"
 	"time"
 
@@ -151,15 +152,17 @@ func copyNew(ctx context.Context, cfg Config, log *slog.Logger, stats *metrics.S
 	}
 	jobs := snapshot.NewJobs(sql, cfg.Schema)
 	var todo []Job
+	records := map[string]string{}
 	for _, t := range cfg.outboxTables() {
 		files, err := snapshot.StorageOf(ctx, tx, t) // as the slot's snapshot saw them: see snapshot.SeenBy
 		if err != nil {
 			return err
 		}
+		records[t] = snapshot.SeenRecord(seen, files)
 		todo = append(todo, Job{t, snapshot.Job{Name: cfg.initialName(t), Kind: "initial", Predicate: cfg.SnapshotWhere,
-			ReadLSN: point, ReadSnapshot: snapshot.SeenRecord(seen, files)}})
+			ReadLSN: point}})
 	}
-	if err := record(ctx, sql, jobs, store, todo, pos); err != nil {
+	if err := record(ctx, sql, jobs, store, todo, records, pos); err != nil {
 		return err
 	}
 	if err := copyTables(ctx, cfg, log, stats, tx, jobs, todo, pub); err != nil { // all in the slot's snapshot
@@ -186,12 +189,27 @@ func resumeSnapshot(ctx context.Context, cfg Config, log *slog.Logger, stats *me
 		return fmt.Errorf("begin snapshot transaction: %w", err)
 	}
 	defer func() { cfg.closeReader(ctx, reader, tx) }() // a commit first makes the rollback a no-op
-	for _, j := range todo {
+	todo = slices.Clone(todo)                           // its records become what the copy judges by; the caller's stay as stored
+	for i, j := range todo {
+		// The snapshot the copy judges rows by (snapshot.Config.SeenBy): none for a mapped table, which is
+		// copied whole, nor for one rewritten since the slot was created (snapshot.SeenBy).
+		seen, rewritten := "", ""
+		if j.job.ReadSnapshot != "" && cfg.forTable(j.table).Decode.Mapping == nil {
+			if seen, rewritten, err = snapshot.SeenBy(ctx, tx, j.table, j.job.ReadSnapshot); err != nil {
+				return err
+			}
+		}
+		todo[i].job.ReadSnapshot = seen
 		msg := "resuming the initial snapshot in a new snapshot: rows committed since the slot was created may be published twice"
-		if j.job.ReadSnapshot != "" && cfg.forTable(j.table).Decode.Mapping == nil { // a mapped table is copied whole (snapshot.Config.SeenBy)
+		if seen != "" {
 			msg = "resuming the initial snapshot in a new snapshot: rows committed since the slot was created are left to the stream"
 		}
-		log.Warn(msg, "table", j.table, "rows_done", j.job.RowsDone, "lsn", j.job.ReadLSN)
+		if rewritten != "" {
+			msg = "resuming the initial snapshot in a new snapshot: the table was rewritten since the slot was created, so " +
+				"its rows' transaction ids no longer tell which rows the slot's snapshot saw; every row is copied, and rows " +
+				"committed since the slot was created may be published twice"
+		}
+		log.Warn(msg, "table", j.table, "rows_done", j.job.RowsDone, "lsn", j.job.ReadLSN, "rewritten", rewritten)
 		if j.job.Predicate != cfg.SnapshotWhere {
 			log.Warn("the snapshot resumes with the predicate it started with, not --snapshot-where",
 				"predicate", j.job.Predicate, "snapshot_where", cfg.SnapshotWhere)
@@ -215,18 +233,7 @@ func copyTables(ctx context.Context, cfg Config, log *slog.Logger, stats *metric
 		c.SnapshotWhere = j.job.Predicate
 		cfgs[i] = c.snapshotConfig()
 		cfgs[i].Renew = cfg.Renew
-		if j.job.ReadSnapshot != "" { // set when resumed (resumeSnapshot)
-			seen, rewritten, err := snapshot.SeenBy(ctx, tx, j.table, j.job.ReadSnapshot)
-			if err != nil {
-				return err
-			}
-			if rewritten != "" {
-				log.Warn("the table was rewritten since the slot was created, so its rows' transaction ids no longer "+
-					"tell which rows the slot's snapshot saw: the resumed copy copies every row, and rows committed "+
-					"since the slot was created may be published twice", "table", j.table, "rewritten", rewritten)
-			}
-			cfgs[i].SeenBy, cfgs[i].SeenSince = seen, j.job.StartedAt
-		}
+		cfgs[i].SeenBy, cfgs[i].SeenSince = j.job.ReadSnapshot, j.job.StartedAt // set when resumed (resumeSnapshot)
 	}
 	why := "one table"
 	if len(todo) > 1 {
@@ -413,19 +420,21 @@ func Finish(ctx context.Context, cfg Config, log *slog.Logger, stats *metrics.St
 	jobs := snapshot.NewJobs(sql, cfg.Schema)
 	if fresh {
 		log.Warn("the slot exists but no position or snapshot was ever recorded for it: copying the whole table once")
-		if err := record(ctx, sql, jobs, store, todo, pos); err != nil {
+		if err := record(ctx, sql, jobs, store, todo, nil, pos); err != nil {
 			return err
 		}
 	}
 	return resumeSnapshot(ctx, cfg, log, stats, sql, todo, pub)
 }
 
-// record records the jobs todo in one transaction, each with the snapshot record (Job.ReadSnapshot) that a
-// resumed copy judges rows by ("" for none), then the position pos the stream starts from once they are done.
+// record records the jobs todo in one transaction, each with its table's snapshot record (Job.ReadSnapshot,
+// snapshot.SeenRecord) that a resumed copy judges rows by (none for a table records lacks), then the
+// position pos the stream starts from once they are done.
 func record(ctx context.Context, sql *pgx.Conn, jobs *snapshot.Jobs, store *offsets.Store, todo []Job,
-	pos offsets.Position) error {
+	records map[string]string, pos offsets.Position) error {
 	err := pgx.BeginFunc(ctx, sql, func(t pgx.Tx) error {
 		for _, j := range todo {
+			j.job.ReadSnapshot = records[j.table]
 			if err := jobs.Start(ctx, t, j.job); err != nil {
 				return err
 			}

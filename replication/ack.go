@@ -35,22 +35,30 @@ func (s *session) status(force bool) error {
 	}
 	now := time.Now()
 	if statusDue(force, w, s.sent, now, s.sentAt.Add(s.ackInterval()), s.nextStatus) {
-		err := pglogrepl.SendStandbyStatusUpdate(context.Background(), s.conn,
-			pglogrepl.StandbyStatusUpdate{WALWritePosition: pglogrepl.LSN(w)})
-		if err != nil {
-			return fmt.Errorf("send standby status update: %w", err)
+		if err := s.sendStatus(w, now); err != nil {
+			return err
 		}
-		if w != s.sent {
-			s.log.Debug("acknowledged", "lsn", w)
-			s.stats.SetAcknowledged(w)
-		}
-		s.sent, s.sentAt, s.nextStatus = w, now, now.Add(s.cfg.StatusInterval)
 	}
 	s.acknowledged(s.sent)
 	if err := s.slot.due(s); err != nil {
 		return err
 	}
 	return s.save(false)
+}
+
+// sendStatus sends a standby status update acknowledging w, sent at now.
+func (s *session) sendStatus(w cdc.LSN, now time.Time) error {
+	err := pglogrepl.SendStandbyStatusUpdate(context.Background(), s.conn,
+		pglogrepl.StandbyStatusUpdate{WALWritePosition: pglogrepl.LSN(w)})
+	if err != nil {
+		return fmt.Errorf("send standby status update: %w", err)
+	}
+	if w != s.sent {
+		s.log.Debug("acknowledged", "lsn", w)
+		s.stats.SetAcknowledged(w)
+	}
+	s.sent, s.sentAt, s.nextStatus = w, now, now.Add(s.cfg.StatusInterval)
+	return nil
 }
 
 func (s *session) save(force bool) error {
@@ -85,8 +93,8 @@ func (s *session) save(force bool) error {
 // time, so the refused event is published just after the transaction's last confirm) sent every retry back
 // before that transaction, whose mark was gone with its completion: seed 9405 of the harness republished a
 // 20,514-event transaction, one event at a time, at each of its refusal retries, 40 s each, and held the
-// events after it for minutes. A failure here is left to the next session, which
-// then starts where it would have without it. Bounded by --pg-timeout (10 s at most).
+// events after it for minutes. A failure here is left to the next session, which then starts where it
+// would have without it. Bounded by --pg-timeout (10 s at most).
 func (s *session) ackConfirmed() {
 	w := s.tracker.Watermark()
 	if w == 0 || w <= s.sent {
@@ -95,15 +103,10 @@ func (s *session) ackConfirmed() {
 	conn := s.conn.Conn()
 	conn.SetWriteDeadline(time.Now().Add(s.bounded(10 * time.Second)))
 	defer conn.SetWriteDeadline(time.Time{})
-	err := pglogrepl.SendStandbyStatusUpdate(context.Background(), s.conn,
-		pglogrepl.StandbyStatusUpdate{WALWritePosition: pglogrepl.LSN(w)})
-	if err != nil {
+	if err := s.sendStatus(w, time.Now()); err != nil {
 		s.log.Debug("acknowledge the confirmed position after the failure", "lsn", w, "error", err)
 		return
 	}
-	s.log.Debug("acknowledged", "lsn", w)
-	s.stats.SetAcknowledged(w)
-	s.sent, s.sentAt = w, time.Now()
 	s.acknowledged(w)
 	if err := s.save(true); err != nil {
 		s.log.Debug("store the confirmed position after the failure", "lsn", w, "error", err)
