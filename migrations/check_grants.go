@@ -20,6 +20,7 @@ var routerTables = []struct {
 	{"quarantine", []string{"SELECT", "INSERT"}},
 	{"publication_checks", []string{"SELECT", "INSERT", "UPDATE"}},
 	{"schema_version", []string{"SELECT"}},
+	{"routers", []string{"SELECT", "INSERT", "UPDATE", "DELETE"}},
 }
 
 // checkRouterSchema refuses a router schema that lacks a table, that predates the quarantine columns of

@@ -157,10 +157,11 @@ func TestMigrationUpdatesAnOlderSchema(t *testing.T) {
 	}
 	exec(t, c, `INSERT INTO cdc_router.quarantine (slot, lsn, table_name, reason, row_values)
 		VALUES ('s', '0/1', 'public.outbox', 'old', '{}')`)
-	problem(t, c, Config{}, "lacks cdc_router.publication_checks, cdc_router.schema_version", "run `cdc-router migrate`")
-	exec(t, c, "CREATE TABLE cdc_router.publication_checks (slot text PRIMARY KEY); CREATE TABLE cdc_router.schema_version (version int)")
+	problem(t, c, Config{}, "lacks cdc_router.publication_checks, cdc_router.schema_version, cdc_router.routers", "run `cdc-router migrate`")
+	exec(t, c, "CREATE TABLE cdc_router.publication_checks (slot text PRIMARY KEY); CREATE TABLE cdc_router.schema_version (version int); "+
+		"CREATE TABLE cdc_router.routers (slot text)")
 	problem(t, c, Config{}, "cdc_router.quarantine predates this version", "run `cdc-router migrate`")
-	exec(t, c, "DROP TABLE cdc_router.publication_checks, cdc_router.schema_version")
+	exec(t, c, "DROP TABLE cdc_router.publication_checks, cdc_router.schema_version, cdc_router.routers")
 	for i := 0; i < 2; i++ {
 		if err := Apply(ctx, c, Config{}); err != nil {
 			t.Fatal(err)
@@ -188,6 +189,7 @@ func TestCheckNamesMissingGrants(t *testing.T) {
 		GRANT USAGE ON SEQUENCE cdc_router.quarantine_id_seq TO %[1]s;
 		GRANT SELECT, INSERT, UPDATE ON cdc_router.publication_checks TO %[1]s;
 		GRANT SELECT ON cdc_router.schema_version TO %[1]s;
+		GRANT SELECT, INSERT, UPDATE, DELETE ON cdc_router.routers TO %[1]s;
 		GRANT SELECT ON public.outbox TO %[1]s`
 	cases := []struct{ name, revoke, want string }{
 		{"router schema", `REVOKE USAGE ON SCHEMA cdc_router FROM %s`, `GRANT USAGE ON SCHEMA "cdc_router"`},
@@ -198,6 +200,7 @@ func TestCheckNamesMissingGrants(t *testing.T) {
 			`GRANT USAGE ON SEQUENCE "cdc_router"."quarantine_id_seq"`},
 		{"publication checks", `REVOKE UPDATE ON cdc_router.publication_checks FROM %s`,
 			`GRANT UPDATE ON "cdc_router"."publication_checks"`},
+		{"routers", `REVOKE DELETE ON cdc_router.routers FROM %s`, `GRANT DELETE ON "cdc_router"."routers"`},
 		{"outbox", `REVOKE SELECT ON public.outbox FROM %s`, `GRANT SELECT ON "public"."outbox"`},
 		{"outbox schema", `REVOKE USAGE ON SCHEMA public FROM PUBLIC%.0s`, `GRANT USAGE ON SCHEMA "public"`},
 	}
@@ -228,6 +231,7 @@ func TestCheckNamesMissingGrants(t *testing.T) {
 			`GRANT USAGE ON SEQUENCE "cdc_router"."quarantine_id_seq" TO `+role+`; `+
 			`GRANT SELECT, INSERT, UPDATE ON "cdc_router"."publication_checks" TO `+role+`; `+
 			`GRANT SELECT ON "cdc_router"."schema_version" TO `+role+`; `+
+			`GRANT SELECT, INSERT, UPDATE, DELETE ON "cdc_router"."routers" TO `+role+`; `+
 			`GRANT SELECT ON "public"."outbox" TO `+role+` as the owner`)
 		exec(t, c, "RESET ROLE; "+fix(t, msg, "run ", " as the owner")+"; SET ROLE "+role)
 		if err := Check(context.Background(), c, Config{}); err != nil {

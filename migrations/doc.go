@@ -23,6 +23,11 @@
 // older one naming migrate (TestSchemaVersionRefusesNewerAndOlder). 008 also adds the publication checks'
 // identities and gaps.
 //
+// 015 adds <schema>.routers, where each running router records what it runs with and how it is doing
+// (package registry), and grants on it to each role granted UPDATE on positions (read and write) or SELECT
+// (read), since the documented grants ON ALL TABLES ran before it existed; every run grants only what such
+// a role lacks there (TestRoutersGrantedToTheRolesOfPositions).
+//
 // The function <schema>.emit (007, table-less events as logical decoding messages) is created only with
 // Config.EmitFunction, with the key it signs with in <schema>.emit_keys. It guarantees, on every run
 // (TestEmitFunctionHardening): emit is SECURITY DEFINER with search_path pg_catalog, pg_temp and every call
