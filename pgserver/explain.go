@@ -21,7 +21,8 @@ func explainConnect(err error, host string) error {
 	if errors.As(err, &pgErr) {
 		switch pgErr.Code {
 		case "28P01":
-			return cdc.Fatalf("PostgreSQL refused the password for this user: check the credentials in --pg-url (CDC_ROUTER_PG_URL)")
+			return cdc.Fatalf("PostgreSQL refused the password (%s): check the user and password in --pg-url "+
+				"(CDC_ROUTER_PG_URL), and the authentication method pg_hba.conf gives this user", pgErr.Message)
 		case "28000":
 			if f := explainHBA(pgErr); f != nil {
 				return f

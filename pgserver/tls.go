@@ -11,6 +11,8 @@ import (
 	"os"
 	"strings"
 
+	"github.com/jackc/pgx/v5/pgconn"
+
 	"github.com/cdc-router/cdc-router/internal/cdc"
 )
 
@@ -133,7 +135,9 @@ func explainTLS(err error) error {
 		return cdc.Fatalf("PostgreSQL refused the TLS handshake (%v): it did not accept the client certificate that sslcert "+
 			"and sslkey in %s name (the CA that signed it must be in the server's ssl_ca_file, and the certificate must "+
 			"be valid now)", op.Err, pgWhere)
-	case strings.Contains(err.Error(), "server refused TLS connection"):
+	case strings.Contains(err.Error(), "server refused TLS connection") && !errors.As(err, new(*pgconn.PgError)):
+		// Without sslmode (prefer) pgx tries plain after the refusal; when that attempt got an answer from
+		// the server (a refused password, say), the answer is what to report, and explainConnect does.
 		return cdc.Fatalf("PostgreSQL does not accept TLS connections: set ssl = on in postgresql.conf (with ssl_cert_file "+
 			"and ssl_key_file) and reload it, or connect without sslmode=require/verify-ca/verify-full in %s", pgWhere)
 	}
