@@ -17,6 +17,8 @@ var (
 	ErrUnreachable = rabbitmq.ErrUnreachable
 	// ErrAccessRefused: the login, the vhost or a declaration was refused (403, 530).
 	ErrAccessRefused = rabbitmq.ErrAccessRefused
+	// ErrConnectionLimit: a vhost's or the user's max-connections is reached (530 NOT_ALLOWED); retried.
+	ErrConnectionLimit = rabbitmq.ErrConnectionLimit
 	// ErrExchangeMismatch: the exchange or the unroutable queue exists with other arguments (406 on the declare).
 	ErrExchangeMismatch = rabbitmq.ErrExchangeMismatch
 	// ErrClosed: the Router was closed by its owner.

@@ -61,8 +61,8 @@ type Router struct {
 // Dial connects to RabbitMQ with cfg (defaults applied), declares the topology, opens cfg.Lanes channels
 // in confirm mode and starts their goroutines. ctx bounds the connection and the declarations only.
 // Errors a user can cause (URL, refused connection, login, permissions, an exchange that exists with
-// other arguments) are one sentence naming the fix, matching ErrInvalidURL, ErrUnreachable,
-// ErrAccessRefused or ErrExchangeMismatch. A nil logger discards the log.
+// other arguments, a connection limit) are one sentence naming the fix, matching ErrInvalidURL,
+// ErrUnreachable, ErrAccessRefused, ErrConnectionLimit or ErrExchangeMismatch. A nil logger discards the log.
 // With several addresses in cfg.URL they are tried in order (see Dialer).
 func Dial(ctx context.Context, cfg Config, logger *slog.Logger) (*Router, error) {
 	r, _, err := dial(ctx, cfg, logger, 0, &sync.Map{})

@@ -105,6 +105,8 @@ func DialError(uri amqp.URI, err error) error {
 		return &Sentence{Kind: ErrAccessRefused, Text: fmt.Sprintf(
 			"RabbitMQ at %s refused the login of user %q (403 ACCESS_REFUSED): check the user name and password in the AMQP URL",
 			addr, uri.Username)}
+	case errors.As(err, &aerr) && aerr.Code == amqp.NotAllowed && strings.Contains(aerr.Reason, "connection limit"):
+		return connectionLimitError(addr, uri, aerr.Reason)
 	case errors.As(err, &aerr) && aerr.Code == amqp.NotAllowed:
 		return &Sentence{Kind: ErrAccessRefused, Text: fmt.Sprintf(
 			"RabbitMQ at %s refused user %q access to vhost %q (530 NOT_ALLOWED: %s): create the vhost or grant the user permissions on it "+
@@ -123,4 +125,18 @@ func DialError(uri amqp.URI, err error) error {
 	}
 	return &Sentence{Kind: ErrUnreachable, Cause: err, Text: fmt.Sprintf(
 		"cannot connect to RabbitMQ at %s (%v): check the AMQP URL and the broker's log", addr, err)}
+}
+
+// connectionLimitError is RabbitMQ's refusal of a connection over a vhost's or a user's max-connections:
+// "access to vhost 'v' refused for user 'u': connection limit (1) is reached" or "connection refused for
+// user 'u': user connection limit (0) is reached" (530 NOT_ALLOWED, as for a vhost the user may not use).
+// Connections that linger after a cut end it once the broker notices them gone, so it is retried.
+func connectionLimitError(addr string, uri amqp.URI, reason string) error {
+	raise := fmt.Sprintf(`raise the vhost's limit (rabbitmqctl set_vhost_limits -p %s '{"max-connections": N}')`, uri.Vhost)
+	if strings.Contains(reason, "user connection limit") {
+		raise = fmt.Sprintf(`raise the user's limit (rabbitmqctl set_user_limits %s '{"max-connections": N}')`, uri.Username)
+	}
+	return &Sentence{Kind: ErrConnectionLimit, Text: fmt.Sprintf("RabbitMQ at %s refused the connection because a "+
+		"connection limit is reached (530 %s): close stale connections (rabbitmqctl list_connections, close_connection) "+
+		"or %s", addr, reason, raise)}
 }

@@ -10,6 +10,10 @@ var (
 	ErrUnreachable = errors.New("RabbitMQ unreachable")
 	// ErrAccessRefused: RabbitMQ refused the login, the vhost or a declaration (403, 530).
 	ErrAccessRefused = errors.New("RabbitMQ access refused")
+	// ErrConnectionLimit: RabbitMQ refused the connection because a vhost's or the user's max-connections
+	// is reached (530 NOT_ALLOWED). Connections lingering after a cut end it in time, so it is retried; every
+	// node of a cluster answers the same.
+	ErrConnectionLimit = errors.New("RabbitMQ connection limit reached")
 	// ErrExchangeMismatch: an exchange or the unroutable queue already exists with other arguments
 	// (406 PRECONDITION_FAILED on the declare).
 	ErrExchangeMismatch = errors.New("exchange already exists with other arguments")
