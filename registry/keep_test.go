@@ -59,8 +59,12 @@ type roleState struct {
 	err  error
 }
 
-func (s *roleState) set(role string, err error) { s.mu.Lock(); s.role, s.err = role, err; s.mu.Unlock() }
-func (s *roleState) get() (string, error)       { s.mu.Lock(); defer s.mu.Unlock(); return s.role, s.err }
+func (s *roleState) set(role string, err error) {
+	s.mu.Lock()
+	s.role, s.err = role, err
+	s.mu.Unlock()
+}
+func (s *roleState) get() (string, error) { s.mu.Lock(); defer s.mu.Unlock(); return s.role, s.err }
 
 // until polls cond every 50 ms for up to d and fails the test with what when it never holds.
 func until(t *testing.T, d time.Duration, what string, cond func() bool) time.Duration {
