@@ -35,6 +35,10 @@ func (s *session) frame(f copyboth.Frame) error {
 		return s.notice(&m)
 	case 'c':
 		return caused(metrics.CausePostgres, errors.New("receive: PostgreSQL ended the replication stream (CopyDone), as it does when it shuts down"))
+	case 'C':
+		// A walsender that shuts down (a fast or smart stop) once all it sent was acknowledged sends
+		// CommandComplete without a CopyDone before it, and exits (WalSndDone).
+		return caused(metrics.CausePostgres, errors.New("receive: PostgreSQL ended the replication stream (CommandComplete), as its walsender does when PostgreSQL shuts down"))
 	}
 	return fmt.Errorf("unexpected message %q on the replication connection", f.Type)
 }
