@@ -76,8 +76,9 @@ type Stats struct {
 	state   string
 	since   time.Time
 	lastErr string
-	problem string // a condition that makes the router unready while it runs, e.g. the publication lost the outbox
-	spare   string // what would keep this router, standing by, from taking over (SetStandbyProblem)
+	errAt   time.Time // when lastErr was recorded
+	problem string    // a condition that makes the router unready while it runs, e.g. the publication lost the outbox
+	spare   string    // what would keep this router, standing by, from taking over (SetStandbyProblem)
 	slot    pgserver.SlotHealth
 	// waiting is what the router waits for while it is not streaming (a connection, the start-up checks, the
 	// slot's creation, the restart backoff), since waitingSince; empty while streaming, snapshotting or standing by.
@@ -224,6 +225,13 @@ func (s *Stats) State() (state string, since time.Time, lastErr string) {
 	return s.state, s.since, s.lastErr
 }
 
+// LastError is the error that caused the last restart and when it did; "" and the zero time before any.
+func (s *Stats) LastError() (string, time.Time) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.lastErr, s.errAt
+}
+
 // Slot is the slot's health as last read from pg_replication_slots (zero Checked before the first read).
 func (s *Stats) Slot() pgserver.SlotHealth {
 	s.mu.Lock()
@@ -248,7 +256,7 @@ func (s *Stats) SetState(state string, err error) {
 		s.pgWait.Store(nil)
 	}
 	if err != nil {
-		s.lastErr = err.Error()
+		s.lastErr, s.errAt = err.Error(), time.Now()
 	}
 	if state == StateStandby {
 		s.slot = pgserver.SlotHealth{} // the active router reports the slot; a spare would report it twice

@@ -30,12 +30,18 @@ type health struct {
 	LagSeconds        float64 `json:"lag_seconds"`
 	SnapshotRowsDone  int64   `json:"snapshot_rows_done,omitempty"`
 	SnapshotRowsTotal int64   `json:"snapshot_rows_total,omitempty"`
-	LastError         string  `json:"last_error,omitempty"`
+	LastError         string  `json:"last_error,omitempty"`        // the error of the restart under way
+	PreviousError     string  `json:"previous_error,omitempty"`    // the last restart's, once the router works again
+	PreviousErrorAt   string  `json:"previous_error_at,omitempty"` // when it happened
 	Problem           string  `json:"problem,omitempty"`
 }
 
+// healthOf is the body of /healthz and /readyz. The error of the last restart is last_error until the
+// router streams, copies or stands by again; from then on it is previous_error, with its time, so that a
+// router that recovered does not read as failing.
 func healthOf(s *metrics.Stats, slotProblem string) health {
-	state, since, lastErr := s.State()
+	state, since, _ := s.State()
+	lastErr, errAt := s.LastError()
 	done, total := s.Snapshot()
 	problem := s.Problem()
 	if problem == "" {
@@ -50,9 +56,16 @@ func healthOf(s *metrics.Stats, slotProblem string) health {
 	if problem == "" {
 		problem = s.Waiting() // starting or restarting: what it waits for
 	}
-	return health{State: state, Since: since.UTC().Format(time.RFC3339), AcknowledgedLSN: s.Acknowledged().String(),
+	h := health{State: state, Since: since.UTC().Format(time.RFC3339), AcknowledgedLSN: s.Acknowledged().String(),
 		Published: s.Published(), Quarantined: s.Quarantined(), Restarts: s.Restarts(), LagSeconds: s.Lag().Seconds(),
 		SnapshotRowsDone: done, SnapshotRowsTotal: total, LastError: lastErr, Problem: problem}
+	switch state {
+	case metrics.StateStreaming, metrics.StateSnapshot, metrics.StateStandby:
+		if lastErr != "" {
+			h.LastError, h.PreviousError, h.PreviousErrorAt = "", lastErr, errAt.UTC().Format(time.RFC3339)
+		}
+	}
+	return h
 }
 
 // slotProblem is what makes the slot's health a reason to be unready: the slot is invalidated, or its

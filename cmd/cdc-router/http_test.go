@@ -1,6 +1,9 @@
 package main
 
 import (
+	"encoding/json"
+	"errors"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -99,5 +102,39 @@ func TestReadyzWhileRabbitMQConfirmsNothing(t *testing.T) {
 	}
 	if p := brokerProblem(nil)(); p != "" {
 		t.Errorf("without route metrics: %q", p)
+	}
+}
+
+// TestReadyzShowsAPastErrorAsPast: the error of a restart is last_error while the router restarts; once it
+// streams (or copies, or stands by) again it is previous_error, with previous_error_at, and last_error is
+// gone, so that a router that recovered minutes ago does not read as failing now.
+func TestReadyzShowsAPastErrorAsPast(t *testing.T) {
+	s := &metrics.Stats{}
+	h := handler(s, prometheus.NewRegistry(), -1, nil)
+	body := func() map[string]any {
+		t.Helper()
+		_, b := readyz(h)
+		var m map[string]any
+		if err := json.Unmarshal([]byte(b), &m); err != nil {
+			t.Fatalf("/readyz body %s: %v", b, err)
+		}
+		return m
+	}
+	s.SetState(metrics.StateStreaming, nil)
+	if m := body(); m["last_error"] != nil || m["previous_error"] != nil || m["previous_error_at"] != nil {
+		t.Errorf("never failed: %v, want no error fields", m)
+	}
+	before := time.Now().Add(-time.Second)
+	s.SetState(metrics.StateRestarting, errors.New("receive: unexpected EOF"))
+	if m := body(); m["last_error"] != "receive: unexpected EOF" || m["previous_error"] != nil {
+		t.Errorf("restarting: %v, want last_error and no previous_error", m)
+	}
+	for _, state := range []string{metrics.StateStreaming, metrics.StateSnapshot, metrics.StateStandby} {
+		s.SetState(state, nil)
+		m := body()
+		at, err := time.Parse(time.RFC3339, fmt.Sprint(m["previous_error_at"]))
+		if m["last_error"] != nil || m["previous_error"] != "receive: unexpected EOF" || err != nil || at.Before(before) || at.After(time.Now()) {
+			t.Errorf("%s again: %v, want previous_error and previous_error_at (RFC 3339, the restart's time), no last_error", state, m)
+		}
 	}
 }
