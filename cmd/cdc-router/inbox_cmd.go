@@ -56,7 +56,7 @@ func runInbox(ctx context.Context, args []string, env func(string) string, stdou
 	if !ok {
 		return usageError{fmt.Errorf("unknown subcommand %q\n\n%s", args[0], inboxUsage)}
 	}
-	s := newSettings("inbox "+args[0], env, stderr)
+	s := newFileless("inbox "+args[0], env, stderr)
 	f := inboxFlags{
 		url:      s.String("pg-url", "", "PostgreSQL URL of the projection's database, which holds its inbox tables"),
 		schema:   s.String("inbox-schema", inbox.DefaultSchema, "schema of the inbox tables (inbox.Config.Schema)"),

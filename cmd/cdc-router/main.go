@@ -23,25 +23,29 @@ type command struct {
 	name  string
 	brief string
 	run   func(ctx context.Context, args []string, env func(string) string, stdout, stderr io.Writer) error
+	subs  []string // the subcommands, each with flags of its own
 }
 
 func commands() []command {
 	return []command{
-		{"migrate", "create the outbox table, the router's schema and the publication (idempotent)", runMigrate},
-		{"run", "stream outbox inserts to RabbitMQ until SIGINT/SIGTERM", runRun},
-		{"status", "show the slot, its lag, the stored position and quarantined rows; whether a stopped router's slot is caught up", runStatus},
-		{"backfill", "publish retained outbox rows again (x-backfill: true) while run keeps streaming", runBackfill},
-		{"reset", "forget the stored position and drop the slot, to start over after a refusal", runReset},
-		{"jobs", "list the snapshot and backfill jobs, or remove finished, failed or interrupted backfills", runJobs},
-		{"quarantine", "list, show, replay, discard or purge quarantined rows", runQuarantine},
-		{"inbox", "list a consumer's failed and parked events, or have its running Runner retry or resolve them", runInbox},
-		{"version", "print the version", runVersion},
+		{"migrate", "create the outbox table, the router's schema and the publication (idempotent)", runMigrate, nil},
+		{"run", "stream outbox inserts to RabbitMQ until SIGINT/SIGTERM", runRun, nil},
+		{"status", "show the slot, its lag, the stored position and quarantined rows; whether a stopped router's slot is caught up", runStatus, nil},
+		{"backfill", "publish retained outbox rows again (x-backfill: true) while run keeps streaming", runBackfill, nil},
+		{"reset", "forget the stored position and drop the slot, to start over after a refusal", runReset, nil},
+		{"jobs", "list the snapshot and backfill jobs, or remove finished, failed or interrupted backfills", runJobs, []string{"list", "remove"}},
+		{"quarantine", "list, show, replay, discard or purge quarantined rows", runQuarantine,
+			[]string{"list", "show", "replay", "discard", "purge"}},
+		{"inbox", "list a consumer's failed and parked events, or have its running Runner retry or resolve them", runInbox,
+			[]string{"list", "retry", "resolve"}},
+		{"config", "check a configuration file against the database and the broker, or list its keys", runConfig, []string{"check", "keys"}},
+		{"version", "print the version", runVersion, nil},
 	}
 }
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
-	code := cli(ctx, os.Args[1:], os.Getenv, os.Stdout, os.Stderr)
+	code := cliEnviron(ctx, os.Args[1:], os.Environ(), os.Stdout, os.Stderr)
 	stop()
 	os.Exit(code)
 }
@@ -85,15 +89,19 @@ func usage(w io.Writer) {
 	for _, c := range commands() {
 		fmt.Fprintf(w, "  %-8s %s\n", c.name, c.brief)
 	}
-	fmt.Fprintln(w, "\nEvery flag can also be set as a CDC_ROUTER_* environment variable; `cdc-router <command> --help` lists them.")
+	fmt.Fprintln(w, "\nEvery setting of run is a key of a configuration file (--config-file FILE, `cdc-router config keys`), a "+
+		"CDC_ROUTER_* environment variable and a flag, each overriding the one before; `cdc-router <command> --help` lists a command's flags.")
 }
 
 // usageError marks a bad command line (exit code 2).
 type usageError struct{ error }
 
-// helpRequest is --help: cli prints text to stdout and exits 0, so `cdc-router run --help | grep` works.
-// It unwraps to flag.ErrHelp.
-type helpRequest struct{ text string }
+// helpRequest is --help (and --print-config): cli prints text to stdout and exits 0, so `cdc-router run
+// --help | grep` works. It unwraps to flag.ErrHelp. flags are the names of the command's flags.
+type helpRequest struct {
+	text  string
+	flags []string
+}
 
 func (h helpRequest) Error() string { return flag.ErrHelp.Error() }
 func (h helpRequest) Unwrap() error { return flag.ErrHelp }
@@ -101,19 +109,46 @@ func (h helpRequest) Unwrap() error { return flag.ErrHelp }
 // newSettings makes a command's flag set. The flag package's own output (the flag list for --help, and the
 // flag list it adds to a parse error) is captured: parse returns the list for --help, and cli prints a parse
 // error as one line with a pointer to --help. stderr is kept for the commands' signature.
-func newSettings(name string, env func(string) string, _ io.Writer) *settings {
+func newSettings(name string, env func(string) string, stderr io.Writer) *settings {
+	s := newFileless(name, env, stderr)
+	s.fileKeys = runKeys
+	s.configFile = s.String("config-file", "", "read the settings from this YAML file, one key per setting of run (cdc-router config keys lists them); "+
+		"the environment and the command line override it")
+	s.print = s.Bool("print-config", false, "print the effective settings as a configuration file (passwords masked, each with where it came from) and exit")
+	return s
+}
+
+// newFileless makes the flag set of a command that reads no configuration file (inbox: its database is a
+// consumer's, not a router's).
+func newFileless(name string, env func(string) string, _ io.Writer) *settings {
 	fs := flag.NewFlagSet("cdc-router "+name, flag.ContinueOnError)
-	s := &settings{fs: fs, getenv: env, kinds: map[string]string{}}
+	s := &settings{fs: fs, getenv: env, kinds: map[string]string{}, lists: map[string]bool{}, sources: map[string]string{}}
 	fs.SetOutput(&s.flagOutput)
 	return s
+}
+
+// runKeys are the keys a configuration file may hold: run's flags.
+func runKeys() []string {
+	s := newSettings("run", func(string) string { return "" }, io.Discard)
+	addRunFlags(s)
+	var keys []string
+	s.fs.VisitAll(func(f *flag.Flag) {
+		if f.Name != "config-file" && f.Name != "print-config" {
+			keys = append(keys, f.Name)
+		}
+	})
+	return keys
 }
 
 func parse(s *settings, args []string) error {
 	if err := s.parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
-			return helpRequest{text: s.flagOutput.String()}
+			return helpRequest{text: s.flagOutput.String(), flags: s.names()}
 		}
 		return usageError{err}
+	}
+	if s.print != nil && *s.print {
+		return helpRequest{text: s.printConfig()}
 	}
 	return nil
 }
@@ -143,7 +178,7 @@ func durationText(_ []string, a slog.Attr) slog.Attr {
 }
 
 func runVersion(_ context.Context, args []string, env func(string) string, stdout, stderr io.Writer) error {
-	s := newSettings("version", env, stderr)
+	s := newFileless("version", env, stderr)
 	if err := parse(s, args); err != nil {
 		return err
 	}

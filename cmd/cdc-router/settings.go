@@ -6,19 +6,29 @@ import (
 	"flag"
 	"fmt"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
 )
 
-// settings binds flags that each have a CDC_ROUTER_* environment variable: a flag given on the command
-// line wins, then the environment, then the default. Only main reads the environment; getenv is passed in.
-// --help shows the built-in defaults, never a value from the environment (it may hold a password).
+// settings binds flags that each have a CDC_ROUTER_* environment variable and a key in a configuration
+// file (configfile.go). Precedence, lowest first: the default, the file, the environment, the command line.
+// Only main reads the environment; getenv is passed in. --help shows the built-in defaults, never a value
+// from the environment or the file (they may hold a password).
 type settings struct {
 	fs         *flag.FlagSet
 	getenv     func(string) string
 	kinds      map[string]string // flag name -> what a value must look like, for the environment's errors
+	lists      map[string]bool   // flags that take several values (List, Repeated)
 	flagOutput bytes.Buffer      // what the flag package prints: the flag list for --help
+	configFile *string           // --config-file
+	print      *bool             // --print-config
+	sources    map[string]string // flag name -> where its value came from (--print-config, the record)
+	file       *configFile       // the configuration file read, if any
+	// fileKeys are the keys a configuration file may hold (run's flags): a key this command does not take
+	// is left to run, one that is no key at all is refused.
+	fileKeys func() []string
 }
 
 func envName(flagName string) string {
@@ -48,7 +58,14 @@ func (s *settings) Duration(name string, def time.Duration, text string) *time.D
 	return s.fs.Duration(name, def, s.usage(name, text))
 }
 
-// parse parses args, then applies the environment to every flag the command line did not set.
+// Source values of settings.sources besides an environment variable's name.
+const (
+	sourceDefault = "default"
+	sourceFlag    = "command line"
+)
+
+// parse parses args, then applies the environment and then the configuration file to every flag the
+// command line did not set.
 func (s *settings) parse(args []string) error {
 	if err := s.fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -59,26 +76,87 @@ func (s *settings) parse(args []string) error {
 	if s.fs.NArg() > 0 {
 		return fmt.Errorf("unexpected argument %s: every setting is a --flag, e.g. --pg-url", redactArg(s.fs.Arg(0)))
 	}
-	given := map[string]bool{}
-	s.fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
+	s.fs.Visit(func(f *flag.Flag) { s.sources[f.Name] = sourceFlag })
 	var errs []string
 	s.fs.VisitAll(func(f *flag.Flag) {
 		v := s.getenv(envName(f.Name))
-		if given[f.Name] || v == "" {
+		if s.sources[f.Name] != "" || v == "" {
 			return
 		}
 		if err := s.fs.Set(f.Name, v); err != nil {
-			want := s.kinds[f.Name]
-			if want == "" {
-				want = "a valid value"
-			}
-			errs = append(errs, fmt.Sprintf("%s=%q is not %s (it sets --%s)", envName(f.Name), v, want, f.Name))
+			errs = append(errs, fmt.Sprintf("%s=%q is not %s (it sets --%s)", envName(f.Name), v, s.kind(f.Name), f.Name))
+			return
 		}
+		s.sources[f.Name] = envName(f.Name)
 	})
 	if len(errs) > 0 {
 		return fmt.Errorf("%s", strings.Join(errs, "; "))
 	}
+	if err := s.applyFile(); err != nil {
+		return err
+	}
+	s.fs.VisitAll(func(f *flag.Flag) {
+		if s.sources[f.Name] == "" {
+			s.sources[f.Name] = sourceDefault
+		}
+	})
 	return nil
+}
+
+func (s *settings) kind(name string) string {
+	if want := s.kinds[name]; want != "" {
+		return want
+	}
+	return "a valid value"
+}
+
+// applyFile reads the configuration file that --config-file names and sets each flag of this command that
+// neither the command line nor the environment set.
+func (s *settings) applyFile() error {
+	if s.configFile == nil || *s.configFile == "" {
+		return nil
+	}
+	f, err := readConfigFile(*s.configFile)
+	if err != nil {
+		return err
+	}
+	s.file = f
+	known := s.fileKeys()
+	for _, e := range f.entries {
+		at := fmt.Sprintf("configuration file %s, line %d", f.path, e.line)
+		if e.name == mappingFlag {
+			return fmt.Errorf("%s: the mapping files are listed under %s: in a configuration file (config: is --config's name on the command line)", at, mappingKey)
+		}
+		if e.key == "config-file" || e.key == "print-config" || !slices.Contains(known, e.key) {
+			return unknownKey(at, e.name, known)
+		}
+		fl := s.fs.Lookup(e.key)
+		if fl == nil || s.sources[e.key] != "" { // run's key, or set by the command line or the environment
+			continue
+		}
+		if e.list && !s.lists[e.key] {
+			return fmt.Errorf("%s: %s takes one value, not a list", at, e.name)
+		}
+		for _, v := range e.values {
+			if err := s.fs.Set(e.key, v); err != nil {
+				return fmt.Errorf("%s: %s: %q is not %s", at, e.name, v, s.kind(e.key))
+			}
+		}
+		s.sources[e.key] = "file " + f.path
+	}
+	return nil
+}
+
+// unknownKey refuses a configuration file's key that is no setting, naming the nearest one.
+func unknownKey(at, name string, known []string) error {
+	keys := make([]string, 0, len(known))
+	for _, k := range known {
+		keys = append(keys, fileKey(k))
+	}
+	if near, ok := nearest(name, keys); ok {
+		return fmt.Errorf("%s: %w %s: did you mean %s? (`cdc-router config keys` lists them)", at, errUnknownKey, name, near)
+	}
+	return fmt.Errorf("%s: %w %s (`cdc-router config keys` lists them)", at, errUnknownKey, name)
 }
 
 // redactArg quotes a stray command-line argument for an error message without the password a URL in it may
@@ -120,6 +198,7 @@ func (l *listValue) Set(v string) error {
 
 // List is a string flag that may be repeated, each repetition adding one more comma-separated item.
 func (s *settings) List(name, def, text string) *string {
+	s.lists[name] = true
 	v := def
 	s.fs.Var(&listValue{value: &v}, name, s.usage(name, text))
 	return &v
@@ -150,6 +229,7 @@ func (r *repeatedValue) Set(v string) error {
 // Repeated is a string flag that may be repeated, each repetition adding one item; def is the one item when
 // none is given (none when def is empty).
 func (s *settings) Repeated(name, def, text string) *[]string {
+	s.lists[name] = true
 	var items []string
 	if def != "" {
 		items = []string{def}
