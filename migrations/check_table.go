@@ -119,8 +119,13 @@ func checkTable(ctx context.Context, conn *pgx.Conn, cfg Config) error {
 		}
 	}
 	if len(bad) > 0 {
-		return problemf("the outbox table %s does not have the expected shape (%s): alter it to have the columns "+
-			"%s (`cdc-router migrate` creates such a table)", cfg.Table, strings.Join(bad, "; "), expectedColumns())
+		mapIt := ""
+		if _, ok := have["aggregate_type"]; !ok { // another shape (Debezium's: aggregatetype, aggregateid, type)
+			mapIt = "to read it as it is, run with --config FILE, a Java-properties file of Debezium's outbox router " +
+				"options naming its columns (docs/migrating-from-polling.md); or "
+		}
+		return problemf("the outbox table %s does not have the expected shape (%s): %salter it to have the columns "+
+			"%s (`cdc-router migrate` creates such a table)", cfg.Table, strings.Join(bad, "; "), mapIt, expectedColumns())
 	}
 	part, err := readPartitionKey(ctx, conn, table)
 	if err != nil {
