@@ -28,6 +28,14 @@
 // named and the others go on. `quarantine show` says what a minimal record lacks
 // (TestQuarantineRecordSaysWhatIsMissing).
 //
+// `cdc-router status` without a slot is Fleet: every pgoutput slot of the database merged with the records
+// the routers keep of themselves (package registry), each slot with its router's role (or stopped, not
+// heard from since, no record), its processes, the configuration its router runs with, its lag,
+// quarantine and unfinished snapshots, records whose slot no longer exists, and the settings in which two
+// live processes of one slot differ (TestFleetShowsEverySlotAndRecord); its JSON has its own
+// FleetSchemaVersion, with the conventions of status --json. It counts no pending events (that needs a
+// peek of each slot: status of one slot does it).
+//
 // It reads and writes over an ordinary connection only, never the replication connection, and never runs
 // the stream.
 package admin
