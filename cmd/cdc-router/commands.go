@@ -204,6 +204,13 @@ func runMigrate(ctx context.Context, args []string, env func(string) string, std
 			return err
 		}
 		fmt.Fprintf(stdout, "migrated: table %s, publication %s, schema %s\n", pg.table(), *pg.publication, *pg.schema)
+		warning, err := migrations.WALLevelWarning(ctx, conn)
+		if err != nil {
+			return err
+		}
+		if warning != "" {
+			fmt.Fprintf(stderr, "cdc-router migrate: warning: %s\n", warning)
+		}
 		if *partitioned {
 			fmt.Fprintf(stdout, "partitioned: %s by occurred_at, one partition per %s up to %d ahead, and a default partition\n",
 				pg.table(), *interval, *ahead)
