@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -15,6 +17,7 @@ import (
 	"github.com/cdc-router/cdc-router/migrations"
 	"github.com/cdc-router/cdc-router/pgserver"
 	"github.com/cdc-router/cdc-router/pubcheck"
+	"github.com/cdc-router/cdc-router/registry"
 	"github.com/cdc-router/cdc-router/route"
 	"github.com/cdc-router/cdc-router/snapshot"
 )
@@ -40,19 +43,8 @@ func runBackfill(ctx context.Context, args []string, env func(string) string, st
 	if err := pg.oneTable("backfill"); err != nil {
 		return err
 	}
-	var mappings map[string]*decode.Mapping
-	if *mappingFile != "" {
-		var err error
-		if mappings, err = loadMappings([]string{*mappingFile}, *pg.tables, ""); err != nil {
-			return err
-		}
-	}
 	if *where == "" {
 		return usageError{fmt.Errorf("--where is required: say which rows to publish again (use --where true for all)")}
-	}
-	if *name == "" {
-		sum := sha256.Sum256([]byte(*where + "\x00" + *broker.exchange))
-		*name = hex.EncodeToString(sum[:6])
 	}
 	log, err := broker.logger(stderr)
 	if err != nil {
@@ -71,6 +63,14 @@ func runBackfill(ctx context.Context, args []string, env func(string) string, st
 	defer closeWithin(state, time.Second)
 	if err := migrations.CheckSchemaVersion(ctx, state, *pg.schema); err != nil {
 		return err
+	}
+	mappings, err := backfillRouter(ctx, state, pg, broker, *mappingFile)
+	if err != nil {
+		return err
+	}
+	if *name == "" {
+		sum := sha256.Sum256([]byte(*where + "\x00" + *broker.exchange))
+		*name = hex.EncodeToString(sum[:6])
 	}
 	rcfg := broker.route("cdc-router backfill")
 	count := func(p snapshot.Publisher) snapshot.Publisher { return p }
@@ -130,6 +130,45 @@ func runBackfill(ctx context.Context, args []string, env func(string) string, st
 		fmt.Fprintf(stdout, "the publication gap of %s recorded for slot %s is backfilled: its router starts again\n", pg.table(), slot)
 	}
 	return nil
+}
+
+// backfillRouter takes the slot, the table, its mapping and the exchange from the record of the router
+// that reads the table (fromRecord), each unless given; the --config file, when given, maps the table.
+func backfillRouter(ctx context.Context, conn *pgx.Conn, pg pgFlags, broker brokerFlags, mappingFile string) (map[string]*decode.Mapping, error) {
+	recs, err := registry.List(ctx, conn, *pg.schema)
+	if err != nil {
+		return nil, err
+	}
+	if pg.set.sources["slot"] == sourceDefault && pg.set.sources["table"] != sourceDefault {
+		var reading []registry.Record // the routers that read the table named
+		for _, r := range recs {
+			if slices.ContainsFunc(r.Tables, func(t string) bool { return decode.QualifiedTable(t) == decode.QualifiedTable(pg.table()) }) {
+				reading = append(reading, r)
+			}
+		}
+		recs = reading
+	}
+	if err := slotOf(pg.set, pg.slot, recs); err != nil {
+		return nil, err
+	}
+	rec, ok, err := fromRecord(ctx, conn, pg.set, *pg.schema, *pg.slot, recorded{"exchange", broker.exchange, nil, exchangeOf})
+	if err != nil {
+		return nil, err
+	}
+	if ok && pg.set.sources["table"] == sourceDefault {
+		if len(rec.Tables) > 1 {
+			return nil, usageError{fmt.Errorf("the router of slot %s reads %s: name the table to backfill with --table",
+				rec.Slot, strings.Join(rec.Tables, ", "))}
+		}
+		*pg.tables = slices.Clone(rec.Tables)
+	}
+	if mappingFile != "" {
+		return loadMappings([]string{mappingFile}, *pg.tables, "")
+	}
+	if !ok {
+		return nil, nil
+	}
+	return recordedMappings(rec)
 }
 
 // closeWithin closes conn, waiting at most d for the server to take the goodbye.

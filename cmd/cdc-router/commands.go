@@ -19,11 +19,9 @@ import (
 	"github.com/cdc-router/cdc-router/decode/mapping"
 	"github.com/cdc-router/cdc-router/inbox"
 	"github.com/cdc-router/cdc-router/internal/cdc"
-	"github.com/cdc-router/cdc-router/metrics"
 	"github.com/cdc-router/cdc-router/migrations"
 	"github.com/cdc-router/cdc-router/pgserver"
-	"github.com/cdc-router/cdc-router/pubcheck"
-	"github.com/cdc-router/cdc-router/replication"
+	"github.com/cdc-router/cdc-router/registry"
 	"github.com/cdc-router/cdc-router/route"
 	"github.com/cdc-router/cdc-router/route/message"
 )
@@ -32,6 +30,7 @@ import (
 type pgFlags struct {
 	url, slot, publication, schema *string
 	tables                         *[]string // --table, each occurrence one table
+	set                            *settings // where each came from (fromRecord)
 }
 
 func addPGFlags(s *settings) pgFlags {
@@ -41,6 +40,7 @@ func addPGFlags(s *settings) pgFlags {
 		publication: s.String("publication", "cdc_router_outbox", "publication of the outbox table"),
 		tables:      s.Repeated("table", "public.outbox", "outbox table, schema.table; run reads several, the flag repeated (one publication, events in commit order across them)"),
 		schema:      s.String("schema", "cdc_router", "schema of the router's own tables"),
+		set:         s,
 	}
 }
 
@@ -259,6 +259,29 @@ func runMigrate(ctx context.Context, args []string, env func(string) string, std
 	})
 }
 
+// router settles the slot an operator command works on (slotOf, the shard of --shard) and takes the
+// publication and the settings of fill from its router's record (fromRecord).
+// With shard (--shard), the slot is that shard's, and the shards found are nil; without, they are the
+// database's shards.
+func (pg pgFlags) router(ctx context.Context, conn *pgx.Conn, shard string, fill ...recorded) (*admin.Shard, []admin.Shard, error) {
+	recs, err := registry.List(ctx, conn, *pg.schema)
+	if err != nil {
+		return nil, nil, err
+	}
+	if shard == "" {
+		if err := slotOf(pg.set, pg.slot, recs); err != nil {
+			return nil, nil, err
+		}
+	}
+	sh, found, err := resolveShard(ctx, conn, pg, shard)
+	if err != nil {
+		return nil, nil, err
+	}
+	fill = append(fill, recorded{"publication", pg.publication, nil, publicationOf})
+	_, _, err = fromRecord(ctx, conn, pg.set, *pg.schema, *pg.slot, fill...)
+	return sh, found, err
+}
+
 // shardFlag is the --shard of status and reset: I/N as run takes it, or I alone when one count of shards exists.
 const shardFlag = "I/N or I: the shard I of N (migrate --shards N), whose slot is <slot>_shard_I_of_N and publication <publication>_shard_I_of_N, as run --shard I/N; I alone when the database has one count of shards"
 
@@ -286,7 +309,10 @@ func runStatus(ctx context.Context, args []string, env func(string) string, stdo
 		shardValue = s.String("shard", "", shardFlag+"; without it, status lists the shards after the unsharded slot's report")
 	}
 	return withConn(ctx, "status", args, env, stderr, flags, func(conn *pgx.Conn, pg pgFlags) error {
-		shard, found, err := resolveShard(ctx, conn, pg, *shardValue)
+		if listed, err := statusOfFleet(ctx, conn, pg, *shardValue, *asJSON, stdout); listed || err != nil {
+			return err
+		}
+		shard, found, err := pg.router(ctx, conn, *shardValue, recorded{"message-prefix", messagePrefix, nil, messagePrefixOf})
 		if err != nil {
 			return err
 		}
@@ -322,10 +348,8 @@ func runReset(ctx context.Context, args []string, env func(string) string, stdou
 		peekTimeout = s.Duration("peek-timeout", admin.DefaultPeekTimeout, "bound on the time spent counting the slot's unpublished events")
 	}
 	return withConn(ctx, "reset", args, env, stderr, flags, func(conn *pgx.Conn, pg pgFlags) error {
-		if *shard != "" {
-			if _, _, err := resolveShard(ctx, conn, pg, *shard); err != nil {
-				return err
-			}
+		if _, _, err := pg.router(ctx, conn, *shard, recorded{"message-prefix", messagePrefix, nil, messagePrefixOf}); err != nil {
+			return err
 		}
 		dropped, err := admin.Reset(ctx, conn, *pg.slot, *pg.schema, admin.ResetOptions{Publication: *pg.publication,
 			MessagePrefix: *messagePrefix, Force: *force, PeekLimit: *peekLimit, PeekTimeout: *peekTimeout})
@@ -342,140 +366,6 @@ func runReset(ctx context.Context, args []string, env func(string) string, stdou
 			"creates a new slot\n", *pg.slot)
 		return nil
 	})
-}
-
-func runRun(ctx context.Context, args []string, env func(string) string, stdout, stderr io.Writer) error {
-	s := newSettings("run", env, stderr)
-	pg := addPGFlags(s)
-	broker := addBrokerFlags(s)
-	lanes := s.Int("lanes", route.DefaultLanes, "confirm-mode channels; an aggregate always uses the same one")
-	window := s.Int("window", route.DefaultWindow, "unconfirmed messages allowed per channel")
-	aggWindow := s.Int("aggregate-window", route.DefaultAggregateWindow, "unconfirmed events allowed per aggregate: 1 keeps an aggregate's first deliveries in commit order even when the broker refuses one (a nack, a return); more pipelines a hot aggregate (faster bulk runs of one aggregate), at the cost that after a refusal up to N-1 later events of it may arrive before the refused one (see docs/operations.md, Hot aggregates)")
-	confirmTimeout := s.Duration("confirm-timeout", route.DefaultConfirmTimeout, "a message unconfirmed for this long restarts the stream from the acknowledged position (raise it if broker alarms last longer)")
-	snap := s.String("snapshot", "initial", "initial: a new slot first publishes the rows already in the table, read in the slot's own snapshot; never: stream only")
-	snapWhere := s.String("snapshot-where", "", "SQL predicate restricting the initial snapshot, e.g. \"published_at IS NULL\" when taking over from a polling publisher")
-	shutdown := s.Duration("shutdown-timeout", 30*time.Second, "bound on the whole stop: finishing the open transaction and waiting for confirms (also those of the initial snapshot, whose progress is stored within it) and any wait on PostgreSQL")
-	pgTimeout := s.Duration("pg-timeout", pgserver.DefaultPGTimeout, "bound on waiting for a PostgreSQL that accepts TCP but does not answer: each connection attempt (a shorter connect_timeout in --pg-url wins), the start-up checks, and the stream's silence (after half of it a status update asks for a reply); then the router restarts (cause postgres)")
-	httpAddr := s.String("http-addr", "", "serve /healthz, /readyz and /metrics on this address, e.g. :8080 (off when empty)")
-	progress := s.Duration("progress-interval", metrics.DefaultProgressInterval, "how often to log, at info level, how many events were published and quarantined since the last such line (nothing when nothing moved)")
-	pubCheck := s.Duration("publication-check-interval", pubcheck.DefaultPublicationCheckInterval, "how often to re-check that the publication still carries the outbox table's inserts")
-	failoverSlot := s.Bool("failover-slot", false, "create the slot with FAILOVER (PostgreSQL 17+; enabled on an existing slot too) so that a standby with sync_replication_slots = on keeps it and the router continues on the promoted standby; list every server in --pg-url with target_session_attrs=primary")
-	minSafeWAL := s.Int("min-safe-wal-bytes", 0, "/readyz fails while the slot's safe_wal_size (WAL left before PostgreSQL invalidates it) is below this many bytes; 0: a tenth of max_slot_wal_keep_size; -1: off")
-	shard := s.String("shard", "", "i/N: run as shard i (0 to N-1) of N, with the publication <publication>_shard_i_of_N that migrate --shards N created and the slot <slot>_shard_i_of_N (PostgreSQL 15+)")
-	messagePrefix := s.String("message-prefix", "", "also publish the events that transactions emit with pg_logical_emit_message(true, <this prefix>, <envelope>), e.g. cdc-router.outbox (PostgreSQL 14+; off when empty; see docs/producers.md)")
-	mappingFiles := s.Repeated("config", "", "read the outbox table in another shape: a Java-properties file with Debezium's outbox router options (table.field.event.id, route.by.field, ...) and amqp.* options; with several --table, one file per mapped table, the flag repeated, each naming its table with table=schema.table; see docs/migrating-from-polling.md (off when empty: the native shape)")
-	onDrift := s.String("on-drift", "refuse", "when the outbox table's shape changes under the stream, or another table's rows arrive: refuse (stop before the first affected row) or quarantine (quarantine those rows and go on)")
-	if err := parse(s, args); err != nil {
-		return err
-	}
-	if err := requireURL(pg); err != nil {
-		return err
-	}
-	if *shard != "" && *messagePrefix != "" {
-		return usageError{fmt.Errorf("--message-prefix cannot be combined with --shard: PostgreSQL sends every logical " +
-			"decoding message to every shard's slot (row filters do not apply to messages), so each shard's router would " +
-			"publish every emitted event; with shards, write the events as outbox rows")}
-	}
-	if *shard != "" {
-		i, n, err := migrations.ParseShard(*shard)
-		if err != nil {
-			return usageError{err}
-		}
-		*pg.publication, *pg.slot = migrations.ShardPublication(*pg.publication, i, n), migrations.ShardSlot(*pg.slot, i, n)
-		// The initial snapshot reads the table, not the publication: it takes the shard's rows only.
-		*snapWhere = migrations.ShardSnapshotWhere(*snapWhere, i, n)
-	} else if i, n, ok := migrations.ShardOf(*pg.publication); ok {
-		return usageError{fmt.Errorf("--publication %s is the publication of shard %d of %d, and without --shard this router "+
-			"would publish only that shard's events: run with --shard %d/%d and --publication set to the base name "+
-			"(the default cdc_router_outbox), or point --publication at the unfiltered publication", *pg.publication, i, n, i, n)}
-	}
-	tables := *pg.tables
-	mappings, err := loadMappings(*mappingFiles, tables, *shard)
-	if err != nil {
-		return err
-	}
-	if len(tables) > 1 && *shard != "" {
-		return usageError{fmt.Errorf("--table names %d tables, which cannot be combined with --shard: a shard's "+
-			"publication filters one table; run one router per table", len(tables))}
-	}
-	log, err := broker.logger(stderr)
-	if err != nil {
-		return err
-	}
-	broker.limitMemory(env)
-	stats := &metrics.Stats{}
-	reg, routeMetrics, err := newRegistry(stats)
-	if err != nil {
-		return err
-	}
-	if *httpAddr != "" {
-		if err := serveHTTP(ctx, *httpAddr, handler(stats, reg, int64(*minSafeWAL), brokerProblem(routeMetrics)), "/healthz, /readyz and /metrics", log); err != nil {
-			return usageError{err}
-		}
-	}
-	// route.Config takes 0 for its default; on the command line 0 is outside the documented range.
-	for _, f := range []struct {
-		name  string
-		value int
-	}{{"lanes", *lanes}, {"window", *window}, {"aggregate-window", *aggWindow}} {
-		if f.value < 1 {
-			return usageError{fmt.Errorf("--%s %d (%s): use 1 or more", f.name, f.value, envName(f.name))}
-		}
-	}
-	if err := amqpTLSFiles(*broker.amqpURL); err != nil {
-		return err
-	}
-	rcfg := broker.route("cdc-router")
-	rcfg.Lanes, rcfg.Window, rcfg.ConfirmTimeout, rcfg.AggregateWindow = *lanes, *window, *confirmTimeout, *aggWindow
-	rcfg.Metrics = routeMetrics
-	if err := rcfg.Validate(); err != nil {
-		return usageError{err}
-	}
-	cfg := replication.Config{PGURL: *pg.url, Slot: *pg.slot, Publication: *pg.publication, Table: tables[0],
-		Schema: *pg.schema, ShutdownTimeout: *shutdown, Snapshot: *snap, SnapshotWhere: *snapWhere, Progress: terminal(stderr),
-		Decode: broker.decode(tables[0])}
-	cfg.Decode.OnDrift = *onDrift
-	cfg.Decode.MessagePrefix = *messagePrefix
-	cfg.Decode.Mapping = mappings[decode.QualifiedTable(tables[0])]
-	for _, t := range tables[1:] {
-		cfg.Decode.MoreTables = append(cfg.Decode.MoreTables, decode.Outbox{Table: t, Mapping: mappings[decode.QualifiedTable(t)]})
-	}
-	cfg.PublicationCheckInterval = *pubCheck
-	cfg.ProgressInterval = *progress
-	cfg.FailoverSlot = *failoverSlot
-	cfg.RefusalRetry = *broker.refusalRetry
-	cfg.PGTimeout = *pgTimeout
-	dialer := route.NewDialer(rcfg, log)
-	dial := func(ctx context.Context) (replication.Publisher, error) {
-		r, err := dialer.Dial(ctx)
-		if err != nil {
-			return nil, brokerError(err)
-		}
-		return r, nil
-	}
-	cfg.StandbyProbe = func(ctx context.Context) error { // a standby shows a broker it could not publish to
-		if err := dialer.Probe(ctx); err != nil {
-			return brokerError(err)
-		}
-		return nil
-	}
-	if err := cfg.WithDefaults().Validate(); err != nil {
-		return usageError{err}
-	}
-	toExchange, byTopic := destinations(tables, mappings, *messagePrefix)
-	log.Info("starting", append(append([]any{"version", version}, startAttrs(*broker.exchange, toExchange, byTopic)...),
-		"table", strings.Join(*pg.tables, ", "), "publication", *pg.publication, "slot", *pg.slot)...)
-	if !toExchange {
-		log.Info("no table publishes to --exchange: the events go to the exchanges their topics name (amqp.topic.target=exchange), "+
-			"each logged when first found; --exchange is still declared, for a topic that names it", "exchange", *broker.exchange)
-	}
-	err = replication.Run(ctx, cfg, dial, log, stats)
-	if err != nil {
-		// A refusal or a failure the router does not retry needs a human: one ERROR line for log-based
-		// alerts (cli prints the same reason as the exit message).
-		log.Error("exiting: the router does not retry this", "error", err)
-	}
-	return err
 }
 
 // loadMappings reads the --config files of run (or backfill) into the mapping of each table they name (by

@@ -200,13 +200,20 @@ func quarantineReplay(s *settings) func(context.Context, *pgx.Conn, opsFlags, []
 	broker := addBrokerFlags(s)
 	force := s.Bool("force", false, "replay a record that was handled before (replayed or discarded) once more")
 	timeout := s.Duration("confirm-timeout", route.DefaultConfirmTimeout, "how long to wait for RabbitMQ's confirm of each message")
-	mappingFiles := s.Repeated("config", "", "the --config file run reads a mapped table with (its table= line names the table, else --table); needed to replay a record of such a table, the flag repeated for several")
+	mappingFiles := s.Repeated("config", "", "the --config file run reads a mapped table with (its table= line names the table, else the records' table); by default the mapping that the records' router recorded, the flag repeated for several")
 	return func(ctx context.Context, conn *pgx.Conn, pg opsFlags, args []string, stdout, stderr io.Writer) error {
 		ids, err := recordIDs(args)
 		if err != nil {
 			return err
 		}
-		mappings := map[string]*decode.Mapping{}
+		table, err := replayRouters(ctx, conn, s, *pg.schema, ids, broker)
+		if err != nil {
+			return err
+		}
+		if s.sources["table"] == sourceDefault && table.table != "" {
+			*pg.table = table.table
+		}
+		mappings := table.mappings
 		for _, path := range *mappingFiles {
 			m, err := loadMapping(path, "")
 			if err != nil {
@@ -215,9 +222,6 @@ func quarantineReplay(s *settings) func(context.Context, *pgx.Conn, opsFlags, []
 			table := m.Table
 			if table == "" {
 				table = decode.QualifiedTable(*pg.table)
-			}
-			if _, dup := mappings[table]; dup {
-				return usageError{fmt.Errorf("--config %s maps table %s, which another --config maps too: keep one", path, table)}
 			}
 			mappings[table] = m
 		}
@@ -233,7 +237,7 @@ func quarantineReplay(s *settings) func(context.Context, *pgx.Conn, opsFlags, []
 		return admin.Replay{Records: quarantine.NewRecords(conn, *pg.schema), Read: read, Schema: *pg.schema, Table: *pg.table,
 			Decode: broker.decode, Mappings: mappings, Force: *force, Timeout: *timeout, RefusalRetry: *broker.refusalRetry,
 			Dial: func(ctx context.Context) (admin.ReplayPublisher, error) {
-				r, err := route.Dial(ctx, broker.route("cdc-router quarantine replay"), log)
+				r, err := route.Dial(ctx, broker.route(connectionName("cdc-router quarantine replay", table.slot)), log)
 				if err != nil {
 					return nil, err
 				}
