@@ -91,8 +91,16 @@ say "PostgreSQL: $pg_url"
 export CDC_ROUTER_PG_URL=$pg_url CDC_ROUTER_AMQP_URL=$amqp_url
 bin/cdc-router migrate || fail "cdc-router migrate failed"
 
-say "starting cdc-router run (log: $work/router.log)"
-setsid bin/cdc-router run >"$work/router.log" 2>&1 </dev/null &
+# The router's settings in a configuration file (docs/configuration.md); the URLs, which carry passwords,
+# stay in the environment, which overrides the file.
+cat >"$work/router.yaml" <<'YAML'
+slot: cdc_router
+publication: cdc_router_outbox
+table: [public.outbox]
+exchange: outbox
+YAML
+say "starting cdc-router run --config-file $work/router.yaml (log: $work/router.log)"
+setsid bin/cdc-router run --config-file "$work/router.yaml" >"$work/router.log" 2>&1 </dev/null &
 router_pid=$!
 for _ in $(seq 1 300); do
   grep -q 'msg=streaming' "$work/router.log" && break

@@ -7,6 +7,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"go.yaml.in/yaml/v3"
 )
 
 // writeFile writes text to name in a directory of the test's own and returns its path.
@@ -186,5 +188,27 @@ func TestConfigKeysListsEveryRunFlag(t *testing.T) {
 	}
 	if code != 0 || strings.Contains(stdout, "config-file") {
 		t.Errorf("exit %d:\n%s", code, stdout)
+	}
+}
+
+// The configuration docker-compose.yml hands the router is a file run reads.
+func TestComposeRouterConfigIsValid(t *testing.T) {
+	b, err := os.ReadFile(filepath.Join("..", "..", "docker-compose.yml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var compose struct {
+		Configs map[string]struct{ Content string } `yaml:"configs"`
+	}
+	if err := yaml.Unmarshal(b, &compose); err != nil {
+		t.Fatal(err)
+	}
+	content := compose.Configs["router-config"].Content
+	if !strings.Contains(content, "slot:") {
+		t.Fatalf("docker-compose.yml has no router-config with settings:\n%s", content)
+	}
+	path := writeFile(t, "router.yaml", content)
+	if _, stderr, code := runCLI(t, nil, "run", "--config-file", path, "--print-config"); code != 0 {
+		t.Errorf("docker-compose.yml's router-config: exit %d %s", code, stderr)
 	}
 }
