@@ -25,8 +25,8 @@
 //     replaying or discarding marks handled_at and handled_how, once (MarkHandled).
 //   - A replay uses the outbox row when it is still there, else the stored values only when none was cut or
 //     replaced (value_notes); both go through decode.MapRow. A record neither can turn into a valid event is
-//     refused with ErrNotReplayable and stays open. A replayed event carries HeaderReplayed,
-//     HeaderQuarantineID and HeaderReplayedFrom (the quarantine time) and is marked handled only after its
+//     refused with ErrNotReplayable and stays open. A replayed event is marked cdc.Event.Replayed (its
+//     message carries route/message's x-replayed, x-quarantine-id and the quarantine time) and is marked handled only after its
 //     positive confirm; a mapped one keeps the record's commit time (commit_time) as its timestamp.
 //   - A streamed record stores its transaction's commit time (commit_time; NULL for snapshot and backfill rows).
 //

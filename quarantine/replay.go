@@ -13,16 +13,6 @@ import (
 	"github.com/cdc-router/cdc-router/internal/cdc"
 )
 
-// The headers a replayed message carries besides the row's own (they win over user headers of the same name).
-const (
-	HeaderReplayed     = "x-replayed"      // bool true
-	HeaderQuarantineID = "x-quarantine-id" // int, the record's id
-	// HeaderReplayedFrom is the time the event was quarantined, in milliseconds since the Unix epoch (int):
-	// a consumer recognises a replay by it, and knows that later versions of the aggregate may have been
-	// delivered before it.
-	HeaderReplayedFrom = "x-replayed-from-quarantine"
-)
-
 // Sources of a replayed event.
 const (
 	FromOutbox = "the outbox table"
@@ -36,8 +26,8 @@ var ErrNotReplayable = errors.New("cannot be replayed")
 // ReplayEvent builds the event to publish again for rec. row is the outbox row with rec.EventID (as
 // snapshot.ReadRow returns it), nil when it is no longer there: then the stored values are used, but only
 // when none was cut or replaced (value_notes). Both go through decode.MapRow with cfg, as a backfill's rows
-// do. The event keeps the record's commit position and carries HeaderReplayed, HeaderQuarantineID and
-// HeaderReplayedFrom.
+// do. The event keeps the record's commit position and is marked Replayed (the message carries the replay
+// headers of route/message).
 func ReplayEvent(cfg decode.Config, rec Record, row map[string]*string) (ev cdc.Event, source string, err error) {
 	source = FromOutbox
 	if row == nil {
@@ -63,9 +53,7 @@ func ReplayEvent(cfg decode.Config, rec Record, row map[string]*string) (ev cdc.
 	if ev.CommitLSN == 0 {
 		ev.CommitLSN = rec.LSN
 	}
-	if ev.Headers, err = replayHeaders(ev.Headers, rec); err != nil {
-		return cdc.Event{}, source, err
-	}
+	ev.Replayed = &cdc.Replayed{RecordID: rec.ID, QuarantinedAt: rec.QuarantinedAt}
 	return ev, source, nil
 }
 
@@ -90,21 +78,6 @@ func storedValues(rec Record) (map[string]*string, error) {
 		return nil, fmt.Errorf("record %d: row_values is not a JSON object of texts: %w", rec.ID, err)
 	}
 	return values, nil
-}
-
-// replayHeaders adds HeaderReplayed, HeaderQuarantineID and HeaderReplayedFrom to the headers column's JSON
-// object (empty: none).
-func replayHeaders(headers []byte, rec Record) ([]byte, error) {
-	m := map[string]json.RawMessage{}
-	if len(strings.TrimSpace(string(headers))) > 0 {
-		if err := json.Unmarshal(headers, &m); err != nil || m == nil {
-			return nil, fmt.Errorf("headers is not a JSON object: %v", err)
-		}
-	}
-	m[HeaderReplayed] = json.RawMessage("true")
-	m[HeaderQuarantineID] = json.RawMessage(fmt.Sprint(rec.ID))
-	m[HeaderReplayedFrom] = json.RawMessage(fmt.Sprint(rec.QuarantinedAt.UnixMilli()))
-	return json.Marshal(m)
 }
 
 // Publisher takes an event to the broker and calls done after a positive confirm; route.Router satisfies it.
@@ -167,7 +140,7 @@ func MappedShape(rec Record) bool {
 // maps it, with the record's commit time where the mapping uses it (a table without a timestamp column:
 // the AMQP timestamp and timestamp_in_ms); a record that has none stored (one of a snapshot or backfill
 // row, or written before migration 011) falls back to its quarantine time. The event keeps the record's
-// commit position and carries HeaderReplayed, HeaderQuarantineID and HeaderReplayedFrom.
+// commit position and is marked Replayed.
 func ReplayMapped(mapper *decode.RowMapper, rec Record, row []*string) (ev cdc.Event, source string, err error) {
 	source = FromOutbox
 	if row == nil {
@@ -204,7 +177,6 @@ func ReplayMapped(mapper *decode.RowMapper, rec Record, row []*string) (ev cdc.E
 	if ev.CommitLSN == 0 {
 		ev.CommitLSN = rec.LSN
 	}
-	ev.Mapped.Headers = append(ev.Mapped.Headers, cdc.Header{Name: HeaderReplayed, Value: true},
-		cdc.Header{Name: HeaderQuarantineID, Value: rec.ID}, cdc.Header{Name: HeaderReplayedFrom, Value: rec.QuarantinedAt.UnixMilli()})
+	ev.Replayed = &cdc.Replayed{RecordID: rec.ID, QuarantinedAt: rec.QuarantinedAt}
 	return ev, source, nil
 }

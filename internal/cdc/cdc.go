@@ -78,6 +78,7 @@ type Event struct {
 	CommitTime       time.Time // commit time of that transaction for a streamed row (the primary's clock); zero for snapshot and backfill rows
 	Table            string    // schema-qualified outbox table of the row, set by the decoder; empty: the only --table
 	Backfill         bool      // read from the table by a snapshot or backfill, not from the stream
+	Replayed         *Replayed // published again by `cdc-router quarantine replay`; nil otherwise
 
 	// LSN is the WAL start of the insert that carried a streamed row (zero for snapshot and backfill rows),
 	// and Ordinal its index among the transaction's inserts that share that position (a COPY or a
@@ -90,6 +91,13 @@ type Event struct {
 	// the message is built from it, and of the fields above only ID, AggregateType (the raw routing value),
 	// AggregateID (the key), EventType, Payload, OccurredAt and the positions are set. Nil for the native shape.
 	Mapped *Mapped
+}
+
+// Replayed is the quarantine record an event is published again from: the router marks its message with
+// them (route/message's replay headers), never a row's own headers.
+type Replayed struct {
+	RecordID      int64     // the quarantine record's id
+	QuarantinedAt time.Time // when the event was quarantined
 }
 
 // Mapped is the AMQP side of an event computed by a column mapping: what the native shape derives from its

@@ -70,8 +70,8 @@ func check[V any](ev cdc.Event, user map[string]V, headersErr error) error {
 
 // reservedHeader reports whether RabbitMQ gives the header name k a meaning of its own on publish or in
 // later processing, and why a value from the outbox must not carry it. RabbitMQ compares header names
-// byte for byte, so "cc" or "Bcc" are ordinary headers. The router's own x-backfill is never a user
-// header (the router's value wins).
+// byte for byte, so "cc" or "Bcc" are ordinary headers. The router's own headers (the aggregate ones,
+// commit_lsn and OriginHeaders) are never a user header: the router's value wins, or the row's is dropped.
 func reservedHeader(k string) (string, bool) {
 	switch k {
 	case "CC", "BCC":

@@ -20,7 +20,37 @@ const (
 	HeaderSchemaVersion    = "schema_version"    // int32
 	HeaderCommitLSN        = "commit_lsn"        // string, PostgreSQL's text form
 	HeaderBackfill         = "x-backfill"        // bool true, only on backfilled events
+	HeaderReplayed         = "x-replayed"        // bool true, only on events quarantine replay published
+	HeaderQuarantineID     = "x-quarantine-id"   // int64, the replayed event's quarantine record
+	// HeaderReplayedFrom is the time a replayed event was quarantined, in milliseconds since the Unix epoch
+	// (int64): a consumer recognises a replay by it, and knows that later versions of the aggregate may
+	// have been delivered before it.
+	HeaderReplayedFrom = "x-replayed-from-quarantine"
 )
+
+// OriginHeaders are the headers that say where a message comes from (a backfill, a quarantine replay).
+// Only the router sets them: the same names in a row's own headers (the headers column, amqp.headers.json,
+// a mapping's header placements) are dropped, so that a writer cannot make an event look backfilled or
+// replayed.
+func OriginHeaders() []string {
+	return []string{HeaderBackfill, HeaderReplayed, HeaderQuarantineID, HeaderReplayedFrom}
+}
+
+// setOrigin replaces the origin headers of h with the event's own: x-backfill on a backfilled event, the
+// replay headers on a replayed one, none otherwise.
+func setOrigin(h amqp.Table, ev cdc.Event) {
+	for _, k := range OriginHeaders() {
+		delete(h, k)
+	}
+	if ev.Backfill {
+		h[HeaderBackfill] = true
+	}
+	if r := ev.Replayed; r != nil {
+		h[HeaderReplayed] = true
+		h[HeaderQuarantineID] = r.RecordID
+		h[HeaderReplayedFrom] = r.QuarantinedAt.UnixMilli()
+	}
+}
 
 // RoutingKey is the routing key of an event: "<aggregate_type>.<event_type>".
 func RoutingKey(ev cdc.Event) string { return ev.AggregateType + "." + ev.EventType }
@@ -68,11 +98,7 @@ func assemble(ev cdc.Event, h amqp.Table) (string, amqp.Publishing) {
 	h[HeaderAggregateVersion] = ev.AggregateVersion
 	h[HeaderSchemaVersion] = ev.SchemaVersion
 	h[HeaderCommitLSN] = ev.CommitLSN.String()
-	if ev.Backfill {
-		h[HeaderBackfill] = true
-	} else {
-		delete(h, HeaderBackfill)
-	}
+	setOrigin(h, ev)
 	return RoutingKey(ev), amqp.Publishing{
 		Headers:      h,
 		ContentType:  "application/json",

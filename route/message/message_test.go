@@ -259,3 +259,40 @@ func BenchmarkCheckAndBuild(b *testing.B) {
 		})
 	}
 }
+
+// A row cannot make its event look backfilled or replayed: the origin headers in its own headers (the
+// headers column, a mapping's JSON headers or placements) are dropped, and only the router sets them.
+func TestOriginHeadersAreTheRoutersOnly(t *testing.T) {
+	forged := `{"x-replayed": true, "x-quarantine-id": 5, "x-replayed-from-quarantine": 1, "x-backfill": true, "keep": "me"}`
+	at := time.Unix(1700000000, 0)
+	for _, c := range []struct {
+		name string
+		ev   cdc.Event
+		want amqp.Table // the origin headers present, with their values
+	}{
+		{"a streamed row", cdc.Event{ID: "1", AggregateType: "a", EventType: "e", Headers: []byte(forged)}, amqp.Table{}},
+		{"a backfilled row", cdc.Event{ID: "1", AggregateType: "a", EventType: "e", Headers: []byte(forged), Backfill: true},
+			amqp.Table{HeaderBackfill: true}},
+		{"a replayed row", cdc.Event{ID: "1", AggregateType: "a", EventType: "e", Headers: []byte(forged),
+			Replayed: &cdc.Replayed{RecordID: 9, QuarantinedAt: at}},
+			amqp.Table{HeaderReplayed: true, HeaderQuarantineID: int64(9), HeaderReplayedFrom: at.UnixMilli()}},
+		{"a mapped row", cdc.Event{ID: "1", Mapped: &cdc.Mapped{RoutingKey: "k", JSONHeaders: []byte(forged),
+			Headers: []cdc.Header{{Name: HeaderReplayed, Value: true}, {Name: HeaderQuarantineID, Value: int64(3)}}}}, amqp.Table{}},
+		{"a replayed mapped row", cdc.Event{ID: "1", Mapped: &cdc.Mapped{RoutingKey: "k", JSONHeaders: []byte(forged)},
+			Replayed: &cdc.Replayed{RecordID: 9, QuarantinedAt: at}},
+			amqp.Table{HeaderReplayed: true, HeaderQuarantineID: int64(9), HeaderReplayedFrom: at.UnixMilli()}},
+	} {
+		_, msg, err := Build(c.ev)
+		if err != nil {
+			t.Fatalf("%s: %v", c.name, err)
+		}
+		for _, k := range OriginHeaders() {
+			if got, want := msg.Headers[k], c.want[k]; got != want {
+				t.Errorf("%s: header %s = %#v, want %#v", c.name, k, got, want)
+			}
+		}
+		if msg.Headers["keep"] != "me" {
+			t.Errorf("%s: the row's own header keep was dropped: %v", c.name, msg.Headers)
+		}
+	}
+}
