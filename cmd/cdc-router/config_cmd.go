@@ -90,16 +90,21 @@ func configKeys(markdown bool) string {
 			return
 		}
 		meaning := strings.TrimSuffix(fl.Usage, " (env "+envName(fl.Name)+")")
-		def := fl.DefValue
-		if s.lists[fl.Name] {
-			def = "[" + def + "]"
+		def := "`" + fl.DefValue + "`"
+		switch {
+		case s.lists[fl.Name] && fl.DefValue == "":
+			def = "(none)"
+		case s.lists[fl.Name]:
+			def = "`[" + fl.DefValue + "]`"
+		case fl.DefValue == "":
+			def = "(none)"
 		}
 		if markdown {
-			fmt.Fprintf(&b, "| `%s` | `--%s` | `%s` | `%s` | %s |\n", fileKey(fl.Name), fl.Name, envName(fl.Name), def,
+			fmt.Fprintf(&b, "| `%s` | `--%s` | `%s` | %s | %s |\n", fileKey(fl.Name), fl.Name, envName(fl.Name), def,
 				strings.ReplaceAll(meaning, "|", "\\|"))
 			return
 		}
-		fmt.Fprintf(&b, "%s (--%s, %s; default %q)\n    %s\n", fileKey(fl.Name), fl.Name, envName(fl.Name), def, meaning)
+		fmt.Fprintf(&b, "%s (--%s, %s; default %s)\n    %s\n", fileKey(fl.Name), fl.Name, envName(fl.Name), strings.Trim(def, "`"), meaning)
 	})
 	return b.String()
 }

@@ -33,8 +33,9 @@ type recorded struct {
 	of    func(registry.Record) []string
 }
 
-// slotOf settles which slot a command works on when --slot was not given: the one slot the database's
-// records name, or the default when there is none; several are refused naming them. recs are the records.
+// slotOf settles which slot a command works on when --slot was not given: the one slot the records name,
+// or the default when there is none; several are refused naming them, also when the default is one of them
+// (a reset must not guess). recs are the records that could be meant.
 func slotOf(s *settings, slot *string, recs []registry.Record) error {
 	if s.sources["slot"] != sourceDefault {
 		return nil
@@ -48,7 +49,7 @@ func slotOf(s *settings, slot *string, recs []registry.Record) error {
 	switch {
 	case len(slots) == 1:
 		*slot = slots[0]
-	case len(slots) > 1 && !slices.Contains(slots, *slot):
+	case len(slots) > 1:
 		slices.Sort(slots)
 		return usageError{fmt.Errorf("this database has the routers of slots %s: name one with --slot "+
 			"(cdc-router status lists them)", strings.Join(slots, ", "))}
