@@ -208,7 +208,9 @@ func (g gap) command(cfg Config) string {
 	if cfg.Slot != "" && cfg.Slot != "cdc_router" { // not the default --slot
 		cmd += "--slot " + cfg.Slot + " "
 	}
-	if g.Table != tableKey(migrations.Config{}.Defaults().Table) {
+	// The table is named unless it is the only one and the default: a backfill takes its table from the
+	// record of a router of one table, and refuses to guess among several.
+	if g.Table != tableKey(migrations.Config{}.Defaults().Table) || len(cfg.Decode.MoreTables) > 0 {
 		cmd += "--table " + g.Table + " "
 	}
 	if decode.MappingFor(cfg.Decode, g.Table) != nil {

@@ -35,6 +35,9 @@ func TestGapBackfill(t *testing.T) {
 			`cdc-router backfill --slot orders_2 --where "occurred_at >= `},
 		{"the second of several", Config{Table: "public.outbox", Decode: decode.Config{MoreTables: []decode.Outbox{{Table: "b"}}}}, "b",
 			`cdc-router backfill --table public.b --where "occurred_at >= `},
+		// The default table among several is named too: the backfill refuses to choose among the record's tables.
+		{"the default of several", Config{Table: "public.outbox", Decode: decode.Config{MoreTables: []decode.Outbox{{Table: "b"}}}}, "outbox",
+			`cdc-router backfill --table public.outbox --where "occurred_at >= `},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			got := newGap(tc.cfg, tc.table, &from, "", to, "").command(tc.cfg)
