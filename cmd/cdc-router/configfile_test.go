@@ -212,3 +212,25 @@ func TestComposeRouterConfigIsValid(t *testing.T) {
 		t.Errorf("docker-compose.yml's router-config: exit %d %s", code, stderr)
 	}
 }
+
+// Each router's AMQP connection is named after its slot (a shard's slot names the shard), so that several
+// routers of one vhost can be told apart in rabbitmqctl list_connections.
+func TestConnectionNameCarriesTheSlot(t *testing.T) {
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--slot", "orders"}, "cdc-router orders"},
+		{[]string{"--slot", "orders", "--shard", "1/4"}, "cdc-router orders_shard_1_of_4"},
+	} {
+		s := newSettings("run", func(string) string { return "" }, nil)
+		f := addRunFlags(s)
+		if err := parse(s, append([]string{"--pg-url", "postgres://u@h/db"}, c.args...)); err != nil {
+			t.Fatal(err)
+		}
+		r, err := f.router(nil)
+		if err != nil || r.rcfg.ConnectionName != c.want {
+			t.Errorf("%v: connection name %q (%v), want %q", c.args, r.rcfg.ConnectionName, err, c.want)
+		}
+	}
+}
