@@ -4,19 +4,28 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 )
 
+// EmitKeyGrace is how long a key retired by `migrate --emit-function --retire-emit-keys` still verifies
+// (LoadEmitKeys returns it) after it stopped signing: an event it signed in a transaction that was open or
+// prepared at the retirement, or committed but not yet decoded, is published when it is decoded within it.
+// `migrate --emit-function` deletes the keys retired longer ago (sql/016_emit_key_retirement.sql).
+const EmitKeyGrace = 24 * time.Hour
+
 // LoadEmitKeys reads the keys <schema>.emit signs emitted messages with (sql/007_emit_function.sql), by key
-// id, for `run --message-prefix`: the router publishes only the messages they verify. A missing or empty
+// id, for `run --message-prefix`: the router publishes only the messages they verify. A key retired less than
+// EmitKeyGrace ago is among them, for verifying only (emit never signs with it). A missing or empty
 // table, or one the router's role cannot read, is a *Problem naming the fix, so that the router never runs
 // with a prefix whose events it could not tell from anyone else's.
 func LoadEmitKeys(ctx context.Context, conn *pgx.Conn, schema string) (map[uint32][]byte, error) {
 	table := pgx.Identifier{schema, "emit_keys"}.Sanitize()
 	keys := map[uint32][]byte{}
-	rows, _ := conn.Query(ctx, "SELECT key_id, key FROM "+table)
+	rows, _ := conn.Query(ctx, "SELECT key_id, key FROM "+table+
+		" WHERE retired_at IS NULL OR retired_at > now() - make_interval(secs => $1)", EmitKeyGrace.Seconds())
 	for rows.Next() {
 		var id int32
 		var key []byte
@@ -40,8 +49,10 @@ func LoadEmitKeys(ctx context.Context, conn *pgx.Conn, schema string) (map[uint3
 		return nil, fmt.Errorf("read %s: %w", table, err)
 	}
 	if len(keys) == 0 {
-		return nil, problemf("--message-prefix publishes only events signed by %s.emit, and %s holds no key: run "+
-			"`cdc-router migrate --emit-function`", pgx.Identifier{schema}.Sanitize(), table)
+		return nil, problemf("--message-prefix publishes only events signed by %s.emit, and %s holds no key this role "+
+			"may read: run `cdc-router migrate --emit-function`, and GRANT SELECT ON %s TO %s (as the schema's owner; "+
+			"its rows show only to the roles granted SELECT on it, not to pg_read_all_data)", pgx.Identifier{schema}.Sanitize(),
+			table, table, pgx.Identifier{conn.Config().User}.Sanitize())
 	}
 	return keys, nil
 }

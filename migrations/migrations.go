@@ -128,6 +128,7 @@ type vars struct {
 	EmitRoles                              []role // the roles granted EXECUTE on emit
 	RotateEmitKey                          bool   // add a new emit key
 	EmitKeyDelay                           string // how long after a rotation the new key signs, an SQL interval literal
+	EmitKeyGrace                           string // how long a retired key still verifies, an SQL interval literal
 	MessagePrefixLiteral                   string // the emit function's message prefix as an SQL string literal
 	// Dollar is the dollar-quote delimiter of DO bodies (write DO {{.Dollar}} ... {{.Dollar}}; never $$): $$
 	// unless a name holds it, then one no name holds, so a name can never end the body early.
@@ -177,6 +178,7 @@ func Statements(cfg Config) ([]string, error) {
 		MessagePrefixLiteral: literal(cfg.MessagePrefix),
 		RotateEmitKey:        cfg.RotateEmitKey,
 		EmitKeyDelay:         literal(fmt.Sprintf("%d seconds", int(EmitKeyDelay.Seconds()))),
+		EmitKeyGrace:         literal(fmt.Sprintf("%d seconds", int(EmitKeyGrace.Seconds()))),
 	}
 	quoted := []string{v.Schema, v.Table, v.Publication, v.SchemaLiteral, v.PublicationLiteral, v.TableLiteral, v.MessagePrefixLiteral}
 	for _, r := range cfg.EmitRoles {

@@ -5,7 +5,8 @@
 -- read (never the writers). {{.Schema}}.emit is the one way writers sign: SECURITY DEFINER (it runs as its
 -- owner, who reads the key), with a fixed search_path and schema-qualified calls (a writer's own functions
 -- named like pg_catalog's are never called), EXECUTE only for the roles given with --emit-role. Every run
--- sets all of it again and keeps the key; --rotate-emit-key adds a new one (emit signs with the newest).
+-- sets all of it again and keeps the key; --rotate-emit-key adds a new one (emit signs with the newest);
+-- --retire-emit-keys retires the older ones (016, migrations/retire.go).
 
 -- The keys, by id. key is the HMAC key; ikey and okey its inner and outer padded forms (64 bytes each:
 -- the key padded with zeros, XOR 0x36 and 0x5c), so that emit computes sha256(okey || sha256(ikey || m)).
@@ -85,8 +86,17 @@ BEGIN
         RAISE EXCEPTION 'cdc-router emit: headers must be a JSON object, not %', pg_catalog.jsonb_typeof(headers)
             USING ERRCODE = 'invalid_parameter_value';
     END IF;
+    -- The newest key whose not_before the transaction began after. A retired one never signs (016): its
+    -- transaction began before the newest key's not_before, which has passed since (the retirement waits for
+    -- it), so that key signs instead, as it would at the next statement of a new transaction.
     SELECT k.key_id, k.ikey, k.okey INTO kid, ik, ok FROM {{.Schema}}.emit_keys k
-        WHERE k.not_before OPERATOR(pg_catalog.<=) pg_catalog.now() ORDER BY k.key_id DESC LIMIT 1;
+        WHERE k.not_before OPERATOR(pg_catalog.<=) pg_catalog.now() AND k.retired_at IS NULL
+        ORDER BY k.key_id DESC LIMIT 1;
+    IF NOT FOUND THEN
+        SELECT k.key_id, k.ikey, k.okey INTO kid, ik, ok FROM {{.Schema}}.emit_keys k
+            WHERE k.not_before OPERATOR(pg_catalog.<=) pg_catalog.clock_timestamp() AND k.retired_at IS NULL
+            ORDER BY k.key_id DESC LIMIT 1;
+    END IF;
     IF NOT FOUND THEN
         RAISE EXCEPTION 'cdc-router emit: emit_keys holds no active key: run `cdc-router migrate --emit-function`';
     END IF;
