@@ -47,9 +47,11 @@ func addPGFlags(s *settings) pgFlags {
 // table is the (first) outbox table of --table.
 func (p pgFlags) table() string { return (*p.tables)[0] }
 
-// oneTable refuses several --table values for a command that works on one outbox table.
+// oneTable refuses several --table values for a command that works on one outbox table. The tables of a
+// configuration file are run's: status and reset, which work on a slot, leave them be.
 func (p pgFlags) oneTable(command string) error {
-	if t := *p.tables; len(t) > 1 {
+	fromFile := strings.HasPrefix(p.set.sources["table"], "file ")
+	if t := *p.tables; len(t) > 1 && !(fromFile && (command == "status" || command == "reset")) {
 		return usageError{fmt.Errorf("--table names %d tables (%s), but `cdc-router %s` works on one outbox table: "+
 			"run it once per table", len(t), strings.Join(t, ", "), command)}
 	}
@@ -336,12 +338,14 @@ func runStatus(ctx context.Context, args []string, env func(string) string, stdo
 }
 
 func runReset(ctx context.Context, args []string, env func(string) string, stdout, stderr io.Writer) error {
-	var force *bool
+	var force, ignoreInFlight *bool
 	var shard, messagePrefix *string
 	var peekLimit *int
-	var peekTimeout *time.Duration
+	var peekTimeout, wait *time.Duration
 	flags := func(s *settings) {
-		force = s.Bool("force", false, "drop the slot even when it still holds unpublished events (reset names how many), or when they cannot be counted")
+		force = s.Bool("force", false, "drop the slot even when it still holds unpublished events (reset names how many), or when they cannot be counted; transactions still in flight are refused even so (see --ignore-in-flight)")
+		wait = s.Duration("wait", admin.DefaultInFlightWait, "how long reset waits for this database's transactions that are open (holding a transaction ID) or prepared to end before it counts the slot's events; past it, it refuses naming them (0: no wait)")
+		ignoreInFlight = s.Bool("ignore-in-flight", false, "drop the slot even when transactions that may still write into it are open or prepared after --wait: their events will never be published")
 		shard = s.String("shard", "", shardFlag+"; reset resets that shard's slot only, counting its unpublished events with its publication")
 		messagePrefix = s.String("message-prefix", "", "the --message-prefix the router runs with, so that the logical decoding messages it would publish are counted too")
 		peekLimit = s.Int("peek-limit", admin.DefaultPeekLimit, "decode at most this many of the slot's pending changes to count the unpublished events (past it: \"at least\")")
@@ -351,10 +355,19 @@ func runReset(ctx context.Context, args []string, env func(string) string, stdou
 		if _, _, err := pg.router(ctx, conn, *shard, recorded{"message-prefix", messagePrefix, nil, messagePrefixOf}); err != nil {
 			return err
 		}
+		onWait := func(ts []admin.InFlight) {
+			fmt.Fprintf(stderr, "cdc-router reset: waiting up to %v (--wait) for %d transactions of this database that are "+
+				"open or prepared, and may still write into slot %s, to end: %s\n", *wait, len(ts), *pg.slot, admin.InFlightList(ts))
+		}
 		dropped, err := admin.Reset(ctx, conn, *pg.slot, *pg.schema, admin.ResetOptions{Publication: *pg.publication,
-			MessagePrefix: *messagePrefix, Force: *force, PeekLimit: *peekLimit, PeekTimeout: *peekTimeout})
+			MessagePrefix: *messagePrefix, Force: *force, PeekLimit: *peekLimit, PeekTimeout: *peekTimeout,
+			InFlightWait: *wait, OnInFlight: onWait, IgnoreInFlight: *ignoreInFlight})
 		if err != nil {
 			return err
+		}
+		if len(dropped.InFlight) > 0 {
+			fmt.Fprintf(stdout, "reset --ignore-in-flight: %d transactions were still open or prepared; their events will "+
+				"never be published: %s\n", len(dropped.InFlight), admin.InFlightList(dropped.InFlight))
 		}
 		switch {
 		case dropped.NotCounted != "":

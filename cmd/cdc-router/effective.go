@@ -98,7 +98,7 @@ func (s *settings) printConfig() string {
 	for _, o := range own {
 		head += "# not a configuration file key: " + o + "\n"
 	}
-	return head + string(out)
+	return head + strings.TrimRight(string(out), "\n") + "\n"
 }
 
 // dsnPassword is a password in a key=value connection string or a URL's query.
