@@ -4,13 +4,14 @@
 // "effectively once" hold end to end, although RabbitMQ delivers cdc-router's events at least once and,
 // after retries or replays, out of order. Reading the events from RabbitMQ is package inbox/runner's.
 //
-// It owns six tables in a schema of the consumer's choosing (Migrate, MigrateSchema), in the projection's
+// It owns seven tables in a schema of the consumer's choosing (Migrate, MigrateSchema), in the projection's
 // database (the inbox row commits with the handler's writes): inbox (every event
 // id received, with a fingerprint of its content and what became of it), aggregate (per aggregate, the
 // applied version and the baseline version of the last trusted snapshot), parked (events that arrived
 // ahead of a gap), failed (events that did not apply, with the reason), attempts (failed attempts of
-// events not yet applied) and requests (repairs an operator filed without the handler, which a running
-// runner carries out: Admin, ServeRequest, cdc-router inbox). Every record belongs to one consumer,
+// events not yet applied), requests (repairs an operator filed without the handler, which a running
+// runner carries out: Admin, ServeRequest, cdc-router inbox) and skipped (versions ResolveParked gave
+// up). Every record belongs to one consumer,
 // named by Config.Consumer, so several projections can share a schema.
 //
 // It guarantees, for each event and consumer, in one read-committed transaction that also holds the
@@ -35,7 +36,13 @@
 //     Config.MaxAttempts-th counted failure is recorded in failed and acknowledged; a success clears the
 //     count; RetryFailed and ResolveFailed settle a failed event and unblock its aggregate;
 //   - RetryParked applies a parked event only when its gap has closed, and ResolveParked skips the
-//     missing versions before it only when asked, logging the skipped range;
+//     missing versions before it only when asked, logging and recording the skipped range; a skipped
+//     version that arrives later is recorded in failed (reason skipped) with a warning naming the
+//     request, never taken for a stale duplicate (TestRunnerVersionArrivingAfterSkipIsFailed);
+//   - a request is carried out at most once, never after it was cancelled or expired (its filer gave up
+//     waiting: TestRunnerExpiredResolveIsNotCarriedOut), and a resolve of a parked event is refused,
+//     changing nothing, when its premise no longer holds: the event is no longer parked, or a missing
+//     version arrived since it was filed (TestRunnerResolveRefusedWhenTheMissingVersionArrived);
 //   - Repair writes a trusted full snapshot only over the version the repairer observed and only below
 //     the snapshot's version, and records that version as the baseline;
 //   - New refuses a schema whose tables are missing or out of date, naming the fix (Check,

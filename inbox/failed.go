@@ -13,6 +13,7 @@ const (
 	reasonPermanent = "permanent"
 	reasonMalformed = "malformed"
 	reasonExhausted = "exhausted"
+	reasonSkipped   = "skipped" // a version ResolveParked gave up arrived after all
 )
 
 // recordFailed inserts (or counts again, reopening it if it was resolved) an event that did not apply.

@@ -54,20 +54,33 @@ func (p *Processor) ParkedEvents(ctx context.Context, limit int) ([]ParkedEvent,
 // open, which changes nothing. An event whose handler fails for good moves to the failed table, as in
 // the closing transaction; another failure is returned and nothing is committed.
 func (p *Processor) RetryParked(ctx context.Context, eventID string) (Result, error) {
-	return p.settleParked(ctx, eventID, false, "")
+	return p.settleParked(ctx, eventID, settle{})
 }
 
 // ResolveParked gives up the versions missing before a parked event: its aggregate's applied version
 // moves to the version just below it, and the event and the parked events that follow it without a gap
-// are applied with the handler, in one transaction. The missing versions are skipped for good (one
-// that arrives later is Stale), so correct the projection yourself, or use Repair, if their effect
+// are applied with the handler, in one transaction. The missing versions are skipped for good and
+// remembered (table skipped): one that arrives later is not applied but recorded in the failed table
+// (reason "skipped") with a warning, so correct the projection yourself, or use Repair, if their effect
 // matters. The note and the skipped versions are logged. Use it when the missing event cannot come:
 // dead-lettered past a delivery limit, expired, purged, or discarded from the router's quarantine.
 func (p *Processor) ResolveParked(ctx context.Context, eventID, note string) (Result, error) {
-	return p.settleParked(ctx, eventID, true, note)
+	return p.settleParked(ctx, eventID, settle{skipGap: true, note: note})
 }
 
-func (p *Processor) settleParked(ctx context.Context, eventID string, skipGap bool, note string) (Result, error) {
+// settle is how settleParked settles a parked event.
+type settle struct {
+	skipGap bool   // resolve: give up the missing versions
+	note    string // the operator's, kept with the skipped versions
+	request int64  // the request carrying it out, 0 for a direct call
+	// premise, for a request, is the aggregate's applied version when it was filed, at filedAt: a
+	// resolve is refused (RefusedError) if it moved or a missing version arrived after filedAt.
+	premise *int64
+	filedAt time.Time
+}
+
+func (p *Processor) settleParked(ctx context.Context, eventID string, how settle) (Result, error) {
+	skipGap, note := how.skipGap, how.note
 	what := "retry"
 	if skipGap {
 		what = "resolve"
@@ -86,7 +99,14 @@ func (p *Processor) settleParked(ctx context.Context, eventID string, skipGap bo
 		pe.Applied = applied
 		from := applied
 		if skipGap && ev.AggregateVersion-1 > applied {
+			if err := p.checkPremise(ctx, tx, ev, applied, how); err != nil {
+				return err
+			}
 			from = ev.AggregateVersion - 1
+			if _, err := tx.Exec(ctx, p.q.skip, p.consumer, ev.AggregateType, ev.AggregateID, applied+1, from,
+				ev.ID, how.request, note); err != nil {
+				return fmt.Errorf("record skipped versions: %w", err)
+			}
 		}
 		final, n, err := p.unpark(ctx, tx, ev.AggregateType, ev.AggregateID, from)
 		if err != nil {
@@ -112,7 +132,8 @@ func (p *Processor) settleParked(ctx context.Context, eventID string, skipGap bo
 		"unparked", res.Unparked}
 	if skipGap && pe.Missing() > 0 {
 		p.log.Warn("inbox parked event resolved: the versions before it were skipped", append(attrs,
-			"skipped_from", pe.Applied+1, "skipped_to", ev.AggregateVersion-1, "note", note)...)
+			"skipped_from", pe.Applied+1, "skipped_to", ev.AggregateVersion-1, "request_id", how.request,
+			"note", note)...)
 	} else {
 		p.log.Info("inbox parked event retried", attrs...)
 	}

@@ -42,7 +42,8 @@ func gapLab(t *testing.T) (*lab, *inbox.Processor, []inbox.Event) {
 
 // ParkedEvents lists the parked events with the gap before each; RetryParked leaves an event whose gap
 // is open as it is; ResolveParked skips the missing versions and applies the event and the one after
-// it in one transaction; a missing version arriving afterwards is Stale.
+// it in one transaction; a missing version arriving afterwards is not applied but recorded as failed
+// (reason skipped), never silently Stale (issue 35).
 func TestParkedEventsRetryAndResolve(t *testing.T) {
 	l, p, evs := gapLab(t)
 	parked, err := p.ParkedEvents(l.Ctx, 10)
@@ -71,8 +72,11 @@ func TestParkedEventsRetryAndResolve(t *testing.T) {
 	if left, _ := p.ParkedEvents(l.Ctx, 10); len(left) != 0 {
 		t.Errorf("parked after the resolve: %+v", left)
 	}
-	want(t, "late v2", l.processOK(p, evs[1]).Outcome, inbox.Stale)
+	want(t, "late v2", l.processOK(p, evs[1]).Outcome, inbox.Failed)
 	want(t, "amount after late v2", l.Amount("42"), 100)
+	want(t, "late v2 recorded", l.Count(`SELECT count(*) FROM inbox.failed WHERE event_id = $1 AND reason = 'skipped'`, evs[1].ID), 1)
+	want(t, "late v2 again", l.processOK(p, evs[1]).Outcome, inbox.Failed)
+	want(t, "one record, two attempts", l.Count(`SELECT attempts FROM inbox.failed WHERE event_id = $1`, evs[1].ID), 2)
 	want(t, "v5 again", l.processOK(p, evs[4]).Outcome, inbox.Duplicate)
 
 	if _, err := p.RetryParked(l.Ctx, evs[3].ID); !errors.Is(err, inbox.ErrParkedNotFound) {

@@ -93,9 +93,12 @@ func (p *Processor) Process(ctx context.Context, ev Event) (Result, error) {
 		res, err = p.process(ctx, tx, ev)
 		return err
 	})
+	var skipped *skippedVersion
 	switch {
 	case errors.Is(err, errGap):
 		res = Result{Outcome: Gap}
+	case errors.As(err, &skipped):
+		return p.failSkipped(ctx, ev, skipped)
 	case IsPermanent(err):
 		return p.fail(ctx, ev, reasonPermanent, err)
 	case err != nil:
@@ -124,6 +127,15 @@ func (p *Processor) process(ctx context.Context, tx pgx.Tx, ev Event) (Result, e
 	v := ev.AggregateVersion
 	switch {
 	case v <= applied || v <= baseline:
+		if v > baseline { // a version a resolve gave up is not a stale duplicate; a trusted snapshot covers it
+			s, err := p.skippedAt(ctx, tx, ev)
+			if err != nil {
+				return Result{}, err
+			}
+			if s != nil {
+				return Result{}, s
+			}
+		}
 		if _, err := tx.Exec(ctx, p.q.setStatus, p.consumer, ev.ID, "stale"); err != nil {
 			return Result{}, fmt.Errorf("mark event stale: %w", err)
 		}

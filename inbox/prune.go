@@ -14,9 +14,10 @@ import (
 // redelivery of a pruned event is recorded again as Stale and has no effect. What pruning loses is the
 // fingerprint: the same id with other content is then Stale rather than Conflict. Parked rows are never
 // pruned. It also deletes the attempt counts last updated before cutoff (of events that stopped coming)
-// the repair requests (cdc-router inbox retry|resolve) answered before cutoff, and the failed events
-// retried or resolved before cutoff (their inbox rows, applied or skipped, keep blocking redeliveries);
-// an open request and an open failure stay.
+// the repair requests (cdc-router inbox retry|resolve) answered, cancelled or expired before cutoff,
+// the versions skipped by ResolveParked before cutoff (one arriving later is then Stale, not failed),
+// and the failed events retried or resolved before cutoff (their inbox rows, applied or skipped, keep
+// blocking redeliveries); a waiting request and an open failure stay.
 // Choose cutoff beyond every window in which an old event can come back (see docs/consumers.md). It
 // runs with Config.LockTimeout but not Config.StatementTimeout.
 func (p *Processor) Prune(ctx context.Context, cutoff time.Time) (int64, error) {
@@ -32,6 +33,9 @@ func (p *Processor) Prune(ctx context.Context, cutoff time.Time) (int64, error) 
 			return err
 		}
 		if _, err := tx.Exec(ctx, p.q.pruneRequests, p.consumer, cutoff); err != nil {
+			return err
+		}
+		if _, err := tx.Exec(ctx, p.q.pruneSkipped, p.consumer, cutoff); err != nil {
 			return err
 		}
 		_, err = tx.Exec(ctx, p.q.pruneFailed, p.consumer, cutoff)

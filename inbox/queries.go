@@ -11,6 +11,8 @@ type queries struct {
 	listFailed, failedByID, resolveFailed, failedAgain                          string
 	listParked, parkedByID                                                      string
 	request, takeRequest, answerRequest, requestState                           string
+	listRequests, cancelRequest, expireRequest, inboxStatus                     string
+	skip, skippedAt, arrivedInGap, pruneSkipped                                 string
 	check, unnamed, backlog                                                     string
 }
 
@@ -89,7 +91,9 @@ func newQueries(schema string) queries {
 		// Attempts of events that stopped coming (a queue's TTL, a purge) are left behind otherwise.
 		pruneAttempts: `DELETE FROM {schema}.attempts WHERE consumer = $1 AND last_failed_at < $2`,
 		// Answered repair requests are history; an open one (not taken, or taken and not answered) stays.
-		pruneRequests: `DELETE FROM {schema}.requests WHERE consumer = $1 AND done_at < $2`,
+		// and so are cancelled ones and expired ones no Runner took.
+		pruneRequests: `DELETE FROM {schema}.requests WHERE consumer = $1
+			AND (done_at < $2 OR cancelled_at < $2 OR (taken_at IS NULL AND expires_at < $2))`,
 		// Failures retried or resolved are history too; an open one is work and stays.
 		pruneFailed: `DELETE FROM {schema}.failed WHERE consumer = $1 AND resolved_at < $2`,
 
@@ -113,22 +117,60 @@ func newQueries(schema string) queries {
 			ORDER BY p.parked_at, p.event_id LIMIT $2`,
 		parkedByID: `SELECT ` + parkedColumns + parkedFrom + ` WHERE p.consumer = $1 AND p.event_id = $2`,
 
-		request: `INSERT INTO {schema}.requests (consumer, action, kind, target, note) VALUES ($1, $2, $3, $4, $5)
+		// $6 is who filed it as the operator's tool knows it ('' when it does not); $7 milliseconds until it
+		// expires (0: never).
+		request: `INSERT INTO {schema}.requests (consumer, action, kind, target, note, filed_by, expires_at, premise_applied)
+			VALUES ($1, $2, $3, $4, $5, ` + filedBy("$6::text") + `,
+				CASE WHEN $7::bigint > 0 THEN now() + $7::bigint * interval '1 millisecond' END, $8)
 			RETURNING id`,
+		// A cancelled or expired request is never taken.
 		takeRequest: `UPDATE {schema}.requests SET taken_at = now() WHERE id = (
-				SELECT id FROM {schema}.requests WHERE consumer = $1 AND taken_at IS NULL
+				SELECT id FROM {schema}.requests WHERE consumer = $1 AND taken_at IS NULL AND cancelled_at IS NULL
+				  AND (expires_at IS NULL OR expires_at > now())
 				ORDER BY id LIMIT 1 FOR UPDATE SKIP LOCKED)
-			RETURNING id, action, kind, target, note`,
+			RETURNING id, action, kind, target, note, requested_at, premise_applied`,
 		answerRequest: `UPDATE {schema}.requests SET done_at = now(), outcome = $3, error = NULLIF($4, '')
 			WHERE consumer = $1 AND id = $2`,
-		requestState: `SELECT taken_at IS NOT NULL, done_at IS NOT NULL, coalesce(outcome, ''), coalesce(error, '')
-			FROM {schema}.requests WHERE consumer = $1 AND id = $2`,
+		requestState: `SELECT taken_at IS NOT NULL, done_at IS NOT NULL, ` + requestStateSQL + `,
+			coalesce(outcome, ''), coalesce(error, '') FROM {schema}.requests WHERE consumer = $1 AND id = $2`,
+		listRequests: `SELECT id, action, kind, target, note, requested_at, coalesce(filed_by, ''), expires_at,
+			` + requestStateSQL + `, coalesce(outcome, ''), coalesce(error, ''), coalesce(cancelled_by, '')
+			FROM {schema}.requests WHERE consumer = $1 ORDER BY id DESC LIMIT $2`,
+		// Only a request no Runner took can be cancelled; an expired one may be (it stays not carried out).
+		cancelRequest: `UPDATE {schema}.requests SET cancelled_at = now(), cancelled_by = ` + filedBy("$3::text") + `
+			WHERE consumer = $1 AND id = $2 AND taken_at IS NULL AND cancelled_at IS NULL`,
+		expireRequest: `UPDATE {schema}.requests SET expires_at = now()
+			WHERE consumer = $1 AND id = $2 AND taken_at IS NULL AND cancelled_at IS NULL
+			  AND (expires_at IS NULL OR expires_at > now())`,
+		inboxStatus: `SELECT status FROM {schema}.inbox WHERE consumer = $1 AND event_id = $2`,
+
+		skip: `INSERT INTO {schema}.skipped (consumer, aggregate_type, aggregate_id, from_version, to_version,
+				event_id, request_id, note)
+			VALUES ($1, $2, $3, $4, $5, $6, NULLIF($7, 0), $8)
+			ON CONFLICT (consumer, aggregate_type, aggregate_id, from_version) DO NOTHING`,
+		skippedAt: `SELECT from_version, to_version, event_id, coalesce(request_id, 0), note, skipped_at
+			FROM {schema}.skipped WHERE consumer = $1 AND aggregate_type = $2 AND aggregate_id = $3
+			  AND to_version >= $4 AND from_version <= $4
+			ORDER BY from_version DESC LIMIT 1`,
+		// The lowest version between $4 and $5 (exclusive) of the aggregate that arrived after $6: parked
+		// (an inbox row) or failed (an open record, whose id is returned).
+		arrivedInGap: `SELECT v, how, failed_id FROM (
+				SELECT aggregate_version AS v, status AS how, 0::bigint AS failed_id FROM {schema}.inbox
+				WHERE consumer = $1 AND aggregate_type = $2 AND aggregate_id = $3
+				  AND aggregate_version > $4 AND aggregate_version < $5 AND received_at > $6
+				UNION ALL
+				SELECT aggregate_version, 'failed', id FROM {schema}.failed
+				WHERE consumer = $1 AND aggregate_type = $2 AND aggregate_id = $3 AND resolved_at IS NULL
+				  AND aggregate_version > $4 AND aggregate_version < $5 AND first_failed_at > $6) arrived
+			ORDER BY v LIMIT 1`,
+		pruneSkipped: `DELETE FROM {schema}.skipped WHERE consumer = $1 AND skipped_at < $2`,
 
 		// check counts the columns this version needs; $1 is the schema name as it is (not quoted).
 		check: `SELECT count(*) FROM information_schema.columns WHERE table_schema = $1
 			AND (table_name, column_name) IN (('inbox', 'consumer'), ('aggregate', 'consumer'),
 				('parked', 'consumer'), ('failed', 'consumer'), ('failed', 'resolved_at'), ('attempts', 'consumer'),
-				('requests', 'consumer'))`,
+				('requests', 'consumer'), ('requests', 'expires_at'), ('requests', 'premise_applied'),
+				('skipped', 'consumer'))`,
 		backlog: `SELECT
 			(SELECT count(*) FROM {schema}.parked WHERE consumer = $1),
 			(SELECT coalesce(extract(epoch FROM now() - min(parked_at)), 0)::float8 FROM {schema}.parked WHERE consumer = $1),
@@ -140,11 +182,24 @@ func newQueries(schema string) queries {
 		&q.insertSkipped, &q.ensureAggregate, &q.lockAggregate, &q.setApplied, &q.state, &q.park, &q.takeParked,
 		&q.dropStaleParked, &q.fail, &q.repair, &q.prune, &q.pruneAttempts, &q.pruneRequests, &q.pruneFailed, &q.countAttempt, &q.attempts, &q.clearAttempts,
 		&q.listFailed, &q.failedByID, &q.resolveFailed, &q.failedAgain, &q.listParked, &q.parkedByID,
-		&q.request, &q.takeRequest, &q.answerRequest, &q.requestState, &q.unnamed, &q.backlog} {
+		&q.request, &q.takeRequest, &q.answerRequest, &q.requestState, &q.unnamed, &q.backlog,
+		&q.listRequests, &q.cancelRequest, &q.expireRequest, &q.inboxStatus, &q.skip, &q.skippedAt,
+		&q.arrivedInGap, &q.pruneSkipped} {
 		*s = inSchema(*s, schema)
 	}
 	return q
 }
 
 // checkColumns is how many rows queries.check finds in an up-to-date schema.
-const checkColumns = 7
+const checkColumns = 10
+
+// requestStateSQL names where a row of the requests table stands: waiting, taken, done, cancelled or
+// expired.
+const requestStateSQL = `CASE WHEN cancelled_at IS NOT NULL THEN 'cancelled' WHEN done_at IS NOT NULL THEN 'done'
+	WHEN taken_at IS NOT NULL THEN 'taken' WHEN expires_at <= now() THEN 'expired' ELSE 'waiting' END`
+
+// filedBy is the SQL naming who filed or cancelled a request: the operator's name given in param (the
+// tool's user, ” when it knows none) and the PostgreSQL role of the session.
+func filedBy(param string) string {
+	return `CASE WHEN ` + param + ` = '' THEN session_user::text ELSE ` + param + ` || ' (role ' || session_user || ')' END`
+}

@@ -55,8 +55,9 @@ CREATE TABLE IF NOT EXISTS {schema}.parked (
 );
 
 -- Events that did not apply: reason 'conflict' (same id, different content: both fingerprints kept),
--- 'permanent' (the handler said redelivery cannot fix it), 'malformed' (the message could not be read)
--- or 'exhausted' (it failed Config.MaxAttempts times). The original content is kept for RetryFailed and
+-- 'permanent' (the handler said redelivery cannot fix it), 'malformed' (the message could not be read),
+-- 'exhausted' (it failed Config.MaxAttempts times) or 'skipped' (a version an operator had given up,
+-- table skipped, arrived after all). The original content is kept for RetryFailed and
 -- repair; it is never logged. resolved_at is set once RetryFailed applied it ('retried') or
 -- ResolveFailed marked it handled ('resolved').
 CREATE TABLE IF NOT EXISTS {schema}.failed (
@@ -64,7 +65,7 @@ CREATE TABLE IF NOT EXISTS {schema}.failed (
     consumer             text        NOT NULL,
     event_id             text,
     reason               text        NOT NULL CONSTRAINT failed_reason_check
-        CHECK (reason IN ('conflict', 'permanent', 'malformed', 'exhausted')),
+        CHECK (reason IN ('conflict', 'permanent', 'malformed', 'exhausted', 'skipped')),
     detail               text        NOT NULL,
     aggregate_type       text,
     aggregate_id         text,
@@ -94,19 +95,45 @@ CREATE TABLE IF NOT EXISTS {schema}.attempts (
 
 -- Repair requests an operator makes without the handler (`cdc-router inbox retry|resolve`): a running
 -- Runner of the consumer takes each once (taken_at), carries it out with RetryFailed, ResolveFailed,
--- RetryParked or ResolveParked, and writes the outcome, or the error, with done_at.
+-- RetryParked or ResolveParked, and writes the outcome, or the error or the reason it refused, with
+-- done_at. A request is never taken once cancelled (cancelled_at, `cdc-router inbox cancel`) or once
+-- expires_at has passed (the command that filed it gave up waiting); NULL expires_at: it waits for a
+-- Runner for ever. premise_applied is the aggregate's applied version when a parked event's resolve was
+-- filed: the resolve is refused if the missing versions arrived since.
 CREATE TABLE IF NOT EXISTS {schema}.requests (
-    id           bigint      GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
-    consumer     text        NOT NULL,
-    action       text        NOT NULL CHECK (action IN ('retry', 'resolve')),
-    kind         text        NOT NULL CHECK (kind IN ('failed', 'parked')),
-    target       text        NOT NULL,
-    note         text        NOT NULL DEFAULT '',
-    requested_at timestamptz NOT NULL DEFAULT now(),
-    taken_at     timestamptz,
-    done_at      timestamptz,
-    outcome      text,
-    error        text
+    id              bigint      GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    consumer        text        NOT NULL,
+    action          text        NOT NULL CHECK (action IN ('retry', 'resolve')),
+    kind            text        NOT NULL CHECK (kind IN ('failed', 'parked')),
+    target          text        NOT NULL,
+    note            text        NOT NULL DEFAULT '',
+    requested_at    timestamptz NOT NULL DEFAULT now(),
+    taken_at        timestamptz,
+    done_at         timestamptz,
+    outcome         text,
+    error           text,
+    filed_by        text,
+    expires_at      timestamptz,
+    cancelled_at    timestamptz,
+    cancelled_by    text,
+    premise_applied bigint
+);
+
+-- Versions an operator gave up (ResolveParked, `cdc-router inbox resolve --parked`), per consumer and
+-- aggregate, from_version to to_version, with the request that did it (NULL when called directly). A
+-- skipped version that arrives later is recorded in failed (reason 'skipped') instead of being Stale.
+CREATE TABLE IF NOT EXISTS {schema}.skipped (
+    consumer       text        NOT NULL,
+    aggregate_type text        NOT NULL,
+    aggregate_id   text        NOT NULL,
+    from_version   bigint      NOT NULL,
+    to_version     bigint      NOT NULL,
+    event_id       text        NOT NULL,
+    request_id     bigint,
+    note           text        NOT NULL DEFAULT '',
+    skipped_at     timestamptz NOT NULL DEFAULT now(),
+    PRIMARY KEY (consumer, aggregate_type, aggregate_id, from_version),
+    CHECK (from_version <= to_version)
 );
 
 -- Upgrades in place and indexes. Each step runs only when the catalog says it is missing, so migrating
@@ -130,7 +157,12 @@ BEGIN
         ('failed', 'full_state', 'boolean NOT NULL DEFAULT false'),
         ('failed', 'resolved_at', 'timestamptz'),
         ('failed', 'resolution', $$text CHECK (resolution IN ('retried', 'resolved'))$$),
-        ('failed', 'note', 'text')) AS v(tbl, col, typ)
+        ('failed', 'note', 'text'),
+        ('requests', 'filed_by', 'text'),
+        ('requests', 'expires_at', 'timestamptz'),
+        ('requests', 'cancelled_at', 'timestamptz'),
+        ('requests', 'cancelled_by', 'text'),
+        ('requests', 'premise_applied', 'bigint')) AS v(tbl, col, typ)
     LOOP
         IF NOT EXISTS (SELECT 1 FROM pg_attribute WHERE attrelid = (s || '.' || r.tbl)::regclass
                        AND attname = r.col AND NOT attisdropped) THEN
@@ -161,8 +193,8 @@ BEGIN
     FOR r IN SELECT * FROM (VALUES
         ('inbox', 'inbox_status_check', 'skipped',
          $$CHECK (status IN ('applied', 'stale', 'parked', 'skipped'))$$),
-        ('failed', 'failed_reason_check', 'exhausted',
-         $$CHECK (reason IN ('conflict', 'permanent', 'malformed', 'exhausted'))$$)) AS v(tbl, con, added, chk)
+        ('failed', 'failed_reason_check', 'skipped',
+         $$CHECK (reason IN ('conflict', 'permanent', 'malformed', 'exhausted', 'skipped'))$$)) AS v(tbl, con, added, chk)
     LOOP
         def := NULL;
         SELECT pg_get_constraintdef(oid) INTO def FROM pg_constraint
@@ -186,7 +218,8 @@ BEGIN
         ('parked_consumer_aggregate_idx', 'INDEX', 'parked (consumer, aggregate_type, aggregate_id, aggregate_version)'),
         ('failed_consumer_event_idx', 'UNIQUE INDEX', 'failed (consumer, event_id, reason, received_fingerprint)'),
         ('failed_open_idx', 'INDEX', 'failed (consumer, id) WHERE resolved_at IS NULL'),
-        ('requests_open_idx', 'INDEX', 'requests (consumer, id) WHERE taken_at IS NULL')) AS v(idx, kind, def)
+        ('requests_open_idx', 'INDEX', 'requests (consumer, id) WHERE taken_at IS NULL'),
+        ('skipped_range_idx', 'INDEX', 'skipped (consumer, aggregate_type, aggregate_id, to_version)')) AS v(idx, kind, def)
     LOOP
         IF to_regclass(s || '.' || r.idx) IS NULL THEN
             EXECUTE format('CREATE %s %I ON %s.%s', r.kind, r.idx, s, r.def);

@@ -7,7 +7,8 @@
 // the Runner (New, Config): connecting and reconnecting, waiting for the router's exchange, declaring and
 // binding the queue, dispatching per aggregate over workers, retrying and requeueing with backoff,
 // draining on a stop, its metrics (the cdc_router_inbox_* series), and carrying out the repair
-// requests filed with inbox.Admin (Processor.ServeRequest, every Config.RequestPoll).
+// requests filed with inbox.Admin (Processor.ServeRequest, every Config.RequestPoll), except those cancelled or
+// expired; a resolve whose premise no longer holds is refused and the refusal recorded.
 //
 // It guarantees, each pinned by a test:
 //   - a delivery is acknowledged only after Process returned an outcome whose Ack is true, so after its
