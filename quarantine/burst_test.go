@@ -67,3 +67,46 @@ func TestBurstsAggregateOneRecordPerKind(t *testing.T) {
 		t.Fatal("bursts left open")
 	}
 }
+
+// TestBurstsKeepEachUnauthenticatedMessage: messages failing authentication, from two transactions, make one
+// record that holds each one's content (the first as content, the next as content <LSN>, with its ordinal
+// when it is not the first at its position) and says so; a burst holding KeptPerRecord of them is due at
+// once, and the next such message opens another.
+func TestBurstsKeepEachUnauthenticatedMessage(t *testing.T) {
+	msg := decode.MessageTable + "cdc-router.outbox"
+	const reason = "unauthenticated emitted message: its MAC (key 1) does not match"
+	var b Bursts[int]
+	kind := BurstKind(cdc.Quarantined{Table: msg, Reason: reason})
+	for i, m := range []struct {
+		lsn     cdc.LSN
+		ordinal int
+		content string
+	}{{10, 0, "first"}, {20, 0, "second"}, {20, 1, "third"}} {
+		b.Add(cdc.Quarantined{Table: msg, LSN: m.lsn, Ordinal: m.ordinal, Reason: reason,
+			Columns: map[string]cdc.RawValue{decode.MessageColumn: cdc.NewRawValue([]byte(m.content))}}, kind, i)
+	}
+	o, ok := b.Next(true)
+	if !ok || o.Count != 3 || !strings.Contains(o.Record.Reason, "each is stored") {
+		t.Fatalf("burst %+v, %v", o, ok)
+	}
+	for name, want := range map[string]string{"content": "first", "content " + cdc.LSN(20).String(): "second",
+		"content " + cdc.LSN(20).String() + "#1": "third"} {
+		if got := o.Record.Columns[name]; string(got.Text) != want {
+			t.Errorf("column %q holds %q, want %q", name, got.Text, want)
+		}
+	}
+	b.Written()
+
+	for i := range KeptPerRecord + 1 {
+		b.Add(cdc.Quarantined{Table: msg, LSN: cdc.LSN(100 + i), Reason: reason,
+			Columns: map[string]cdc.RawValue{decode.MessageColumn: cdc.NewRawValue([]byte("x"))}}, kind, i)
+	}
+	o, ok = b.Next(false)
+	if !ok || o.Count != KeptPerRecord || len(o.Record.Columns) != KeptPerRecord {
+		t.Fatalf("a full burst: %v, %d messages, %d columns; want due at once with %d", ok, o.Count, len(o.Record.Columns), KeptPerRecord)
+	}
+	b.Written()
+	if o, ok = b.Next(true); !ok || o.Count != 1 || o.Record.LSN != cdc.LSN(100+KeptPerRecord) {
+		t.Fatalf("the message after a full burst: %+v %v", o, ok)
+	}
+}

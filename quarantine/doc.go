@@ -36,6 +36,9 @@
 //     opens no burst of its own) received within BurstWindow make one record, the first message's, whose
 //     reason counts them and names their last LSN and bytes; any other record is written on its own
 //     (TestBurstKind, TestBurstsAggregateOneRecordPerKind).
+//   - A record of messages failing authentication (which may be a writer's events, signed with a key the
+//     router lost) keeps each one's bounded content, the first as content and each other as "content <LSN>",
+//     at most KeptPerRecord of them: a burst that holds so many is due at once (TestBurstsKeepEachUnauthenticatedMessage).
 //   - A burst stays open, with what its messages hold (the stream's unresolved positions), until its record
 //     is written (Written), so a record that could not be written is never lost from the count.
 //
