@@ -112,11 +112,12 @@ func (p *Postgres) Start() error {
 		return err
 	}
 	// fsync=off only risks the cluster on an OS crash; synchronous_commit stays on, so a commit the tests
-	// saw survives the immediate stops that crash tests use.
+	// saw survives the immediate stops that crash tests use. max_prepared_transactions lets tests PREPARE
+	// TRANSACTION (reset waits for prepared ones); a standby gets the same value, as it must.
 	cmd := p.command("postgres", "-D", filepath.Join(p.dir, "data"), "-p", strconv.Itoa(p.Port),
 		"-k", p.dir, "-c", "listen_addresses=127.0.0.1", "-c", "wal_level=logical",
 		"-c", "max_replication_slots=40", "-c", "max_wal_senders=40", "-c", "max_connections=200",
-		"-c", "fsync=off", "-c", "full_page_writes=off",
+		"-c", "fsync=off", "-c", "full_page_writes=off", "-c", "max_prepared_transactions=10",
 		"-c", "wal_sender_timeout=20s", "-c", "log_min_messages=warning")
 	cmd.Args = append(cmd.Args, p.extra...)
 	cmd.Stdout, cmd.Stderr = logf, logf
