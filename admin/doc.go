@@ -12,6 +12,11 @@
 //     the router's prefix, in transactions past the acknowledged position) unless forced: it peeks them
 //     without consuming, bounded in rows and time, and names how many; what it cannot count it refuses too
 //     (cmd/cdc-router's TestResetRefusesToDropUnpublishedEvents).
+//   - Reset counts only after the database's transactions that may still write into the slot (open with a
+//     transaction ID, or prepared) have ended, waiting for them within a bound; those still in flight past
+//     it make it refuse naming them, even with Force, since their events are in no count and a new slot
+//     starts after them; status never says caught up while one exists (TestInFlightNamesAndWait,
+//     TestInFlightTransactionsAsAnUnprivilegedRole, e2e's TestResetWaitsForTransactionsInFlight).
 //   - Reset holds the slot's advisory lock throughout, so it refuses while a router of the slot runs in this
 //     database and no router starts meanwhile; it touches nothing of other slots, backfills or quarantine
 //     records.

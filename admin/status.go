@@ -47,10 +47,15 @@ type Report struct {
 	// when the count was tried and failed.
 	Pending     *Unpublished
 	PendingNote string
-	Stored      *offsets.Position // nil when none is stored
-	Quarantined int64             // records of this slot and of this database's backfills
-	Handled     int64             // of those, the ones replayed or discarded (`cdc-router quarantine`)
-	Jobs        []snapshot.Job    // the slot's initial snapshot and this database's backfills, finished or not
+	// InFlight are the database's transactions, open with a transaction ID or prepared, that may still
+	// write events into the slot (InFlightTransactions): until they end, no count says caught up, and reset
+	// waits for them. InFlightNote says why they could not be read (InFlight is then nil).
+	InFlight     []InFlight
+	InFlightNote string
+	Stored       *offsets.Position // nil when none is stored
+	Quarantined  int64             // records of this slot and of this database's backfills
+	Handled      int64             // of those, the ones replayed or discarded (`cdc-router quarantine`)
+	Jobs         []snapshot.Job    // the slot's initial snapshot and this database's backfills, finished or not
 	// Gaps are the publication gaps recorded for the slot whose backfill has not run: its router refuses
 	// to start until it has (docs/operations.md#publication-gaps).
 	Gaps []pubcheck.RecordedGap
@@ -99,6 +104,9 @@ func Status(ctx context.Context, conn *pgx.Conn, slot, schema string) (Report, e
 		if lag != nil {
 			r.LagTime, r.LagTimeKnown = time.Duration(*lag*float64(time.Second)), true
 		}
+	}
+	if r.InFlight, err = InFlightTransactions(ctx, conn); err != nil {
+		r.InFlightNote = err.Error()
 	}
 	p, ok, err := offsets.NewStore(conn, schema, slot, 0).Load(ctx)
 	if err != nil {
@@ -159,6 +167,7 @@ func (r Report) String() string {
 		s += fmt.Sprintf("slot active:      %s\nconfirmed flush:  %s\nlag:              %s, %s (%d bytes)\n",
 			active, r.ConfirmedFlush, HumanBytes(r.LagBytes), lagTime, r.LagBytes)
 		s += r.pendingLine() // what the lag is made of
+		s += r.inFlightLine()
 		s += fmt.Sprintf("wal_status:       %s\nretained WAL:     %s\nsafe_wal_size:    %s\n",
 			r.WALStatus, HumanBytes(r.RetainedBytes), safe)
 		if r.Invalidation != "" {
@@ -254,6 +263,12 @@ func jobState(j snapshot.Job) string {
 // transactions, opts.Force would drop; it refuses too when it cannot count them. An invalidated slot,
 // whose WAL is gone, holds nothing it could count. With opts.Force it drops the slot anyway and returns
 // what it dropped.
+//
+// Before it counts, it waits up to opts.InFlightWait for the database's transactions that are open (with a
+// transaction ID) or prepared to end (InFlightTransactions): their events are not among the slot's
+// committed changes until they commit, and the next run's new slot starts after them. Those still in
+// flight past the bound make it refuse naming them (opts.Force does not cover them; opts.IgnoreInFlight
+// does).
 func Reset(ctx context.Context, conn *pgx.Conn, slot, schema string, opts ResetOptions) (Unpublished, error) {
 	var dropped Unpublished
 	err := reset(ctx, conn, slot, schema, opts, &dropped)
@@ -300,6 +315,20 @@ func reset(ctx context.Context, conn *pgx.Conn, slot, schema string, opts ResetO
 			"resetting; nothing was changed", slot)
 	}
 	if info.Exists && info.Invalidation == "" && info.WALStatus != "lost" {
+		// What the transactions in flight write is counted only once they have committed: wait for them
+		// first. Those that begin meanwhile write after reset began (awaitInFlight).
+		left, err := awaitInFlight(ctx, conn, opts.InFlightWait, opts.OnInFlight)
+		switch {
+		case ctx.Err() != nil:
+			return cdc.Fatalf("reset was interrupted while it waited for the transactions in flight of database %s "+
+				"to end; nothing was changed", db)
+		case err != nil:
+			return cdc.Fatalf("reset cannot tell which transactions of database %s may still write into slot %s (%v): "+
+				"give the role SELECT on pg_catalog.pg_stat_activity and pg_catalog.pg_prepared_xacts (PUBLIC has it "+
+				"unless revoked); nothing was changed", db, slot, err)
+		case len(left) > 0 && !opts.IgnoreInFlight:
+			return inFlightRefusal(slot, db, max(opts.InFlightWait, 0), left)
+		}
 		stored := info.ConfirmedFlush
 		p, ok, err := offsets.NewStore(conn, schema, slot, 0).Load(ctx)
 		if err != nil {
@@ -319,6 +348,7 @@ func reset(ctx context.Context, conn *pgx.Conn, slot, schema string, opts ResetO
 		case err == nil && u.Events() > 0 && !opts.Force:
 			return unpublishedRefusal(slot, opts.Publication, stored, u)
 		}
+		u.InFlight = left
 		*dropped = u
 		if err != nil {
 			dropped.NotCounted = err.Error()

@@ -36,6 +36,45 @@ type statusJSON struct {
 	Publication       string         `json:"publication"`
 	Shard             *string        `json:"shard"`
 	Shards            []shardJSON    `json:"shards"`
+	InFlight          []inFlightJSON `json:"transactions_in_flight"`
+}
+
+// inFlightJSON is a transaction of the database, open with a transaction ID or prepared, that may still
+// write into the slot.
+type inFlightJSON struct {
+	Kind            string  `json:"kind"` // open or prepared
+	XID             string  `json:"xid"`
+	PID             *int    `json:"pid"`
+	ApplicationName *string `json:"application_name"`
+	User            string  `json:"user"`
+	State           *string `json:"state"`
+	StartedAt       *string `json:"started_at"`
+	GID             *string `json:"gid"`
+	PreparedAt      *string `json:"prepared_at"`
+}
+
+// inFlightJSONOf is ts in the JSON form; nil (null) when they could not be read.
+func inFlightJSONOf(ts []InFlight, note string) []inFlightJSON {
+	if note != "" {
+		return nil
+	}
+	out := []inFlightJSON{}
+	for _, t := range ts {
+		j := inFlightJSON{Kind: "open", XID: t.XID, User: t.User}
+		if t.Prepared {
+			j.Kind, j.GID, j.PreparedAt = "prepared", ptr(t.GID), ptr(rfc3339(t.PreparedAt))
+		} else {
+			j.PID, j.ApplicationName = ptr(t.PID), ptr(t.Application)
+			if t.State != "" {
+				j.State = ptr(t.State)
+			}
+			if t.Started != nil {
+				j.StartedAt = ptr(rfc3339(*t.Started))
+			}
+		}
+		out = append(out, j)
+	}
+	return out
 }
 
 // gapJSON is a recorded publication gap whose backfill has not run.
@@ -92,7 +131,8 @@ func rfc3339(t time.Time) string { return t.UTC().Format(time.RFC3339) }
 func (r Report) MarshalJSON() ([]byte, error) {
 	j := statusJSON{SchemaVersion: StatusSchemaVersion, Slot: r.Slot, Database: r.Database, SlotExists: r.SlotExists,
 		RouterRunning: r.Locked, Jobs: []jobJSON{}, PublicationGaps: []gapJSON{}, Publication: r.Publication, Shards: []shardJSON{},
-		Quarantine: quarantineJSON{Total: r.Quarantined, Handled: r.Handled, Unhandled: r.Quarantined - r.Handled}}
+		Quarantine: quarantineJSON{Total: r.Quarantined, Handled: r.Handled, Unhandled: r.Quarantined - r.Handled},
+		InFlight:   inFlightJSONOf(r.InFlight, r.InFlightNote)}
 	if r.SlotDatabase != "" {
 		j.SlotDatabase = ptr(r.SlotDatabase)
 	}

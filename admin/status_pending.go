@@ -43,6 +43,12 @@ func CountPending(ctx context.Context, conn *pgx.Conn, r *Report, opts ResetOpti
 func (r Report) pendingLine() string {
 	const indent = "                  "
 	switch {
+	case r.Pending != nil && r.Pending.Events() == 0 && !r.Pending.AtLeast && len(r.InFlight) > 0:
+		return indent + fmt.Sprintf("not caught up: no events wait in the slot yet, but %d transactions in flight may "+
+			"still write some (below)\n", len(r.InFlight))
+	case r.Pending != nil && r.Pending.Events() == 0 && !r.Pending.AtLeast && r.InFlightNote != "":
+		return indent + "no events wait in the slot yet; whether transactions in flight may still write some is not " +
+			"known (below)\n"
 	case r.Pending != nil && r.Pending.Events() == 0 && !r.Pending.AtLeast:
 		if r.LagBytes <= 0 {
 			return indent + "caught up: no events wait in the slot\n"
@@ -59,6 +65,22 @@ func (r Report) pendingLine() string {
 	}
 	return ""
 }
+
+// inFlightLine names the transactions in flight that may still write into the slot, at most
+// inFlightListed of them (status --json lists all).
+func (r Report) inFlightLine() string {
+	switch {
+	case r.InFlightNote != "":
+		return "in flight:        not known: " + r.InFlightNote + "\n"
+	case len(r.InFlight) == 0:
+		return ""
+	}
+	return fmt.Sprintf("in flight:        %d transactions of this database are open or prepared and may still write "+
+		"events into the slot (reset waits for them to end): %s\n", len(r.InFlight), listInFlight(r.InFlight, inFlightListed))
+}
+
+// inFlightListed is how many transactions in flight the text status names.
+const inFlightListed = 10
 
 // storedVersusConfirmed explains a stored position that differs from the slot's confirmed_flush_lsn.
 func (r Report) storedVersusConfirmed() string {

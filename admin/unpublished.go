@@ -20,6 +20,16 @@ type ResetOptions struct {
 	MessagePrefix string // the router's --message-prefix; empty: only inserts count
 	Force         bool   // drop the slot even when it holds unpublished changes, or when they cannot be counted
 
+	// InFlightWait bounds how long Reset waits for the transactions of the database that are open (with a
+	// transaction ID) or prepared to end before it counts the slot's changes (reset --wait; 0: it does
+	// not wait); OnInFlight, when set, is called once with them as the wait begins. Past the bound Reset
+	// refuses naming them, unless IgnoreInFlight: then it goes on and returns them in
+	// Unpublished.InFlight. Force does not cover them: their events cannot be counted, not even as "at
+	// least".
+	InFlightWait   time.Duration
+	OnInFlight     func([]InFlight)
+	IgnoreInFlight bool
+
 	// PeekLimit bounds the rows the peek decodes (Begin, Commit, Relation and the changes alike; default
 	// DefaultPeekLimit); past it the count is "at least". PeekTimeout bounds its time (DefaultPeekTimeout).
 	PeekLimit   int
@@ -39,6 +49,9 @@ type Unpublished struct {
 	First, Last       cdc.LSN   // the end positions of the first and last transaction holding them
 	From, To          time.Time // their commit times (zero for a non-transactional message only)
 	NotCounted        string    // with ResetOptions.Force: why they could not be counted
+	// InFlight are, with ResetOptions.IgnoreInFlight, the transactions still open or prepared when the
+	// slot was dropped: their events are in none of the counts, and will not be published.
+	InFlight []InFlight
 }
 
 // Events is the number of unpublished events.
