@@ -162,7 +162,8 @@ func withConn(ctx context.Context, name string, args []string, env func(string) 
 }
 
 func runMigrate(ctx context.Context, args []string, env func(string) string, stdout, stderr io.Writer) error {
-	var withInbox, noAlternate, partitioned, emitFunction, rotateEmitKey *bool
+	var withInbox, noAlternate, partitioned, emitFunction, rotateEmitKey, retireEmitKeys *bool
+	var retireWait *time.Duration
 	var emitRoles *[]string
 	var inboxSchema, amqpURL, exchange, alternate, interval, unroutableQueueType, messagePrefix, mappingFile *string
 	var ahead, shards *int
@@ -176,6 +177,8 @@ func runMigrate(ctx context.Context, args []string, env func(string) string, std
 		messagePrefix = s.String("message-prefix", migrations.DefaultMessagePrefix, "the message prefix that --emit-function's function writes; give run the same --message-prefix")
 		emitRoles = s.Repeated("emit-role", "", "with --emit-function: a role that may call <schema>.emit (EXECUTE is revoked from PUBLIC; roles granted by earlier runs keep it); repeat the flag for several")
 		rotateEmitKey = s.Bool("rotate-emit-key", false, "with --emit-function: add a new key to sign emitted events with, from 2 minutes later on (running routers reload the keys before; docs/operations.md)")
+		retireEmitKeys = s.Bool("retire-emit-keys", false, "with --emit-function: retire every key older than the newest: it stops signing, routers verify with it for 24 h more, then migrate deletes it; refused while the newest key does not sign yet or a transaction of this database that began before it is open or prepared (docs/operations.md)")
+		retireWait = s.Duration("wait", 0, "with --retire-emit-keys: how long to wait for what refuses the retirement (the newest key's not_before, open and prepared transactions) to pass; 0 refuses at once")
 		withInbox = s.Bool("inbox", false, "also create the consumer-side inbox tables (package inbox) in this database")
 		inboxSchema = s.String("inbox-schema", inbox.DefaultSchema, "schema of the inbox tables")
 		amqpURL = s.List("amqp-url", "", "also declare the exchange (and the alternate exchange and its queue) in RabbitMQ, as run does, so consumers can bind before the first run")
@@ -199,8 +202,8 @@ func runMigrate(ctx context.Context, args []string, env func(string) string, std
 		mcfg.Partitioned, mcfg.PartitionInterval, mcfg.PartitionsAhead = *partitioned, *interval, *ahead
 		mcfg.EmitFunction, mcfg.MessagePrefix = *emitFunction, *messagePrefix
 		mcfg.EmitRoles, mcfg.RotateEmitKey = *emitRoles, *rotateEmitKey
-		if !*emitFunction && (len(*emitRoles) > 0 || *rotateEmitKey) {
-			return usageError{errors.New("--emit-role and --rotate-emit-key set up <schema>.emit: add --emit-function")}
+		if !*emitFunction && (len(*emitRoles) > 0 || *rotateEmitKey || *retireEmitKeys) {
+			return usageError{errors.New("--emit-role, --rotate-emit-key and --retire-emit-keys set up <schema>.emit: add --emit-function")}
 		}
 		if err := migrations.Apply(ctx, conn, mcfg); err != nil {
 			return err
@@ -235,6 +238,9 @@ func runMigrate(ctx context.Context, args []string, env func(string) string, std
 			fmt.Fprintf(stdout, "migrated: function %s.emit, writing messages with prefix %q (run with --message-prefix %s), "+
 				"signed with the newest key of %s.emit_keys, which the router's role must read (GRANT SELECT); EXECUTE for: %s\n",
 				*pg.schema, *messagePrefix, *messagePrefix, *pg.schema, strings.Join(grantees, ", "))
+			if err := migrateEmitKeys(ctx, conn, *pg.schema, *retireEmitKeys, *retireWait, stdout, stderr); err != nil {
+				return err
+			}
 		}
 		if *amqpURL != "" {
 			rcfg := route.Config{URL: *amqpURL, Exchange: *exchange, AlternateExchange: *alternate,
