@@ -179,6 +179,7 @@ func runOnce(ctx context.Context, cfg Config, dial Dialer, log *slog.Logger, sta
 			if cfg.Decode.EmitKeys, err = migrations.LoadEmitKeys(ctx, sql, cfg.Schema); err != nil {
 				return err
 			}
+			warnEmitKeyReaders(ctx, sql, cfg.Schema, log)
 		}
 		return watch.Begin(ctx, sql, *started)
 	})
