@@ -37,7 +37,7 @@ func commands() []command {
 		{"quarantine", "list, show, replay, discard or purge quarantined rows", runQuarantine,
 			[]string{"list", "show", "replay", "discard", "purge"}},
 		{"inbox", "list a consumer's failed and parked events, or have its running Runner retry or resolve them", runInbox,
-			[]string{"list", "retry", "resolve"}},
+			[]string{"list", "retry", "resolve", "requests", "cancel"}},
 		{"config", "check a configuration file against the database and the broker, or list its keys", runConfig, []string{"check", "keys"}},
 		{"version", "print the version", runVersion, nil},
 	}
