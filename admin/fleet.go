@@ -43,6 +43,10 @@ type FleetSlot struct {
 	Jobs       []snapshot.Job // the slot's unfinished initial snapshots
 	// SettingsDiffer are the keys of the effective configuration in which the slot's live processes differ.
 	SettingsDiffer []string
+	// Pending is what waits in a slot no router runs, counted by CountPendingOfStopped (nil when not
+	// counted, with PendingNote saying why when a count was tried or could not be).
+	Pending     *Unpublished
+	PendingNote string
 }
 
 // QuarantineCount is how many quarantine records there are, and how many of them no one handled yet.

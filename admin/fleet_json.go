@@ -43,6 +43,9 @@ type fleetSlotJSON struct {
 	Jobs           []jobJSON           `json:"jobs"` // the slot's unfinished initial snapshots
 	Processes      []processJSON       `json:"processes"`
 	SettingsDiffer []string            `json:"settings_differ"`
+	PendingEvents  *int64              `json:"pending_events"` // counted only for a slot no router runs
+	PendingAtLeast bool                `json:"pending_at_least"`
+	PendingNote    *string             `json:"pending_note"`
 }
 
 type fleetQuarantineJSON struct {
@@ -87,6 +90,12 @@ func (f FleetReport) MarshalJSON() ([]byte, error) {
 			}
 		}
 		sj.SettingsDiffer = append(sj.SettingsDiffer, sl.SettingsDiffer...)
+		if sl.Pending != nil {
+			sj.PendingEvents, sj.PendingAtLeast = ptr(sl.Pending.Events()), sl.Pending.AtLeast
+		}
+		if sl.PendingNote != "" {
+			sj.PendingNote = ptr(sl.PendingNote)
+		}
 		for _, p := range sl.Records {
 			pj := processJSON{Instance: p.Instance, Host: p.Host, PID: p.PID, Role: p.Role, Live: p.Live(f.Now)}
 			if p.Version != "" {

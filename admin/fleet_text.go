@@ -73,6 +73,7 @@ func (sl FleetSlot) text(now time.Time) string {
 		}
 		s += fmt.Sprintf("slot active:      %s\nlag:              %s\nwal_status:       %s\n", active, lag, OrDash(sl.WALStatus))
 	}
+	s += sl.pendingText()
 	s += fmt.Sprintf("quarantined rows: %d not handled (%d in all)\n", sl.Quarantine.Open, sl.Quarantine.Total)
 	for _, j := range sl.Jobs {
 		s += "snapshot:         " + jobLine(j) + "\n"

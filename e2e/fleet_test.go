@@ -151,6 +151,13 @@ func TestFourRoutersFromConfigurationFiles(t *testing.T) {
 		t.Errorf("reset of the prefixed router's slot with 3 signed events waiting: exit %d, slot kept %v\n%s",
 			code, e.slotExists(slot("emitted")), out)
 	}
+	fleet = fleetJSON(t, e)
+	if got := fleet[slot("emitted")]["pending_events"]; got != float64(3) {
+		t.Errorf("status lists %v events waiting in the stopped prefixed router's slot, want 3", got)
+	}
+	if got := fleet[slot("native")]["pending_events"]; got != float64(0) {
+		t.Errorf("status lists %v events waiting in the drained native router's slot, want 0", got)
+	}
 	if out, code := e.cli("status", "--slot", slot("emitted")); code != 0 || !strings.Contains(out, "not caught up: 3 unpublished events") {
 		t.Errorf("status --slot %s: exit %d\n%s", slot("emitted"), code, out)
 	}

@@ -199,6 +199,9 @@ func statusOfFleet(ctx context.Context, conn *pgx.Conn, pg pgFlags, shard string
 	if err != nil || len(f.Slots) <= 1 {
 		return false, err
 	}
+	if err := f.CountPendingOfStopped(ctx, conn); err != nil {
+		return false, err
+	}
 	if asJSON {
 		enc := json.NewEncoder(stdout)
 		enc.SetIndent("", "  ")
