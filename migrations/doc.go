@@ -40,4 +40,14 @@
 // stream runs, at least every EmitKeyInterval, well within EmitKeyDelay, so a rotated key is held before it
 // signs; a reload that fails keeps the keys loaded (TestEmitKeyWatch; end to end e2e's
 // TestEmitKeyRotationWhileRunning).
+//
+// 016 retires keys instead of deleting them: RetireEmitKeys (`migrate --emit-function --retire-emit-keys`)
+// sets retired_at on every key older than the newest only once the newest signs and no prepared
+// transaction, and no open one with a transaction id that began before the newest key's not_before, is
+// left in the database (it names them; with a wait it waits for them, bounded and cancellable); a retired
+// key never signs, emit signing with the newest active key instead of failing, and LoadEmitKeys returns it
+// for EmitKeyGrace, after which migrate deletes it (TestRetireEmitKeysWaitsForOlderTransactions,
+// TestEmitSignsAfterItsKeyIsRetired). 016 also puts emit_keys under row level security, its rows shown only
+// to the roles granted SELECT on it, so pg_read_all_data reads none of them nor the key columns' statistics;
+// EmitKeyReaders names the login roles that still can (TestEmitKeysHiddenFromReadAllData).
 package migrations
