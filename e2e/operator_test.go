@@ -282,19 +282,25 @@ func TestQuarantineCommands(t *testing.T) {
 	}
 }
 
-// TestResetRefusesToDropUnpublishedEvents: with the router stopped, one event committed to a mapped table
-// whose producer deletes the row in the same transaction (Quarkus' default), and one logical decoding
-// message with the router's prefix (and one with another prefix, not an event): the slot is the only copy
-// of both. reset used to drop it saying only that it did; now it refuses, naming the two events ("at
-// least" when the peek is bounded below them), and changes nothing; it refuses too when it cannot count
-// (a --publication that does not exist); reset --force drops them and says so; a slot with nothing
-// unpublished resets without --force.
+// TestResetRefusesToDropUnpublishedEvents: with the router (run with --message-prefix) stopped, one event
+// committed to a mapped table whose producer deletes the row in the same transaction (Quarkus' default), and
+// one logical decoding message with the router's prefix (and one with another prefix, not an event): the
+// slot is the only copy of both. reset used to drop it saying only that it did; now it refuses, naming the
+// two events ("at least" when the peek is bounded below them), and changes nothing, told only the slot (it
+// reads the prefix and the publication from the router's record); a prefix or publication that contradicts
+// the record is refused naming both; without a record it refuses too when it cannot count (a --publication
+// that does not exist); reset --force drops them and says so; a slot with nothing unpublished resets
+// without --force.
 func TestResetRefusesToDropUnpublishedEvents(t *testing.T) {
 	e := newStreamEnv(t)
 	e.exec(debeziumTable)
 	e.exec(`ALTER PUBLICATION cdc_router_outbox ADD TABLE dbz_outbox`)
+	if out, code := e.cli("migrate", "--emit-function"); code != 0 {
+		t.Fatalf("migrate --emit-function: exit %d\n%s", code, out)
+	}
 	config := writeConfig(t, "table=public.dbz_outbox\n")
-	flags := []string{"--table", "public.outbox", "--table", "public.dbz_outbox", "--config", config, "--snapshot", "never"}
+	flags := []string{"--table", "public.outbox", "--table", "public.dbz_outbox", "--config", config, "--snapshot", "never",
+		"--message-prefix", "cdc-router.outbox"}
 	stopRouter(t, e.startStreaming(flags...))
 	e.exec(`BEGIN;
 		INSERT INTO dbz_outbox (id, aggregatetype, aggregateid, type, payload) VALUES (gen_random_uuid(), 'customer', 'c-1', 'Created', '{}');
@@ -302,7 +308,7 @@ func TestResetRefusesToDropUnpublishedEvents(t *testing.T) {
 		SELECT pg_logical_emit_message(true, 'cdc-router.outbox', '{}');
 		SELECT pg_logical_emit_message(true, 'someone.else', '{}');
 		COMMIT`)
-	out, code := e.cli("reset", "--slot", e.slot, "--message-prefix", "cdc-router.outbox")
+	out, code := e.cli("reset", "--slot", e.slot)
 	if code != 1 || !strings.Contains(out, "still holds 2 unpublished events (1 inserts into the publication's tables, "+
 		"1 logical decoding messages)") || !strings.Contains(out, "--force") || !strings.Contains(out, "nothing was changed") {
 		t.Fatalf("reset of a slot holding unpublished events: exit %d, want 1 naming 2 events and --force\n%s", code, out)
@@ -311,14 +317,19 @@ func TestResetRefusesToDropUnpublishedEvents(t *testing.T) {
 	if !e.slotExists(e.slot) {
 		t.Fatal("the refused reset dropped the slot")
 	}
-	out, code = e.cli("reset", "--slot", e.slot, "--message-prefix", "cdc-router.outbox", "--peek-limit", "3")
+	out, code = e.cli("reset", "--slot", e.slot, "--peek-limit", "3")
 	if code != 1 || !strings.Contains(out, "still holds at least 2 unpublished events") {
 		t.Fatalf("reset with the peek bounded to 3 rows: exit %d, want 1 naming at least 2 events\n%s", code, out)
 	}
-	out, code = e.cli("reset", "--slot", e.slot)
-	if code != 1 || !strings.Contains(out, "still holds 1 unpublished events") {
-		t.Fatalf("reset without --message-prefix: exit %d, want 1 naming the insert\n%s", code, out)
+	out, code = e.cli("reset", "--slot", e.slot, "--message-prefix", "someone.else")
+	if code != 2 || !strings.Contains(out, "--message-prefix someone.else") || !strings.Contains(out, "cdc-router.outbox") {
+		t.Fatalf("reset with a prefix its router does not run with: exit %d, want 2 naming both\n%s", code, out)
 	}
+	out, code = e.cli("reset", "--slot", e.slot, "--publication", "not_the_routers")
+	if code != 2 || !strings.Contains(out, "--publication not_the_routers") || !strings.Contains(out, "cdc_router_outbox") {
+		t.Fatalf("reset with a publication its router does not read: exit %d, want 2 naming both\n%s", code, out)
+	}
+	e.exec(`DELETE FROM cdc_router.routers`) // a router of a version before records
 	out, code = e.cli("reset", "--slot", e.slot, "--publication", "not_the_routers")
 	if code != 1 || !strings.Contains(out, `publication "not_the_routers" does not exist`) || !strings.Contains(out, "give reset the --publication") {
 		t.Fatalf("reset with a publication that does not exist: exit %d, want 1 naming --publication\n%s", code, out)
