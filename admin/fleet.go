@@ -26,6 +26,10 @@ type FleetReport struct {
 	// Backfills are this database's unfinished backfills (running, interrupted or failed): not tied to a slot.
 	Backfills          []snapshot.Job
 	BackfillQuarantine QuarantineCount // the quarantine records of backfills
+	// InFlight are the database's transactions that may still write into its slots (read by
+	// CountPendingOfStopped), InFlightNote why they could not be read.
+	InFlight     []InFlight
+	InFlightNote string
 }
 
 // FleetSlot is one slot of the fleet view: the slot as PostgreSQL has it and the records that name it.

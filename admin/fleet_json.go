@@ -20,6 +20,7 @@ type fleetJSON struct {
 	Slots              []fleetSlotJSON     `json:"slots"`
 	Backfills          []jobJSON           `json:"backfills"` // unfinished only
 	BackfillQuarantine fleetQuarantineJSON `json:"backfill_quarantine"`
+	InFlight           []inFlightJSON      `json:"transactions_in_flight"` // null when they could not be read
 }
 
 // fleetSlotJSON is one slot. state is the speaking record's role while its process is live, else
@@ -72,7 +73,8 @@ type processJSON struct {
 func (f FleetReport) MarshalJSON() ([]byte, error) {
 	j := fleetJSON{SchemaVersion: FleetSchemaVersion, Database: f.Database, Schema: f.Schema, Now: rfc3339(f.Now),
 		Slots: []fleetSlotJSON{}, Backfills: jobsJSON(f.Backfills),
-		BackfillQuarantine: fleetQuarantineJSON{Open: f.BackfillQuarantine.Open, Total: f.BackfillQuarantine.Total}}
+		BackfillQuarantine: fleetQuarantineJSON{Open: f.BackfillQuarantine.Open, Total: f.BackfillQuarantine.Total},
+		InFlight:           inFlightJSONOf(f.InFlight, f.InFlightNote)}
 	for _, sl := range f.Slots {
 		sj := fleetSlotJSON{Slot: sl.Slot, SlotExists: sl.Exists, State: sl.State(f.Now), Tables: []string{},
 			MappedTables: []string{}, Jobs: jobsJSON(sl.Jobs), Processes: []processJSON{}, SettingsDiffer: []string{},

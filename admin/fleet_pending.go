@@ -2,6 +2,7 @@ package admin
 
 import (
 	"context"
+	"fmt"
 
 	"github.com/jackc/pgx/v5"
 )
@@ -11,7 +12,13 @@ import (
 // router recorded), into FleetSlot.Pending; a slot without a record is not counted (its router's publication
 // is not known), and neither is one whose router runs (its peek would hold the slot from it). A failed
 // count leaves Pending nil with PendingNote saying why; it never fails the fleet.
+// It also reads the database's transactions in flight (InFlightTransactions): while one exists, no slot is
+// shown caught up.
 func (f *FleetReport) CountPendingOfStopped(ctx context.Context, conn *pgx.Conn) error {
+	var err error
+	if f.InFlight, err = InFlightTransactions(ctx, conn); err != nil {
+		f.InFlightNote = err.Error()
+	}
 	for i := range f.Slots {
 		sl := &f.Slots[i]
 		switch {
@@ -34,8 +41,14 @@ func (f *FleetReport) CountPendingOfStopped(ctx context.Context, conn *pgx.Conn)
 }
 
 // pendingText is the slot's pending line of the text fleet view, "" when it was not counted.
-func (sl FleetSlot) pendingText() string {
+func (sl FleetSlot) pendingText(f FleetReport) string {
 	switch {
+	case sl.Pending != nil && sl.Pending.Events() == 0 && !sl.Pending.AtLeast && len(f.InFlight) > 0:
+		return fmt.Sprintf("pending:          not caught up: no events wait in the slot yet, but %d transactions in "+
+			"flight may still write some (below)\n", len(f.InFlight))
+	case sl.Pending != nil && sl.Pending.Events() == 0 && !sl.Pending.AtLeast && f.InFlightNote != "":
+		return "pending:          no events wait in the slot yet; whether transactions in flight may still write some " +
+			"is not known (below)\n"
 	case sl.Pending != nil && sl.Pending.Events() == 0 && !sl.Pending.AtLeast:
 		return "pending:          caught up: no events wait in the slot\n"
 	case sl.Pending != nil:

@@ -17,7 +17,7 @@ func (f FleetReport) String() string {
 		s += "                  no pgoutput slot and no router record: no cdc-router has run here yet\n"
 	}
 	for _, sl := range f.Slots {
-		s += "\n" + sl.text(f.Now)
+		s += "\n" + sl.text(f)
 	}
 	if len(f.Backfills) > 0 || f.BackfillQuarantine.Total > 0 {
 		s += "\n"
@@ -28,11 +28,15 @@ func (f FleetReport) String() string {
 	if q := f.BackfillQuarantine; q.Total > 0 {
 		s += fmt.Sprintf("backfills' quarantined rows: %d not handled (%d in all)\n", q.Open, q.Total)
 	}
+	if line := (Report{InFlight: f.InFlight, InFlightNote: f.InFlightNote}).inFlightLine(); line != "" {
+		s += "\n" + strings.Replace(line, "the slot", "the slots", 1)
+	}
 	return s
 }
 
 // text is one slot's block.
-func (sl FleetSlot) text(now time.Time) string {
+func (sl FleetSlot) text(f FleetReport) string {
+	now := f.Now
 	s := fmt.Sprintf("slot:             %s\n", sl.Slot)
 	if !sl.Exists {
 		s += "slot exists:      no: this database has no pgoutput slot of that name (dropped, or reset); only the " +
@@ -73,7 +77,7 @@ func (sl FleetSlot) text(now time.Time) string {
 		}
 		s += fmt.Sprintf("slot active:      %s\nlag:              %s\nwal_status:       %s\n", active, lag, OrDash(sl.WALStatus))
 	}
-	s += sl.pendingText()
+	s += sl.pendingText(f)
 	s += fmt.Sprintf("quarantined rows: %d not handled (%d in all)\n", sl.Quarantine.Open, sl.Quarantine.Total)
 	for _, j := range sl.Jobs {
 		s += "snapshot:         " + jobLine(j) + "\n"

@@ -158,6 +158,27 @@ func TestFourRoutersFromConfigurationFiles(t *testing.T) {
 	if got := fleet[slot("native")]["pending_events"]; got != float64(0) {
 		t.Errorf("status lists %v events waiting in the drained native router's slot, want 0", got)
 	}
+	// A transaction in flight that has emitted: no slot is caught up while it runs.
+	tx, err := e.db.Begin(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.Exec(context.Background(), `SELECT cdc_router.emit('order', '4', 1, 'open', '{}'::jsonb, '{}'::jsonb)`); err != nil {
+		t.Fatal(err)
+	}
+	out, code := e.cli("status", "--json")
+	var inFlight struct {
+		InFlight []map[string]any `json:"transactions_in_flight"`
+	}
+	if err := json.Unmarshal([]byte(out), &inFlight); code != 0 || err != nil || len(inFlight.InFlight) != 1 {
+		t.Errorf("status --json with one transaction in flight: exit %d, %v, %v", code, err, inFlight.InFlight)
+	}
+	if text, _ := e.cli("status"); !strings.Contains(text, "not caught up: no events wait in the slot yet, but 1 transactions") {
+		t.Errorf("status with a transaction in flight says a drained slot is caught up:\n%s", text)
+	}
+	if err := tx.Rollback(context.Background()); err != nil {
+		t.Fatal(err)
+	}
 	if out, code := e.cli("status", "--slot", slot("emitted")); code != 0 || !strings.Contains(out, "not caught up: 3 unpublished events") {
 		t.Errorf("status --slot %s: exit %d\n%s", slot("emitted"), code, out)
 	}
