@@ -156,14 +156,7 @@ func (r Report) MarshalJSON() ([]byte, error) {
 		j.StoredPosition = &storedJSON{LSN: r.Stored.LSN.String(), SystemID: r.Stored.SystemID, Timeline: r.Stored.Timeline,
 			UpdatedAt: rfc3339(r.Stored.UpdatedAt)}
 	}
-	for _, job := range r.Jobs {
-		jj := jobJSON{Name: job.Name, Kind: job.Kind, State: jobState(job), RowsDone: job.RowsDone, RowsTotal: job.RowsTotal,
-			StartedAt: rfc3339(job.StartedAt), UpdatedAt: rfc3339(job.UpdatedAt)}
-		if job.Error != "" {
-			jj.Error = ptr(job.Error)
-		}
-		j.Jobs = append(j.Jobs, jj)
-	}
+	j.Jobs = jobsJSON(r.Jobs)
 	for _, g := range r.Gaps {
 		gj := gapJSON{Table: g.Table, To: rfc3339(g.To), Where: g.Where, Backfill: g.Backfill}
 		if g.From != nil {
