@@ -45,6 +45,10 @@ func (w *world) inject(start time.Time, faults []gen.Step, bg *sync.WaitGroup) {
 			w.resetIdle(f.Dur)
 			continue
 		}
+		if f.Kind == gen.CmdResetInFlight {
+			w.resetInFlight(f)
+			continue
+		}
 		if f.Kind == gen.CmdReplay {
 			w.rec.Event(w.replay())
 			continue
@@ -140,20 +144,32 @@ func (w *world) apply(f gen.Step) string {
 // the slot), runs reset without --force, and starts the router again. The stop and the reset are recorded
 // apart.
 func (w *world) resetIdle(d time.Duration) {
+	addrs := w.stopSlot(0, "before a reset")
+	time.Sleep(d)
+	from := time.Now()
+	out, code := w.cli(time.Minute, "reset", "--slot", w.slot(0))
+	w.rec.Event(check.Event{From: from, To: time.Now(), Kind: gen.CmdResetIdle, Note: fmt.Sprintf("exit %d: %s", code, lastLine(out))})
+	w.startSlot(0, addrs)
+}
+
+// stopSlot stops slot i's router processes gracefully (SIGTERM), records each stop with why, and returns
+// their /readyz addresses for startSlot.
+func (w *world) stopSlot(i int, why string) []string {
 	from := time.Now()
 	var addrs []string
-	for _, k := range w.slotProcs(0) {
+	for _, k := range w.slotProcs(i) {
 		code, addr := w.routers.Stop(k, syscall.SIGTERM, 45*time.Second)
 		addrs = append(addrs, addr)
 		now := time.Now()
-		w.rec.Event(check.Event{From: from, To: now, Gone: now, Kind: gen.FaultTerm, Proc: k / w.plan.Setup.Routers(), Note: fmt.Sprintf("exit %d (before a reset)", code)})
+		w.rec.Event(check.Event{From: from, To: now, Gone: now, Kind: gen.FaultTerm, Router: i, Proc: k / w.plan.Setup.Routers(), Note: fmt.Sprintf("exit %d (%s)", code, why)})
 	}
-	time.Sleep(d)
-	from = time.Now()
-	out, code := w.cli(time.Minute, "reset", "--slot", w.slot(0))
-	w.rec.Event(check.Event{From: from, To: time.Now(), Kind: gen.CmdResetIdle, Note: fmt.Sprintf("exit %d: %s", code, lastLine(out))})
-	for i, k := range w.slotProcs(0) {
-		w.routers.Start(k, addrs[i])
+	return addrs
+}
+
+// startSlot starts slot i's router processes again on addrs (stopSlot's).
+func (w *world) startSlot(i int, addrs []string) {
+	for n, k := range w.slotProcs(i) {
+		w.routers.Start(k, addrs[n])
 	}
 }
 

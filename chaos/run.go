@@ -132,6 +132,9 @@ func (w *world) waitStreaming() {
 // table has it, whatever its writer saw.
 func (w *world) finalRows(writers []*writer) []check.Row {
 	byID := map[string]check.Row{}
+	for _, r := range w.inflightRows {
+		byID[r.ID] = r
+	}
 	for _, wr := range writers {
 		for _, r := range wr.rows {
 			byID[r.ID] = r

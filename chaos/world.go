@@ -50,6 +50,11 @@ type world struct {
 	mappingConfig string
 	exchangeDown  atomic.Bool
 
+	// inflightN counts the gen.CmdResetInFlight applied; inflightRows are the rows their transactions wrote
+	// (finalRows joins them with the tables, as the writers' rows).
+	inflightN    int
+	inflightRows []check.Row
+
 	hugeCommitted chan struct{} // closed when the huge transaction committed, at hugeAt
 	hugeAt        time.Time
 

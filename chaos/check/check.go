@@ -43,6 +43,7 @@ var invariants = []invariant{
 	{"duplicates-explained-and-bounded", checkDuplicates},
 	{"no-restart-loop", checkExits},
 	{"reset-without-force-refused", checkReset},
+	{"reset-refuses-transactions-in-flight", checkResetInFlight},
 	{"logs-carry-no-payload", checkLogs},
 	{"unauthenticated-never-published", checkForged},
 	{"broker-outage-bounded", checkBrokerOutages},

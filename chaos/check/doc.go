@@ -32,4 +32,7 @@
 //     nor with 200 in two samples in a row (a split brain), never none past the takeover bound
 //     unless an outage explains it; the stall rule reads /readyz?active=1 per slot and never excuses such a
 //     period (standby_test.go).
+//  12. A reset run while an open and a prepared transaction that wrote events were in flight exits 1: naming
+//     both when they were still in flight at its end, for the unpublished events they committed when they
+//     committed during its --wait (inflight_test.go).
 package check

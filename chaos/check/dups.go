@@ -22,7 +22,7 @@ func replays(h *History, e Event, committedBefore int) (bool, int) {
 			return true, h.Setup.SnapshotRows
 		}
 		return false, 0
-	case gen.CmdResetLive:
+	case gen.CmdResetLive, gen.CmdResetInFlight: // a refused reset replays nothing; its routers' stops are FaultTerm
 		return false, 0
 	case gen.CmdBackfill, gen.CmdGapBackfill, gen.FaultPGCrash, gen.FaultPGFast:
 		// A backfill copies every row; after a crash the slot goes back to its last checkpoint.

@@ -208,6 +208,8 @@ func (s Step) String() string {
 		fmt.Fprintf(&b, " drift=%s", [...]string{"headers-text", "other-table"}[s.N])
 	case s.Kind == FaultPermissions:
 		fmt.Fprintf(&b, " revoked=%s", [...]string{"write-on-exchange", "configure"}[s.N])
+	case s.Kind == CmdResetInFlight:
+		fmt.Fprintf(&b, " commit=%s", [...]string{"after-the-reset", "while-reset-waits"}[s.N])
 	case s.N > 0:
 		fmt.Fprintf(&b, " rows=%d", s.N)
 	}
@@ -295,6 +297,7 @@ func Generate(seed int64, o Options) Plan {
 	addStandby(&p, seed)
 	addDrift(&p, seed)
 	addTooBig(&p, seed)
+	addResetInFlight(&p, seed)
 	for _, f := range p.Faults {
 		if f.Kind == FaultPubGap {
 			p.PublicationCheck = 2 * time.Second

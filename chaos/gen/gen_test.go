@@ -45,7 +45,7 @@ func kindsIn(o Options) map[Kind]bool {
 
 func TestKnownBrokenKindsOnlyWhenAsked(t *testing.T) {
 	seen := kindsIn(Options{})
-	for _, k := range []Kind{FaultPubGap, OpHuge, CmdResetIdle, FaultPGHole, OpEmit, OpForged, FaultBrokerRestart, FaultMemAlarm, FaultPartAttach, FaultPartDetach, FaultPartDrop, CmdReplay, FaultColumn, FaultExchangeDelete, FaultExchangeUnbind, FaultPGCutActive, "multitable-snapshot", "snapshot-resume-deleted"} {
+	for _, k := range []Kind{FaultPubGap, OpHuge, CmdResetIdle, FaultPGHole, OpEmit, OpForged, FaultBrokerRestart, FaultMemAlarm, FaultPartAttach, FaultPartDetach, FaultPartDrop, CmdReplay, FaultColumn, FaultExchangeDelete, FaultExchangeUnbind, FaultPGCutActive, CmdResetInFlight, "multitable-snapshot", "snapshot-resume-deleted"} {
 		if !seen[k] {
 			t.Errorf("%s is not in the default mix", k)
 		}
@@ -225,4 +225,47 @@ func TestTooBigOnlyOnTheOwnNode(t *testing.T) {
 		t.Errorf("seeds 1-1000: %d of %d seeds on the own node write a row over max_message_size; want most", with, own)
 	}
 	t.Logf("%d of %d seeds on the own node write rows over max_message_size", with, own)
+}
+
+// A reset with transactions in flight is drawn on about a third of the seeds, in the first three fifths,
+// in both orders (committed after the reset with a short --wait, or while a long --wait runs), the second
+// never with shards (its rows may fall to the other shard's slot); CI seed 107 draws the first, with
+// emitted events, and 2026 and 2160 draw none.
+func TestResetInFlightDrawn(t *testing.T) {
+	n := map[int]int{}
+	for seed := int64(1); seed <= 300; seed++ {
+		p := Generate(seed, Options{})
+		for _, f := range p.Faults {
+			if f.Kind != CmdResetInFlight {
+				continue
+			}
+			n[f.N]++
+			if f.At >= p.Setup.Duration*3/5 {
+				t.Errorf("seed %d: %s at %v, past three fifths of %v", seed, f.Kind, f.At, p.Setup.Duration)
+			}
+			switch {
+			case f.N == InFlightHeld && (f.Dur < 500*time.Millisecond || f.Dur > 1500*time.Millisecond):
+				t.Errorf("seed %d: held across a reset with --wait %v", seed, f.Dur)
+			case f.N == InFlightCommitted && (p.Setup.Shards > 0 || f.Dur < 10*time.Second):
+				t.Errorf("seed %d: committed during a --wait of %v with %d shards", seed, f.Dur, p.Setup.Shards)
+			}
+		}
+	}
+	if n[InFlightHeld] < 30 || n[InFlightCommitted] < 20 {
+		t.Errorf("seeds 1-300: %d held and %d committed during the wait; want 30 and 20 or more", n[InFlightHeld], n[InFlightCommitted])
+	}
+	for seed, want := range map[int64]int{107: 1, 2026: 0, 2160: 0} {
+		p, got := Generate(seed, Options{}), 0
+		for _, f := range p.Faults {
+			if f.Kind == CmdResetInFlight {
+				got++
+				if f.N != InFlightHeld || !p.Setup.Emit {
+					t.Errorf("CI seed %d: %s, with emit=%v; want held with emitted events", seed, f, p.Setup.Emit)
+				}
+			}
+		}
+		if got != want {
+			t.Errorf("CI seed %d draws %d resets with transactions in flight, want %d", seed, got, want)
+		}
+	}
 }
