@@ -151,7 +151,7 @@ func backfillRouter(ctx context.Context, conn *pgx.Conn, pg pgFlags, broker brok
 	if err := slotOf(pg.set, pg.slot, recs); err != nil {
 		return nil, err
 	}
-	rec, ok, err := fromRecord(ctx, conn, pg.set, *pg.schema, *pg.slot, recorded{"exchange", broker.exchange, nil, exchangeOf})
+	rec, ok, err := fromRecord(ctx, conn, pg.set, *pg.schema, *pg.slot, recorded{"exchange", broker.exchange, exchangeOf})
 	if err != nil {
 		return nil, err
 	}

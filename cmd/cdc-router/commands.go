@@ -285,7 +285,7 @@ func (pg pgFlags) router(ctx context.Context, conn *pgx.Conn, shard string, fill
 	if err != nil {
 		return nil, nil, err
 	}
-	fill = append(fill, recorded{"publication", pg.publication, nil, publicationOf})
+	fill = append(fill, recorded{"publication", pg.publication, publicationOf})
 	_, _, err = fromRecord(ctx, conn, pg.set, *pg.schema, *pg.slot, fill...)
 	return sh, found, err
 }
@@ -320,7 +320,7 @@ func runStatus(ctx context.Context, args []string, env func(string) string, stdo
 		if listed, err := statusOfFleet(ctx, conn, pg, *shardValue, *asJSON, stdout); listed || err != nil {
 			return err
 		}
-		shard, found, err := pg.router(ctx, conn, *shardValue, recorded{"message-prefix", messagePrefix, nil, messagePrefixOf})
+		shard, found, err := pg.router(ctx, conn, *shardValue, recorded{"message-prefix", messagePrefix, messagePrefixOf})
 		if err != nil {
 			return err
 		}
@@ -358,7 +358,7 @@ func runReset(ctx context.Context, args []string, env func(string) string, stdou
 		peekTimeout = s.Duration("peek-timeout", admin.DefaultPeekTimeout, "bound on the time spent counting the slot's unpublished events")
 	}
 	return withConn(ctx, "reset", args, env, stderr, flags, func(conn *pgx.Conn, pg pgFlags) error {
-		if _, _, err := pg.router(ctx, conn, *shard, recorded{"message-prefix", messagePrefix, nil, messagePrefixOf}); err != nil {
+		if _, _, err := pg.router(ctx, conn, *shard, recorded{"message-prefix", messagePrefix, messagePrefixOf}); err != nil {
 			return err
 		}
 		onWait := func(ts []admin.InFlight) {

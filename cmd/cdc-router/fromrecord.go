@@ -25,12 +25,11 @@ import (
 // setting the command line, the environment or a configuration file gives that contradicts the record is
 // refused naming both values.
 
-// recorded is a flag of an operator command that the record of the slot's router supplies.
+// recorded is a one-value flag of an operator command that the record of the slot's router supplies.
 type recorded struct {
 	flag  string
-	value *string   // a one-value flag, or
-	list  *[]string // a list (--table)
-	of    func(registry.Record) []string
+	value *string
+	of    func(registry.Record) string
 }
 
 // slotOf settles which slot a command works on when --slot was not given: the one slot the records name,
@@ -67,54 +66,28 @@ func fromRecord(ctx context.Context, conn *pgx.Conn, s *settings, schema, slot s
 	}
 	for _, f := range fill {
 		want := f.of(rec)
-		var have []string
-		if f.list != nil {
-			have = *f.list
-		} else {
-			have = []string{*f.value}
-		}
-		if s.sources[f.flag] == sourceDefault {
-			if f.list != nil {
-				*f.list = slices.Clone(want)
-			} else if len(want) > 0 {
-				*f.value = want[0]
-			}
-			continue
-		}
-		if !sameValues(f.flag, have, want) {
+		switch {
+		case s.sources[f.flag] == sourceDefault:
+			*f.value = want
+		case *f.value != want:
 			return rec, ok, usageError{fmt.Errorf("--%s %s (from the %s) contradicts the router of slot %s, which runs with %s "+
-				"(recorded %s by %s): drop the setting, or name another --slot", f.flag, shown(have), s.sources[f.flag], slot,
+				"(recorded %s by %s): drop the setting, or name another --slot", f.flag, shown(*f.value), s.sources[f.flag], slot,
 				shown(want), rec.HeartbeatAt.UTC().Format(time.RFC3339), rec.Host)}
 		}
 	}
 	return rec, ok, nil
 }
 
-func sameValues(flag string, a, b []string) bool {
-	if flag == "table" {
-		norm := func(ts []string) []string {
-			out := make([]string, len(ts))
-			for i, t := range ts {
-				out[i] = decode.QualifiedTable(t)
-			}
-			return out
-		}
-		a, b = norm(a), norm(b)
-	}
-	return slices.Equal(a, b)
-}
-
-func shown(v []string) string {
-	if len(v) == 1 && v[0] == "" {
+func shown(v string) string {
+	if v == "" {
 		return "(none)"
 	}
-	return strings.Join(v, ", ")
+	return v
 }
 
-func publicationOf(r registry.Record) []string   { return []string{r.Publication} }
-func messagePrefixOf(r registry.Record) []string { return []string{r.MessagePrefix} }
-func exchangeOf(r registry.Record) []string      { return []string{r.Exchange} }
-func tablesOf(r registry.Record) []string        { return r.Tables }
+func publicationOf(r registry.Record) string   { return r.Publication }
+func messagePrefixOf(r registry.Record) string { return r.MessagePrefix }
+func exchangeOf(r registry.Record) string      { return r.Exchange }
 
 // recordedMappings are the mappings of the record's tables, read from the texts it keeps.
 func recordedMappings(rec registry.Record) (map[string]*decode.Mapping, error) {
