@@ -35,11 +35,23 @@ type heldTxns struct {
 // waits, as f.N says), the routers started again. Every path commits both transactions, and the test's
 // cleanup rolls back any prepared transaction of the database left even so: one left behind pins the
 // cluster's xmin and the database.
+//
+// It waits (up to 30 s) for router 0 to stream first, its slot created and its initial snapshot done:
+// without a slot reset has nothing to drop and needs no wait (the router's next slot is created after the
+// transactions in flight end), so it exits 0, rightly (seeds 64 and 70, whose kind came in the first half
+// second); and a snapshot stopped before its first record is copied again whole, after which an
+// aggregate's first deliveries may be out of order (the open limit of docs/snapshots.md that seeds 9431 and
+// 9483 found; seed 64 again when this waited for the slot alone).
 func (w *world) resetInFlight(f gen.Step) {
+	ctx := context.Background()
+	if !w.awaitStreaming(0, 30*time.Second) {
+		now := time.Now()
+		w.rec.Event(check.Event{From: now, To: now, Kind: gen.CmdResetInFlight, Note: "skipped: router 0 did not stream within 30 s"})
+		return
+	}
 	addrs := w.stopSlot(0, "before a reset with transactions in flight")
 	defer w.startSlot(0, addrs)
 	w.t.Cleanup(w.rollbackPrepared)
-	ctx := context.Background()
 	w.inflightN++
 	h := &heldTxns{gid: fmt.Sprintf("chaos_%s_%d", w.db, w.inflightN)}
 	from := time.Now()
@@ -196,6 +208,17 @@ func (w *world) commitHeld(ctx context.Context, h *heldTxns) []check.Row {
 	}
 	h.openConn, h.prepConn = nil, nil
 	return rows
+}
+
+// awaitStreaming waits up to d for router i to have logged that it streams, and reports whether it has.
+func (w *world) awaitStreaming(i int, d time.Duration) bool {
+	for deadline := time.Now().Add(d); ; time.Sleep(100 * time.Millisecond) {
+		streams := false
+		w.rec.With(func(h *check.History) { streams = check.StreamedBefore(h, i, time.Now()) })
+		if streams || time.Now().After(deadline) {
+			return streams
+		}
+	}
 }
 
 // awaitResetWaiting waits up to d for a session of the database whose last query read pg_prepared_xacts
