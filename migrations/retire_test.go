@@ -93,13 +93,16 @@ func TestRetireEmitKeysWaitsForOlderTransactions(t *testing.T) {
 		t.Fatalf("cancelled wait: %v", err)
 	}
 
+	committed := make(chan struct{}) // the connections are closed at cleanup, after their last use here
 	go func() {
+		defer close(committed)
 		time.Sleep(time.Second)
 		open.Exec(ctx, `COMMIT`)
 		prepared.Exec(ctx, `COMMIT PREPARED '`+gid+`'`)
 	}()
 	var told string
 	r, err := RetireEmitKeys(ctx, c, "s", time.Minute, func(msg string) { told = msg })
+	<-committed
 	if err != nil || !slices.Equal(r.Keys, []int32{1}) || r.Signing != 2 || !strings.Contains(told, "waiting up to") {
 		t.Fatalf("retire after the commits: %+v %v (told %q), want key 1 retired, key 2 signing", r, err, told)
 	}
