@@ -138,8 +138,10 @@ func TestResetWaitsForTransactionsInFlight(t *testing.T) {
 		t.Errorf("reset after the commits: exit %d, want %q:\n%s", code, counted, out)
 	}
 
-	stopRouter(t, e.startStreaming("--message-prefix", prefix))
+	// Stopped only once both arrived: a SIGTERM right after "streaming" stops before the slot's events are read.
+	r := e.startStreaming("--message-prefix", prefix)
 	c.waitFor(t, []row{{id: openID}, {id: preparedID}}, 30*time.Second)
+	stopRouter(t, r)
 	out, code = e.cli("status", "--slot", e.slot)
 	if code != 0 || !caughtUp.MatchString(out) || strings.Contains(out, "in flight") {
 		t.Errorf("status after the run: exit %d, want caught up:\n%s", code, out)
