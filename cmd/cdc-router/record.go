@@ -7,6 +7,7 @@ import (
 	"os"
 	"strings"
 	"sync/atomic"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -19,7 +20,9 @@ import (
 
 // keepRecord starts keeping the router's record (registry.Keep) in its schema for as long as it runs: what
 // it runs with and its state. The function it returns records the stop (with err, the router's exit
-// error) and returns once that is written or its own bound passed.
+// error) and returns once that is written, or once what is left of --shutdown-timeout since the stop was
+// asked for has passed (a stalled PostgreSQL must not hold the exit past the bound; the record then shows
+// the process as stale once its heartbeat is old), or after finalWriteBound when nobody asked for the stop.
 func keepRecord(ctx context.Context, s *settings, f runFlags, r router, stats *metrics.Stats, log *slog.Logger) func(error) {
 	rec := registry.Record{Slot: r.cfg.Slot, Publication: r.cfg.Publication, Tables: *f.pg.tables,
 		Mappings: mappingTexts(*f.mappingFiles, *f.pg.tables), MessagePrefix: *f.messagePrefix, Shard: r.shard,
@@ -43,12 +46,28 @@ func keepRecord(ctx context.Context, s *settings, f runFlags, r router, stats *m
 		defer close(done)
 		registry.Keep(kctx, connect, *f.pg.schema, rec, state, log)
 	}()
+	asked := make(chan time.Time, 1) // when the stop was asked for (SIGTERM, SIGINT)
+	context.AfterFunc(ctx, func() { asked <- time.Now() })
 	return func(err error) {
 		exit.Store(&err)
 		stop()
-		<-done
+		bound := finalWriteBound
+		select {
+		case at := <-asked:
+			bound = min(bound, *f.shutdown-time.Since(at))
+		default:
+		}
+		t := time.NewTimer(max(bound, 0))
+		defer t.Stop()
+		select {
+		case <-done:
+		case <-t.C:
+		}
 	}
 }
+
+// finalWriteBound bounds the wait for the record of a stop that nobody asked for (a refusal).
+const finalWriteBound = 3 * time.Second
 
 // mappingTexts are the mapping files' texts by the table each maps (a file without table= maps the first
 // table), as the record keeps them; loadMappings has already refused what it cannot read.
