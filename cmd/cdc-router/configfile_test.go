@@ -42,7 +42,7 @@ func TestConfigFileRefusesWhatIsNoSetting(t *testing.T) {
 		{"window: many\n", `line 1: window: "many" is not a whole number`},
 		{"confirm-timeout: 30\n", `confirm-timeout: "30" is not a duration`},
 		{"failover-slot: maybe\n", `failover-slot: "maybe" is not true or false`},
-		{"slot: [a, b]\n", "line 1: slot takes one value, not a list"},
+		{"slot: [a, b]\n", "line 1: slot takes one value here (cdc-router run), not a list of 2"},
 		{"slot:\n", "line 1: slot has no value"},
 		{"table:\n  name: x\n", "table takes a value or a list, found a map"},
 		{"config: [a.properties]\n", "the mapping files are listed under mapping:"},
@@ -97,6 +97,20 @@ func TestConfigFileOtherCommandsTakeTheirKeys(t *testing.T) {
 	if _, stderr, code := runCLI(t, nil, "status", "--config-file", bad, "--print-config"); code != 2 ||
 		!strings.Contains(stderr, "did you mean lanes") {
 		t.Errorf("status with a mistyped key: exit %d, %q", code, stderr)
+	}
+}
+
+// A list of one where a command takes one value (run's mapping list, migrate's one --config) is that value.
+func TestConfigFileListOfOneIsOneValue(t *testing.T) {
+	path := writeFile(t, "router.yaml", "slot: [orders]\nmapping: [a.properties]\n")
+	got, stderr, code := printed(t, nil, "migrate", "--config-file", path)
+	if code != 0 || got["slot"] != "orders # file "+path || !strings.HasSuffix(got["mapping"], "a.properties # file "+path) {
+		t.Errorf("migrate with lists of one: exit %d %s, %v", code, stderr, got)
+	}
+	two := writeFile(t, "router.yaml", "mapping: [a.properties, b.properties]\n")
+	if _, stderr, code := runCLI(t, nil, "backfill", "--config-file", two, "--print-config"); code != 2 ||
+		!strings.Contains(stderr, "mapping takes one value here (cdc-router backfill), not a list of 2") {
+		t.Errorf("backfill with two mappings: exit %d, %q", code, stderr)
 	}
 }
 

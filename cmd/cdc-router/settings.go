@@ -134,8 +134,9 @@ func (s *settings) applyFile() error {
 		if fl == nil || s.sources[e.key] != "" { // run's key, or set by the command line or the environment
 			continue
 		}
-		if e.list && !s.lists[e.key] {
-			return fmt.Errorf("%s: %s takes one value, not a list", at, e.name)
+		if e.list && !s.lists[e.key] && len(e.values) != 1 { // run's list of one mapping is migrate's one file
+			return fmt.Errorf("%s: %s takes one value here (cdc-router %s), not a list of %d", at, e.name,
+				strings.TrimPrefix(s.fs.Name(), "cdc-router "), len(e.values))
 		}
 		for _, v := range e.values {
 			if err := s.fs.Set(e.key, v); err != nil {
