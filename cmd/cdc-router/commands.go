@@ -47,11 +47,9 @@ func addPGFlags(s *settings) pgFlags {
 // table is the (first) outbox table of --table.
 func (p pgFlags) table() string { return (*p.tables)[0] }
 
-// oneTable refuses several --table values for a command that works on one outbox table. The tables of a
-// configuration file are run's: status and reset, which work on a slot, leave them be.
+// oneTable refuses several --table values for a command that works on one outbox table.
 func (p pgFlags) oneTable(command string) error {
-	fromFile := strings.HasPrefix(p.set.sources["table"], "file ")
-	if t := *p.tables; len(t) > 1 && !(fromFile && (command == "status" || command == "reset")) {
+	if t := *p.tables; len(t) > 1 {
 		return usageError{fmt.Errorf("--table names %d tables (%s), but `cdc-router %s` works on one outbox table: "+
 			"run it once per table", len(t), strings.Join(t, ", "), command)}
 	}

@@ -114,6 +114,21 @@ func TestConfigFileListOfOneIsOneValue(t *testing.T) {
 	}
 }
 
+// A multi-table router's file is read by the commands of one table or of a slot, which leave its tables to
+// run (they take theirs from the record or --table), and by run, which reads them all.
+func TestConfigFileOfSeveralTables(t *testing.T) {
+	path := writeFile(t, "router.yaml", "slot: orders\ntable: [public.a, public.b]\n")
+	for _, cmd := range [][]string{{"status"}, {"reset"}, {"backfill"}, {"quarantine", "list"}, {"jobs", "list"}} {
+		got, stderr, code := printed(t, nil, append(cmd, "--config-file", path)...)
+		if code != 0 || strings.Contains(got["table"], "public.a") {
+			t.Errorf("%v: exit %d %s; table %q, want its own default", cmd, code, stderr, got["table"])
+		}
+	}
+	if got, stderr, code := printed(t, nil, "run", "--config-file", path); code != 0 || got["table"] != "[public.a, public.b] # file "+path {
+		t.Errorf("run: exit %d %s, table %q", code, stderr, got["table"])
+	}
+}
+
 func TestConfigFileMappingsAreRelativeToIt(t *testing.T) {
 	dir := t.TempDir()
 	if err := os.WriteFile(filepath.Join(dir, "orders.properties"), []byte("table.field.event.id=id\n"), 0o600); err != nil {

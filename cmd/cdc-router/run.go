@@ -30,6 +30,7 @@ type runFlags struct {
 }
 
 func addRunFlags(s *settings) runFlags {
+	s.manyTables = true
 	return runFlags{
 		pg:             addPGFlags(s),
 		broker:         addBrokerFlags(s),

@@ -29,6 +29,10 @@ type settings struct {
 	// fileKeys are the keys a configuration file may hold (run's flags): a key this command does not take
 	// is left to run, one that is no key at all is refused.
 	fileKeys func() []string
+	// manyTables is set by run's flags: the command reads several tables. A file's list of several tables
+	// is run's, which a command of one table (or of a slot) leaves at its default: it takes its table from
+	// the router's record or its own --table.
+	manyTables bool
 }
 
 func envName(flagName string) string {
@@ -132,6 +136,9 @@ func (s *settings) applyFile() error {
 		}
 		fl := s.fs.Lookup(e.key)
 		if fl == nil || s.sources[e.key] != "" { // run's key, or set by the command line or the environment
+			continue
+		}
+		if e.key == "table" && len(e.values) > 1 && !s.manyTables {
 			continue
 		}
 		if e.list && !s.lists[e.key] && len(e.values) != 1 { // run's list of one mapping is migrate's one file
