@@ -127,6 +127,10 @@ func TestConfigFileOfSeveralTables(t *testing.T) {
 	if got, stderr, code := printed(t, nil, "run", "--config-file", path); code != 0 || got["table"] != "[public.a, public.b] # file "+path {
 		t.Errorf("run: exit %d %s, table %q", code, stderr, got["table"])
 	}
+	env := map[string]string{"CDC_ROUTER_PG_URL": "postgres://u@127.0.0.1:1/db"}
+	if _, stderr, code := runCLI(t, env, "migrate", "--config-file", path); code != 2 || !strings.Contains(stderr, "run it once per table") {
+		t.Errorf("migrate of a file of two tables: exit %d %q, want it refused", code, stderr)
+	}
 }
 
 func TestConfigFileMappingsAreRelativeToIt(t *testing.T) {

@@ -138,8 +138,8 @@ func (s *settings) applyFile() error {
 		if fl == nil || s.sources[e.key] != "" { // run's key, or set by the command line or the environment
 			continue
 		}
-		if e.key == "table" && len(e.values) > 1 && !s.manyTables {
-			continue
+		if e.key == "table" && len(e.values) > 1 && !s.manyTables && s.fs.Name() != "cdc-router migrate" {
+			continue // migrate keeps them, to refuse them: it must not migrate its default table unasked
 		}
 		if e.list && !s.lists[e.key] && len(e.values) != 1 { // run's list of one mapping is migrate's one file
 			return fmt.Errorf("%s: %s takes one value here (cdc-router %s), not a list of %d", at, e.name,
