@@ -197,11 +197,18 @@ func (w *world) settle(rows []check.Row) {
 		}
 		left := 0
 		w.rec.With(func(h *check.History) {
+			streamed := map[string]bool{} // delivered by the stream, not only as a copy (check.NeedsStream)
+			for _, d := range h.Deliv {
+				if !d.Backfill || d.Replayed {
+					streamed[d.MessageID] = true
+				}
+			}
 			for _, r := range rows {
 				if r.Forged {
 					continue
 				}
-				if r.Refused && !quar[r.ID] || !got[r.ID] && !quar[r.ID] && !check.Unpublishable(h, r) {
+				if r.Refused && !quar[r.ID] || !got[r.ID] && !quar[r.ID] && !check.Unpublishable(h, r) ||
+					got[r.ID] && !streamed[r.ID] && check.NeedsStream(h, r, quar[r.ID]) {
 					left++
 				}
 			}

@@ -134,9 +134,13 @@ func (wr *writer) rowsFor(op gen.Step) []check.Row {
 		}
 		poison, tooBig := op.Kind == gen.OpPoison && i == 0, op.Kind == gen.OpTooBig && i == 0
 		refused := op.Kind == gen.OpRefused && i == 0 || tooBig
+		later := op.Kind == gen.OpRefused && i > 0 // a later version of the refused row's aggregate (gen's addRefusals)
+		if later {
+			agg = strings.TrimPrefix(rows[0].Aggregate, "order/") // the draws above stay, so the rest of the plan does
+		}
 		table, aggregate := tables[wr.rng.IntN(len(tables))], "order/"+agg
 		switch {
-		case table == gen.MappedTable && (poison || refused):
+		case table == gen.MappedTable && (poison || refused || later):
 			table = tables[0] // the native shape's refusals: headers not an object, the full queue's routing key, the payload
 		case table == gen.MappedTable:
 			aggregate = mappedType + "/" + agg

@@ -39,6 +39,8 @@ type invariant struct {
 var invariants = []invariant{
 	{"published-or-quarantined", checkComplete},
 	{"order-per-aggregate", checkOrder},
+	{"refusal-holds-its-aggregate", checkRefusalHold},
+	{"streamed-not-only-copied", checkStreamed},
 	{"no-silent-stall", checkStall},
 	{"duplicates-explained-and-bounded", checkDuplicates},
 	{"no-restart-loop", checkExits},

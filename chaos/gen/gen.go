@@ -323,7 +323,9 @@ func Generate(seed int64, o Options) Plan {
 }
 
 // addRefusals gives a third of the seeds the full queue, and turns one to three of their single-row
-// transactions into OpRefused. It draws from a generator of its own, so that the rest of every plan stays what it was before
+// transactions into OpRefused: 2–4 rows, the first refused, the others later versions of its aggregate (the
+// writer's rowsFor), so that a router without its per-aggregate hold writes them beside the refused one
+// (issue 36). It draws from a generator of its own, so that the rest of every plan stays what it was before
 // the feature came.
 func addRefusals(p *Plan, seed int64) {
 	r := rand.New(rand.NewPCG(uint64(seed), 0xf011))
@@ -335,7 +337,7 @@ func addRefusals(p *Plan, seed int64) {
 	for w := range p.Ops {
 		for i := range p.Ops[w] {
 			if op := &p.Ops[w][i]; left > 0 && op.Kind == OpSingle && r.IntN(100) < 2 {
-				op.Kind, op.N = OpRefused, 1+r.IntN(4)
+				op.Kind, op.N = OpRefused, 2+r.IntN(3) // its later rows are later versions of the refused row's aggregate
 				left--
 			}
 		}
