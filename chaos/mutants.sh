@@ -4,7 +4,7 @@
 # Each mutant is one small change of the router (below: a file, the text it replaces, exactly once, and the
 # text put in its place), applied to a copy of the committed tree (git archive of REV, default HEAD) in a
 # temporary directory, never to the working tree. The harness then runs the CI seeds (ciSeeds in
-# chaos/chaos_test.go; SEEDS=a,b,c, or MUTANT_SEEDS with make, for others) against the mutated router, and the table at the end says,
+# chaos/chaos_test.go; MUTANT_SEEDS=a,b,c for others) against the mutated router, and the table at the end says,
 # per mutant, which seeds killed it (failed) and by which invariants. A mutant that no seed kills is a
 # router bug the harness would let through. `none` (not in the default list) runs the tree unchanged: a
 # seed that fails there fails for another reason.
@@ -15,13 +15,13 @@
 #
 #   DRY=1 chaos/mutants.sh                # only check that each mutant still applies and builds
 #
-# Logs: one per mutant in LOGS (default /tmp/cdc-mutants-<time>).
+# Logs: one per mutant in MUTANT_LOGS (default /tmp/cdc-mutants-<time>).
 set -u
 go=${GO:-go}
 rev=${REV:-HEAD}
-seeds=${SEEDS:-}
+seeds=${MUTANT_SEEDS:-}
 root=$(git rev-parse --show-toplevel) || exit 1
-logs=${LOGS:-${TMPDIR:-/tmp}/cdc-mutants-$(date +%Y%m%d-%H%M%S)}
+logs=${MUTANT_LOGS:-${TMPDIR:-/tmp}/cdc-mutants-$(date +%Y%m%d-%H%M%S)}
 mkdir -p "$logs"
 
 all=(ack-on-receipt nack-as-confirm gap-check-off skip-first-transaction hold-removed)
