@@ -86,7 +86,7 @@ func TestCheckFrame(t *testing.T) {
 	// A 200 KB aggregate_id and 10,000 headers: both far over the default frame_max, each named.
 	ev.AggregateID = strings.Repeat("i", 200_000)
 	_, msg, _ = message.Build(ev)
-	if _, err := message.CheckFrame(msg, 0); err == nil || !strings.Contains(err.Error(), `(5 headers; the largest, "aggregate_id", takes 200,018 bytes)`) {
+	if _, err := message.CheckFrame(msg, 0); err == nil || !strings.Contains(err.Error(), `(6 headers; the largest, "aggregate_id", takes 200,018 bytes)`) {
 		t.Errorf("checkFrame of a 200 KB aggregate_id = %v", err)
 	}
 	var h strings.Builder
@@ -102,7 +102,7 @@ func TestCheckFrame(t *testing.T) {
 	ev.Headers = []byte(h.String())
 	_, msg, _ = message.Build(ev)
 	if _, err := message.CheckFrame(msg, 0); err == nil || !strings.Contains(err.Error(), "over the broker's frame_max of 131,072") ||
-		!strings.Contains(err.Error(), "(10,005 headers;") {
+		!strings.Contains(err.Error(), "(10,006 headers;") {
 		t.Errorf("checkFrame of 10,000 headers (%d bytes of JSON) = %v", h.Len(), err)
 	} else {
 		t.Logf("10,000 headers: %v", err)

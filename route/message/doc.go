@@ -13,6 +13,10 @@
 //     every event whose message RabbitMQ would refuse for reasons of the message alone: short strings over
 //     255 bytes, an empty id, a headers column that is not a JSON object, the header names RabbitMQ
 //     reserves (TestCheck, TestCheckMapped; against the broker in route's TestCheckReservedAndShortStrings).
+//   - Every message, native and mapped, carries its aggregate's bucket (HeaderAggregateBucket, Bucket: a
+//     documented hash of aggregate_type and aggregate_id, 0 to 63), which a partitioned consumer group
+//     (inbox/runner, Config.Partitions) routes on; its values are pinned (TestBucketIsTheDocumentedFunction,
+//     TestBucketSpreadsAggregates, TestMessagesCarryTheBucket).
 //   - ContentHeaderSize is exactly the payload amqp091 v1.16 writes for the content header frame, for
 //     every value type the mapping produces (route's TestContentHeaderSizeIsWhatAmqp and
 //     TestRandomHeadersBrokerAcceptsOrMappingRefuses, against RabbitMQ), so CheckFrameFix refuses a

@@ -18,7 +18,7 @@ const HeaderTombstone = "tombstone"
 // mappedMessage maps an event of a --config mapping (ev.Mapped set) to its routing key and message:
 // persistent, message_id = the event id as text, type = the type column when present, timestamp, content
 // type and the amqp.property.<name> properties from the mapping, the payload (or envelope) as the body, and the mapping's typed headers
-// in order (a later header of the same name wins), then commit_lsn, tombstone and the origin headers (setOrigin: a row's own are dropped).
+// in order (a later header of the same name wins), then commit_lsn, aggregate_bucket (of the routing value and the key), tombstone and the origin headers (setOrigin: a row's own are dropped).
 func mappedMessage(ev cdc.Event) (string, amqp.Publishing) {
 	m := ev.Mapped
 	h, err := userHeaders(m.JSONHeaders) // checked by checkMapped; the mapping's headers win over its keys
@@ -29,6 +29,7 @@ func mappedMessage(ev cdc.Event) (string, amqp.Publishing) {
 		h[x.Name] = x.Value
 	}
 	h[HeaderCommitLSN] = ev.CommitLSN.String()
+	h[HeaderAggregateBucket] = eventBucket(ev)
 	if m.Tombstone {
 		h[HeaderTombstone] = true
 	}

@@ -14,7 +14,8 @@ import (
 )
 
 // A mapped event's message: properties from the mapping, typed headers in order (a later one of the same
-// name wins), commit_lsn, and none of the native aggregate headers.
+// name wins), commit_lsn, the aggregate's bucket (of the routing value and the key), and none of the native
+// aggregate headers.
 func TestMappedMessage(t *testing.T) {
 	ev := messagetest.MappedEvent()
 	key, msg, err := Build(ev)
@@ -24,7 +25,7 @@ func TestMappedMessage(t *testing.T) {
 	want := amqp.Publishing{ContentType: "application/json", DeliveryMode: amqp.Persistent, MessageId: "42",
 		Timestamp: ev.OccurredAt, Type: "OrderCreated", Body: []byte(`{"a":1}`),
 		Headers: amqp.Table{"id": "placed", "key": "o-1", "timestamp_in_ms": ev.OccurredAt.UnixMilli(), "raw": []byte{0, 1},
-			"commit_lsn": "1/10"}}
+			"commit_lsn": "1/10", "aggregate_bucket": int32(34)}}
 	if key != "outbox.event.Order" || !reflect.DeepEqual(msg, want) {
 		t.Errorf("got %q %+v\nwant %+v", key, msg, want)
 	}

@@ -91,13 +91,14 @@ func Unchecked(ev cdc.Event) (string, amqp.Publishing) {
 // assemble adds the router's headers to h (the user headers, may be nil) and builds the message.
 func assemble(ev cdc.Event, h amqp.Table) (string, amqp.Publishing) {
 	if h == nil {
-		h = make(amqp.Table, 6)
+		h = make(amqp.Table, 7)
 	}
 	h[HeaderAggregateType] = ev.AggregateType
 	h[HeaderAggregateID] = ev.AggregateID
 	h[HeaderAggregateVersion] = ev.AggregateVersion
 	h[HeaderSchemaVersion] = ev.SchemaVersion
 	h[HeaderCommitLSN] = ev.CommitLSN.String()
+	h[HeaderAggregateBucket] = eventBucket(ev)
 	setOrigin(h, ev)
 	return RoutingKey(ev), amqp.Publishing{
 		Headers:      h,
