@@ -83,6 +83,10 @@ type Config struct {
 	// Metrics, when set, receives the Router's nacks, returns and confirm round trips and reads its
 	// in-flight events and bytes and its blocked state at scrape time (NewMetrics). Nil records nothing.
 	Metrics *Metrics
+	// Fence, when set, is asked right before each message is written to RabbitMQ (fence.go); an error fails
+	// the Router with it, and nothing more is written. The stream sets it to keep a router that may have lost
+	// its PostgreSQL slot (a paused process) from publishing after the router that took the slot over.
+	Fence Fence
 }
 
 // withDefaults returns c with every zero field set to its default.

@@ -24,8 +24,9 @@ const (
 // socket keeps the TCP connection under the AMQP connection, so that Close and a cancelled Dial can cut
 // it when the AMQP close handshake cannot complete (stalled broker, full socket buffers).
 type socket struct {
-	mu   sync.Mutex
-	conn *corkConn
+	mu    sync.Mutex
+	conn  *corkConn
+	fence Fence // Config.Fence, for the corked writes (corkConn)
 }
 
 // dial opens the TCP connection within ctx, with a deadline for the handshake that amqp091 clears once
@@ -42,7 +43,7 @@ func (s *socket) dial(ctx context.Context) func(network, addr string) (net.Conn,
 			c.Close()
 			return nil, err
 		}
-		cc := &corkConn{Conn: c}
+		cc := &corkConn{Conn: c, fence: s.fence}
 		s.mu.Lock()
 		s.conn = cc
 		s.mu.Unlock()
@@ -73,7 +74,7 @@ func (s *socket) close() error {
 
 // connect opens the Router's own AMQP connection to addr. Automatic recovery stays off (Config.Recovery nil).
 func connect(ctx context.Context, cfg Config, addr rabbitmq.Address) (*amqp.Connection, *socket, error) {
-	sock := &socket{}
+	sock := &socket{fence: cfg.Fence}
 	props := amqp.NewConnectionProperties()
 	props.SetClientConnectionName(cfg.ConnectionName)
 	stop := context.AfterFunc(ctx, func() { sock.close() })

@@ -24,6 +24,7 @@ type corkConn struct {
 	corks int    // lanes writing a batch now
 	buf   []byte // gathered writes, at most corkLimit
 	err   error  // the first write error: every later write returns it
+	fence Fence  // Config.Fence, asked before the gathered writes go out (fenceGathered)
 }
 
 // Write gathers b while the connection is corked and b fits, and writes through otherwise (what was
@@ -75,6 +76,9 @@ func (c *corkConn) flushLocked() error {
 	}
 	if len(c.buf) == 0 {
 		return nil
+	}
+	if err := c.fenceGathered(); err != nil {
+		return err
 	}
 	_, err := c.Conn.Write(c.buf)
 	c.buf = c.buf[:0]

@@ -201,6 +201,9 @@ func (l *lane) write(p *publishing) bool {
 		l.r.bytes.release(p.size)
 		return false
 	}
+	if !l.fenced(p) { // the router may have lost its slot (fence.go)
+		return false
+	}
 	dc, err := l.ch.PublishWithDeferredConfirm(p.exchange, p.key, true, false, p.msg)
 	p.msg = amqp.Publishing{}
 	if err != nil {
