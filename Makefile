@@ -90,7 +90,9 @@ test-cluster: services
 # to find open bugs; DURATION per seed (default 20s). Each seed takes about 30 to 45 s. The normal suite
 # (make test) runs the fixed CI seeds of chaos/chaos_test.go. JOBS=n runs SEEDS from BASE in n streams of
 # their own (a PostgreSQL cluster each: chaos/jobs.sh), logs in chaos-logs/, one summary at the end: the
-# long run is `make chaos SEEDS=200 JOBS=2` (about two hours on two cores).
+# long run is `make chaos SEEDS=200 JOBS=2` (about two hours on two cores). On the shared broker everything
+# runs in a fresh vhost created and deleted by the run, or in VHOST (which must exist; / for the default).
+VHOST        ?=
 SEEDS        ?= 10
 JOBS         ?= 1
 SEED         ?=
@@ -99,11 +101,11 @@ KNOWN_BROKEN ?=
 DURATION     ?= 20s
 chaos: services
 ifneq ($(JOBS),1)
-	GO=$(GO) chaos/jobs.sh $(SEEDS) $(JOBS) "$(BASE)" $(DURATION) $(if $(KNOWN_BROKEN),-chaos.known-broken=$(KNOWN_BROKEN))
+	GO=$(GO) chaos/jobs.sh $(SEEDS) $(JOBS) "$(BASE)" $(DURATION) $(if $(KNOWN_BROKEN),-chaos.known-broken=$(KNOWN_BROKEN)) $(if $(VHOST),-chaos.vhost=$(VHOST))
 else
 	$(GO) test -count=1 -v -timeout 0 -run '^TestChaos$$' ./chaos/ -args -chaos.seeds=$(SEEDS) -chaos.duration=$(DURATION) \
 		$(if $(SEED),-chaos.seed=$(SEED)) $(if $(BASE),-chaos.base=$(BASE)) $(if $(KNOWN_BROKEN),-chaos.known-broken=$(KNOWN_BROKEN)) \
-		$(if $(JUDGE),-chaos.judge=$(JUDGE))
+		$(if $(JUDGE),-chaos.judge=$(JUDGE)) $(if $(VHOST),-chaos.vhost=$(VHOST))
 endif
 
 # Mutants of the router that the harness must catch (chaos/mutants.sh, issue 36): each applied to a copy of
@@ -113,4 +115,4 @@ endif
 MUTANTS      ?=
 MUTANT_SEEDS ?=
 mutants: services
-	GO=$(GO) SEEDS=$(MUTANT_SEEDS) chaos/mutants.sh $(MUTANTS)
+	GO=$(GO) MUTANT_SEEDS=$(MUTANT_SEEDS) chaos/mutants.sh $(MUTANTS)

@@ -24,6 +24,7 @@ var (
 	durFlag    = flag.Duration("chaos.duration", 20*time.Second, "how long each seed writes and injects faults")
 	dumpFlag   = flag.Bool("chaos.dump", false, "write every seed's whole history as JSON, not only a failing one's")
 	judgeFlag  = flag.String("chaos.judge", "", "judge this history file (a run's JSON) by today's checker instead of running seeds")
+	vhostFlag  = flag.String("chaos.vhost", "", "the shared broker's vhost to run in, which must exist (\"/\": the default; empty: a fresh one, created and deleted)")
 )
 
 // ciSeeds are the seeds the normal suite runs (make test, CI): a handful that pass on main and together
@@ -97,6 +98,7 @@ func TestChaos(t *testing.T) {
 		return
 	}
 	bin := routerBinary(t)
+	setUpVhost(t, *vhostFlag)
 	o := options()
 	total := map[string]int{}
 	began := time.Now()

@@ -243,7 +243,7 @@ func (w *world) brokerView() string {
 			out, err = w.broker.TryCtl(time.Minute, args...)
 		} else {
 			var o []byte
-			o, err = testenv.Rabbitmqctl(w.t, args...).CombinedOutput()
+			o, err = testenv.Rabbitmqctl(w.t, append([]string{args[0], "-p", vhost}, args[1:]...)...).CombinedOutput()
 			out = string(o)
 		}
 		if err != nil {

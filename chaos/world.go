@@ -4,9 +4,11 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"net/url"
 	"os"
 	"os/exec"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -50,8 +52,9 @@ type world struct {
 	mappingConfig string
 	exchangeDown  atomic.Bool
 
-	// inflightN counts the gen.CmdResetInFlight applied; inflightRows are the rows their transactions wrote
-	// (finalRows joins them with the tables, as the writers' rows).
+	// inflightN counts the gen.CmdResetInFlight and gen.CmdRetireInFlight applied; inflightRows are the rows
+	// their transactions wrote (finalRows joins them with the tables, as the writers' rows).
+	inflightMu   sync.Mutex
 	inflightN    int
 	inflightRows []check.Row
 
@@ -76,7 +79,7 @@ func newWorld(t testing.TB, pg *testenv.Postgres, bin string, plan gen.Plan) *wo
 		w.amqpURL = w.broker.URL()
 		w.mqProxy = testenv.NewProxy(t, w.broker.Addr())
 	} else {
-		w.amqpURL = testenv.AMQPURL(t)
+		w.amqpURL = inVhost(testenv.AMQPURL(t), vhost)
 		w.mqProxy = testenv.NewProxy(t, testenv.AMQPAddr(t))
 	}
 	w.routerAMQPURL = w.amqpURL
@@ -98,7 +101,11 @@ func (w *world) proxiedPGURL() string {
 
 func (w *world) proxiedAMQPURL() string {
 	u, _ := amqp.ParseURI(w.routerAMQPURL)
-	return fmt.Sprintf("amqp://%s:%s@%s/%s", u.Username, u.Password, w.mqProxy.Addr, strings.TrimPrefix(u.Vhost, "/"))
+	v := "" // the default vhost, "/"
+	if u.Vhost != "/" {
+		v = url.PathEscape(u.Vhost)
+	}
+	return fmt.Sprintf("amqp://%s:%s@%s/%s", u.Username, u.Password, w.mqProxy.Addr, v)
 }
 
 // cli runs a cdc-router command against the servers directly and returns its output and exit code. Its
@@ -115,6 +122,23 @@ func (w *world) cli(timeout time.Duration, args ...string) (string, int) {
 	return string(out), cmd.ProcessState.ExitCode()
 }
 
+// migrateArgs is the world's migrate command: run again later (gen.CmdRetireInFlight), with the same flags, it
+// changes nothing of what setUp made.
+func (w *world) migrateArgs() []string {
+	s := w.plan.Setup
+	args := []string{"migrate", "--amqp-url", w.amqpURL, "--unroutable-queue-type", s.UnroutableType}
+	if s.Shards > 0 {
+		args = append(args, "--shards", fmt.Sprint(s.Shards))
+	}
+	if s.Partitioned {
+		args = append(args, "--partitioned")
+	}
+	if s.Emit {
+		args = append(args, "--emit-function", "--emit-role", w.writerRole())
+	}
+	return args
+}
+
 // setUp migrates the database (the outbox, the publications, the exchange), adds the second table, and
 // declares the consumer's queue bound to every routing key.
 func (w *world) setUp() error {
@@ -125,19 +149,12 @@ func (w *world) setUp() error {
 		return err
 	}
 	defer conn.Close(ctx)
-	args := []string{"migrate", "--amqp-url", w.amqpURL, "--unroutable-queue-type", s.UnroutableType}
-	if s.Shards > 0 {
-		args = append(args, "--shards", fmt.Sprint(s.Shards))
-	}
-	if s.Partitioned {
-		args = append(args, "--partitioned")
-	}
 	if s.Emit {
 		if err := w.createEmitRoles(ctx, conn); err != nil {
 			return err
 		}
-		args = append(args, "--emit-function", "--emit-role", w.writerRole())
 	}
+	args := w.migrateArgs()
 	if s.OwnBroker {
 		if err := w.addRouterUser(); err != nil {
 			return fmt.Errorf("the routers' user: %w", err)
