@@ -1,0 +1,159 @@
+package route
+
+import (
+	"testing"
+	"time"
+)
+
+// queueModel models a lane's confirm round trip: base while at most knee messages are in flight, plus perMsg
+// for each one beyond (they wait in the broker's queue).
+type queueModel struct {
+	base   time.Duration
+	knee   int
+	perMsg time.Duration
+}
+
+func (b queueModel) rtt(inflight int) time.Duration {
+	return b.base + time.Duration(max(0, inflight-b.knee))*b.perMsg
+}
+
+// drive runs a lane that always has demand messages to send against b for n samples, and returns the
+// limit at the end and the least and most limit over the last half, leaving out the probes (the limit at
+// the floor for a round every probeRounds rounds).
+func drive(v *vegas, b queueModel, demand, n int) (last, lo, hi int) {
+	limit := v.current()
+	lo, hi = limit, limit
+	for i := 0; i < n; i++ {
+		inflight := min(limit, demand)
+		limit = v.sample(b.rtt(inflight), inflight)
+		if v.probing {
+			continue
+		}
+		if i < n/2 {
+			lo, hi = limit, limit
+		}
+		lo, hi = min(lo, limit), max(hi, limit)
+	}
+	return limit, lo, hi
+}
+
+func TestVegasFollowsTheBroker(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		ceiling int
+		b       queueModel
+		demand  int
+		lo, hi  int // the limit over the last half of the run stays within
+	}{
+		{"flat round trip grows to the ceiling", 512, queueModel{base: time.Millisecond, knee: 1 << 20}, 1 << 20, 512, 512},
+		{"a far broker, flat round trip, grows to the ceiling", 512, queueModel{base: 2 * time.Millisecond, knee: 1 << 20}, 1 << 20, 512, 512},
+		{"a queue from 64 in flight holds the limit near the knee", 512, queueModel{base: time.Millisecond, knee: 64, perMsg: 50 * time.Microsecond}, 1 << 20, 56, 96},
+		{"a queue from 8 in flight", 512, queueModel{base: 500 * time.Microsecond, knee: 8, perMsg: 100 * time.Microsecond}, 1 << 20, 8, 24},
+		{"a rate that needs 3 in flight does not grow the limit", 512, queueModel{base: time.Millisecond, knee: 1 << 20}, 3, 4, 16},
+		{"a small ceiling is kept", 8, queueModel{base: time.Millisecond, knee: 1 << 20}, 1 << 20, 8, 8},
+		{"a ceiling under the floor is the limit", 2, queueModel{base: time.Millisecond, knee: 0, perMsg: time.Millisecond}, 1 << 20, 2, 2},
+		{"a queue from the first message keeps the floor", 512, queueModel{base: time.Millisecond, knee: 0, perMsg: time.Millisecond}, 1 << 20, 4, 16},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, lo, hi := drive(newVegas(tc.ceiling), tc.b, tc.demand, 200_000)
+			if lo < tc.lo || hi > tc.hi {
+				t.Errorf("limit over the last half between %d and %d, want within [%d, %d]", lo, hi, tc.lo, tc.hi)
+			}
+		})
+	}
+}
+
+func TestVegasShrinksWhenTheBrokerSlowsAndGrowsWhenItRecovers(t *testing.T) {
+	v := newVegas(512)
+	fast := queueModel{base: time.Millisecond, knee: 1 << 20}
+	if got, _, _ := drive(v, fast, 1<<20, 20_000); got != 512 {
+		t.Fatalf("limit %d with a flat round trip, want 512", got)
+	}
+	// The broker starts to queue from 32 in flight (a classic queue taking its disk path).
+	slow := queueModel{base: time.Millisecond, knee: 32, perMsg: 200 * time.Microsecond}
+	rounds := 0
+	for limit := v.current(); limit > 64; rounds++ {
+		for i := 0; i < limit; i++ {
+			v.sample(slow.rtt(limit), limit)
+		}
+		limit = v.current()
+	}
+	if rounds > 6 {
+		t.Errorf("took %d rounds to shrink from 512 to 64 or less, want at most 6 (half at most per round)", rounds)
+	}
+	if got, _, hi := drive(v, slow, 1<<20, 50_000); got < 32 || hi > 48 {
+		t.Errorf("limit %d (at most %d over the last half) with a knee at 32, want 32 to 48", got, hi)
+	}
+	if got, _, _ := drive(v, fast, 1<<20, 200_000); got != 512 {
+		t.Errorf("limit %d once the broker recovered, want 512", got)
+	}
+}
+
+func TestVegasLearnsAFurtherBroker(t *testing.T) {
+	// A base measured against a near broker would read every round trip of a far one as a queue; the
+	// probe doubles base every probeRounds rounds until it matches.
+	v := newVegas(512)
+	drive(v, queueModel{base: 200 * time.Microsecond, knee: 1 << 20}, 1<<20, 20_000)
+	far := queueModel{base: 4 * time.Millisecond, knee: 1 << 20}
+	if got, _, _ := drive(v, far, 1<<20, 2_000_000); got != 512 {
+		t.Errorf("limit %d against a broker 20 times further and a flat round trip, want 512", got)
+	}
+}
+
+func FuzzVegasStaysWithinItsBounds(f *testing.F) {
+	f.Add(512, []byte{1, 2, 3, 200, 255, 0, 7})
+	f.Add(1, []byte{0, 0, 0})
+	f.Add(65536, []byte{255, 1, 255, 1})
+	f.Fuzz(func(t *testing.T, ceiling int, trips []byte) {
+		if ceiling < 1 || ceiling > maxWindow {
+			return
+		}
+		v := newVegas(ceiling)
+		floor := min(vegasFloor, ceiling)
+		for i, b := range trips {
+			for j := 0; j < 1+int(b)%7; j++ {
+				rtt := time.Duration(b) * time.Duration(b) * time.Microsecond // 0 included
+				got := v.sample(rtt, (i*31+j)%(ceiling+1))
+				if got < floor || got > ceiling {
+					t.Fatalf("limit %d outside [%d, %d]", got, floor, ceiling)
+				}
+			}
+		}
+	})
+}
+
+func TestVegasProbeMeasuresTheNoLoadRoundTripAndGivesTheLimitBack(t *testing.T) {
+	// A broker that queues from 8 in flight: base measured in the first round (16 in flight) is too high
+	// until the first probe takes it at the floor.
+	b := queueModel{base: 500 * time.Microsecond, knee: 8, perMsg: 100 * time.Microsecond}
+	v := newVegas(512)
+	drive(v, b, 1<<20, 100)
+	if v.base != b.rtt(16) {
+		t.Fatalf("base %s after the first rounds, want the round trip at 16 in flight, %s", v.base, b.rtt(16))
+	}
+	probes, before := 0, 0
+	for i := 0; i < 100_000; i++ {
+		was := v.probing
+		limit := v.current()
+		inflight := limit
+		v.sample(b.rtt(inflight), inflight)
+		switch {
+		case !was && v.probing:
+			probes++
+			before = int(v.resume)
+			if v.current() != vegasFloor {
+				t.Fatalf("limit %d during a probe, want the floor %d", v.current(), vegasFloor)
+			}
+		case was && !v.probing:
+			if v.current() != before {
+				t.Fatalf("limit %d after a probe, want %d as before it", v.current(), before)
+			}
+			if v.base != b.rtt(vegasFloor) {
+				t.Fatalf("base %s after a probe, want the round trip at the floor, %s", v.base, b.rtt(vegasFloor))
+			}
+		}
+	}
+	if probes == 0 {
+		t.Fatal("no probe in 100,000 samples")
+	}
+}
