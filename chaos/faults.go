@@ -49,6 +49,10 @@ func (w *world) inject(start time.Time, faults []gen.Step, bg *sync.WaitGroup) {
 			w.resetInFlight(f)
 			continue
 		}
+		if f.Kind == gen.CmdRetireInFlight {
+			w.retireInFlight(f, bg)
+			continue
+		}
 		if f.Kind == gen.CmdReplay {
 			w.rec.Event(w.replay())
 			continue

@@ -20,8 +20,10 @@ type heldTxns struct {
 	open          pgx.Tx
 	openConn      *pgx.Conn
 	prepConn      *pgx.Conn
+	n             int // the number of the command (nextInflight)
 	gid           string
 	openXID       string
+	openPID       uint32 // the open transaction's backend, as migrate --retire-emit-keys names it
 	prepXID       string
 	openRows      []check.Row
 	prepRows      []check.Row
@@ -52,11 +54,11 @@ func (w *world) resetInFlight(f gen.Step) {
 	addrs := w.stopSlot(0, "before a reset with transactions in flight")
 	defer w.startSlot(0, addrs)
 	w.t.Cleanup(w.rollbackPrepared)
-	w.inflightN++
-	h := &heldTxns{gid: fmt.Sprintf("chaos_%s_%d", w.db, w.inflightN)}
+	n := w.nextInflight()
+	h := &heldTxns{n: n, gid: fmt.Sprintf("chaos_%s_%d", w.db, n)}
 	from := time.Now()
 	err := w.hold(ctx, h)
-	defer func() { w.inflightRows = append(w.inflightRows, w.commitHeld(ctx, h)...) }()
+	defer func() { w.addInflightRows(w.commitHeld(ctx, h)) }()
 	if err != nil {
 		w.rec.Event(check.Event{From: from, To: time.Now(), Kind: gen.CmdResetInFlight, Note: "skipped: " + check.Trim(err.Error(), 300)})
 		return
@@ -80,7 +82,7 @@ func (w *world) resetInFlight(f gen.Step) {
 	from = time.Now()
 	go func() { out, code := w.cli(time.Minute, args...); done <- result{out, code} }()
 	waiting := w.awaitResetWaiting(ctx, 10*time.Second)
-	w.inflightRows = append(w.inflightRows, w.commitHeld(ctx, h)...)
+	w.addInflightRows(w.commitHeld(ctx, h))
 	committedAt := time.Now()
 	r := <-done
 	to := time.Now()
@@ -110,17 +112,17 @@ func (w *world) hold(ctx context.Context, h *heldTxns) error {
 	if h.open, err = h.openConn.Begin(ctx); err != nil {
 		return err
 	}
-	if h.openRows, err = w.writeHeld(ctx, h.open, "open"); err != nil {
+	if h.openRows, err = w.writeHeld(ctx, h.open, h.n, "open"); err != nil {
 		return err
 	}
-	if err = h.open.QueryRow(ctx, `SELECT pg_current_xact_id()::xid::text`).Scan(&h.openXID); err != nil {
+	if err = h.open.QueryRow(ctx, `SELECT pg_current_xact_id()::xid::text, pg_backend_pid()`).Scan(&h.openXID, &h.openPID); err != nil {
 		return err
 	}
 	tx, err := h.prepConn.Begin(ctx)
 	if err != nil {
 		return err
 	}
-	if h.prepRows, err = w.writeHeld(ctx, tx, "prepared"); err != nil {
+	if h.prepRows, err = w.writeHeld(ctx, tx, h.n, "prepared"); err != nil {
 		tx.Rollback(ctx)
 		return err
 	}
@@ -133,11 +135,27 @@ func (w *world) hold(ctx context.Context, h *heldTxns) error {
 	return h.prepConn.QueryRow(ctx, `SELECT transaction::text FROM pg_prepared_xacts WHERE gid = $1`, h.gid).Scan(&h.prepXID)
 }
 
+// nextInflight numbers a gen.CmdResetInFlight or gen.CmdRetireInFlight (which runs beside the other faults):
+// its transactions' gid and aggregates carry the number.
+func (w *world) nextInflight() int {
+	w.inflightMu.Lock()
+	defer w.inflightMu.Unlock()
+	w.inflightN++
+	return w.inflightN
+}
+
+// addInflightRows records rows that held transactions committed.
+func (w *world) addInflightRows(rows []check.Row) {
+	w.inflightMu.Lock()
+	defer w.inflightMu.Unlock()
+	w.inflightRows = append(w.inflightRows, rows...)
+}
+
 // writeHeld writes what one held transaction holds: two rows of public.outbox and, with emitted events,
 // one event emitted through cdc_router.emit (its id in the emitted table, as the writers record theirs),
 // all of one aggregate in version order.
-func (w *world) writeHeld(ctx context.Context, tx pgx.Tx, which string) ([]check.Row, error) {
-	agg := fmt.Sprintf("inflight%d-%s", w.inflightN, which)
+func (w *world) writeHeld(ctx context.Context, tx pgx.Tx, n int, which string) ([]check.Row, error) {
+	agg := fmt.Sprintf("inflight%d-%s", n, which)
 	var rows []check.Row
 	for v := int64(1); v <= 2; v++ {
 		r := check.Row{ID: uuid(), Table: "public.outbox", Aggregate: "order/" + agg, Version: v, Op: gen.CmdResetInFlight}

@@ -46,6 +46,7 @@ var invariants = []invariant{
 	{"no-restart-loop", checkExits},
 	{"reset-without-force-refused", checkReset},
 	{"reset-refuses-transactions-in-flight", checkResetInFlight},
+	{"retire-refuses-transactions-in-flight", checkRetireInFlight},
 	{"logs-carry-no-payload", checkLogs},
 	{"unauthenticated-never-published", checkForged},
 	{"broker-outage-bounded", checkBrokerOutages},

@@ -210,6 +210,8 @@ func (s Step) String() string {
 		fmt.Fprintf(&b, " revoked=%s", [...]string{"write-on-exchange", "configure"}[s.N])
 	case s.Kind == CmdResetInFlight:
 		fmt.Fprintf(&b, " commit=%s", [...]string{"after-the-reset", "while-reset-waits"}[s.N])
+	case s.Kind == CmdRetireInFlight:
+		fmt.Fprintf(&b, " commit=%s", [...]string{"after-a-refusal", "while-retire-waits"}[s.N])
 	case s.N > 0:
 		fmt.Fprintf(&b, " rows=%d", s.N)
 	}
@@ -238,7 +240,8 @@ type Plan struct {
 	// they write their rows without the delete until then (while "snapshot-resume-deleted" is gated).
 	DeleteDuringSnapshot bool
 	// PublicationCheck is the routers' --publication-check-interval (0: the default, 30 s): short when the
-	// plan opens a publication gap, so that a router sees it and names its backfill within the run.
+	// plan opens a publication gap, so that a router sees it and names its backfill within the run, or
+	// retires emit keys (CmdRetireInFlight), so that the routers reload their keys as often.
 	PublicationCheck time.Duration
 }
 
@@ -298,8 +301,9 @@ func Generate(seed int64, o Options) Plan {
 	addDrift(&p, seed)
 	addTooBig(&p, seed)
 	addResetInFlight(&p, seed)
+	addRetireInFlight(&p, seed)
 	for _, f := range p.Faults {
-		if f.Kind == FaultPubGap {
+		if f.Kind == FaultPubGap || f.Kind == CmdRetireInFlight {
 			p.PublicationCheck = 2 * time.Second
 		}
 	}
