@@ -81,6 +81,9 @@ func Coverage(h *History) map[string]int {
 				}
 			}
 		}
+		if l.Router >= 0 && strings.Contains(l.Text, "returned by the broker") {
+			c["seen:return-logged"]++ // a return of the router's: an exchange unbound (issue 36 wants two CI seeds with one)
+		}
 		if l.Router >= 0 && l.Level == "ERROR" && driftExitText(l.Text) {
 			c["seen:drift-refused"]++
 		}
