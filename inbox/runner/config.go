@@ -51,6 +51,19 @@ type Config struct {
 	// "order.#" (routing keys are "<aggregate_type>.<event_type>"). At least one is required.
 	Bindings []string
 
+	// Partitions, when above 0, makes the runner one instance of a partitioned consumer group named by
+	// Queue: each aggregate's events go to one of Partitions queues (<Queue>.<i>-of-<N>, by the
+	// aggregate_bucket header cdc-router sets), each partition is consumed by one instance at a time, and
+	// the instances of the group (any number, each with this same Config) share the partitions evenly and
+	// take over those of an instance that stops or dies within about RebalanceInterval. Order per
+	// aggregate holds and no event parks for having raced another instance. Between 1 and 64; a divisor
+	// of 64 (2, 4, 8, 16, 32) gives every partition the same share. Changing it is a new group: see
+	// docs/consumer-groups.md. SingleActiveConsumer is implied. Default 0: one queue, Queue.
+	Partitions int
+	// RebalanceInterval is how often an instance of a partitioned group looks at the group's members and
+	// takes or releases partitions accordingly: the pause of a partition whose instance died. Default 1s.
+	RebalanceInterval time.Duration
+
 	// Workers is how many events are processed at once. Events of one aggregate are never processed
 	// concurrently whatever the count. Default 4.
 	Workers int
@@ -120,6 +133,9 @@ func (c Config) Defaults() Config {
 	if c.ExchangeWaitLog == 0 {
 		c.ExchangeWaitLog = 30 * time.Second
 	}
+	if c.RebalanceInterval == 0 {
+		c.RebalanceInterval = time.Second
+	}
 	return c
 }
 
@@ -152,6 +168,9 @@ func (c Config) Validate() error {
 		return fmt.Errorf("inbox runner config: ExchangeWaitLog %v is negative", c.ExchangeWaitLog)
 	}
 	if err := c.validateQueueArguments(); err != nil {
+		return err
+	}
+	if err := c.validatePartitions(); err != nil {
 		return err
 	}
 	for i, b := range c.Bindings {

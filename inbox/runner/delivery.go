@@ -28,7 +28,8 @@ const (
 
 // DecodeDelivery reads a cdc-router message: message_id is the event id, type the event type, the body
 // the payload, and the aggregate_type, aggregate_id, aggregate_version, schema_version, commit_lsn,
-// x-backfill and full_state headers the rest (full_state a boolean or a string such as "true"). Integer headers may arrive as any integer type amqp091 decodes (int8 to
+// x-backfill and full_state headers the rest (full_state a boolean or a string such as "true"; aggregate_bucket,
+// which only routes, is left out). Integer headers may arrive as any integer type amqp091 decodes (int8 to
 // int64, unsigned) or as a decimal string. Other headers are copied into inbox.Event.Headers in text form. The
 // error wraps inbox.ErrMalformed and the returned inbox.Event holds whatever could be read, for the failed table.
 func DecodeDelivery(d amqp.Delivery) (inbox.Event, error) {
@@ -58,6 +59,7 @@ func DecodeDelivery(d amqp.Delivery) (inbox.Event, error) {
 			ev.Backfill, err = boolHeader(k, v)
 		case headerFullState:
 			ev.FullState, err = boolHeader(k, v)
+		case headerAggregateBucket: // routing only (a partitioned group's): not a user header
 		default:
 			ev.Headers[k] = headerText(v)
 		}

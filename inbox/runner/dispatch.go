@@ -14,15 +14,15 @@ import (
 type job struct {
 	d     amqp.Delivery
 	ev    inbox.Event
-	bad   error    // DecodeDelivery's error: the delivery is recorded as malformed
-	s     *session // acknowledgements are void once it is dead
-	key   string   // the aggregate: aggregate_type NUL aggregate_id
-	fails int      // Process errors of this delivery so far
+	bad   error  // DecodeDelivery's error: the delivery is recorded as malformed
+	f     *feed  // acknowledgements are void once it is dead
+	key   string // the aggregate: aggregate_type NUL aggregate_id
+	fails int    // Process errors of this delivery so far
 }
 
-func newJob(d amqp.Delivery, s *session) *job {
+func newJob(d amqp.Delivery, f *feed) *job {
 	ev, err := DecodeDelivery(d)
-	return &job{d: d, ev: ev, bad: err, s: s, key: ev.AggregateType + "\x00" + ev.AggregateID}
+	return &job{d: d, ev: ev, bad: err, f: f, key: ev.AggregateType + "\x00" + ev.AggregateID}
 }
 
 // lane is the FIFO of one aggregate's deliveries. A lane is in the dispatcher's map exactly while it
@@ -113,11 +113,11 @@ func (d *dispatcher) take() (*lane, *job) {
 // for a Gap, a retry later for an error, a requeue now during a stop.
 func (d *dispatcher) run(l *lane, j *job) {
 	switch {
-	case j.s.dead.Load():
+	case j.f.dead.Load():
 		d.pass(l, 1) // its channel is gone and the broker has requeued it
 		return
-	case d.isStopping():
-		_ = j.d.Nack(false, true)
+	case d.isStopping(), j.f.hold && j.f.isLeaving():
+		j.requeue() // a partition's is left to its channel's close
 		d.pass(l, 1)
 		return
 	}
@@ -133,7 +133,7 @@ func (d *dispatcher) run(l *lane, j *job) {
 		d.requeueLater(j)
 		d.pass(l, 0)
 	case d.work.Err() != nil:
-		_ = j.d.Nack(false, true)
+		j.requeue()
 		d.pass(l, 1)
 	default:
 		j.fails++
@@ -162,6 +162,9 @@ func (d *dispatcher) process(j *job) (inbox.Result, error) {
 // released is how many deliveries the caller settled (0 or 1).
 func (d *dispatcher) pass(l *lane, released int) {
 	d.mu.Lock()
+	if released == 1 {
+		l.queue[0].f.settled()
+	}
 	l.queue[0] = nil
 	l.queue = l.queue[1:]
 	var rest []*job
@@ -175,7 +178,8 @@ func (d *dispatcher) pass(l *lane, released int) {
 	}
 	d.mu.Unlock()
 	for _, j := range rest {
-		_ = j.d.Nack(false, true)
+		j.requeue()
+		j.f.settled()
 	}
 	d.release(released + len(rest))
 }

@@ -25,6 +25,14 @@
 //   - the queue is declared with exactly Config's arguments, and a queue that exists with others is
 //     refused naming the argument and the fix (TestRunnerNamesTheMismatchedQueueArgument,
 //     TestRunnerRefusesAQueueOfAnotherType);
+//   - with Config.Partitions N, the runner is one instance of a partitioned consumer group: it declares a
+//     headers exchange bound to the router's, N single-active-consumer partition queues bound to it by the
+//     aggregate_bucket header cdc-router sets (route/message.Bucket), and member slots; the instances share
+//     the partitions evenly, hand a partition over only after the handlers of its deliveries settled (the
+//     rest return to the queue in order when its channel closes), and take over a stopped or dead
+//     instance's partitions within about RebalanceInterval; objects that exist with other arguments are
+//     refused naming the fix (TestGroupSharesPartitionsAndHandsThemOver, TestGroupRefusesObjectsThatDiffer,
+//     TestPartitionBucketsAndAssignment, and e2e's TestConsumerGroupUnderFaults);
 //   - a graceful stop lets the handlers in flight finish until Config.DrainTimeout and requeues every
 //     delivery it did not process (TestRunnerStopLetsTheHandlerInFlightFinish,
 //     TestRunnerDrainTimeoutCancelsTheHandler, TestConsumeStopsCleanlyOnCancel).

@@ -20,7 +20,7 @@ func (d *dispatcher) retryLater(l *lane, j *job, cause error) {
 	d.mu.Lock()
 	if d.stopping {
 		d.mu.Unlock()
-		_ = j.d.Nack(false, true)
+		j.requeue()
 		d.pass(l, 1)
 		return
 	}
@@ -54,7 +54,8 @@ func (d *dispatcher) requeueLater(j *job) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if d.stopping {
-		_ = j.d.Nack(false, true)
+		j.requeue()
+		j.f.settled()
 		d.held--
 		d.checkIdle()
 		return
@@ -65,7 +66,8 @@ func (d *dispatcher) requeueLater(j *job) {
 	d.gaps[j.ev.ID]++
 	wait := backoff(d.gaps[j.ev.ID], d.r.cfg.RetryMin, d.r.cfg.RetryMax)
 	requeue := func() {
-		_ = j.d.Nack(false, true)
+		_ = j.d.Nack(false, true) // a real requeue: the event goes back to the queue's head, to this consumer
+		j.f.settled()
 		d.release(1)
 	}
 	var t *time.Timer

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"log/slog"
 	"strconv"
-	"sync/atomic"
 	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
@@ -20,9 +19,9 @@ const setupTimeout = 30 * time.Second
 // exchangePoll is how often a runner waiting for the router's exchange checks for it again.
 const exchangePoll = 500 * time.Millisecond
 
-// session is one connection and its consuming channel. Deliveries keep a pointer to their session: once
-// it is dead their acknowledgement is void (the broker has requeued them), so the dispatcher drops
-// those it has not started.
+// session is one connection and its consuming channel (or, for a partitioned group, its setup channel and
+// one channel per partition it consumes). Deliveries keep a pointer to their feed: once it is dead their
+// acknowledgement is void (the broker has requeued them), so the dispatcher drops those it has not started.
 type session struct {
 	conn     *amqp.Connection
 	ch       *amqp.Channel
@@ -30,7 +29,8 @@ type session struct {
 	chClosed chan *amqp.Error
 	canceled chan string      // consumer tags the broker cancelled (queue deleted, its node down)
 	closed   chan *amqp.Error // the connection's
-	dead     atomic.Bool
+	feed     *feed            // the queue's consumer (not a group)
+	group    *groupState      // a partitioned group's member slot and partitions, nil otherwise
 }
 
 // connect dials, waits for the exchange, declares and binds the queue and starts consuming.
@@ -47,7 +47,11 @@ func (r *Runner) connect(ctx context.Context) (*session, error) {
 	// Closing the connection ends a call that hangs; its error is then the library's "closed".
 	watchdog := time.AfterFunc(setupTimeout, func() { _ = conn.Close() })
 	unwatch := context.AfterFunc(ctx, func() { _ = conn.Close() })
-	err = r.setup(s)
+	if r.cfg.Partitions > 0 {
+		err = r.setupGroup(s)
+	} else {
+		err = r.setup(s)
+	}
 	timedOut := !watchdog.Stop()
 	unwatch()
 	if err != nil {
@@ -135,6 +139,7 @@ func (r *Runner) setup(s *session) error {
 		return brokerError("set prefetch", err)
 	}
 	s.tag = "inbox-" + rand.Text()
+	s.feed = newFeed(ch, q, s.tag, -1, false)
 	r.log.Info("inbox runner consuming", "exchange", r.cfg.Exchange, "bindings", r.cfg.Bindings,
 		"prefetch", r.cfg.Prefetch, "workers", r.cfg.Workers, "consumer_tag", s.tag)
 	return nil
@@ -144,9 +149,12 @@ func (r *Runner) setup(s *session) error {
 // the deliveries not handed over are requeued, the channel stays open for the drain's acks) or the
 // channel goes away (the error carries the broker's reason).
 func (s *session) consume(ctx context.Context, d *dispatcher) error {
+	if s.group != nil {
+		return s.consumeGroup(ctx, d)
+	}
 	deliveries, err := s.ch.Consume(d.r.cfg.Queue, s.tag, false, false, false, false, nil)
 	if err != nil {
-		s.dead.Store(true)
+		s.feed.dead.Store(true)
 		return brokerError("consume "+d.r.cfg.Queue, err)
 	}
 	for {
@@ -162,11 +170,13 @@ func (s *session) consume(ctx context.Context, d *dispatcher) error {
 			return nil
 		case dl, ok := <-deliveries:
 			if !ok {
-				s.dead.Store(true)
+				s.feed.dead.Store(true)
 				return s.lost()
 			}
 			d.r.m.received(dl)
-			if !d.submit(newJob(dl, s)) {
+			s.feed.enter()
+			if !d.submit(newJob(dl, s.feed)) {
+				s.feed.settled()
 				_ = dl.Nack(false, true)
 			}
 		}
@@ -206,7 +216,12 @@ func closeReason(e *amqp.Error) error {
 // close requeues whatever the channel still holds unacknowledged and closes the channel and the
 // connection. It is called only when no handler of this session runs any more, or when it is dead.
 func (s *session) close(log *slog.Logger) {
-	s.dead.Store(true)
+	if s.feed != nil {
+		s.feed.dead.Store(true)
+	}
+	if s.group != nil {
+		s.group.close()
+	}
 	if s.ch != nil && !s.ch.IsClosed() {
 		// Delivery tag 0 with multiple set is "every outstanding delivery on this channel".
 		if err := s.ch.Nack(0, true, true); err != nil {

@@ -1,0 +1,238 @@
+package runner_test
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/cdc-router/cdc-router/inbox"
+	"github.com/cdc-router/cdc-router/inbox/runner"
+	"github.com/cdc-router/cdc-router/route/message"
+)
+
+// The runner's copy of the bucket header and count is the router's.
+func TestBucketsMatchTheRouter(t *testing.T) {
+	ev := order("o-1", 1, 1)
+	d := amqp.Delivery{MessageId: ev.ID, Type: ev.Type, Body: ev.Payload, Headers: amqp.Table{
+		"aggregate_type": "order", "aggregate_id": "o-1", "aggregate_version": int64(1), "schema_version": int32(1),
+		message.HeaderAggregateBucket: message.Bucket("order", "o-1")}}
+	got, err := runner.DecodeDelivery(d)
+	if err != nil || len(got.Headers) != 0 {
+		t.Errorf("DecodeDelivery: %v, headers %v (aggregate_bucket is not a user header)", err, got.Headers)
+	}
+	c := runner.Config{Queue: "q", Partitions: message.Buckets}
+	if c.PartitionQueue(message.Buckets-1) != fmt.Sprintf("q.%d-of-%d", message.Buckets-1, message.Buckets) {
+		t.Errorf("partition names")
+	}
+	c = runner.Config{URLs: []string{"amqp://localhost/"}, Queue: "q", Bindings: []string{"#"}, Partitions: message.Buckets + 1}.Defaults()
+	if err := c.Validate(); err == nil {
+		t.Errorf("Partitions %d (one more than the router's buckets) accepted", message.Buckets+1)
+	}
+}
+
+// groupLab is a runner lab whose events go to a partitioned group: published with the router's
+// aggregate_bucket header, and nothing declared ahead (the runners declare the group).
+type groupLab struct {
+	*runnerLab
+	mu      sync.Mutex
+	byInst  map[string]int // events applied, by instance
+	parked  atomic.Int64
+	applied atomic.Int64
+}
+
+func newGroupLab(t *testing.T) *groupLab {
+	l := &groupLab{runnerLab: newRunnerLab(t), byInst: map[string]int{}}
+	deleteQueue(t, l.queue) // the lab's plain queue: the group's queues are named after it
+	return l
+}
+
+func (l *groupLab) groupConfig(partitions int) runner.Config {
+	cfg := l.config(4)
+	cfg.Partitions = partitions
+	cfg.RebalanceInterval = 200 * time.Millisecond
+	cfg.Registerer = nil
+	l.T.Cleanup(func() {
+		c, err := amqp.Dial(cfg.URLs[0])
+		if err != nil {
+			return
+		}
+		defer c.Close()
+		ch, err := c.Channel()
+		if err != nil {
+			return
+		}
+		for i := range partitions {
+			ch.QueueDelete(cfg.PartitionQueue(i), false, false, false)
+		}
+		for k := range 2*partitions + 4 {
+			ch.QueueDelete(fmt.Sprintf("%s.partitions-%d.member-%d", cfg.Queue, partitions, k), false, false, false)
+		}
+		ch.ExchangeDelete(fmt.Sprintf("%s.partitions-%d", cfg.Queue, partitions), false, false)
+	})
+	return cfg
+}
+
+// instance starts one member of the group; its applied events are counted under name.
+func (l *groupLab) instance(name string, cfg runner.Config) (stop func() error) {
+	cfg.OnOutcome = func(ev inbox.Event, res inbox.Result, err error) {
+		if err != nil {
+			return
+		}
+		switch res.Outcome {
+		case inbox.Applied:
+			l.applied.Add(1)
+			l.mu.Lock()
+			l.byInst[name]++
+			l.mu.Unlock()
+		case inbox.Parked:
+			l.parked.Add(1)
+		}
+	}
+	return l.start(l.processor(inbox.Config{}), cfg)
+}
+
+// publishBucketed publishes events as cdc-router does, with their aggregate_bucket.
+func (l *groupLab) publishBucketed(events []inbox.Event) {
+	l.T.Helper()
+	ctx, cancel := context.WithTimeout(l.Ctx, time.Minute)
+	defer cancel()
+	var confirms []*amqp.DeferredConfirmation
+	for _, ev := range events {
+		headers := amqp.Table{"aggregate_type": ev.AggregateType, "aggregate_id": ev.AggregateID,
+			"aggregate_version": ev.AggregateVersion, "schema_version": ev.SchemaVersion,
+			message.HeaderAggregateBucket: message.Bucket(ev.AggregateType, ev.AggregateID)}
+		dc, err := l.Pub.PublishWithDeferredConfirmWithContext(ctx, l.Exchange, ev.AggregateType+"."+ev.Type, true, false,
+			amqp.Publishing{MessageId: ev.ID, Type: ev.Type, ContentType: "application/json", Body: ev.Payload,
+				Headers: headers, DeliveryMode: amqp.Persistent, Timestamp: time.Now()})
+		if err != nil {
+			l.T.Fatalf("publish %s: %v", ev.ID, err)
+		}
+		confirms = append(confirms, dc)
+	}
+	for _, dc := range confirms {
+		if ok, err := dc.WaitContext(ctx); err != nil || !ok {
+			l.T.Fatalf("publish: confirm ack=%v err=%v", ok, err)
+		}
+	}
+}
+
+// checkExact asserts what a user checks: every event applied once, the amounts the truth, nothing parked.
+func (l *groupLab) checkExact(events []inbox.Event) {
+	l.T.Helper()
+	truth := map[string]int64{}
+	for _, ev := range events {
+		truth[ev.AggregateID] += int64(ev.Payload[10] - '0') // set below: deltas of one digit
+	}
+	want(l.T, "applied log rows", l.Count(`SELECT count(*) FROM applied_log`), int64(len(events)))
+	want(l.T, "distinct applied events", l.Count(`SELECT count(DISTINCT event_id) FROM applied_log`), int64(len(events)))
+	want(l.T, "parked rows", l.Count(`SELECT count(*) FROM inbox.parked`), 0)
+	want(l.T, "parked outcomes", l.parked.Load(), 0)
+	for id, amount := range truth {
+		if got := l.Amount(id); got != amount {
+			l.T.Errorf("amount of %s = %d, want %d", id, got, amount)
+		}
+	}
+}
+
+// oneDigitStream is versions 1..versions of aggregates orders, interleaved, each adding a one-digit delta.
+func oneDigitStream(prefix string, aggregates, versions int) []inbox.Event {
+	var events []inbox.Event
+	for v := 1; v <= versions; v++ {
+		for a := range aggregates {
+			ev := order(fmt.Sprintf("%s-%d", prefix, a), int64(v), 0)
+			ev.Payload = fmt.Appendf(nil, `{"delta": %d}`, (a+v)%10) // byte 10 is the digit
+			events = append(events, ev)
+		}
+	}
+	return events
+}
+
+// Three instances of a group of four partitions: the runners declare the group, each instance applies
+// a share, one stopped mid-stream and one started hand their partitions over, and every event is applied
+// once, in order, none parked.
+func TestGroupSharesPartitionsAndHandsThemOver(t *testing.T) {
+	l := newGroupLab(t)
+	cfg := l.groupConfig(4)
+	stopA := l.instance("a", cfg)
+	l.waitFor("the group declared", 10*time.Second, func() bool { return l.logs.contains("inbox runner rebalanced") })
+	stopB := l.instance("b", cfg)
+	_ = l.instance("c", cfg)
+	events := oneDigitStream("g", 60, 20)
+	l.waitFor("three members", 10*time.Second, func() bool { return strings.Count(l.logs.String(), "members=3") >= 3 })
+	l.publishBucketed(events[:600])
+	l.waitFor("the first half applied", 30*time.Second, func() bool { return l.applied.Load() >= 600 })
+	if err := stopA(); err != nil {
+		t.Fatalf("instance a: %v", err)
+	}
+	d := l.instance("d", cfg)
+	l.publishBucketed(events[600:])
+	if err := stopB(); err != nil {
+		t.Fatalf("instance b: %v", err)
+	}
+	l.waitFor("every event applied", 30*time.Second, func() bool { return l.applied.Load() >= int64(len(events)) })
+	time.Sleep(300 * time.Millisecond) // a late duplicate application would show now
+	l.checkExact(events)
+	l.mu.Lock()
+	shares := fmt.Sprint(l.byInst)
+	busy := 0
+	for _, n := range l.byInst {
+		if n > 0 {
+			busy++
+		}
+	}
+	l.mu.Unlock()
+	if busy < 3 {
+		t.Errorf("events applied by instance: %s; want at least 3 instances busy", shares)
+	}
+	summary(t, "1,200 events, 60 aggregates, 4 partitions, instances a b c then c d: applied by instance %s, 0 parked", shares)
+	_ = d
+}
+
+// The group's exchange and partition queues are declared on every connect and refused, naming the fix,
+// when they exist with other arguments.
+func TestGroupRefusesObjectsThatDiffer(t *testing.T) {
+	l := newGroupLab(t)
+	cfg := l.groupConfig(2)
+	if _, err := l.Pub.QueueDeclare(cfg.PartitionQueue(1), true, false, false, false, nil); err != nil {
+		t.Fatal(err)
+	}
+	err := l.runUntilRefused(cfg)
+	if err == nil || !strings.Contains(err.Error(), "x-single-active-consumer") || !strings.Contains(err.Error(), cfg.PartitionQueue(1)) {
+		t.Errorf("Run over a partition queue without single active consumer = %v", err)
+	} else {
+		t.Logf("refused: %v", err)
+	}
+	l2 := newGroupLab(t)
+	cfg2 := l2.groupConfig(2)
+	if err := l2.Pub.ExchangeDeclare(cfg2.Queue+".partitions-2", "topic", true, false, false, false, nil); err != nil {
+		t.Fatal(err)
+	}
+	err = l2.runUntilRefused(cfg2)
+	if err == nil || !strings.Contains(err.Error(), "headers exchange") {
+		t.Errorf("Run over a group exchange of another type = %v", err)
+	} else {
+		t.Logf("refused: %v", err)
+	}
+}
+
+// runUntilRefused runs a member until Run returns by itself (at most 10 s) and returns its error.
+func (l *groupLab) runUntilRefused(cfg runner.Config) error {
+	l.T.Helper()
+	r, err := runner.New(l.processor(inbox.Config{}), cfg, l.logger())
+	if err != nil {
+		l.T.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(l.Ctx, 10*time.Second)
+	defer cancel()
+	err = r.Run(ctx)
+	if ctx.Err() != nil {
+		l.T.Errorf("Run did not return within 10 s")
+	}
+	return err
+}
