@@ -18,6 +18,7 @@ import (
 	"os/exec"
 	"os/signal"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -56,6 +57,34 @@ type config struct {
 	bigTxn         int   // one transaction of this many rows
 	hotBurst       int   // one transaction of this many rows of one aggregate, beside a trickle of others
 	hotWindows     []int // --aggregate-window of the router, one hot-burst mode each
+
+	modes        map[string]bool // -modes: drain, steady, quorum, far
+	sweepWindows []int           // the fixed --window values of the quorum and far modes (sweep.go)
+	farDelay     time.Duration   // the far mode's one-way delay
+	scrapeEvery  time.Duration   // how often the router's /metrics is read; 0: never (no --http-addr)
+	adaptiveFlag bool            // the router binary has --adaptive-window
+}
+
+// allModes are the values of -modes, in the order they run.
+var allModes = []string{"drain", "steady", "quorum", "far"}
+
+// parseModes reads -modes: names of allModes separated by commas, or "all".
+func parseModes(s string) (map[string]bool, error) {
+	out := map[string]bool{}
+	for _, f := range strings.Split(s, ",") {
+		f = strings.TrimSpace(f)
+		switch {
+		case f == "all":
+			for _, m := range allModes {
+				out[m] = true
+			}
+		case slices.Contains(allModes, f):
+			out[f] = true
+		default:
+			return nil, fmt.Errorf("-modes %q: want some of %s (or all), separated by commas", s, strings.Join(allModes, ", "))
+		}
+	}
+	return out, nil
 }
 
 func main() {
@@ -87,7 +116,27 @@ func main() {
 	flag.IntVar(&c.bigTxn, "big-txn", 0, "one-transaction mode: rows of one INSERT ... SELECT committed while the router streams (e.g. 100000); 0: skip")
 	flag.IntVar(&c.hotBurst, "hot-burst", 0, "hot-aggregate mode: one transaction of this many rows of one aggregate (e.g. 20000), committed while 1-row transactions of other aggregates trickle in at 50/s; its row's latency is the trickle's; 0: skip")
 	hotWindows := flag.String("hot-aggregate-windows", "1,64", "hot-aggregate mode: the router's --aggregate-window, one mode per value, comma-separated")
+	modes := flag.String("modes", "drain,steady", "modes to run, comma-separated: drain, steady (the -rates), quorum (a quorum queue nobody consumes) and far (the broker behind a proxy adding -far-delay each way), or all; quorum and far run the bare publisher, the router with each fixed window of -sweep-windows and the router's default; the snapshot, backlog, one-transaction and hot-aggregate modes run when their own flags ask")
+	sweepWindows := flag.String("sweep-windows", "32,128,512,2048", "quorum and far modes: the fixed --window values (per lane) the router's default is compared with, comma-separated")
+	flag.DurationVar(&c.farDelay, "far-delay", time.Millisecond, "far mode: the delay the proxy adds to each direction (1ms: a 2 ms round trip)")
+	flag.DurationVar(&c.scrapeEvery, "scrape-interval", 100*time.Millisecond, "how often to read the router's in-flight limit and events from its /metrics (the router runs with --http-addr on a free local port); 0: never")
 	flag.Parse()
+	if v, err := parseModes(*modes); err != nil {
+		fmt.Fprintln(os.Stderr, "compare:", err)
+		os.Exit(2)
+	} else {
+		c.modes = v
+	}
+	if v, err := parsePerAggregate(*sweepWindows); err != nil {
+		fmt.Fprintln(os.Stderr, "compare:", strings.Replace(err.Error(), "-snapshot-per-aggregate", "-sweep-windows", 1))
+		os.Exit(2)
+	} else {
+		c.sweepWindows = v
+	}
+	if c.farDelay <= 0 && c.modes["far"] {
+		fmt.Fprintln(os.Stderr, "compare: -far-delay must be positive for -modes far")
+		os.Exit(2)
+	}
 	c.routerFlags = strings.Fields(*routerFlags)
 	c.routerEnv = strings.Fields(*routerEnv)
 	if v, err := parsePerAggregate(*perAgg); err != nil {
@@ -153,14 +202,17 @@ func envOr(name, def string) string {
 type result struct {
 	mode, system string
 	events       int
-	rate         float64 // delivered events/s
-	offered      float64 // commits/s the load generator reached (steady modes)
-	lat          []int64 // sorted, ns
-	recv         []int64 // arrival times, unix ns
-	cpuPerEvent  float64 // µs, publisher process
-	pgPerEvent   float64 // µs, whole cluster; NaN-free: -1 when not applicable
-	mqPerEvent   float64 // µs, the RabbitMQ node's process (-broker-pid); -1 when not measured
-	rss          float64 // MiB
+	rate         float64       // delivered events/s
+	offered      float64       // commits/s the load generator reached (steady modes)
+	lat          []int64       // sorted, ns
+	recv         []int64       // arrival times, unix ns
+	cpuPerEvent  float64       // µs, publisher process
+	pgPerEvent   float64       // µs, whole cluster; NaN-free: -1 when not applicable
+	mqPerEvent   float64       // µs, the RabbitMQ node's process (-broker-pid); -1 when not measured
+	rss          float64       // MiB
+	limits       []limitSample // the router's in-flight limit and events over the run (scrape.go)
+	start        int64         // steady modes: the first insert, unix ns
+	timeline     []latBin      // steady modes: latency by time of arrival
 }
 
 const (
@@ -204,6 +256,8 @@ func compare(c config) (string, error) {
 		return "", err
 	}
 	defer testenv.RemoveBuilds()
+	help, _ := exec.Command(c.routerBin, "run", "-h").CombinedOutput()
+	c.adaptiveFlag = strings.Contains(string(help), "-adaptive-window")
 	if conn, err := amqp.Dial(c.amqpURL); err != nil {
 		return "", fmt.Errorf("RabbitMQ is not reachable (%v): start it, e.g. with `make services`", err)
 	} else {
@@ -230,11 +284,20 @@ func compare(c config) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	modes := append([]int{0}, c.rates...)
+	var modes []int
+	if c.modes["drain"] {
+		modes = append(modes, 0)
+	}
+	if c.modes["steady"] {
+		modes = append(modes, c.rates...)
+	}
 	all := map[string][]result{} // mode/system -> one per run
 	var last []result
+	var loads []runLoad
 	for run := 1; run <= c.runs; run++ {
 		last = last[:0]
+		loads = append(loads, runLoad{start: loadAverage()})
+		fmt.Fprintf(c.log, "run %d/%d: load average %s\n", run, c.runs, loads[run-1].start)
 		for _, rate := range modes {
 			for _, sys := range systemsOf(rate) {
 				fmt.Fprintf(c.log, "run %d/%d: %s, %s ...", run, c.runs, modeName(rate), sys)
@@ -257,13 +320,25 @@ func compare(c config) (string, error) {
 		if err := runExtraModes(c, pg, pm, run, all); err != nil {
 			return "", err
 		}
+		if err := runSweepModes(c, pg, pm, run, all); err != nil {
+			return "", err
+		}
+		for _, m := range sweepModes(c) {
+			for _, sys := range sweepSystems(c.sweepWindows) {
+				if rs := all[m.name()+"/"+sys]; len(rs) > 0 {
+					last = append(last, rs[len(rs)-1])
+				}
+			}
+		}
+		loads[run-1].end = loadAverage()
+		fmt.Fprintf(c.log, "run %d/%d: load average %s at the end\n", run, c.runs, loads[run-1].end)
 	}
 	if c.plots != "" {
-		if err := writePlots(c.plots, last, c.rates); err != nil {
+		if err := writePlots(c.plots, last, c); err != nil {
 			return "", err
 		}
 	}
-	return table(c, modes, all), nil
+	return table(c, modes, all, loads), nil
 }
 
 // brokerProcess is the pid of the RabbitMQ node whose CPU is measured: flagPID when positive, none when
@@ -336,30 +411,63 @@ func moduleRoot() (string, error) {
 	return filepath.Dir(strings.TrimSpace(string(out))), nil
 }
 
-// runOne runs one publisher in one mode on a database, exchange and queue of its own.
-func runOne(c config, pg *testenv.Postgres, pm int, sys string, rate, run int) (res result, err error) {
-	ctx := context.Background()
+// runOne runs one publisher in one mode of the drain and the steady rates.
+func runOne(c config, pg *testenv.Postgres, pm int, sys string, rate, run int) (result, error) {
 	name := fmt.Sprintf("bench_%s_%d_%d", map[string]string{bare: "bare", bareNoHeaders: "barenh", router: "router", poll: "poll", inserts: "inserts"}[sys], rate, run)
+	return runJob(c, pg, pm, job{mode: modeName(rate), sys: sys, kind: sys, rate: rate, run: run, name: name, profDir: profileDir(c, rate, run)})
+}
+
+// job is one publisher's run in one mode.
+type job struct {
+	mode, sys  string   // the table's mode and publisher
+	kind       string   // which publisher: bare, bareNoHeaders, router, poll or inserts
+	rate       int      // events/s; 0: a backlog drain
+	run        int      // 1..c.runs
+	name       string   // of its database, slot, exchange and queue
+	profDir    string   // the router's profiles (-pprof-dir); "": none
+	queueType  string   // the queue's x-queue-type; "": the broker's default (classic)
+	noConsumer bool     // nobody consumes: the queue's depth counts the messages (the rate only; no latency)
+	pubURL     string   // the publisher's AMQP URL (a delaying proxy's); "": c.amqpURL
+	routerArgs []string // flags of `cdc-router run` after -router-flags (so they win)
+}
+
+// runJob runs one publisher in one mode on a database, exchange and queue of its own.
+func runJob(c config, pg *testenv.Postgres, pm int, j job) (res result, err error) {
+	ctx := context.Background()
+	sys, rate, name := j.kind, j.rate, j.name
 	// The broker is shared: the pid keeps two runs (a test and make bench-compare) apart.
 	exchange, queue := fmt.Sprintf("x_%s_%d", name, os.Getpid()), fmt.Sprintf("q_%s_%d", name, os.Getpid())
 	total := c.events
 	if rate > 0 {
 		total = int(float64(rate) * c.steady.Seconds())
 	}
-	res = result{mode: modeName(rate), system: sys, events: total, pgPerEvent: -1, mqPerEvent: -1}
+	res = result{mode: j.mode, system: j.sys, events: total, pgPerEvent: -1, mqPerEvent: -1}
 	if sys == inserts {
 		return insertsOnly(c, pg, pm, res, name, rate)
 	}
+	pc := c // the publisher's configuration: its broker may be behind a proxy
+	if j.pubURL != "" {
+		pc.amqpURL = j.pubURL
+	}
+	pc.routerFlags = append(append([]string(nil), c.routerFlags...), j.routerArgs...)
 
-	if err := declare(c.amqpURL, exchange, queue); err != nil {
+	if err := declare(c.amqpURL, exchange, queue, j.queueType); err != nil {
 		return res, err
 	}
 	defer deleteTopology(c.amqpURL, exchange, queue)
-	cons, err := consume(c.amqpURL, queue, total)
-	if err != nil {
-		return res, err
+	var cons *consumer
+	var depth *depthWatch
+	if j.noConsumer {
+		if depth, err = watchDepth(c.amqpURL, queue); err != nil {
+			return res, err
+		}
+		defer depth.close()
+	} else {
+		if cons, err = consume(c.amqpURL, queue, total); err != nil {
+			return res, err
+		}
+		defer cons.conn.Close()
 	}
-	defer cons.conn.Close()
 
 	var dbURL string
 	if !isBare(sys) {
@@ -374,12 +482,12 @@ func runOne(c config, pg *testenv.Postgres, pm int, sys string, rate, run int) (
 	switch sys {
 	case bare, bareNoHeaders:
 		mq0 = c.brokerCPU()
-		if proc, err = startChild(c, "-role", "bare", "-exchange", exchange, "-n", strconv.Itoa(total), "-rate", strconv.Itoa(rate),
+		if proc, err = startChild(pc, "-role", "bare", "-exchange", exchange, "-n", strconv.Itoa(total), "-rate", strconv.Itoa(rate),
 			"-bare-headers="+strconv.FormatBool(c.bareHeaders && sys == bare)); err != nil {
 			return res, err
 		}
 	case router:
-		if proc, err = startRouter(c, dbURL, name, exchange, profileDir(c, rate, run)); err != nil {
+		if proc, err = startRouter(pc, dbURL, name, exchange, j.profDir); err != nil {
 			return res, err
 		}
 		if rate == 0 {
@@ -391,11 +499,11 @@ func runOne(c config, pg *testenv.Postgres, pm int, sys string, rate, run int) (
 				return res, err
 			}
 			pg0, mq0 = testenv.ClusterCPU(pm), c.brokerCPU()
-			if proc, err = startRouter(c, dbURL, name, exchange, profileDir(c, rate, run)); err != nil {
+			if proc, err = startRouter(pc, dbURL, name, exchange, j.profDir); err != nil {
 				return res, err
 			}
 		}
-		proc.profile(profileDir(c, rate, run))
+		proc.profile(j.profDir)
 	case poll:
 		if rate == 0 {
 			if _, err := load(ctx, dbURL, total, 0, c.writers, c.size); err != nil {
@@ -403,11 +511,13 @@ func runOne(c config, pg *testenv.Postgres, pm int, sys string, rate, run int) (
 			}
 		}
 		pg0, mq0 = testenv.ClusterCPU(pm), c.brokerCPU()
-		if proc, err = startChild(c, "-role", "poll", "-exchange", exchange, "-pg-url", dbURL, "-poll-headers="+strconv.FormatBool(c.pollHeaders)); err != nil {
+		if proc, err = startChild(pc, "-role", "poll", "-exchange", exchange, "-pg-url", dbURL, "-poll-headers="+strconv.FormatBool(c.pollHeaders)); err != nil {
 			return res, err
 		}
 	}
 	defer proc.stop()
+	scr := scrape(proc.httpAddr, c.scrapeEvery)
+	defer func() { scr.end() }()
 	if rate > 0 {
 		cpu0, pg0, mq0 = testenv.CPUSeconds(proc.pid()), testenv.ClusterCPU(pm), c.brokerCPU()
 		if !isBare(sys) {
@@ -418,7 +528,12 @@ func runOne(c config, pg *testenv.Postgres, pm int, sys string, rate, run int) (
 			res.offered = float64(total) / took.Seconds()
 		}
 	}
-	if err := cons.wait(total, c.timeout, res.mode+", "+sys); err != nil {
+	if depth != nil {
+		err = depth.wait(total, c.timeout, res.mode+", "+j.sys)
+	} else {
+		err = cons.wait(total, c.timeout, res.mode+", "+j.sys)
+	}
+	if err != nil {
 		return res, errors.Join(err, proc.failure())
 	}
 	cpu1 := testenv.CPUSeconds(proc.pid())
@@ -428,9 +543,16 @@ func runOne(c config, pg *testenv.Postgres, pm int, sys string, rate, run int) (
 	}
 	res.cpuPerEvent = (cpu1 - cpu0) * 1e6 / float64(total)
 	res.rss = testenv.PeakRSS(proc.pid())
+	res.limits = scr.end()
+	scr = nil
 	proc.endProfile()
 	if err := proc.stop(); err != nil {
 		return res, err
+	}
+	if depth != nil {
+		// No deliveries: from the first count above zero to the count of all of them.
+		res.rate = depth.rate(total)
+		return res, nil
 	}
 	res.recv, res.lat = cons.results()
 	// Drain: from the first delivery to the last (the same for every publisher, whatever its startup
@@ -440,6 +562,8 @@ func runOne(c config, pg *testenv.Postgres, pm int, sys string, rate, run int) (
 		for i, r := range res.recv {
 			first = min(first, r-cons.lat[i])
 		}
+		res.start = first
+		res.timeline = latencyTimeline(res.recv, cons.lat, first, 250*time.Millisecond)
 	}
 	res.rate = float64(total) / (float64(res.recv[len(res.recv)-1]-first) / 1e9)
 	return res, nil
@@ -470,7 +594,9 @@ func profileDir(c config, rate, run int) string {
 	return filepath.Join(c.pprofDir, strings.ReplaceAll(strings.ReplaceAll(modeName(rate), " ", "-"), "/", "per"))
 }
 
-func declare(url, exchange, queue string) error {
+// declare declares the exchange as the router does and a durable queue bound to it, of queueType ("":
+// the broker's default, a classic queue).
+func declare(url, exchange, queue, queueType string) error {
 	conn, err := amqp.Dial(url)
 	if err != nil {
 		return err
@@ -484,7 +610,11 @@ func declare(url, exchange, queue string) error {
 	if err := ch.ExchangeDeclare(exchange, "topic", true, false, false, false, amqp.Table{"alternate-exchange": exchange + ".unroutable"}); err != nil {
 		return fmt.Errorf("declare exchange %s: %w", exchange, err)
 	}
-	if _, err := ch.QueueDeclare(queue, true, false, false, false, nil); err != nil {
+	var args amqp.Table
+	if queueType != "" {
+		args = amqp.Table{"x-queue-type": queueType}
+	}
+	if _, err := ch.QueueDeclare(queue, true, false, false, false, args); err != nil {
 		return fmt.Errorf("declare queue %s: %w", queue, err)
 	}
 	return ch.QueueBind(queue, "#", exchange, false, nil)
@@ -550,8 +680,9 @@ func dropDatabase(pg *testenv.Postgres, name string) {
 // child is a publisher process: the router, or this program in the bare or poll role.
 type child struct {
 	*testenv.Process
-	profDir string
-	stopped bool
+	profDir  string
+	stopped  bool
+	httpAddr string // the router's --http-addr, which the benchmark scrapes; "": none
 }
 
 func start(cmd *exec.Cmd) (*child, error) {
@@ -582,6 +713,14 @@ func startRouter(c config, dbURL, slot, exchange, profDir string) (*child, error
 // with marker: "msg=streaming " for startRouter; an initial snapshot logs its start before it streams.
 func startRouterUntil(c config, dbURL, slot, exchange, profDir, marker string, args ...string) (*child, error) {
 	args = append(append([]string{"run", "--log-level", "info"}, args...), c.routerFlags...)
+	httpAddr := ""
+	if c.scrapeEvery > 0 && !hasFlag(c.routerFlags, "http-addr") {
+		var err error
+		if httpAddr, err = freeAddr(); err != nil {
+			return nil, err
+		}
+		args = append(args, "--http-addr", httpAddr)
+	}
 	cmd := exec.Command(c.routerBin, args...)
 	cmd.Env = append(os.Environ(), "CDC_ROUTER_PG_URL="+dbURL, "CDC_ROUTER_AMQP_URL="+c.amqpURL,
 		"CDC_ROUTER_SLOT="+slot, "CDC_ROUTER_EXCHANGE="+exchange)
@@ -593,6 +732,7 @@ func startRouterUntil(c config, dbURL, slot, exchange, profDir, marker string, a
 	if err != nil {
 		return nil, err
 	}
+	p.httpAddr = httpAddr
 	deadline := time.Now().Add(c.timeout)
 	for !strings.Contains(p.Output(), marker) {
 		select {
@@ -610,6 +750,17 @@ func startRouterUntil(c config, dbURL, slot, exchange, profDir, marker string, a
 }
 
 func (p *child) pid() int { return p.Cmd.Process.Pid }
+
+// hasFlag reports whether args set the flag name (-name or --name, with or without =value).
+func hasFlag(args []string, name string) bool {
+	for _, a := range args {
+		a = strings.TrimLeft(a, "-")
+		if a == name || strings.HasPrefix(a, name+"=") {
+			return true
+		}
+	}
+	return false
+}
 
 // profile starts the router's CPU profile (a router built with -tags pprof; see profile_pprof.go).
 func (p *child) profile(dir string) {

@@ -139,7 +139,7 @@ func runRouterExtra(c config, pg *testenv.Postgres, pm int, m extraMode, name, p
 	ctx := context.Background()
 	exchange, queue := fmt.Sprintf("x_%s_%d", name, os.Getpid()), fmt.Sprintf("q_%s_%d", name, os.Getpid())
 	res = result{mode: m.name(), system: router, events: m.n, pgPerEvent: -1, mqPerEvent: -1}
-	if err := declare(c.amqpURL, exchange, queue); err != nil {
+	if err := declare(c.amqpURL, exchange, queue, ""); err != nil {
 		return res, err
 	}
 	defer deleteTopology(c.amqpURL, exchange, queue)
@@ -192,6 +192,8 @@ func runRouterExtra(c config, pg *testenv.Postgres, pm int, m extraMode, name, p
 		}
 	}
 	defer proc.stop()
+	scr := scrape(proc.httpAddr, c.scrapeEvery)
+	defer func() { scr.end() }()
 	proc.profile(profDir)
 	if m.kind == "big txn" {
 		cpu0, pg0, mq0 = testenv.CPUSeconds(proc.pid()), testenv.ClusterCPU(pm), c.brokerCPU()
@@ -214,6 +216,7 @@ func runRouterExtra(c config, pg *testenv.Postgres, pm int, m extraMode, name, p
 	res.pgPerEvent = (testenv.ClusterCPU(pm) - pg0) * 1e6 / float64(m.n)
 	res.mqPerEvent = c.brokerPerEvent(mq0, m.n)
 	res.rss = testenv.PeakRSS(proc.pid())
+	res.limits, scr = scr.end(), nil
 	proc.endProfile()
 	if m.kind == "snapshot" {
 		// The router really snapshotted: it counted the n rows in the slot's snapshot, and it logs the end
@@ -391,26 +394,7 @@ func extraRows(b *strings.Builder, c config, all map[string][]result) {
 	for _, m := range extraModes(c) {
 		ceiling := all[m.name()+"/"+bare]
 		for _, sys := range []string{bare, router} {
-			rs := all[m.name()+"/"+sys]
-			if len(rs) == 0 {
-				continue
-			}
-			m1 := func(f func(r result) float64) float64 { return median(pick(rs, f)) }
-			ratios := make([]float64, len(rs))
-			for i, r := range rs {
-				ratios[i] = r.rate / ceiling[i].rate
-			}
-			lat := func(p float64) string {
-				return ms(int64(m1(func(r result) float64 { return float64(pct(r.lat, p)) })))
-			}
-			pgcpu := "–"
-			if sys != bare {
-				pgcpu = fmt.Sprintf("%.1f", m1(func(r result) float64 { return r.pgPerEvent }))
-			}
-			fmt.Fprintf(b, "| %s | %s | %d | – | %.0f | %.2f | %s | %s | %s | %s | %.1f | %s | %s | %.1f |\n",
-				m.name(), sys, m.n, m1(func(r result) float64 { return r.rate }), median(ratios),
-				lat(0.5), lat(0.95), lat(0.99), lat(1), m1(func(r result) float64 { return r.cpuPerEvent }), pgcpu,
-				brokerCell(rs), m1(func(r result) float64 { return r.rss }))
+			writeRow(b, m.name(), sys, all[m.name()+"/"+sys], ceiling, "–", sys != bare)
 		}
 	}
 }
