@@ -67,7 +67,8 @@ type Dialer struct {
 	mu   sync.Mutex
 	next int
 
-	logged sync.Map // the exchanges of amqp.topic.target=exchange already logged as found, by its Routers
+	logged  sync.Map // the exchanges of amqp.topic.target=exchange already logged as found, by its Routers
+	refused refusals // aggregates refused by its Routers and not confirmed since (refused.go)
 }
 
 // NewDialer returns a Dialer for cfg; a nil logger discards the log. cfg is validated by each Dial.
@@ -98,7 +99,7 @@ func (d *Dialer) Dial(ctx context.Context) (*Router, error) {
 	d.mu.Lock()
 	start := d.next
 	d.mu.Unlock()
-	r, used, err := dial(ctx, d.cfg, d.log, start, &d.logged)
+	r, used, err := dial(ctx, d.cfg, d.log, start, &d.logged, &d.refused)
 	if used >= 0 {
 		d.mu.Lock()
 		d.next = used + 1

@@ -3,6 +3,7 @@ package route
 import (
 	"fmt"
 	"regexp"
+	"strings"
 
 	amqp "github.com/rabbitmq/amqp091-go"
 )
@@ -32,6 +33,19 @@ type ClosedError struct {
 	// OwnRefused is set for a 403 ACCESS_REFUSED that refuses writing to the Router's own exchange: no event
 	// can be published until someone grants the permission, so the error names it and is Permanent.
 	OwnRefused *WriteRefused
+	// Internal is set for a 403 ACCESS_REFUSED "cannot publish to internal exchange 'x' in vhost 'v'" on a
+	// lane's channel: the exchange (other than the Router's own) a mapped event was routed to is internal
+	// (amq.rabbitmq.trace exists in every vhost), which no client may publish to, whatever its permissions.
+	Internal string
+	// Missing is set for a 404 NOT_FOUND "no exchange 'x' in vhost 'v'" on a lane's channel for an exchange
+	// other than the Router's own: deleted after its passive check (the next Router checks it again).
+	Missing string
+	// Attributed says that EventID is the event whose publish the broker refused: the close names an
+	// exchange (Refused, Internal, Missing) and EventID is the oldest unresolved publishing of the lane to
+	// it, since RabbitMQ handles a channel's publishes in order and closes it at the first it refuses. The
+	// other publishings in flight on the channel lost their confirms with it: they are not refused, and the
+	// caller publishes them again.
+	Attributed bool
 }
 
 // WriteRefused is what RabbitMQ's 403 on a publish names: "access to exchange 'x' in vhost 'v' refused
@@ -40,6 +54,18 @@ type WriteRefused struct{ Exchange, Vhost, User string }
 
 // writeRefused matches RabbitMQ's reply text of a 403 on basic.publish.
 var writeRefused = regexp.MustCompile(`(?:write )?access to exchange '((?:[^']|'')*)' in vhost '((?:[^']|'')*)' refused for user '((?:[^']|'')*)'`)
+
+// internalRefused and noExchange match RabbitMQ's reply texts of a basic.publish to an internal exchange
+// (403, rabbit_channel:check_internal_exchange, 3.x and 4.x alike) and to an exchange that does not exist
+// (404, rabbit_exchange:lookup_or_die): "cannot publish to internal exchange 'x' in vhost 'v'", "no exchange
+// 'x' in vhost 'v'". A quote in a name is doubled.
+var (
+	internalRefused = regexp.MustCompile(`cannot publish to internal exchange '((?:[^']|'')*)' in vhost '((?:[^']|'')*)'`)
+	noExchange      = regexp.MustCompile(`no exchange '((?:[^']|'')*)' in vhost '((?:[^']|'')*)'`)
+)
+
+// unquote undoes the doubling of a quote in a name of RabbitMQ's reply text.
+func unquote(s string) string { return strings.ReplaceAll(s, "''", "'") }
 
 // Error says who closed what, with the broker's code and text.
 func (e *ClosedError) Error() string {
@@ -57,8 +83,20 @@ func (e *ClosedError) Error() string {
 	if e.Lane >= 0 {
 		s = fmt.Sprintf("lane %d: %s", e.Lane, s)
 	}
-	if e.EventID != "" {
+	switch {
+	case e.EventID != "" && e.Attributed:
+		s += fmt.Sprintf(" (refusing the publish of event %s)", e.EventID)
+	case e.EventID != "":
 		s += fmt.Sprintf(" (oldest unconfirmed event of the lane: %s)", e.EventID)
+	}
+	if e.Internal != "" {
+		s += fmt.Sprintf(": exchange %q is internal, and RabbitMQ refuses every publish to it whatever the user's permissions; "+
+			"amqp.topic.target=exchange routed the event there: correct the row's topic or the mapping "+
+			"(route.topic.replacement), then replay the quarantined event", e.Internal)
+	}
+	if e.Missing != "" {
+		s += fmt.Sprintf(": exchange %q was deleted after the router found it: declare exchange %q and bind its queues, "+
+			"then replay the quarantined event", e.Missing, e.Missing)
 	}
 	if w := e.OwnRefused; w != nil {
 		s += fmt.Sprintf(": user %q may not publish to the router's exchange %q: grant it write permission on vhost %q "+
@@ -87,11 +125,12 @@ func (e *ClosedError) Is(target error) bool { return target == ErrBrokerClosed }
 // RabbitMQ refuses, a body over max_message_size), 501 FRAME_ERROR (a frame over frame_max), 502
 // SYNTAX_ERROR, 505 UNEXPECTED_FRAME and 540 NOT_IMPLEMENTED. It is false for every other close (320
 // CONNECTION_FORCED by an operator or a node shutting down, 404, 541, ...) and for a lost connection, and
-// for a 403 too unless it refused writing to an exchange other than the Router's own (Refused): the
-// exchange of a mapped event (amqp.topic.target=exchange), which only its events are published to.
+// for a 403 or a 404 too unless it names an exchange other than the Router's own (Refused, Internal,
+// Missing): the exchange of a mapped event (amqp.topic.target=exchange), which only its events are
+// published to.
 // ErrConfirmTimeout is not a ClosedError: it is transient.
 func (e *ClosedError) PerMessage() bool {
-	if e.Refused != nil {
+	if e.Refused != nil || e.Internal != "" || e.Missing != "" {
 		return true
 	}
 	switch e.Code {
@@ -99,6 +138,25 @@ func (e *ClosedError) PerMessage() bool {
 		return true
 	}
 	return false
+}
+
+// BrokerState reports whether the broker's state rather than the message may end the refusal, so that the
+// caller retries it for its refusal period (--refusal-retry) before it quarantines the event: a 403 that
+// refused writing to an exchange of a mapped event (Refused: a permission revoked, or not yet granted, may
+// be granted) and a 404 for such an exchange (Missing: it may be declared again; the next Router's passive
+// check refuses the event at once meanwhile). A 403 on an internal exchange and a 406 never end by waiting.
+func (e *ClosedError) BrokerState() bool { return e.Refused != nil || e.Missing != "" }
+
+// refusedExchange is the exchange the broker's reply names as the one it refused a publish to (Refused,
+// Internal, Missing), "" when it names none.
+func (e *ClosedError) refusedExchange() string {
+	switch {
+	case e.Refused != nil:
+		return e.Refused.Exchange
+	case e.Internal != "":
+		return e.Internal
+	}
+	return e.Missing
 }
 
 // closedError turns amqp091's close notification into a ClosedError. A nil or missing error is a close
@@ -112,12 +170,21 @@ func closedError(e *amqp.Error, connection bool, lane int, eventID, own string) 
 	case e.Server:
 		ce.Code, ce.Reason = e.Code, e.Reason
 		if m := writeRefused.FindStringSubmatch(e.Reason); e.Code == amqp.AccessRefused && !connection && m != nil {
-			w := &WriteRefused{Exchange: m[1], Vhost: m[2], User: m[3]}
-			if m[1] != own {
+			w := &WriteRefused{Exchange: unquote(m[1]), Vhost: unquote(m[2]), User: unquote(m[3])}
+			if w.Exchange != own {
 				ce.Refused = w
 			} else {
 				ce.OwnRefused = w
 			}
+		}
+		if connection {
+			break
+		}
+		if m := internalRefused.FindStringSubmatch(e.Reason); e.Code == amqp.AccessRefused && m != nil && unquote(m[1]) != own {
+			ce.Internal = unquote(m[1])
+		}
+		if m := noExchange.FindStringSubmatch(e.Reason); e.Code == amqp.NotFound && m != nil && unquote(m[1]) != own {
+			ce.Missing = unquote(m[1])
 		}
 	default: // amqp091 reports a lost connection as its own 501 FRAME_ERROR, with Server false
 		ce.Connection, ce.Reason = true, e.Reason

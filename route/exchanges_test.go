@@ -87,9 +87,10 @@ func TestPublishToMappedExchange(t *testing.T) {
 }
 
 // TestDeletedMappedExchange: an exchange deleted after the Router found it makes RabbitMQ close the lane's
-// channel with 404 once, which fails the Router as a close no single message is blamed for; the next
-// Router checks the exchange again and refuses the event (ErrInvalidEvent, naming the fix) instead of
-// failing again, so a restarting stream quarantines it rather than looping.
+// channel with 404 once, which fails the Router as that event's refusal (issue 36: the close names the
+// exchange, and the event is the lane's oldest unresolved publishing to it); the next Router checks the
+// exchange again and refuses the event (ErrInvalidEvent, naming the fix) instead of failing again, so a
+// restarting stream quarantines it rather than looping.
 func TestDeletedMappedExchange(t *testing.T) {
 	b := newBroker(t)
 	gone := b.exchange + ".gone"
@@ -124,8 +125,8 @@ func TestDeletedMappedExchange(t *testing.T) {
 	_ = r.Publish(context.Background(), ev(2), nil) // found before: written, and the broker closes the channel
 	err = waitFailed(t, r, 10*time.Second)
 	var closed *ClosedError
-	if !errors.As(err, &closed) || closed.PerMessage() {
-		t.Fatalf("publishing to the deleted exchange: %v, want a ClosedError no message is blamed for", err)
+	if !errors.As(err, &closed) || !closed.PerMessage() || closed.EventID != "g-2" || !closed.Attributed || closed.Missing != gone {
+		t.Fatalf("publishing to the deleted exchange: %v, want a ClosedError that is g-2's refusal", err)
 	}
 	r2 := b.dial(b.config(""))
 	if err := r2.Publish(context.Background(), ev(2), nil); !errors.Is(err, ErrInvalidEvent) || !strings.Contains(err.Error(), "declare exchange") {

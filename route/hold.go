@@ -29,7 +29,8 @@ import (
 // holds, then room.
 type holds struct {
 	perAggregate int
-	room         *budget // held events across the Router, one unit each
+	room         *budget   // held events across the Router, one unit each
+	refused      *refusals // aggregates refused and not confirmed since: one unconfirmed event each (refused.go)
 
 	mu   sync.Mutex
 	busy map[uint64]aggregate // presence: the aggregate has an event between admit and its confirm
@@ -67,6 +68,21 @@ func newHolds(perAggregate int, room *budget) *holds {
 	return &holds{perAggregate: perAggregate, room: room, busy: make(map[uint64]aggregate)}
 }
 
+// narrowing makes h keep one unconfirmed event per aggregate of refused (nil: none) and returns h.
+func (h *holds) narrowing(refused *refusals) *holds {
+	h.refused = refused
+	return h
+}
+
+// window is how many events of agg may be unconfirmed: perAggregate, or one while agg is remembered as
+// refused.
+func (h *holds) window(agg uint64) int {
+	if h.perAggregate > 1 && h.refused.has(agg) {
+		return 1
+	}
+	return h.perAggregate
+}
+
 // admit decides whether the event e describes is written now or held behind the events of its aggregate
 // (or, with no room for one more held event, neither). On holdBack it keeps a copy of e; e itself is not
 // retained.
@@ -74,7 +90,7 @@ func (h *holds) admit(e *held) verdict {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	a := h.busy[e.agg]
-	if a.head == nil && a.unconfirmed < h.perAggregate {
+	if a.head == nil && a.unconfirmed < h.window(e.agg) {
 		a.unconfirmed++
 		h.busy[e.agg] = a
 		return letThrough

@@ -71,7 +71,7 @@ func openLane(r *Router, id int) (*lane, error) {
 		slots:    make(chan struct{}, w),
 		queued:   make(chan *publishing, w),
 		sent:     make(chan *publishing, w),
-		holds:    newHolds(r.cfg.AggregateWindow, r.held),
+		holds:    newHolds(r.cfg.AggregateWindow, r.held).narrowing(r.refused),
 		returns:  ch.NotifyReturn(make(chan amqp.Return, w+1)),
 		closes:   ch.NotifyClose(make(chan *amqp.Error, 1)),
 		returned: make(map[string]amqp.Return),
@@ -233,11 +233,12 @@ func (l *lane) confirmLoop() {
 		case <-l.r.failed:
 			return
 		case e, ok := <-l.closes:
-			var first string
+			var first *publishing
 			select {
 			case p := <-l.sent: // the oldest unresolved publishing of the lane
-				first = p.eventID
+				first = p
 				l.r.bytes.release(p.size)
+				p.size = 0
 			default:
 			}
 			l.closed(e, ok, first)
@@ -283,6 +284,7 @@ func (l *lane) resolve(p *publishing, timer *confirmTimer) bool {
 	l.drainReturns() // a return precedes the ack of its message on amqp091's reader goroutine
 	if ret, ok := l.takeReturn(p.eventID); ok {
 		l.r.cfg.Metrics.returned()
+		l.remember(p.agg)
 		l.r.fail(&PublishError{EventID: p.eventID, Reason: fmt.Sprintf(
 			"returned by the broker (%d %s): nothing is bound to routing key %q on exchange %q and it has no alternate exchange",
 			ret.ReplyCode, ret.ReplyText, ret.RoutingKey, ret.Exchange), OneMessage: p.exchange != l.r.cfg.Exchange,
@@ -292,10 +294,11 @@ func (l *lane) resolve(p *publishing, timer *confirmTimer) bool {
 	if !p.confirm.Acked() {
 		if l.ch.IsClosed() {
 			e, ok := l.closeError()
-			l.closed(e, ok, p.eventID)
+			l.closed(e, ok, p)
 			return false
 		}
 		l.r.cfg.Metrics.nacked()
+		l.remember(p.agg)
 		l.r.fail(&PublishError{EventID: p.eventID, Reason: fmt.Sprintf("nacked by the broker (a queue bound to exchange %q refused it: "+
 			"x-max-length or x-max-length-bytes with x-overflow=reject-publish, a full queue or a message larger than the queue allows, "+
 			"or an internal error)", p.exchange), OneMessage: true, Settles: true}, l.id, p.eventID)
@@ -304,6 +307,7 @@ func (l *lane) resolve(p *publishing, timer *confirmTimer) bool {
 	l.r.deliver(p)
 	l.r.bytes.release(p.size) // before track, so that the bytes are back once Drain returns
 	p.size = 0
+	l.r.refused.clear(p.agg) // before next: the aggregate has its AggregateWindow again
 	if n := l.holds.next(p.agg); n != nil {
 		q := l.letThrough(n)
 		if q == nil {
@@ -364,11 +368,24 @@ func (l *lane) closeError() (*amqp.Error, bool) {
 	}
 }
 
-// closed fails the Router with a *ClosedError for a closed channel; first is the oldest unresolved event
-// of the lane, when known. A close without error is the Router's own Close, which failed it already.
-func (l *lane) closed(e *amqp.Error, ok bool, first string) {
+// closed fails the Router with a *ClosedError for a closed channel; oldest is the oldest unresolved
+// publishing of the lane, when known. A close without error is the Router's own Close, which failed it
+// already. A close that names the exchange whose publish it refused (closedError's Refused, Internal,
+// Missing) is attributed to the event whose publish it refused (refusedPublish).
+func (l *lane) closed(e *amqp.Error, ok bool, oldest *publishing) {
 	if !ok {
 		e = nil
 	}
-	l.r.fail(closedError(e, l.r.conn.IsClosed(), l.id, first, l.r.cfg.Exchange), l.id, first)
+	var first string
+	if oldest != nil {
+		first = oldest.eventID
+	}
+	ce := closedError(e, l.r.conn.IsClosed(), l.id, first, l.r.cfg.Exchange)
+	if x := ce.refusedExchange(); x != "" {
+		if p := l.refusedPublish(x, oldest); p != nil {
+			ce.EventID, ce.Attributed = p.eventID, true
+			l.remember(p.agg)
+		}
+	}
+	l.r.fail(ce, l.id, ce.EventID)
 }

@@ -42,7 +42,8 @@ func TestNackIsThatMessagesRefusal(t *testing.T) {
 // TestWriteRefusedOnMappedExchangeIsPerMessage: a user without write permission on one exchange of
 // amqp.topic.target=exchange makes RabbitMQ close the lane's channel with 403 ACCESS_REFUSED when an event
 // is published there. That is a property of the events routed there, not of the connection: the error is
-// a per-message refusal (not one the broker's state ends by itself) and names the permission to grant.
+// a per-message refusal, one the broker's state may end (the permission may be granted, so the caller
+// retries it for --refusal-retry), and names the permission to grant.
 func TestWriteRefusedOnMappedExchangeIsPerMessage(t *testing.T) {
 	b := newBroker(t)
 	target := b.exchange + ".target"
@@ -61,7 +62,7 @@ func TestWriteRefusedOnMappedExchangeIsPerMessage(t *testing.T) {
 	err := waitFailed(t, r, 10*time.Second)
 	var ce *ClosedError
 	if !errors.As(err, &ce) || ce.Code != 403 || ce.Connection || ce.Refused == nil || ce.Refused.Exchange != target ||
-		!cdc.PerMessage(err) || cdc.BrokerState(err) || !strings.Contains(err.Error(), "set_permissions") {
+		!cdc.PerMessage(err) || !cdc.BrokerState(err) || ce.EventID != ev.ID || !strings.Contains(err.Error(), "set_permissions") {
 		t.Fatalf("Err = %v, want a 403 channel close, per message, naming the exchange and rabbitmqctl set_permissions", err)
 	}
 	t.Logf("%v", err)

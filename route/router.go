@@ -51,6 +51,7 @@ type Router struct {
 	block   atomic.Pointer[Blocking] // the reason and start of the current block, nil when none
 
 	exchanges exchanges // the exchanges of amqp.topic.target=exchange found to exist
+	refused   *refusals // aggregates refused and not confirmed since: the Dialer's, across its Routers; nil for Dial's
 
 	unchecked bool // test hook: publish what the checks would refuse, to provoke the broker's own refusal
 
@@ -65,13 +66,14 @@ type Router struct {
 // ErrUnreachable, ErrAccessRefused, ErrConnectionLimit or ErrExchangeMismatch. A nil logger discards the log.
 // With several addresses in cfg.URL they are tried in order (see Dialer).
 func Dial(ctx context.Context, cfg Config, logger *slog.Logger) (*Router, error) {
-	r, _, err := dial(ctx, cfg, logger, 0, &sync.Map{})
+	r, _, err := dial(ctx, cfg, logger, 0, &sync.Map{}, nil)
 	return r, err
 }
 
 // dial is Dial from the address at index start; it returns the index of the address it connected to,
-// -1 if none. logged is the set of exchanges already logged as found (exchanges.logged).
-func dial(ctx context.Context, cfg Config, logger *slog.Logger, start int, logged *sync.Map) (*Router, int, error) {
+// -1 if none. logged is the set of exchanges already logged as found (exchanges.logged), refused the
+// aggregates refused by earlier Routers (nil: none remembered).
+func dial(ctx context.Context, cfg Config, logger *slog.Logger, start int, logged *sync.Map, refused *refusals) (*Router, int, error) {
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
@@ -81,7 +83,7 @@ func dial(ctx context.Context, cfg Config, logger *slog.Logger, start int, logge
 	}
 	uri := addrs[used].URI
 	stop := context.AfterFunc(ctx, func() { sock.close() })
-	r, err := open(cfg, logger, uri, conn, sock, logged)
+	r, err := open(cfg, logger, uri, conn, sock, logged, refused)
 	if !stop() && err == nil {
 		err = ctx.Err()
 	}
@@ -118,13 +120,13 @@ func reach(ctx context.Context, cfg Config, logger *slog.Logger, start int) (Con
 }
 
 // open declares the topology and starts the lanes on an established connection.
-func open(cfg Config, logger *slog.Logger, uri amqp.URI, conn *amqp.Connection, sock *socket, logged *sync.Map) (*Router, error) {
+func open(cfg Config, logger *slog.Logger, uri amqp.URI, conn *amqp.Connection, sock *socket, logged *sync.Map, refused *refusals) (*Router, error) {
 	if err := declare(conn, cfg, uri); err != nil {
 		return nil, err
 	}
 	r := &Router{cfg: cfg, log: logger, conn: conn, sock: sock, failed: make(chan struct{}),
 		frameMax: conn.Config.FrameSize, bytes: newBudget(cfg.MaxInflightBytes), held: newBudget(cfg.MaxHeld),
-		exchanges: exchanges{logged: logged}}
+		exchanges: exchanges{logged: logged}, refused: refused}
 	if r.frameMax <= 0 {
 		r.frameMax = message.DefaultFrameMax
 	}
