@@ -212,8 +212,9 @@ func TestNackThatCanNeverSucceedIsQuarantined(t *testing.T) {
 
 // TestWriteRefusedExchangeIsQuarantined (finding 7): a user without write permission on one exchange of
 // amqp.topic.target=exchange gets a 403 ACCESS_REFUSED channel close for each event routed there, which
-// used to count as transient and restart the router forever. Now it is that event's refusal: quarantined
-// after a few tries alone, with the permission to grant, and the events of the other exchange flow on.
+// used to count as transient and restart the router forever. Now it is that event's refusal: retried alone
+// for --refusal-retry (a permission may be granted meanwhile, issue 36), then quarantined with the
+// permission to grant, and the events of the other exchange flow on.
 func TestWriteRefusedExchangeIsQuarantined(t *testing.T) {
 	e, _, config := perTopicExchanges(t, "o-1")
 	customers := e.exchange + ".Customer"
@@ -227,7 +228,8 @@ func TestWriteRefusedExchangeIsQuarantined(t *testing.T) {
 	}
 	url := testenv.RabbitMQUser(t, "^(?!"+regexp.QuoteMeta(customers)+"$).*")
 	c := e.consume(e.queue)
-	r := e.start(url, "--table", "public.dbz_outbox", "--publication", "dbz_outbox_pub", "--config", config, "--snapshot", "never")
+	r := e.start(url, "--table", "public.dbz_outbox", "--publication", "dbz_outbox_pub", "--config", config, "--snapshot", "never",
+		"--refusal-retry", "1s")
 	r.waitLog("msg=streaming ", 30*time.Second)
 	rows := e.insertDbz("Order", "o-1", "Order", "o-1", "Customer", "c-1", "Order", "o-1", "Order", "o-1")
 	want := []string{rows[0], rows[1], rows[3], rows[4]}
@@ -235,7 +237,7 @@ func TestWriteRefusedExchangeIsQuarantined(t *testing.T) {
 	if !subsequence(first, want) {
 		t.Errorf("first deliveries %v, want %v in that order", first, want)
 	}
-	e.quarantinedFor(rows[2], 30*time.Second, "403", fmt.Sprintf("exchange %q", customers), "set_permissions")
+	e.quarantinedFor(rows[2], 30*time.Second, "403", fmt.Sprintf("exchange %q", customers), "set_permissions", "retried")
 }
 
 // TestBriefUnboundExchangeDelaysButKeepsTheEvent (finding 10): an exchange of amqp.topic.target=exchange
