@@ -186,9 +186,9 @@ func (r Report) String() string {
 		s += fmt.Sprintf("stored position:  %s (cluster %s, timeline %d, %s ago)\n", r.Stored.LSN, r.Stored.SystemID,
 			r.Stored.Timeline, time.Since(r.Stored.UpdatedAt).Round(time.Second))
 		s += r.storedVersusConfirmed()
-		if m := r.Stored.Mark; m.Done > 0 {
-			s += fmt.Sprintf("                  inside transaction %s (xid %d): its first %d events are confirmed and "+
-				"are not published again\n", m.Key.CommitLSN, m.Key.Xid, m.Done)
+		if m := r.Stored.Mark; m.Confirmed() > 0 {
+			s += fmt.Sprintf("                  inside transaction %s (xid %d): %d of its events are confirmed and "+
+				"are not published again (all of its first %d)\n", m.Key.CommitLSN, m.Key.Xid, m.Confirmed(), m.Done)
 		}
 	}
 	s += fmt.Sprintf("quarantined rows: %d (%d handled, %d not handled)\n", r.Quarantined, r.Handled,

@@ -24,7 +24,7 @@ var routerTables = []struct {
 }
 
 // checkRouterSchema refuses a router schema that lacks a table, that predates the quarantine columns of
-// 005 (a quarantine write would then fail at the first bad row) or the position marks of 010, or whose
+// 005 (a quarantine write would then fail at the first bad row) or the position marks of 010 and 017, or whose
 // recorded version is not the one this binary knows (CheckSchemaVersion). It returns the tables' oids by name.
 func checkRouterSchema(ctx context.Context, conn *pgx.Conn, cfg Config) (map[string]uint32, error) {
 	oids := map[string]uint32{}
@@ -60,14 +60,15 @@ func checkRouterSchema(ctx context.Context, conn *pgx.Conn, cfg Config) (map[str
 		return nil, problemf("the router's table %s.quarantine predates this version (it lacks event_id, value_notes or commit_time, "+
 			"or row_values is NOT NULL): run `cdc-router migrate`", cfg.Schema)
 	}
-	err = conn.QueryRow(ctx, `SELECT count(*) = 4 FROM pg_attribute WHERE attrelid = $1 AND NOT attisdropped
-		AND attname IN ('mark_commit_lsn', 'mark_xid', 'mark_done', 'mark_config')`, oids["positions"]).Scan(&current)
+	err = conn.QueryRow(ctx, `SELECT count(*) = 6 FROM pg_attribute WHERE attrelid = $1 AND NOT attisdropped
+		AND attname IN ('mark_commit_lsn', 'mark_xid', 'mark_done', 'mark_config', 'mark_seen', 'mark_open')`,
+		oids["positions"]).Scan(&current)
 	if err != nil {
 		return nil, fmt.Errorf("read positions columns: %w", err)
 	}
 	if !current {
 		return nil, problemf("the router's table %s.positions predates this version (it lacks the mark columns of "+
-			"migration 010, which record progress inside a transaction): run `cdc-router migrate`", cfg.Schema)
+			"migrations 010 and 017, which record progress inside a transaction): run `cdc-router migrate`", cfg.Schema)
 	}
 	return oids, nil
 }

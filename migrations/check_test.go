@@ -240,15 +240,24 @@ func TestCheckNamesMissingGrants(t *testing.T) {
 	})
 }
 
-// TestCheckRefusesPositionsWithoutMarks: a positions table from before 010 (no mark columns) is refused
-// with the fix; a second `migrate` adds them, keeps the stored row, and Check then passes.
+// TestCheckRefusesPositionsWithoutMarks: a positions table from before 010 (no mark columns), or from
+// before 017 (no mark_seen and mark_open), is refused with the fix; a second `migrate` adds them, keeps the
+// stored row, and Check then passes.
 func TestCheckRefusesPositionsWithoutMarks(t *testing.T) {
+	t.Run("010", func(t *testing.T) {
+		refusesPositionsWithout(t, "mark_commit_lsn, DROP COLUMN mark_xid, DROP COLUMN mark_done, DROP COLUMN mark_config, "+
+			"DROP COLUMN mark_seen, DROP COLUMN mark_open")
+	})
+	t.Run("017", func(t *testing.T) { refusesPositionsWithout(t, "mark_seen, DROP COLUMN mark_open") })
+}
+
+// refusesPositionsWithout is TestCheckRefusesPositionsWithoutMarks with the columns named by drop dropped.
+func refusesPositionsWithout(t *testing.T, drop string) {
 	ctx := context.Background()
 	c := migrated(t)
 	exec(t, c, `INSERT INTO cdc_router.positions (slot, system_id, timeline, lsn) VALUES ('s', '42', 1, '0/10')`)
-	exec(t, c, `ALTER TABLE cdc_router.positions DROP COLUMN mark_commit_lsn, DROP COLUMN mark_xid, DROP COLUMN mark_done,
-		DROP COLUMN mark_config`)
-	problem(t, c, Config{}, "cdc_router.positions predates this version", "migration 010", "run `cdc-router migrate`")
+	exec(t, c, `ALTER TABLE cdc_router.positions DROP COLUMN `+drop)
+	problem(t, c, Config{}, "cdc_router.positions predates this version", "migrations 010 and 017", "run `cdc-router migrate`")
 	for i := 0; i < 2; i++ {
 		if err := Apply(ctx, c, Config{}); err != nil {
 			t.Fatal(err)

@@ -2,6 +2,7 @@ package offsets
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"time"
@@ -17,7 +18,7 @@ type Position struct {
 	SystemID  string // IDENTIFY_SYSTEM systemid of the cluster that produced LSN
 	Timeline  int32
 	UpdatedAt time.Time
-	// Mark, when Mark.Done > 0, is the progress inside the oldest transaction not acknowledged at LSN (see
+	// Mark, when Mark.Confirmed() > 0, is the progress inside the oldest transaction not acknowledged at LSN (see
 	// Tracker.Mark). It holds only for the cluster SystemID on Timeline, decoded with the configuration
 	// whose fingerprint is MarkConfig: the caller ignores it otherwise.
 	Mark       Mark
@@ -52,14 +53,16 @@ func NewStore(conn *pgx.Conn, schema, slot string, interval time.Duration) *Stor
 		idle: IdleInterval}
 }
 
-// Load returns the stored position of the slot; ok is false when none was ever stored.
+// Load returns the stored position of the slot; ok is false when none was ever stored. A mark whose record
+// does not have the shape Mark documents (written by hand) is left out.
 func (s *Store) Load(ctx context.Context) (p Position, ok bool, err error) {
 	var lsn string
 	var markLSN, markConfig *string
-	var markXid, markDone *int64
+	var markXid, markDone, markSeen *int64
+	var markOpen []byte
 	err = s.conn.QueryRow(ctx, "SELECT lsn::text, system_id, timeline, updated_at, mark_commit_lsn::text, mark_xid, "+
-		"mark_done, mark_config FROM "+s.table+" WHERE slot = $1",
-		s.slot).Scan(&lsn, &p.SystemID, &p.Timeline, &p.UpdatedAt, &markLSN, &markXid, &markDone, &markConfig)
+		"mark_done, mark_config, mark_seen, mark_open FROM "+s.table+" WHERE slot = $1",
+		s.slot).Scan(&lsn, &p.SystemID, &p.Timeline, &p.UpdatedAt, &markLSN, &markXid, &markDone, &markConfig, &markSeen, &markOpen)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return Position{}, false, nil
 	}
@@ -69,15 +72,52 @@ func (s *Store) Load(ctx context.Context) (p Position, ok bool, err error) {
 	if p.LSN, err = cdc.ParseLSN(lsn); err != nil {
 		return Position{}, false, err
 	}
-	if markLSN != nil && markXid != nil && markDone != nil && markConfig != nil && *markDone > 0 {
+	if markLSN != nil && markXid != nil && markDone != nil && markConfig != nil && *markDone >= 0 {
 		commit, err := cdc.ParseLSN(*markLSN)
 		if err != nil {
 			return Position{}, false, err
 		}
-		p.Mark, p.MarkConfig = Mark{Key: TxnKey{CommitLSN: commit, Xid: uint32(*markXid)}, Done: int(*markDone)}, *markConfig
+		m := Mark{Key: TxnKey{CommitLSN: commit, Xid: uint32(*markXid)}, Done: int(*markDone), Seen: int(*markDone)}
+		if markSeen != nil && *markSeen > *markDone { // written by a router that records more than the prefix (017)
+			m.Seen = int(*markSeen)
+			var read bool
+			if m.Open, read = decodeOpen(markOpen, m.Done, m.Seen); !read {
+				m.Seen = -1 // not valid: left out
+			}
+		}
+		if m.valid() && m.Confirmed() > 0 {
+			p.Mark, p.MarkConfig = m, *markConfig
+		}
 	}
 	s.saved, s.savedMark, s.lastWrite = p.LSN, p.Mark, time.Now()
 	return p, true, nil
+}
+
+// encodeOpen is the stored form of a mark's Open: the distance of each item from the one before it (from
+// Done for the first) less one, as unsigned varints; a byte per item in flight between confirmed ones.
+func encodeOpen(m Mark) []byte {
+	b := make([]byte, 0, len(m.Open)+8)
+	prev := m.Done - 1
+	for _, o := range m.Open {
+		b = binary.AppendUvarint(b, uint64(o-prev-1))
+		prev = o
+	}
+	return b
+}
+
+// decodeOpen reads encodeOpen's form back; ok is false when b does not describe items within [done, seen).
+func decodeOpen(b []byte, done, seen int) (open []int, ok bool) {
+	prev := done - 1
+	for len(b) > 0 {
+		d, n := binary.Uvarint(b)
+		if n <= 0 || d >= uint64(seen-prev) || len(open) >= MaxOpen {
+			return nil, false
+		}
+		prev += int(d) + 1
+		open = append(open, prev)
+		b = b[n:]
+	}
+	return open, true
 }
 
 // Saved is the position last stored or loaded by this Store.
@@ -90,7 +130,8 @@ func (s *Store) moved(p Position) (moved, markMoved bool) {
 	if p.LSN == 0 || p.LSN < s.saved {
 		return false, false
 	}
-	markMoved = p.Mark != s.savedMark
+	a, b := p.Mark, s.savedMark
+	markMoved = a.Key != b.Key || a.Done != b.Done || a.Seen != b.Seen || len(a.Open) != len(b.Open)
 	return p.LSN > s.saved || markMoved, markMoved
 }
 
@@ -132,21 +173,26 @@ func (s *Store) Save(ctx context.Context, p Position, force bool) error {
 		return nil
 	}
 	var markLSN, markConfig *string
-	var markXid, markDone *int64
-	if p.Mark.Done > 0 {
-		l, x, d := p.Mark.Key.CommitLSN.String(), int64(p.Mark.Key.Xid), int64(p.Mark.Done)
-		markLSN, markXid, markDone, markConfig = &l, &x, &d, &p.MarkConfig
+	var markXid, markDone, markSeen *int64
+	var markOpen []byte
+	p.Mark.Seen = max(p.Mark.Seen, p.Mark.Done) // a mark of the prefix alone
+	if p.Mark.Confirmed() > 0 && p.Mark.valid() {
+		l, x, d, n := p.Mark.Key.CommitLSN.String(), int64(p.Mark.Key.Xid), int64(p.Mark.Done), int64(p.Mark.Seen)
+		markLSN, markXid, markDone, markSeen, markConfig = &l, &x, &d, &n, &p.MarkConfig
+		markOpen = encodeOpen(p.Mark)
 	}
 	_, err := s.conn.Exec(ctx, "INSERT INTO "+s.table+` AS p (slot, system_id, timeline, lsn, updated_at,
-			mark_commit_lsn, mark_xid, mark_done, mark_config)
-		VALUES ($1, $2, $3, $4::pg_lsn, now(), $5::pg_lsn, $6, $7, $8)
+			mark_commit_lsn, mark_xid, mark_done, mark_config, mark_seen, mark_open)
+		VALUES ($1, $2, $3, $4::pg_lsn, now(), $5::pg_lsn, $6, $7, $8, $9, $10)
 		ON CONFLICT (slot) DO UPDATE SET system_id = EXCLUDED.system_id, timeline = EXCLUDED.timeline,
 			lsn = GREATEST(p.lsn, EXCLUDED.lsn), updated_at = now(),
 			mark_commit_lsn = CASE WHEN EXCLUDED.lsn >= p.lsn THEN EXCLUDED.mark_commit_lsn END,
 			mark_xid = CASE WHEN EXCLUDED.lsn >= p.lsn THEN EXCLUDED.mark_xid END,
 			mark_done = CASE WHEN EXCLUDED.lsn >= p.lsn THEN EXCLUDED.mark_done END,
-			mark_config = CASE WHEN EXCLUDED.lsn >= p.lsn THEN EXCLUDED.mark_config END`,
-		s.slot, p.SystemID, p.Timeline, p.LSN.String(), markLSN, markXid, markDone, markConfig)
+			mark_config = CASE WHEN EXCLUDED.lsn >= p.lsn THEN EXCLUDED.mark_config END,
+			mark_seen = CASE WHEN EXCLUDED.lsn >= p.lsn THEN EXCLUDED.mark_seen END,
+			mark_open = CASE WHEN EXCLUDED.lsn >= p.lsn THEN EXCLUDED.mark_open END`,
+		s.slot, p.SystemID, p.Timeline, p.LSN.String(), markLSN, markXid, markDone, markConfig, markSeen, markOpen)
 	if err != nil {
 		return fmt.Errorf("store position: %w", err)
 	}

@@ -2,6 +2,7 @@ package offsets
 
 import (
 	"sync"
+	"time"
 
 	"github.com/cdc-router/cdc-router/internal/cdc"
 )
@@ -14,14 +15,28 @@ type txnState struct {
 	outstanding int     // events handed out and not yet confirmed
 	committed   bool
 	key         TxnKey // the transaction's name across replays; zero: none (no Mark)
-	added       int    // items handed out, counting the ones a Mark resumed past
-	prefix      int    // items 0..prefix-1 are all confirmed (ConfirmItem)
-	aheadN      int    // entries of Tracker.ahead for this transaction
-	lossy       bool   // an item was confirmed beyond the prefix while ahead was full: the prefix stops there
+	added       int    // items handed out or passed over (Pass), in stream order
+	// open lists the items handed out (Add) and not confirmed yet, ascending; a confirmed one becomes the
+	// tombstone ^i until it is dropped. Only items handed out and unconfirmed are ever listed, so its length
+	// is bounded by what the publisher holds in flight, whatever the size or shape of the transaction.
+	open   []int
+	head   int     // open[:head] are dropped; open[head], when there, is not a tombstone
+	dead   int     // tombstones in open[head:]
+	resume *resume // the Mark of an earlier run that this transaction's replay passes over; nil: none
 }
 
-// Tracker computes the acknowledgement watermark. Begin, Add, Commit and Keepalive are called by the one
-// goroutine that reads the stream; Confirm may be called from any goroutine.
+// resume is the replay of a transaction past the Mark of an earlier run (BeginAt).
+type resume struct {
+	mark Mark
+	next int // index in mark.Open of the first item at or after the transaction's added
+	// again holds the groups (aggregates) with an item published again in this replay: their later items
+	// are published again too, never passed over, so that an aggregate's later version never goes out
+	// before an earlier one that was not confirmed. It holds at most one entry per item of mark.Open.
+	again map[string]struct{}
+}
+
+// Tracker computes the acknowledgement watermark. Begin, Add, Pass, Commit and Keepalive are called by the
+// one goroutine that reads the stream; Confirm and ConfirmItem may be called from any goroutine.
 type Tracker struct {
 	mu       sync.Mutex
 	acked    cdc.LSN
@@ -29,39 +44,46 @@ type Tracker struct {
 	txns     []txnState // transactions in stream order, oldest first
 	open     bool
 	advanced chan struct{}
-	// ahead holds the items confirmed out of stream order beyond their transaction's prefix, at most
-	// aheadLimit: a confirm beyond that is counted without it, and its transaction's Mark stops growing.
-	ahead      map[item]struct{}
-	aheadLimit int
-}
+	spare    [][]int // emptied open lists of acknowledged transactions, reused by the next ones
 
-// DefaultAheadLimit bounds the items a Tracker remembers as confirmed beyond a gap in their transaction's
-// prefix (about 1 MiB): while an early event of a large transaction waits for its confirm, later ones of
-// other aggregates go on being confirmed, and remembering all of them would cost memory per event.
-const DefaultAheadLimit = 1 << 14
+	rev    uint64 // counts the changes that can change the Mark
+	recent struct {
+		rev  uint64
+		at   time.Time
+		mark Mark
+		ok   bool
+	}
+}
 
 // NewTracker starts a tracker whose watermark is start (the position the stream starts from).
 func NewTracker(start cdc.LSN) *Tracker {
-	return &Tracker{acked: start, head: 1, advanced: make(chan struct{}, 1), ahead: map[item]struct{}{},
-		aheadLimit: DefaultAheadLimit}
+	return &Tracker{acked: start, head: 1, advanced: make(chan struct{}, 1)}
 }
 
 // Begin opens the next transaction in stream order, without a name: no Mark is ever reported for it.
-func (t *Tracker) Begin() Txn { return t.BeginAt(TxnKey{}, 0) }
+func (t *Tracker) Begin() Txn { return t.BeginAt(TxnKey{}, Mark{}) }
 
-// BeginAt opens the next transaction in stream order, named key, whose first done items (a Mark of an
-// earlier run for the same key) were confirmed before: they count as confirmed and are not handed out again.
-func (t *Tracker) BeginAt(key TxnKey, done int) Txn {
+// BeginAt opens the next transaction in stream order, named key. resumed is the Mark of an earlier run for
+// the same key (or the zero Mark): the items it covers were confirmed before, and Pass passes over them.
+func (t *Tracker) BeginAt(key TxnKey, resumed Mark) Txn {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	t.open = true
-	done = max(done, 0)
-	t.txns = append(t.txns, txnState{key: key, added: done, prefix: done})
+	s := txnState{key: key}
+	if n := len(t.spare); n > 0 {
+		s.open, t.spare = t.spare[n-1], t.spare[:n-1]
+	}
+	if key != (TxnKey{}) && resumed.Key == key && resumed.Confirmed() > 0 {
+		resumed.Seen = max(resumed.Seen, resumed.Done) // a mark of the prefix alone
+		s.resume = &resume{mark: resumed, again: map[string]struct{}{}}
+	}
+	t.txns = append(t.txns, s)
+	t.rev++
 	return t.head + Txn(len(t.txns)-1)
 }
 
-// Add counts one more event of transaction x as outstanding and returns its ordinal in x's stream order
-// (for ConfirmItem). Call it before handing the event out.
+// Add counts the next item of transaction x as outstanding and returns its ordinal in x's stream order
+// (for ConfirmItem). Call it before handing the item out.
 func (t *Tracker) Add(x Txn) int {
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -71,7 +93,39 @@ func (t *Tracker) Add(x Txn) int {
 	}
 	s.outstanding++
 	s.added++
+	s.open = append(s.open, s.added-1)
+	t.rev++
 	return s.added - 1
+}
+
+// Pass reports whether the next item of transaction x is one its resumed Mark covers and may be passed
+// over (not published again); it then counts it as confirmed, and the caller hands nothing out. Otherwise
+// nothing changed, and the caller hands the item out with Add. group names the item's aggregate ("" for
+// none): once an item of a group is not covered, the later items of that group in x are not passed over
+// either, so that what is published again keeps each aggregate's order.
+func (t *Tracker) Pass(x Txn, group string) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	s := t.state(x)
+	if s == nil || s.resume == nil {
+		return false
+	}
+	r, i := s.resume, s.added
+	for r.next < len(r.mark.Open) && r.mark.Open[r.next] < i {
+		r.next++
+	}
+	if !r.mark.Covers(i) {
+		if group != "" && i < r.mark.Seen {
+			r.again[group] = struct{}{}
+		}
+		return false
+	}
+	if _, ok := r.again[group]; ok && group != "" {
+		return false
+	}
+	s.added++
+	t.rev++
+	return true
 }
 
 // Confirm marks one event of transaction x as confirmed without saying which: the transaction's Mark then
@@ -141,29 +195,26 @@ func (t *Tracker) state(x Txn) *txnState {
 
 // advance pops the complete prefix of the FIFO and moves the watermark to the last popped end.
 func (t *Tracker) advance() {
-	n, stale := 0, false
+	n := 0
 	for n < len(t.txns) && t.txns[n].committed && t.txns[n].outstanding == 0 {
 		if t.txns[n].end > t.acked {
 			t.acked = t.txns[n].end
 		}
-		stale = stale || t.txns[n].aheadN > 0
+		if o := t.txns[n].open; cap(o) > 0 && cap(o) <= 1024 && len(t.spare) < 8 {
+			t.spare = append(t.spare, o[:0])
+		}
+		t.txns[n] = txnState{}
 		n++
 	}
 	if n == 0 {
 		return
-	}
-	if stale { // a transaction done with entries beyond a gap in its prefix (a Confirm, or a full ahead)
-		for it := range t.ahead {
-			if it.txn < t.head+Txn(n) {
-				delete(t.ahead, it)
-			}
-		}
 	}
 	t.head += Txn(n)
 	t.txns = t.txns[n:]
 	if cap(t.txns) > 64 && len(t.txns) < cap(t.txns)/4 {
 		t.txns = append([]txnState(nil), t.txns...)
 	}
+	t.rev++
 	t.signal()
 }
 

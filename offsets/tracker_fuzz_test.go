@@ -17,8 +17,10 @@ type model struct {
 type modelTxn struct {
 	key       TxnKey
 	end       cdc.LSN
-	events    []bool // confirmed? (the ones a mark resumed past start confirmed)
+	events    []bool // the items reached, in stream order: confirmed (or passed over)?
 	committed bool
+	resumed   Mark                // the mark of an earlier run the transaction began with
+	again     map[string]struct{} // groups with an item the replay handed out although the mark was not past it
 }
 
 func (x *modelTxn) done() bool {
@@ -28,6 +30,28 @@ func (x *modelTxn) done() bool {
 		}
 	}
 	return x.committed
+}
+
+// confirmed says whether item i counts as confirmed: as reached, or, not reached yet, as the resumed mark says.
+func (x *modelTxn) confirmed(i int) bool {
+	if i < len(x.events) {
+		return x.events[i]
+	}
+	return x.resumed.Covers(i)
+}
+
+// pass is Tracker.Pass's rule, item by item: the next item is passed over when the resumed mark covers it
+// and no earlier item of its group was handed out although the mark was not past it.
+func (x *modelTxn) pass(group string) bool {
+	i := len(x.events)
+	if !x.resumed.Covers(i) {
+		if group != "" && i < x.resumed.Seen {
+			x.again[group] = struct{}{}
+		}
+		return false
+	}
+	_, again := x.again[group]
+	return !(again && group != "")
 }
 
 func (m *model) watermark() cdc.LSN {
@@ -40,22 +64,55 @@ func (m *model) watermark() cdc.LSN {
 	return m.acked
 }
 
-// mark is the confirmed prefix of the oldest transaction not done, when it has a key and a prefix.
+// mark is what is confirmed of the oldest transaction not done, when it has a key and anything confirmed:
+// every item below one past the last confirmed, those not confirmed listed.
 func (m *model) mark() (Mark, bool) {
 	for _, x := range m.txns {
 		if x.done() {
 			continue
 		}
-		n := 0
-		for n < len(x.events) && x.events[n] {
-			n++
-		}
-		if x.key == (TxnKey{}) || n == 0 {
+		if x.key == (TxnKey{}) {
 			return Mark{}, false
 		}
-		return Mark{Key: x.key, Done: n}, true
+		seen, last := max(len(x.events), x.resumed.Seen), -1
+		for i := 0; i < seen; i++ {
+			if x.confirmed(i) {
+				last = i
+			}
+		}
+		var open []int
+		for i := 0; i < last; i++ {
+			if !x.confirmed(i) {
+				open = append(open, i)
+			}
+		}
+		if last < 0 {
+			return Mark{}, false
+		}
+		mk := Mark{Key: x.key, Done: last + 1, Seen: last + 1}
+		if len(open) > 0 {
+			mk.Done, mk.Open = open[0], open
+		}
+		return mk, true
 	}
 	return Mark{}, false
+}
+
+// unconfirmed is the items handed out and not confirmed of the transactions not acknowledged yet.
+func (m *model) unconfirmed() int {
+	n, popped := 0, true
+	for _, x := range m.txns {
+		if popped && x.done() {
+			continue
+		}
+		popped = false
+		for _, c := range x.events {
+			if !c {
+				n++
+			}
+		}
+	}
+	return n
 }
 
 func (m *model) idle() bool {
@@ -73,9 +130,12 @@ func (m *model) idle() bool {
 }
 
 // FuzzTracker drives the tracker and the model with the same random operations (transactions begun with
-// and without a key and with a resumed prefix, events confirmed in any order, repeated confirms): the
-// watermark must match, never pass an unresolved transaction and never go back, and the mark must be the
-// model's confirmed prefix of the oldest unresolved transaction, never more than was confirmed.
+// and without a key and with a resumed mark, items of three groups passed over or handed out, events
+// confirmed in any order, repeated confirms): the watermark must match, never pass an unresolved transaction
+// and never go back; Pass must pass over exactly the items the resumed mark covers, but none of a group after
+// one of its items it does not cover; the mark must be the model's set of confirmed items of the oldest
+// unresolved transaction, never more than was confirmed; and the tracker lists exactly the items handed out
+// and not confirmed, no more (its memory is bounded by what is in flight).
 func FuzzTracker(f *testing.F) {
 	f.Add([]byte{0, 1, 1, 2, 3, 3, 4})
 	f.Add([]byte{0, 1, 1, 1, 2, 0, 1, 2, 3, 4, 3, 3, 4})
@@ -89,21 +149,35 @@ func FuzzTracker(f *testing.F) {
 		prev := tr.Watermark()
 		for i, op := range ops {
 			switch op % 5 {
-			case 0: // begin; op/5 odd: with a key and op/10%4 events resumed past
+			case 0: // begin; op/5 odd: with a key and, when op/10%16 has bits, a resumed mark of 4 items (bit j: item j confirmed)
 				if open == nil {
-					open = &modelTxn{}
+					open = &modelTxn{again: map[string]struct{}{}}
 					if (op/5)%2 == 1 {
 						open.key = TxnKey{CommitLSN: next + 1, Xid: uint32(len(m.txns))}
-						open.events = make([]bool, int(op/10)%4)
-						for j := range open.events {
-							open.events[j] = true
+						var left []int
+						for j := range 4 {
+							if (op/10)%16&(1<<j) == 0 {
+								left = append(left, j)
+							}
+						}
+						if open.resumed = markOf(open.key, 4, left); open.resumed.Confirmed() == 0 {
+							open.resumed = Mark{}
 						}
 					}
-					handles = append(handles, tr.BeginAt(open.key, len(open.events)))
+					handles = append(handles, tr.BeginAt(open.key, open.resumed))
 					m.txns, m.open = append(m.txns, open), true
 				}
-			case 1: // add an event to the open transaction
+			case 1: // the next item of the open transaction, of group op/5%3 ("", a or b): passed over or handed out
 				if open != nil {
+					group := []string{"", "a", "b"}[(op/5)%3]
+					want := open.pass(group)
+					if got := tr.Pass(handles[len(handles)-1], group); got != want {
+						t.Fatalf("op %d: Pass(%q) of item %d = %v, model %v", i, group, len(open.events), got, want)
+					}
+					if want {
+						open.events = append(open.events, true)
+						break
+					}
 					if got := tr.Add(handles[len(handles)-1]); got != len(open.events) {
 						t.Fatalf("op %d: Add returned ordinal %d, want %d", i, got, len(open.events))
 					}
@@ -141,8 +215,15 @@ func FuzzTracker(f *testing.F) {
 			prev = got
 			gm, gok := tr.Mark()
 			wm, wok := m.mark()
-			if gm != wm || gok != wok {
+			if !gm.Same(wm) || gok != wok {
 				t.Fatalf("op %d (%d): mark %+v %v, model %+v %v", i, op%5, gm, gok, wm, wok)
+			}
+			live := 0
+			for _, s := range tr.txns {
+				live += len(s.open) - s.head - s.dead
+			}
+			if want := m.unconfirmed(); live != want {
+				t.Fatalf("op %d (%d): the tracker lists %d items as unconfirmed, model %d", i, op%5, live, want)
 			}
 		}
 	})

@@ -26,7 +26,7 @@ func (s *session) Quarantine(q cdc.Quarantined) error {
 		return s.quarantine(q, metrics.QuarantineRow) // a non-transactional message: no transaction to count it in
 	}
 	s.eventful = true
-	if s.skipped() {
+	if s.skipped("", "") {
 		return nil // stored before the restart
 	}
 	i := s.tracker.Add(s.cur)

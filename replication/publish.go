@@ -25,7 +25,7 @@ func (s *session) Event(ev cdc.Event) error {
 		}
 	}
 	s.eventful = true
-	if s.skipped() {
+	if s.skipped(ev.AggregateType, ev.AggregateID) {
 		return nil // confirmed before the restart
 	}
 	i := s.tracker.Add(x)

@@ -4,6 +4,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"time"
 
 	"github.com/jackc/pglogrepl"
 
@@ -16,7 +17,8 @@ import (
 // resumePoint carries the progress inside the oldest unacknowledged transaction (an offsets.Mark) from one
 // session of a Run to the next, so that a restart inside the process does not publish again what the broker
 // already confirmed of that transaction. Before the first session of the process it is empty and the stored
-// position's mark stands in for it.
+// position's mark stands in for it. It also carries the position the broker confirmed (the tracker's
+// watermark), which the next session starts from when the slot and the stored position are behind it.
 type resumePoint struct {
 	build    string // build.ID(), read once per Run
 	set      bool   // a session of this Run ended: mark supersedes the stored one
@@ -24,6 +26,7 @@ type resumePoint struct {
 	config   string
 	systemID string
 	timeline int32
+	acked    cdc.LSN // the last session's watermark: every transaction ending at or before it is confirmed
 }
 
 // markConfig is a fingerprint of everything that decides which changes of a transaction the stream turns
@@ -70,7 +73,7 @@ func (r *resumePoint) choose(stored offsets.Position, hasStored bool, sys pglogr
 	} else if !hasStored {
 		return offsets.Mark{}
 	}
-	if m.Done <= 0 || config == "" || cfgOf != config || sysOf != sys.SystemID || tlOf != sys.Timeline ||
+	if m.Confirmed() <= 0 || config == "" || cfgOf != config || sysOf != sys.SystemID || tlOf != sys.Timeline ||
 		m.Key.CommitLSN < start {
 		return offsets.Mark{}
 	}
@@ -83,10 +86,31 @@ func (r *resumePoint) choose(stored offsets.Position, hasStored bool, sys pglogr
 // router's stored mark, and published the rest again).
 func (r *resumePoint) standBy() { *r = resumePoint{build: r.build} }
 
-// record keeps what a session ended with for the next one.
-func (r *resumePoint) record(m offsets.Mark, config string, sys pglogrepl.IdentifySystemResult) {
-	*r = resumePoint{build: r.build, set: true, mark: m, config: config, systemID: sys.SystemID, timeline: sys.Timeline}
+// record keeps what a session ended with for the next one: its mark and its watermark.
+func (r *resumePoint) record(m offsets.Mark, config string, sys pglogrepl.IdentifySystemResult, acked cdc.LSN) {
+	*r = resumePoint{build: r.build, set: true, mark: m, config: config, systemID: sys.SystemID, timeline: sys.Timeline,
+		acked: acked}
 }
+
+// past is the position the next session starts from: start (what the slot and the stored position say),
+// or the last session's watermark when it is further on the same cluster and timeline and the slot is not
+// a new one (create). The watermark is what the broker confirmed, but it reaches the slot and the stored
+// position only with the next status update and write (ack.go): a PostgreSQL failure right after a long
+// transaction's last confirm left both before it, and the next session published the whole transaction
+// again (the harness's open list, issue 36). PostgreSQL skips every transaction whose commit starts before
+// the position START_REPLICATION names, and a promoted standby (another timeline) is never started past.
+func (r *resumePoint) past(start cdc.LSN, sys pglogrepl.IdentifySystemResult, create bool) cdc.LSN {
+	if create || !r.set || r.systemID != sys.SystemID || r.timeline != sys.Timeline || r.acked <= start {
+		return start
+	}
+	return r.acked
+}
+
+// markRefresh is how stale the mark a session reports while it streams may be when the oldest transaction
+// has many items in flight (offsets.Tracker.RecentMark): the status loop asks for it at every read, and
+// listing tens of thousands of held events each time would cost more than publishing them. A stale mark is
+// still true; the stored one is written once a second at most anyway.
+const markRefresh = 20 * time.Millisecond
 
 // mark is the progress inside the oldest unacknowledged transaction that the session reports (stored with
 // the position and carried to the next session): the tracker's, or, until the replay of the transaction it
@@ -95,7 +119,7 @@ func (s *session) mark() offsets.Mark {
 	if s.markBroken {
 		return offsets.Mark{}
 	}
-	if m, ok := s.tracker.Mark(); ok {
+	if m, ok := s.tracker.RecentMark(markRefresh); ok {
 		return m
 	}
 	if s.resumeAt.Key.CommitLSN < s.tracker.Watermark() {
@@ -104,30 +128,41 @@ func (s *session) mark() offsets.Mark {
 	return s.resumeAt
 }
 
-// beginResumed opens the transaction of a Begin in the tracker: past the first items of the mark the
-// session resumes at, when this is its replay. Once a later transaction begins, that mark is dropped: the
-// stream is in commit order, so its transaction will not come in this session.
+// beginResumed opens the transaction of a Begin in the tracker: with the mark the session resumes at, when
+// this is its replay, so that the items it covers are passed over (skipped). Once a later transaction
+// begins, that mark is dropped: the stream is in commit order, so its transaction will not come in this
+// session.
 func (s *session) beginResumed(commitLSN cdc.LSN) offsets.Txn {
 	key := offsets.TxnKey{CommitLSN: commitLSN, Xid: s.dec.Xid()}
 	s.skip = 0
-	if m := s.resumeAt; m.Done > 0 && m.Key == key {
-		s.skip, s.resumeAt = m.Done, offsets.Mark{}
-		s.log.Info("resuming inside a transaction: its first events were confirmed before the restart and are not "+
-			"published again", "commit_lsn", commitLSN, "xid", key.Xid, "skipped", m.Done)
-		return s.tracker.BeginAt(key, m.Done)
-	} else if m.Done > 0 && commitLSN >= m.Key.CommitLSN {
+	if m := s.resumeAt; m.Confirmed() > 0 && m.Key == key {
+		s.skip, s.resumeAt = max(m.Seen, m.Done), offsets.Mark{}
+		s.log.Info("resuming inside a transaction: the events confirmed before the restart are not published again",
+			"commit_lsn", commitLSN, "xid", key.Xid, "confirmed", m.Confirmed(), "first_unconfirmed", m.Done,
+			"unconfirmed_before_last_confirmed", len(m.Open))
+		return s.tracker.BeginAt(key, m)
+	} else if m.Confirmed() > 0 && commitLSN >= m.Key.CommitLSN {
 		s.resumeAt = offsets.Mark{}
 	}
-	return s.tracker.BeginAt(key, 0)
+	return s.tracker.BeginAt(key, offsets.Mark{})
 }
 
-// skipped reports whether the next item of the open transaction is one the session resumes past (counted
-// confirmed at Begin, never published again), and counts it.
-func (s *session) skipped() bool {
+// skipped reports whether the next item of the open transaction is one the session resumes past (confirmed
+// before the restart, counted confirmed again, never published again), and counts it. aggType and aggID
+// name an event's aggregate (both empty for another item): once one of its items is published again, its
+// later items are too (offsets.Tracker.Pass). skip counts the items of the mark not reached yet.
+func (s *session) skipped(aggType, aggID string) bool {
 	if !s.inTxn || s.skip == 0 {
 		return false
 	}
 	s.skip--
+	group := ""
+	if aggType != "" || aggID != "" {
+		group = aggType + "\x00" + aggID
+	}
+	if !s.tracker.Pass(s.cur, group) {
+		return false
+	}
 	s.resumed++
 	return true
 }

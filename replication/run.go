@@ -231,6 +231,7 @@ func runOnce(ctx context.Context, cfg Config, dial Dialer, log *slog.Logger, sta
 	if err != nil {
 		return false, err
 	}
+	start = resume.past(start, sys, p.Decision.Create)
 	stats.WaitFor("PostgreSQL at " + host + " to start replication")
 	err = pgserver.SetupStep(ctx, cfg.PGTimeout, host, func(ctx context.Context) error {
 		err := pglogrepl.StartReplication(ctx, conn, cfg.Slot, pglogrepl.LSN(start), pglogrepl.StartReplicationOptions{
@@ -280,11 +281,11 @@ func runOnce(ctx context.Context, cfg Config, dial Dialer, log *slog.Logger, sta
 		s.ackConfirmed()
 	}
 	m := s.mark()
-	resume.record(m, s.markConfig, sys)
+	resume.record(m, s.markConfig, sys, s.tracker.Watermark())
 	stats.Carry(oldestCommit(s.pending), s.sent)
 	// Progress inside a transaction counts: a long one cut again and again still moves, so the backoff
 	// stays short.
-	return s.tracker.Watermark() > start || m.Done > 0 && (m.Key != from.Key || m.Done > from.Done), err
+	return s.tracker.Watermark() > start || m.Confirmed() > 0 && (m.Key != from.Key || m.Confirmed() > from.Confirmed()), err
 }
 
 // plan is what a run does before streaming, decided before anything is created or published: what the
