@@ -17,7 +17,11 @@
 //     returned. So with the default, when the broker refuses an event (a nack, a return, a channel close,
 //     a confirm timeout), no later event of its aggregate has been written, and after the caller's restart
 //     from its acknowledged position the aggregate's events are first delivered in order (ADR 0006); with
-//     AggregateWindow N, up to N-1 later events may have been (ADR 0009). Events of other aggregates go on
+//     AggregateWindow N, up to N-1 later events may have been (ADR 0009), once per refusal: a Dialer
+//     remembers an aggregate whose event its Router saw refused (a nack, a return, a close attributed to
+//     its publish) and the Routers it dials next give that aggregate one unconfirmed event until one of its
+//     events is confirmed, so the caller's retries do not write those N-1 again
+//     (TestLastingRefusalDoesNotRepublishTheWindow). Events of other aggregates go on
 //     being written meanwhile: the write order of a lane is the Publish order within each aggregate, not
 //     across aggregates. One aggregate moves at AggregateWindow events per confirm round trip.
 //   - A held event takes no slot of its lane's window (it takes over its predecessor's when that one is
@@ -62,11 +66,18 @@
 //     TestUnconfirmedAgesWhileConfirmsAreWithheld). A Router logs a WARN once each time that wait passes
 //     UnconfirmedBound. Each lane keeps it in one atomic that its confirmLoop sets: no lock, no allocation.
 //   - A close by the broker or a lost connection is a *ClosedError (matching ErrBrokerClosed) whose
-//     PerMessage says whether a single message can have caused it (406, 501, 502, 505, 540, and a 403 on
-//     a lane's channel that refuses writing to an exchange other than Config.Exchange, which names the
-//     permission to grant), so that the caller can find that message by republishing one event at a time;
-//     a confirm timeout, a lost connection, an operator's or a node's close (320) and a 403 on
-//     Config.Exchange never are.
+//     PerMessage says whether a single message can have caused it (406, 501, 502, 505, 540, and on a
+//     lane's channel a 403 or a 404 naming an exchange other than Config.Exchange: a write refused, which
+//     names the permission to grant, an internal exchange such as amq.rabbitmq.trace, an exchange deleted
+//     after its passive check), so that the caller can find that message by republishing one event at a
+//     time; a confirm timeout, a lost connection, an operator's or a node's close (320) and a 403 or 404 on
+//     Config.Exchange never are. A close that names the exchange is attributed (Attributed, EventID) to
+//     the lane's oldest unresolved publishing to that exchange: RabbitMQ handles a channel's publishes in
+//     order and closes it at the first it refuses, and the publishings before it only lost their confirms
+//     (TestInternalExchangeIsThatEventsRefusal, TestWriteRevokedAfterTheCheckIsThatEventsRefusal,
+//     TestExchangeDeletedAfterTheCheckIsThatEventsRefusal). Its BrokerState is true for the write refusal
+//     and the 404 (a permission may be granted, an exchange declared): the caller retries those for its
+//     refusal period.
 //   - A nack, and a return from an exchange of amqp.topic.target=exchange, is a *PublishError naming its
 //     event whose PerMessage is true and whose BrokerState is true: the broker's state (a queue that
 //     drains, a binding that appears) may end it, so the caller retries it for a period before it blames
