@@ -39,3 +39,55 @@ amqp.routing.key.source=key
 		t.Errorf("%d stream restarts, want the few of the safety net's strikes", restarts)
 	}
 }
+
+// TestLastingReturnDoesNotRepublishTheAggregateWindow (issue 36, finding 5): with --aggregate-window 4 and
+// --no-alternate-exchange, v1 of an aggregate is returned (nothing bound for its routing key) at every try
+// for as long as it lasts, while v2 to v8 of the same transaction are routable. Every restart used to write
+// v2 to v4 again behind the returned v1 (delivered once per retry, out of order again each time); now they
+// reach the queue once before the first return and once after a binding appears, and v5 to v8 once.
+func TestLastingReturnDoesNotRepublishTheAggregateWindow(t *testing.T) {
+	e := newEnv(t)
+	e.declare(false, "order.changed")
+	c := e.consume(e.queue)
+	r := e.startStreaming("--no-alternate-exchange", "--aggregate-window", "4")
+	ids := e.ids(`INSERT INTO outbox (id, aggregate_type, aggregate_id, aggregate_version, event_type, payload)
+		SELECT gen_random_uuid(), 'order', 'a', v, CASE v WHEN 1 THEN 'lost' ELSE 'changed' END, '{}'
+		FROM generate_series(1, 8) v RETURNING id::text`)
+	deadline := time.Now().Add(30 * time.Second)
+	for strings.Count(r.Output(), "restarting from the acknowledged position") < 5 {
+		if time.Now().After(deadline) {
+			t.Fatalf("fewer than 5 restarts on the returned v1 within 30 s:\n%s", tail(r.Output(), 20))
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if err := e.channel().QueueBind(e.queue, "order.lost", e.exchange, false, nil); err != nil { // the refusal ends
+		t.Fatal(err)
+	}
+	firstDeliveries(t, c, ids, 60*time.Second)
+	time.Sleep(time.Second) // a late duplicate would arrive now
+	_, n := firstDeliveries(t, c, ids, time.Second)
+	restarts := strings.Count(r.Output(), "restarting from the acknowledged position")
+	for v, id := range ids {
+		want := 1
+		if v > 0 && v < 4 {
+			want = 2 // written behind v1 before its first return, and again once it was routed
+		}
+		if n[id] > want {
+			t.Errorf("v%d delivered %d times over %d restarts, want at most %d", v+1, n[id], restarts, want)
+		}
+	}
+	var last []string
+	for _, d := range c.snapshot()[len(c.snapshot())-len(ids):] {
+		last = append(last, d.msg.MessageId)
+	}
+	if strings.Join(last, " ") != strings.Join(ids, " ") {
+		t.Errorf("the deliveries after the binding appeared: %v, want v1 to v8 in order %v", last, ids)
+	}
+	t.Logf("%d restarts; deliveries per version: %v", restarts, func() []int {
+		var out []int
+		for _, id := range ids {
+			out = append(out, n[id])
+		}
+		return out
+	}())
+}
