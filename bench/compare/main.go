@@ -61,6 +61,7 @@ type config struct {
 	modes        map[string]bool // -modes: drain, steady, quorum, far
 	sweepWindows []int           // the fixed --window values of the quorum and far modes (sweep.go)
 	farDelay     time.Duration   // the far mode's one-way delay
+	farQuorum    bool            // the far mode's queue is a quorum queue nobody consumes (-far-queue quorum)
 	scrapeEvery  time.Duration   // how often the router's /metrics is read; 0: never (no --http-addr)
 	adaptiveFlag bool            // the router binary has --adaptive-window
 }
@@ -119,6 +120,7 @@ func main() {
 	modes := flag.String("modes", "drain,steady", "modes to run, comma-separated: drain, steady (the -rates), quorum (a quorum queue nobody consumes) and far (the broker behind a proxy adding -far-delay each way), or all; quorum and far run the bare publisher, the router with each fixed window of -sweep-windows and the router's default; the snapshot, backlog, one-transaction and hot-aggregate modes run when their own flags ask")
 	sweepWindows := flag.String("sweep-windows", "32,128,512,2048", "quorum and far modes: the fixed --window values (per lane) the router's default is compared with, comma-separated")
 	flag.DurationVar(&c.farDelay, "far-delay", time.Millisecond, "far mode: the delay the proxy adds to each direction (1ms: a 2 ms round trip)")
+	farQueue := flag.String("far-queue", "classic", "far mode: classic (a classic queue with a consumer that keeps up, as in the drain) or quorum (a quorum queue nobody consumes, as in the quorum mode)")
 	flag.DurationVar(&c.scrapeEvery, "scrape-interval", 100*time.Millisecond, "how often to read the router's in-flight limit and events from its /metrics (the router runs with --http-addr on a free local port); 0: never")
 	flag.Parse()
 	if v, err := parseModes(*modes); err != nil {
@@ -132,6 +134,14 @@ func main() {
 		os.Exit(2)
 	} else {
 		c.sweepWindows = v
+	}
+	switch *farQueue {
+	case "classic":
+	case "quorum":
+		c.farQuorum = true
+	default:
+		fmt.Fprintf(os.Stderr, "compare: -far-queue %q: want classic or quorum\n", *farQueue)
+		os.Exit(2)
 	}
 	if c.farDelay <= 0 && c.modes["far"] {
 		fmt.Fprintln(os.Stderr, "compare: -far-delay must be positive for -modes far")

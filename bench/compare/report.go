@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"math"
 	"os"
 	"path/filepath"
 	"sort"
@@ -238,6 +239,13 @@ func limitPlot(rs []result, rate int) plotFile {
 				p99.x, p99.y = append(p99.x, bin.t), append(p99.y, bin.p99)
 			}
 			bottom.lines = append(bottom.lines, p99)
+		}
+	}
+	for _, p := range []plot{top, bottom} { // one time axis for both
+		for _, l := range p.lines {
+			for _, x := range l.x {
+				top.xmax, bottom.xmax = math.Max(top.xmax, x), math.Max(bottom.xmax, x)
+			}
 		}
 	}
 	return plotFile{name: fmt.Sprintf("window-limit-%d.svg", rate), plots: []plot{top, bottom}}

@@ -87,8 +87,10 @@ func scrape(addr string, every time.Duration) *scraper {
 		defer tick.Stop()
 		var samples []limitSample
 		for {
+			t0 := time.Now().UnixNano()
 			if v, ok := scrapeOnce(client, addr); ok {
-				smp := limitSample{t: time.Now().UnixNano(), limit: math.NaN(), inflight: math.NaN()}
+				// The router read its gauges somewhere between the request and the response: the middle.
+				smp := limitSample{t: (t0 + time.Now().UnixNano()) / 2, limit: math.NaN(), inflight: math.NaN()}
 				if x, ok := v[metricLimit]; ok {
 					smp.limit = x
 				}

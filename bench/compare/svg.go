@@ -18,6 +18,7 @@ type series struct {
 type plot struct {
 	title, xlabel, ylabel string
 	logX, logY            bool
+	xmax                  float64 // on a linear x axis, at least this (plots one above the other share their axis)
 	lines                 []series
 }
 
@@ -78,7 +79,7 @@ func (p plot) render(b *strings.Builder) {
 		xmin, xmax, xticks = logRange(xmin, xmax)
 	} else {
 		xmin = 0
-		xmax, xticks = niceTicks(xmax)
+		xmax, xticks = niceTicks(math.Max(xmax, p.xmax))
 	}
 	if p.logY {
 		ymin, ymax, yticks = logRange(ymin, ymax)

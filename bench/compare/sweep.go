@@ -13,6 +13,7 @@ package main
 //   - far: the publishers (the bare publisher and the router; not the consumer, which measures) reach
 //     RabbitMQ through a delaying TCP proxy (proxy.go) that adds -far-delay each way. The queue is the
 //     drain's: classic, with a consumer that keeps up; the rate is the drain's, first delivery to last.
+//     With -far-queue quorum it is the quorum mode's queue instead, behind the proxy.
 
 import (
 	"fmt"
@@ -38,6 +39,9 @@ type sweepMode struct {
 
 func (m sweepMode) name() string {
 	if m.kind == "far" {
+		if m.queueType == "quorum" {
+			return fmt.Sprintf("far broker, %v each way, quorum queue, no consumer", m.delay)
+		}
 		return fmt.Sprintf("far broker, %v each way", m.delay)
 	}
 	return "quorum queue, no consumer"
@@ -58,7 +62,11 @@ func sweepModes(c config) []sweepMode {
 		ms = append(ms, sweepMode{kind: "quorum", queueType: "quorum"})
 	}
 	if c.modes["far"] {
-		ms = append(ms, sweepMode{kind: "far", consumer: true, delay: c.farDelay})
+		m := sweepMode{kind: "far", consumer: true, delay: c.farDelay}
+		if c.farQuorum {
+			m.queueType, m.consumer = "quorum", false
+		}
+		ms = append(ms, m)
 	}
 	return ms
 }
@@ -204,7 +212,7 @@ func sweepNote(c config) string {
 	if !c.adaptiveFlag {
 		def = "the router's defaults: this binary has no --adaptive-window, so a fixed --window of its default"
 	}
-	return "Quorum queue and far broker (issue 37): a backlog drain of the -events events by the bare publisher, the router with each fixed --window of -sweep-windows (per lane) and the router with " + def + ". / ceiling is the rate over the bare publisher's in the same mode and run. Quorum queue: nobody consumes; the rate is read from the queue's depth (every 10 ms), so there is no latency. Far broker: the publishers reach RabbitMQ through a proxy that delays every chunk by -far-delay each way; the consumer connects directly; the rate is the drain's. median limit: the median of cdc_router_window_limit (the sum over the lanes of their in-flight limit) scraped every -scrape-interval from the router's /metrics; – where the router has no such metric.\n"
+	return "Quorum queue and far broker (issue 37): a backlog drain of the -events events by the bare publisher, the router with each fixed --window of -sweep-windows (per lane) and the router with " + def + ". / ceiling is the rate over the bare publisher's in the same mode and run. Quorum queue: nobody consumes; the rate is read from the queue's depth (every 10 ms), so there is no latency. Far broker: the publishers reach RabbitMQ through a proxy that delays every chunk by -far-delay each way; the consumer connects directly; the rate is the drain's (with -far-queue quorum, the quorum mode's queue and rate). median limit: the median of cdc_router_window_limit (the sum over the lanes of their in-flight limit) scraped every -scrape-interval from the router's /metrics; – where the router has no such metric.\n"
 }
 
 // depthWatch reads a queue's message count every 10 ms (a passive queue.declare on its own connection)
@@ -319,7 +327,7 @@ func sweepLimitPlots(rs []result, c config) []plotFile {
 			if r.mode != m.name() || r.system != routerDefault || len(r.limits) == 0 {
 				continue
 			}
-			p := plot{title: "The router's in-flight limit: " + m.name(), xlabel: "seconds since the router started streaming", ylabel: "messages (all lanes)"}
+			p := plot{title: m.name() + ": the default router", xlabel: "seconds since the router started streaming", ylabel: "in-flight limit and events (all lanes)"}
 			p.lines = limitLines(r.limits, r.limits[0].t)
 			out = append(out, plotFile{name: "window-limit-" + m.kind + ".svg", plots: []plot{p}})
 		}
@@ -328,12 +336,16 @@ func sweepLimitPlots(rs []result, c config) []plotFile {
 }
 
 // limitLines are the limit and the in-flight events of samples as two lines, time in seconds since t0
-// (unix ns); the limit's line is left out while the router has no such metric.
+// (unix ns; samples before it are left out); the limit's line is left out while the router has no such
+// metric.
 func limitLines(samples []limitSample, t0 int64) []series {
 	lim := series{name: "in-flight limit", color: "#2ca02c"}
 	inf := series{name: "in flight", color: "#1f77b4"}
 	for _, s := range samples {
 		x := float64(s.t-t0) / 1e9
+		if x < 0 {
+			continue
+		}
 		if !math.IsNaN(s.limit) {
 			lim.x, lim.y = append(lim.x, x), append(lim.y, s.limit)
 		}
