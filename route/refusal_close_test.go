@@ -282,3 +282,33 @@ func ids(evs []cdc.Event) []string {
 	}
 	return out
 }
+
+// TestRefusalNamingAnExchangeIsPerMessageOnlyOnALane: the broker's texts of a refused publish are one
+// event's refusal only on a lane's channel and for an exchange other than the Router's own: a connection
+// closed with them stays a restart, and the Router's own exchange concerns every event (it is declared
+// again by the next Router, or its permission must be granted).
+func TestRefusalNamingAnExchangeIsPerMessageOnlyOnALane(t *testing.T) {
+	internal := &amqp.Error{Code: 403, Server: true, Reason: "ACCESS_REFUSED - cannot publish to internal exchange 'it''s' in vhost 'v'"}
+	missing := &amqp.Error{Code: 404, Server: true, Reason: "NOT_FOUND - no exchange 'gone' in vhost 'v'"}
+	for _, c := range []struct {
+		name       string
+		e          *amqp.Error
+		connection bool
+		own        string
+		per, state bool
+		x          string
+	}{
+		{"internal, lane", internal, false, "cdc", true, false, "it's"},
+		{"internal, connection", internal, true, "cdc", false, false, ""},
+		{"internal, own exchange", internal, false, "it's", false, false, ""},
+		{"missing, lane", missing, false, "cdc", true, true, "gone"},
+		{"missing, connection", missing, true, "cdc", false, false, ""},
+		{"missing, own exchange", missing, false, "gone", false, false, ""},
+	} {
+		ce := closedError(c.e, c.connection, 0, "e-1", c.own)
+		if ce.PerMessage() != c.per || ce.BrokerState() != c.state || ce.refusedExchange() != c.x {
+			t.Errorf("%s: PerMessage %v, BrokerState %v, exchange %q; want %v, %v, %q", c.name, ce.PerMessage(), ce.BrokerState(),
+				ce.refusedExchange(), c.per, c.state, c.x)
+		}
+	}
+}
