@@ -27,20 +27,20 @@ var (
 	vhostFlag  = flag.String("chaos.vhost", "", "the shared broker's vhost to run in, which must exist (\"/\": the default; empty: a fresh one, created and deleted)")
 )
 
-// ciSeeds are the seeds the normal suite runs (make test, CI): a handful that pass on main and together
-// cover two tables (2026, 2160), both queue types, the initial snapshot (of two tables: 2026),
-// and every default kind but three: every fault and command (a publication gap with its backfill: 2026;
-// reset with the router stopped: 107, 2160), the full queue, emitted events and forged ones (107,
-// 2160), the harness's own broker with a restart and a memory alarm (2160), the partitioned outbox with
-// attach, detach and drop (107), and quarantine replay (107, 2160). Chosen from seeds 1-3000 by coverage
-// per estimated second. Left to the long runs: the huge one-aggregate transaction (about 80 s a seed; its
-// scenario test is e2e TestLargeTransactionCompletesUnderRepeatedCuts) and the PostgreSQL blackhole (30 s a
-// seed; e2e TestPostgresSilentPartition and its variant pin its bound), and shards (seed 144, dropped from
-// CI for time; e2e/shard_test.go covers them). Since the fifth round 2160, on the harness's own node, also
-// draws a queue-length policy and the routers' PostgreSQL SELECT revoked (its other choices unchanged);
-// since 3 December 107 and 2026 draw a column-drift too (refused, then quarantined after the restore); since
-// 4 December 107 draws a reset with an open and a prepared transaction in flight (issue 35).
-var ciSeeds = []int64{107, 2026, 2160}
+// ciSeeds are the seeds the normal suite runs (make test, CI). Since 5 December 2026 (issue 36) they are
+// chosen so that the broker's nacks, returns and publication gaps each occur in at least two of them and
+// every mutant of chaos/mutants.sh (make mutants) is killed: nacks of the full queue (107, 5500, 5759) and
+// of a queue-length policy (19940), returns of an unbound per-topic exchange (5500, 19940), publication gaps
+// with their backfills (5500, 5759). Together they also cover the partitioned outbox with attach, detach
+// and drop (107, 5759), initial snapshots (107, 5759, 19940), emitted events and forged ones (107, 5759),
+// a reset with transactions in flight and a column drift (107), a key retirement with transactions in
+// flight (5759), the mapped table with its exchange deleted and unbound (5500, 19940), the harness's own
+// node with a restart, a policy, the routers' REPLICATION revoked and messages over its max_message_size
+// (19940), quarantine replays (107, 5500, 19940), a backfill (5500) and resets (107). Left to the long runs:
+// the huge one-aggregate transaction, the PostgreSQL blackhole, shards, a standby, memory alarms, a SIGKILL
+// of the node, two native tables (each with e2e scenario tests). Before, 107, 2026 and 2160: only 2026 made
+// the full queue nack, none returned, and the mutant without the per-aggregate hold survived all three.
+var ciSeeds = []int64{107, 5500, 5759, 19940}
 
 var pg *testenv.Postgres
 
