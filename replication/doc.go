@@ -19,14 +19,18 @@
 //   - On any publish failure the whole stream restarts in-process from the acknowledged position, so every
 //     unconfirmed event is published again in its original order.
 //   - Progress inside a transaction survives a restart (of the session and of the process): the replay of
-//     the oldest unacknowledged transaction passes over its first items (events, quarantined rows and
-//     messages, in stream order) that were confirmed or quarantined before, and publishes the rest in order.
+//     the oldest unacknowledged transaction passes over its items (events, quarantined rows and messages, in
+//     stream order) that were confirmed or quarantined before, in whatever order, and publishes the rest in
+//     order, with every later event of an aggregate that has one published again (offsets.Tracker.Pass).
 //     Such a mark is applied only to the transaction it names (commit LSN and xid), on the cluster and timeline
 //     it was counted on, under the same decoding configuration (markConfig: publication, tables, mappings,
 //     message prefix, drift rule, the router's build); anything else is ignored and replaced. A replay with fewer items than its
 //     mark fails the session and is then published whole. The LSN reported is still the whole-transaction
 //     watermark (TestResumeMarkIsAppliedOnlyWhereItHolds, TestReplayResumesPastItsMark, and end to end
-//     TestLargeTransactionCompletesUnderRepeatedCuts and TestSIGKILLInsideLargeTransactionResumesPastConfirmed).
+//     TestLargeTransactionCompletesUnderRepeatedCuts, TestSIGKILLInsideLargeTransactionResumesPastConfirmed and
+//     TestHotAggregateDuplicatesPerFaultAreBounded). The next session of a Run starts past the watermark the
+//     last one ended with when the slot and the stored position are behind it, on the same cluster and
+//     timeline (TestRestartStartsPastTheConfirmedPosition, TestPostgresFailureAfterTheLastConfirmDoesNotRepublish).
 //   - A stop ends within the shutdown timeout of its request, whatever the router waits for then (a full
 //     publish window, confirms that never come, the publisher's close; the initial snapshot's confirms and
 //     its progress store, through initial.Config.StopBy; and any wait on PostgreSQL: slot creation waiting
