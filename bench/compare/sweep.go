@@ -324,11 +324,13 @@ func sweepLimitPlots(rs []result, c config) []plotFile {
 	var out []plotFile
 	for _, m := range sweepModes(c) {
 		for _, r := range rs {
-			if r.mode != m.name() || r.system != routerDefault || len(r.limits) == 0 {
+			if r.mode != m.name() || r.system != routerDefault {
 				continue
 			}
 			p := plot{title: m.name() + ": the default router", xlabel: "seconds since the router started streaming", ylabel: "in-flight limit and events (all lanes)"}
-			p.lines = limitLines(r.limits, r.limits[0].t)
+			if len(r.limits) > 0 {
+				p.lines = limitLines(r.limits, r.limits[0].t)
+			}
 			out = append(out, plotFile{name: "window-limit-" + m.kind + ".svg", plots: []plot{p}})
 		}
 	}
