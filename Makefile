@@ -15,7 +15,7 @@ TESTFLAGS ?= -race -p 2 -count=1 -timeout 45m
 CDC_ROUTER_RACE ?= off
 export CDC_ROUTER_RACE
 
-.PHONY: test-race chaos mutants build test test-short test-cluster bench-shards lint fuzz bench bench-e2e demo services clean test-matrix test-versions
+.PHONY: test-race chaos mutants build test test-short test-cluster test-consumer-groups bench-shards lint fuzz bench bench-e2e demo services clean test-matrix test-versions
 
 build:
 	$(GO) build -o bin/cdc-router ./cmd/cdc-router
@@ -84,6 +84,12 @@ clean:
 # Run before each release; not part of `make test` (see docs/scaling.md).
 test-cluster: services
 	$(GO) test $(TESTFLAGS) -tags cluster -run '^TestCluster' -v ./e2e/
+
+# The partitioned consumer groups under faults (build tag consumergroups, about 50-60 s; docs/consumer-groups.md),
+# on the machine's broker; on RabbitMQ 4.0: env $$(internal/testenv/rabbitmq4.sh start) make test-consumer-groups.
+# The measurements: go test -tags groupbench -run TestBenchConsumerGroups -v ./inbox/runner/
+test-consumer-groups: services
+	$(GO) test $(TESTFLAGS) -tags consumergroups -run '^TestConsumerGroup' -v ./e2e/
 
 # The randomized invariant harness (chaos/, docs/testing.md): SEEDS seeds from BASE (default: taken from
 # the clock, printed), or SEED=s (or s1,s2,...) to replay one (or these); KNOWN_BROKEN=kind,... (or all) also generates the fault kinds known

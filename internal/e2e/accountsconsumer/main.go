@@ -15,7 +15,8 @@
 //
 // Logs go to stderr. Configuration comes from flags, each defaulting to an environment variable:
 // -pg-url (E2E_PG_URL), -amqp-url (E2E_AMQP_URL), -exchange (E2E_EXCHANGE), -queue (E2E_QUEUE),
-// -consumer (E2E_CONSUMER), -binding (E2E_BINDING, default "account.#"), -workers (default 4).
+// -consumer (E2E_CONSUMER), -binding (E2E_BINDING, default "account.#"), -workers (default 4), -partitions
+// (E2E_PARTITIONS: the instance joins the partitioned consumer group -queue of that many partitions).
 package main
 
 import (
@@ -27,6 +28,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"strconv"
 	"sync"
 	"syscall"
 	"time"
@@ -56,7 +58,7 @@ CREATE TABLE IF NOT EXISTS apply_counter (
 
 type config struct {
 	pgURL, amqpURL, exchange, queue, consumer, binding string
-	workers                                            int
+	workers, partitions                                int
 }
 
 func readConfig(args []string, getenv func(string) string) (config, error) {
@@ -73,6 +75,8 @@ func readConfig(args []string, getenv func(string) string) (config, error) {
 	}
 	fs.StringVar(&c.binding, "binding", binding, "routing key the queue is bound with")
 	fs.IntVar(&c.workers, "workers", 4, "events processed at once")
+	partitions, _ := strconv.Atoi(getenv("E2E_PARTITIONS"))
+	fs.IntVar(&c.partitions, "partitions", partitions, "partitions of the consumer group named by -queue (0: one shared queue)")
 	if err := fs.Parse(args); err != nil {
 		return c, err
 	}
@@ -166,7 +170,7 @@ func run(ctx context.Context, c config, log *slog.Logger) error {
 	r, err := runner.New(p, runner.Config{URLs: []string{c.amqpURL}, Exchange: c.exchange, Queue: c.queue,
 		Bindings: []string{c.binding}, Workers: c.workers, DrainTimeout: 10 * time.Second,
 		RetryMin: 50 * time.Millisecond, RetryMax: time.Second, ReconnectMin: 200 * time.Millisecond,
-		ReconnectMax: 2 * time.Second, OnOutcome: o.report}, log)
+		ReconnectMax: 2 * time.Second, OnOutcome: o.report, Partitions: c.partitions, RebalanceInterval: 500 * time.Millisecond}, log)
 	if err != nil {
 		return err
 	}
