@@ -18,6 +18,7 @@ package main
 import (
 	"fmt"
 	"math"
+	"path/filepath"
 	"sort"
 	"strconv"
 	"strings"
@@ -128,9 +129,11 @@ func runSweep(c config, pg *testenv.Postgres, pm, run int, m sweepMode, all map[
 			j.kind, j.name = bare, fmt.Sprintf("bench_%s_bare_%d", m.slug(), run)
 		case sys == routerDefault:
 			j.name = fmt.Sprintf("bench_%s_default_%d", m.slug(), run)
+			j.profDir = sweepProfileDir(c, m, "default", run)
 		default:
 			w := c.sweepWindows[i-1]
 			j.name, j.routerArgs = fmt.Sprintf("bench_%s_w%d_%d", m.slug(), w, run), windowArgs(w, c.adaptiveFlag)
+			j.profDir = sweepProfileDir(c, m, fmt.Sprintf("window-%d", w), run)
 		}
 		fmt.Fprintf(c.log, "run %d/%d: %s, %s ...", run, c.runs, m.name(), sys)
 		r, err := runJob(c, pg, pm, j)
@@ -150,6 +153,15 @@ func runSweep(c config, pg *testenv.Postgres, pm, run int, m sweepMode, all map[
 		all[m.name()+"/"+sys] = append(all[m.name()+"/"+sys], r)
 	}
 	return nil
+}
+
+// sweepProfileDir is where the router of one row of a sweep mode writes its profiles (-pprof-dir, the
+// first run only): <pprof-dir>/<quorum|far>-<default|window-N>.
+func sweepProfileDir(c config, m sweepMode, row string, run int) string {
+	if c.pprofDir == "" || run != 1 {
+		return ""
+	}
+	return filepath.Join(c.pprofDir, m.kind+"-"+row)
 }
 
 // sweepRows writes the table rows of the sweep modes: / ceiling is each row's rate over the bare
