@@ -69,7 +69,8 @@ EOF
     replace replication/publish.go $'\ti := s.tracker.Add(x)\n\tcareful := s.net.careful(ev)\n' \
       $'\ti := s.tracker.Add(x)\n\tif mutantSkip(s, ev.CommitLSN) {\n\t\ts.tracker.ConfirmItem(x, i)\n\t\treturn nil\n\t}\n\tcareful := s.net.careful(ev)\n' ;;
   hold-removed) # no per-aggregate hold: every event is let through at once, --aggregate-window ignored
-    replace route/hold.go $'\tif a.head == nil && a.unconfirmed < h.perAggregate {\n' $'\tif true {\n' ;;
+    replace route/hold.go $'func (h *holds) admit(e *held) verdict {\n\th.mu.Lock()\n\tdefer h.mu.Unlock()\n\ta := h.busy[e.agg]\n' \
+      $'func (h *holds) admit(e *held) verdict {\n\th.mu.Lock()\n\tdefer h.mu.Unlock()\n\ta := h.busy[e.agg]\n\tif true {\n\t\ta.unconfirmed++\n\t\th.busy[e.agg] = a\n\t\treturn letThrough\n\t}\n' ;;
   *) echo "unknown mutant $1 (known: none ${all[*]})" >&2; return 1 ;;
   esac
 }
