@@ -57,8 +57,12 @@ type Config struct {
 	UnroutableQueueType string
 	// Lanes is the number of confirm-mode channels; default 4.
 	Lanes int
-	// Window is the number of unconfirmed messages allowed per lane; default 512.
+	// Window is the number of unconfirmed messages allowed per lane; default 512. With AdaptiveWindow it
+	// is the most each lane's limit may be.
 	Window int
+	// AdaptiveWindow makes each lane adapt its limit below Window to the confirm round trip (vegas: as
+	// many as keep the broker busy without a backlog of unconfirmed messages in its queues); default off.
+	AdaptiveWindow bool
 	// AggregateWindow is the number of unconfirmed events one aggregate may have in flight; default 1.
 	// With 1, an event the broker refuses (a nack, a return) has no later event of its aggregate written
 	// before it, so consumers first see the aggregate's events in order even after the restart (ADR 0006),

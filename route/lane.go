@@ -41,7 +41,7 @@ type lane struct {
 	r        *Router
 	id       int
 	ch       *amqp.Channel
-	slots    chan struct{}          // the window: one token per queued or sent publishing
+	window   *window                // one unit per queued or sent publishing
 	queued   chan *publishing       // Publish and confirmLoop (a held one let through) → publishLoop
 	sent     chan *publishing       // publishLoop → confirmLoop, in delivery-tag order
 	holds    *holds                 // at most AggregateWindow unconfirmed events per aggregate
@@ -68,7 +68,7 @@ func openLane(r *Router, id int) (*lane, error) {
 		r:        r,
 		id:       id,
 		ch:       ch,
-		slots:    make(chan struct{}, w),
+		window:   newWindow(w, r.cfg.AdaptiveWindow),
 		queued:   make(chan *publishing, w),
 		sent:     make(chan *publishing, w),
 		holds:    newHolds(r.cfg.AggregateWindow, r.held).narrowing(r.refused),
@@ -266,7 +266,9 @@ func (l *lane) resolve(p *publishing, timer *confirmTimer) bool {
 	for confirmed := false; !confirmed; {
 		select {
 		case <-p.confirm.Done():
-			l.r.cfg.Metrics.confirmed(p.sent)
+			rtt := time.Since(p.sent)
+			l.r.cfg.Metrics.confirmed(rtt)
+			l.window.confirmed(rtt)
 			confirmed = true
 		case <-l.r.failed:
 			return false
@@ -315,7 +317,7 @@ func (l *lane) resolve(p *publishing, timer *confirmTimer) bool {
 		}
 		l.queued <- q // q takes p's slot: queued has room, and the events of its aggregate let through before it are ahead
 	} else {
-		<-l.slots
+		l.window.release()
 	}
 	l.r.track(-1)
 	return true
@@ -381,8 +383,8 @@ func (l *lane) closed(e *amqp.Error, ok bool, oldest *publishing) {
 		first = oldest.eventID
 	}
 	ce := closedError(e, l.r.conn.IsClosed(), l.id, first, l.r.cfg.Exchange)
-	if x := ce.refusedExchange(); x != "" {
-		if p := l.refusedPublish(x, oldest); p != nil {
+	if x, key := ce.refusedExchange(); x != "" {
+		if p := l.refusedPublish(x, key, oldest); p != nil {
 			ce.EventID, ce.Attributed = p.eventID, true
 			l.remember(p.agg)
 		}

@@ -1,6 +1,7 @@
 package route
 
 import (
+	"context"
 	"math"
 	"time"
 )
@@ -134,4 +135,59 @@ func (v *vegas) probe(rtt time.Duration, inflight int) int {
 	v.probing, v.limit = false, v.resume
 	v.size = v.current()
 	return v.current()
+}
+
+// window is a lane's in-flight limit: one unit per queued or written publishing, as many at most as the
+// lane's vegas allows (or Config.Window, fixed). A limit that shrinks below what is in flight lets no new
+// publishing in until enough are confirmed; it never takes back what is in flight.
+type window struct {
+	units *budget
+	v     *vegas // nil: fixed
+}
+
+func newWindow(ceiling int, adaptive bool) *window {
+	w := &window{units: newBudget(ceiling)}
+	if adaptive {
+		w.v = newVegas(ceiling)
+		w.units.max = w.v.current()
+	}
+	return w
+}
+
+// acquire takes a unit, waiting while the lane is at its limit; errors as budget.acquire.
+func (w *window) acquire(ctx context.Context, failed <-chan struct{}) error {
+	return w.units.acquire(ctx, failed, 1)
+}
+
+// release gives a unit back.
+func (w *window) release() { w.units.release(1) }
+
+// confirmed takes the round trip of one confirm and adapts the limit; called by the lane's confirmLoop
+// only.
+func (w *window) confirmed(rtt time.Duration) {
+	if w.v == nil {
+		return
+	}
+	w.units.adjust(func(used int) int { return w.v.sample(rtt, used) })
+}
+
+// limit is the lane's limit now.
+func (w *window) limit() int {
+	w.units.mu.Lock()
+	defer w.units.mu.Unlock()
+	return w.units.max
+}
+
+// adjust sets the budget's maximum to what f returns for the units used now; a raise wakes the acquires
+// that wait.
+func (b *budget) adjust(f func(used int) int) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	n := f(b.used)
+	raised := n > b.max
+	b.max = n
+	if raised && b.waiting {
+		close(b.freed)
+		b.freed, b.waiting = make(chan struct{}), false
+	}
 }

@@ -1,6 +1,7 @@
 package route
 
 import (
+	"context"
 	"testing"
 	"time"
 )
@@ -155,5 +156,60 @@ func TestVegasProbeMeasuresTheNoLoadRoundTripAndGivesTheLimitBack(t *testing.T) 
 	}
 	if probes == 0 {
 		t.Fatal("no probe in 100,000 samples")
+	}
+}
+
+func TestWindowLetsInAsManyAsItsLimit(t *testing.T) {
+	ctx := context.Background()
+	never := make(chan struct{})
+	w := newWindow(64, true)
+	if got := w.limit(); got != vegasInitial {
+		t.Fatalf("limit %d at the start, want %d", got, vegasInitial)
+	}
+	for i := 0; i < vegasInitial; i++ {
+		if err := w.acquire(ctx, never); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got := make(chan error, 1)
+	go func() { got <- w.acquire(ctx, never) }()
+	select {
+	case err := <-got:
+		t.Fatalf("acquire past the limit returned %v", err)
+	case <-time.After(50 * time.Millisecond):
+	}
+	// One round of flat round trips with the window full: slow start doubles the limit, which lets the
+	// waiting acquire in without any release.
+	for i := 0; i < vegasInitial; i++ {
+		w.confirmed(time.Millisecond)
+	}
+	if err := <-got; err != nil {
+		t.Fatal(err)
+	}
+	if got := w.limit(); got != 2*vegasInitial {
+		t.Fatalf("limit %d after a flat round, want %d", got, 2*vegasInitial)
+	}
+	// Round trips ten times the base: the limit shrinks below what is in flight (17), and no acquire gets
+	// in until enough are released.
+	for i := 0; i < 2*vegasInitial; i++ {
+		w.confirmed(10 * time.Millisecond)
+	}
+	limit := w.limit()
+	if limit >= vegasInitial+1 {
+		t.Fatalf("limit %d after a round at ten times the base round trip, want under the %d in flight", limit, vegasInitial+1)
+	}
+	short, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
+	defer cancel()
+	if err := w.acquire(short, never); err == nil {
+		t.Fatal("acquire succeeded while more than the limit was in flight")
+	}
+	for i := 0; i < vegasInitial+1-limit+1; i++ {
+		w.release()
+	}
+	if err := w.acquire(ctx, never); err != nil {
+		t.Fatal(err)
+	}
+	if fixed := newWindow(64, false); fixed.limit() != 64 {
+		t.Fatalf("a fixed window's limit is %d, want 64", fixed.limit())
 	}
 }

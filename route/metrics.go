@@ -41,6 +41,8 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 	for _, c := range []prometheus.Collector{m.nacks, m.returns, m.confirm,
 		gauge("cdc_router_inflight_events", "Events handed to the broker connection and not yet confirmed (written or held behind an earlier event of their aggregate).",
 			func(r *Router) float64 { r.idleMu.Lock(); defer r.idleMu.Unlock(); return float64(r.inflight) }),
+		gauge("cdc_router_window_limit", "Messages the router's channels may have unconfirmed now, summed over its lanes: --lanes × --window, or with --adaptive-window each lane's limit adapted to the confirm round trip below --window.",
+			func(r *Router) float64 { return float64(r.WindowLimit()) }),
 		gauge("cdc_router_inflight_bytes", "Bytes (body and content header) of the unconfirmed messages, bounded by --max-inflight-bytes.",
 			func(r *Router) float64 { used, _ := r.bytes.usage(); return float64(used) }),
 		gauge("cdc_router_broker_blocked", "1 while RabbitMQ blocks the router's connection (connection.blocked: a memory or disk alarm), else 0.",
@@ -90,9 +92,9 @@ func (m *Metrics) closed(r *Router) {
 }
 
 // confirmed records one confirm's round trip.
-func (m *Metrics) confirmed(sent time.Time) {
+func (m *Metrics) confirmed(rtt time.Duration) {
 	if m != nil {
-		m.confirm.Observe(time.Since(sent).Seconds())
+		m.confirm.Observe(rtt.Seconds())
 	}
 }
 

@@ -106,6 +106,9 @@ func TestMetrics(t *testing.T) {
 	if v := gauge("cdc_router_inflight_bytes"); v <= 0 {
 		t.Errorf("cdc_router_inflight_bytes = %v while the connection stalls, want > 0", v)
 	}
+	if v := gauge("cdc_router_window_limit"); v != DefaultLanes*DefaultWindow {
+		t.Errorf("cdc_router_window_limit = %v with a fixed window, want lanes × window = %d", v, DefaultLanes*DefaultWindow)
+	}
 	p.Cut()
 	r.Close()
 	if v, w := gauge("cdc_router_inflight_events"), gauge("cdc_router_inflight_bytes"); v != 0 || w != 0 {

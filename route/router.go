@@ -176,16 +176,15 @@ func (r *Router) Publish(ctx context.Context, ev cdc.Event, done func()) error {
 	}
 	agg := aggregateHash(ev)
 	l := r.lanes[agg%uint64(len(r.lanes))]
-	select {
-	case l.slots <- struct{}{}:
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-r.failed:
-		return r.Err()
+	if err := l.window.acquire(ctx, r.failed); err != nil {
+		if errors.Is(err, errFailed) {
+			return r.Err()
+		}
+		return err
 	}
 	size := header + len(msg.Body)
 	if err := r.bytes.acquire(ctx, r.failed, size); err != nil {
-		<-l.slots
+		l.window.release()
 		if errors.Is(err, errFailed) {
 			return r.Err()
 		}
@@ -195,7 +194,7 @@ func (r *Router) Publish(ctx context.Context, ev cdc.Event, done func()) error {
 	defer r.admit.RUnlock()
 	if err := r.Err(); err != nil { // the lane may already have discarded its queue
 		r.bytes.release(size)
-		<-l.slots
+		l.window.release()
 		return err
 	}
 	e := held{ev: ev, exchange: exchange, agg: agg, size: size, done: done}
@@ -213,15 +212,24 @@ func (r *Router) Publish(ctx context.Context, ev cdc.Event, done func()) error {
 	switch {
 	case err != nil: // nothing was admitted
 		r.bytes.release(size)
-		<-l.slots
+		l.window.release()
 		r.track(-1)
 		return err
 	case verdict == letThrough:
 		l.queued <- &publishing{eventID: ev.ID, exchange: exchange, key: key, agg: agg, msg: msg, size: size, done: done} // a held slot guarantees room
 	default: // held: it waits aside, without a slot; it takes its predecessor's when that one is confirmed
-		<-l.slots
+		l.window.release()
 	}
 	return nil
+}
+
+// WindowLimit is the sum of the lanes' in-flight limits now (Config.Window times the lanes when fixed).
+func (r *Router) WindowLimit() int {
+	n := 0
+	for _, l := range r.lanes {
+		n += l.window.limit()
+	}
+	return n
 }
 
 // build maps ev to its message after the static checks (Check) and the frame check against the
