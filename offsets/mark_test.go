@@ -109,7 +109,8 @@ func TestTrackerPassKeepsAggregateOrder(t *testing.T) {
 
 // TestTrackerMarkIsBoundedByItemsInFlight: behind one unconfirmed item, 200,000 items are confirmed: the
 // mark lists the one item, and the tracker remembers no more than a few entries (before, a mark stopped
-// growing once 16,384 items were confirmed beyond a gap). A mark with more than MaxOpen unconfirmed items
+// growing once 16,384 items were confirmed beyond a gap); nor does a transaction without a key confirmed by
+// count (Confirm). A mark with more than MaxOpen unconfirmed items
 // between confirmed ones stops before the first beyond MaxOpen.
 func TestTrackerMarkIsBoundedByItemsInFlight(t *testing.T) {
 	k := TxnKey{CommitLSN: 500, Xid: 7}
@@ -127,6 +128,20 @@ func TestTrackerMarkIsBoundedByItemsInFlight(t *testing.T) {
 	tr.Commit(x, 600)
 	if tr.Watermark() != 600 {
 		t.Fatalf("watermark %v, want 0/258", tr.Watermark())
+	}
+
+	// Without a key, a confirm that does not say which item (the initial snapshot's pages) drops one.
+	tr = NewTracker(100)
+	x = tr.Begin()
+	for range 100000 {
+		tr.Add(x)
+		tr.Add(x)
+		tr.Confirm(x)
+		tr.Confirm(x)
+	}
+	if s := &tr.txns[0]; cap(s.open) > 1024 || len(s.open) != s.head+s.dead {
+		t.Fatalf("a transaction without a key, every item confirmed, lists %d items (%d entries)",
+			len(s.open)-s.head-s.dead, cap(s.open))
 	}
 
 	tr = NewTracker(100)

@@ -129,12 +129,18 @@ func (t *Tracker) Pass(x Txn, group string) bool {
 }
 
 // Confirm marks one event of transaction x as confirmed without saying which: the transaction's Mark then
-// stops where it is. An x that is no longer tracked is ignored.
+// counts none of its items handed out so far as confirmed by it. An x that is no longer tracked is ignored.
+// For a transaction without a key (no Mark), one listed item is dropped, so that the list stays bounded by
+// what is in flight (the initial snapshot's pages, a burst's message outside a transaction).
 func (t *Tracker) Confirm(x Txn) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if s := t.state(x); s != nil && s.outstanding > 0 {
+		if s.key == (TxnKey{}) && s.head < len(s.open) {
+			s.confirm(s.open[s.head])
+		}
 		s.outstanding--
+		t.rev++
 		t.advance()
 	}
 }
