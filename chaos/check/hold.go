@@ -35,7 +35,7 @@ func checkRefusalHold(h *History, _ Limits) []Violation {
 	streamed := firstStreamed(h)
 	byAggregate := map[string][]Row{}
 	for _, r := range h.Rows {
-		byAggregate[r.Aggregate] = append(byAggregate[r.Aggregate], r)
+		byAggregate[routerAggregate(r)] = append(byAggregate[routerAggregate(r)], r)
 	}
 	var vs []Violation
 	for _, r := range h.Rows {
@@ -48,7 +48,7 @@ func checkRefusalHold(h *History, _ Limits) []Violation {
 		if d, ok := streamed[r.ID]; ok && !r.Refused && d.Before(settled) {
 			settled = d // confirmed once, refused on a later try (a policy set meanwhile)
 		}
-		for _, s := range byAggregate[r.Aggregate] {
+		for _, s := range byAggregate[routerAggregate(r)] {
 			if d, ok := streamed[s.ID]; ok && s.Version > r.Version && d.Before(settled) {
 				vs = append(vs, Violation{Detail: fmt.Sprintf("aggregate %s: version %d first delivered at +%.2fs, before version %d, "+
 					"which the broker refused, was settled (quarantined at +%.2fs): with --aggregate-window 1 no later version is "+
@@ -60,6 +60,17 @@ func checkRefusalHold(h *History, _ Limits) []Violation {
 	}
 	sort.Slice(vs, func(i, j int) bool { return vs[i].At.Before(vs[j].At) })
 	return compress(vs, 5)
+}
+
+// routerAggregate is the aggregate the router holds r's event under: Row.Aggregate names the writer's draw,
+// which a mapped row (aggregate type "mapped"), a native one and an emitted one (type "order", the draw as
+// its id) share, so that seed 1003's emitted "mapped/w0-4" v207 was taken for a later version of the mapped
+// rows of w0-4 quarantined after it.
+func routerAggregate(r Row) string {
+	if r.Table == gen.MappedTable {
+		return "mapped-table:" + r.Aggregate
+	}
+	return "order/" + strings.TrimPrefix(r.Aggregate, "order/")
 }
 
 // brokerRefusal reports whether r's quarantine record (with reason) is the broker's refusal of its event:
