@@ -38,6 +38,19 @@ func (w *world) createMappedTable(ctx context.Context, conn *pgx.Conn) error {
 	return nil
 }
 
+// mappedTypeOf is the aggregatetype column of the mapped row r: mappedType, or with
+// gen.Setup.InternalExchange the whole name of the exchange its topic names (the per-topic one, or
+// gen.InternalExchange for a gen.OpInternal row).
+func (w *world) mappedTypeOf(r check.Row) string {
+	switch {
+	case r.Op == gen.OpInternal:
+		return gen.InternalExchange
+	case w.plan.Setup.InternalExchange:
+		return w.topicExchange()
+	}
+	return mappedType
+}
+
 // topicExchange is the exchange the mapped table's topic names with gen.Setup.ExchangeByTopic.
 func (w *world) topicExchange() string { return w.exchange + "." + mappedType }
 
@@ -56,7 +69,11 @@ func (w *world) writeMappingConfig() error {
 		if s.Keyless {
 			source = "topic"
 		}
-		lines = append(lines, "amqp.topic.target=exchange", "route.topic.replacement="+w.exchange+".${routedByValue}",
+		replacement := w.exchange + ".${routedByValue}"
+		if s.InternalExchange {
+			replacement = "${routedByValue}" // the rows' aggregate type is the exchange's whole name (mappedTypeOf)
+		}
+		lines = append(lines, "amqp.topic.target=exchange", "route.topic.replacement="+replacement,
 			"amqp.routing.key.source="+source)
 	}
 	w.mappingConfig = filepath.Join(w.t.TempDir(), "mapped.properties")

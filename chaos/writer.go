@@ -134,12 +134,16 @@ func (wr *writer) rowsFor(op gen.Step) []check.Row {
 		}
 		poison, tooBig := op.Kind == gen.OpPoison && i == 0, op.Kind == gen.OpTooBig && i == 0
 		refused := op.Kind == gen.OpRefused && i == 0 || tooBig
+		internal := op.Kind == gen.OpInternal && i == 0
+		refused = refused || internal
 		later := op.Kind == gen.OpRefused && i > 0 // a later version of the refused row's aggregate (gen's addRefusals)
 		if later {
 			agg = strings.TrimPrefix(rows[0].Aggregate, "order/") // the draws above stay, so the rest of the plan does
 		}
 		table, aggregate := tables[wr.rng.IntN(len(tables))], "order/"+agg
 		switch {
+		case internal:
+			table, aggregate = gen.MappedTable, gen.InternalExchange+"/"+agg // its topic names the internal exchange
 		case table == gen.MappedTable && (poison || refused || later):
 			table = tables[0] // the native shape's refusals: headers not an object, the full queue's routing key, the payload
 		case table == gen.MappedTable:
@@ -262,6 +266,7 @@ func uuid() string {
 func (wr *writer) insertMapped(ctx context.Context, tx pgx.Tx, rs []check.Row, copy bool) error {
 	cols := make([][]string, 4)
 	var versions []int64
+	var types []string
 	src := make([][]any, len(rs))
 	for k, r := range rs {
 		id, agg, ev, pl, _ := wr.values(r)
@@ -269,7 +274,8 @@ func (wr *writer) insertMapped(ctx context.Context, tx pgx.Tx, rs []check.Row, c
 			cols[i] = append(cols[i], v)
 		}
 		versions = append(versions, r.Version)
-		src[k] = []any{id, mappedType, agg, ev, r.Version, pl}
+		src[k] = []any{id, wr.w.mappedTypeOf(r), agg, ev, r.Version, pl}
+		types = append(types, wr.w.mappedTypeOf(r))
 	}
 	if copy {
 		_, err := tx.CopyFrom(ctx, pgx.Identifier{"public", "events_mapped"},
@@ -277,7 +283,7 @@ func (wr *writer) insertMapped(ctx context.Context, tx pgx.Tx, rs []check.Row, c
 		return err
 	}
 	_, err := tx.Exec(ctx, `INSERT INTO `+gen.MappedTable+` (id, aggregatetype, aggregateid, type, version, payload)
-		SELECT i::uuid, '`+mappedType+`', a, e, v, p::jsonb FROM unnest($1::text[], $2::text[], $3::bigint[], $4::text[], $5::text[]) AS u(i, a, v, e, p)`,
-		cols[0], cols[1], versions, cols[2], cols[3])
+		SELECT i::uuid, t, a, e, v, p::jsonb FROM unnest($1::text[], $2::text[], $3::bigint[], $4::text[], $5::text[], $6::text[]) AS u(i, a, v, e, p, t)`,
+		cols[0], cols[1], versions, cols[2], cols[3], types)
 	return err
 }

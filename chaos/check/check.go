@@ -99,6 +99,9 @@ func checkComplete(h *History, _ Limits) []Violation {
 		case r.TooBig && quarantined && !strings.Contains(reason, "406"):
 			vs = append(vs, Violation{Detail: fmt.Sprintf("row %s, over the broker's max_message_size, was quarantined "+
 				"without the broker's 406 in its reason: %s", r.ID, reason), Aggregate: r.Aggregate})
+		case r.Op == gen.OpInternal && quarantined && !strings.Contains(reason, "403"):
+			vs = append(vs, Violation{Detail: fmt.Sprintf("row %s, whose topic names the internal exchange %s, was quarantined "+
+				"without the broker's 403 in its reason: %s", r.ID, gen.InternalExchange, reason), Aggregate: r.Aggregate})
 		case r.Refused && quarantined:
 			// The broker refused it (the full queue nacks it): recorded with the broker's reason, whether or
 			// not the queues that accepted it got copies on the tries; a quarantined event is never lost.

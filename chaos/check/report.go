@@ -139,6 +139,8 @@ func Coverage(h *History) map[string]int {
 		switch {
 		case ok && r.TooBig && strings.Contains(reason, "406"):
 			c["seen:too-big-quarantined"]++
+		case ok && r.Op == gen.OpInternal && strings.Contains(reason, "403"):
+			c["seen:internal-exchange-quarantined"]++
 		case ok && r.Refused && strings.Contains(reason, "nack"):
 			c["seen:nacked-and-quarantined"]++
 		case ok && !r.Poison && policyRefusal(h, r.ID, reason, q.At):

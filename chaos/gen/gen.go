@@ -43,6 +43,9 @@ type Setup struct {
 	// exchange their topic names (amqp.topic.target=exchange), one of the harness's own, which
 	// FaultExchangeDelete and FaultExchangeUnbind take away for a while.
 	Mapped, Keyless, ExchangeByTopic bool
+	// InternalExchange (with ExchangeByTopic) makes the mapping's topic the whole name of its exchange, so
+	// that OpInternal rows can name amq.rabbitmq.trace.
+	InternalExchange bool
 	// AggregateWindow is the routers' --aggregate-window (0: the default, 1): more than 1 pipelines an
 	// aggregate's events, which keeps their first deliveries in commit order unless the broker refuses one
 	// (docs/operations.md, hot aggregates), so it is drawn only for setups whose broker refuses nothing.
@@ -80,6 +83,9 @@ func (s Setup) String() string {
 	}
 	if s.Mapped {
 		full += fmt.Sprintf(" mapped=true keyless=%v exchange_by_topic=%v", s.Keyless, s.ExchangeByTopic)
+	}
+	if s.InternalExchange {
+		full += " internal_exchange=true"
 	}
 	if s.AggregateWindow > 1 {
 		full += fmt.Sprintf(" aggregate_window=%d", s.AggregateWindow)
@@ -302,6 +308,7 @@ func Generate(seed int64, o Options) Plan {
 	addTooBig(&p, seed)
 	addResetInFlight(&p, seed)
 	addRetireInFlight(&p, seed)
+	addInternalExchange(&p, seed)
 	for _, f := range p.Faults {
 		if f.Kind == FaultPubGap || f.Kind == CmdRetireInFlight {
 			p.PublicationCheck = 2 * time.Second
