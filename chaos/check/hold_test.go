@@ -39,6 +39,13 @@ func TestRefusalHoldsItsAggregate(t *testing.T) {
 	if vs := violated(h, "refusal-holds-its-aggregate"); len(vs) != 0 {
 		t.Fatalf("with --aggregate-window 4: %v", vs)
 	}
+	// An emitted event drawn from the same writer's aggregate as mapped rows is another aggregate to the
+	// router (type "order", the draw as its id): seeds 1003 and 1548.
+	h = refused(1.2)
+	h.Rows[1].Table = gen.MappedTable
+	if vs := violated(h, "refusal-holds-its-aggregate"); len(vs) != 0 {
+		t.Fatalf("a mapped row refused, a native row of the same draw after it: %v", vs)
+	}
 	// A row committed in a publication gap is the gap's backfill's to publish, and to quarantine.
 	h = refused(1.2)
 	h.Events = []Event{{From: at(0.8), To: at(1.1), Kind: gen.FaultPubGap}}
