@@ -37,6 +37,10 @@ type ClosedError struct {
 	// lane's channel: the exchange (other than the Router's own) a mapped event was routed to is internal
 	// (amq.rabbitmq.trace exists in every vhost), which no client may publish to, whatever its permissions.
 	Internal string
+	// TopicRefused is set for a 403 ACCESS_REFUSED that refuses writing one routing key to a topic exchange
+	// (RabbitMQ's topic permissions, rabbitmqctl set_topic_permissions), the Router's own exchange included:
+	// only the events of that routing key (aggregate_type.event_type, or a mapping's) are refused.
+	TopicRefused *TopicRefused
 	// Missing is set for a 404 NOT_FOUND "no exchange 'x' in vhost 'v'" on a lane's channel for an exchange
 	// other than the Router's own: deleted after its passive check (the next Router checks it again).
 	Missing string
@@ -51,6 +55,13 @@ type ClosedError struct {
 // WriteRefused is what RabbitMQ's 403 on a publish names: "access to exchange 'x' in vhost 'v' refused
 // for user 'u'" (RabbitMQ 3.x; "write access to ..." in later versions).
 type WriteRefused struct{ Exchange, Vhost, User string }
+
+// TopicRefused is what RabbitMQ's 403 on a publish that its topic permissions refuse names: "access to
+// topic 'k' in exchange 'x' in vhost 'v' refused for user 'u'" (3.x; "write access to ..." in 4.x).
+type TopicRefused struct{ RoutingKey, Exchange, Vhost, User string }
+
+// topicRefused matches RabbitMQ's reply text of a 403 on basic.publish refused by a topic permission.
+var topicRefused = regexp.MustCompile(`(?:write )?access to topic '((?:[^']|'')*)' in exchange '((?:[^']|'')*)' in vhost '((?:[^']|'')*)' refused for user '((?:[^']|'')*)'`)
 
 // writeRefused matches RabbitMQ's reply text of a 403 on basic.publish.
 var writeRefused = regexp.MustCompile(`(?:write )?access to exchange '((?:[^']|'')*)' in vhost '((?:[^']|'')*)' refused for user '((?:[^']|'')*)'`)
@@ -88,6 +99,11 @@ func (e *ClosedError) Error() string {
 		s += fmt.Sprintf(" (refusing the publish of event %s)", e.EventID)
 	case e.EventID != "":
 		s += fmt.Sprintf(" (oldest unconfirmed event of the lane: %s)", e.EventID)
+	}
+	if w := e.TopicRefused; w != nil {
+		s += fmt.Sprintf(": user %q may not publish routing key %q to topic exchange %q: grant it (rabbitmqctl set_topic_permissions "+
+			"-p %s %s %s <write> <read>, with a write pattern that matches %s), then replay the quarantined events",
+			w.User, w.RoutingKey, w.Exchange, w.Vhost, w.User, w.Exchange, w.RoutingKey)
 	}
 	if e.Internal != "" {
 		s += fmt.Sprintf(": exchange %q is internal, and RabbitMQ refuses every publish to it whatever the user's permissions; "+
@@ -127,10 +143,10 @@ func (e *ClosedError) Is(target error) bool { return target == ErrBrokerClosed }
 // CONNECTION_FORCED by an operator or a node shutting down, 404, 541, ...) and for a lost connection, and
 // for a 403 or a 404 too unless it names an exchange other than the Router's own (Refused, Internal,
 // Missing): the exchange of a mapped event (amqp.topic.target=exchange), which only its events are
-// published to.
+// published to; or a routing key that a topic permission refuses (TopicRefused), on any exchange.
 // ErrConfirmTimeout is not a ClosedError: it is transient.
 func (e *ClosedError) PerMessage() bool {
-	if e.Refused != nil || e.Internal != "" || e.Missing != "" {
+	if e.Refused != nil || e.TopicRefused != nil || e.Internal != "" || e.Missing != "" {
 		return true
 	}
 	switch e.Code {
@@ -143,20 +159,24 @@ func (e *ClosedError) PerMessage() bool {
 // BrokerState reports whether the broker's state rather than the message may end the refusal, so that the
 // caller retries it for its refusal period (--refusal-retry) before it quarantines the event: a 403 that
 // refused writing to an exchange of a mapped event (Refused: a permission revoked, or not yet granted, may
-// be granted) and a 404 for such an exchange (Missing: it may be declared again; the next Router's passive
+// be granted), a 403 of a topic permission (TopicRefused, likewise) and a 404 for such an exchange (Missing: it may be declared again; the next Router's passive
 // check refuses the event at once meanwhile). A 403 on an internal exchange and a 406 never end by waiting.
-func (e *ClosedError) BrokerState() bool { return e.Refused != nil || e.Missing != "" }
+func (e *ClosedError) BrokerState() bool {
+	return e.Refused != nil || e.TopicRefused != nil || e.Missing != ""
+}
 
 // refusedExchange is the exchange the broker's reply names as the one it refused a publish to (Refused,
-// Internal, Missing), "" when it names none.
-func (e *ClosedError) refusedExchange() string {
+// TopicRefused, Internal, Missing), "" when it names none, and the routing key it names ("" when none).
+func (e *ClosedError) refusedExchange() (exchange, key string) {
 	switch {
 	case e.Refused != nil:
-		return e.Refused.Exchange
+		return e.Refused.Exchange, ""
+	case e.TopicRefused != nil:
+		return e.TopicRefused.Exchange, e.TopicRefused.RoutingKey
 	case e.Internal != "":
-		return e.Internal
+		return e.Internal, ""
 	}
-	return e.Missing
+	return e.Missing, ""
 }
 
 // closedError turns amqp091's close notification into a ClosedError. A nil or missing error is a close
@@ -179,6 +199,9 @@ func closedError(e *amqp.Error, connection bool, lane int, eventID, own string) 
 		}
 		if connection {
 			break
+		}
+		if m := topicRefused.FindStringSubmatch(e.Reason); e.Code == amqp.AccessRefused && m != nil {
+			ce.TopicRefused = &TopicRefused{RoutingKey: unquote(m[1]), Exchange: unquote(m[2]), Vhost: unquote(m[3]), User: unquote(m[4])}
 		}
 		if m := internalRefused.FindStringSubmatch(e.Reason); e.Code == amqp.AccessRefused && m != nil && unquote(m[1]) != own {
 			ce.Internal = unquote(m[1])

@@ -69,15 +69,15 @@
 //     PerMessage says whether a single message can have caused it (406, 501, 502, 505, 540, and on a
 //     lane's channel a 403 or a 404 naming an exchange other than Config.Exchange: a write refused, which
 //     names the permission to grant, an internal exchange such as amq.rabbitmq.trace, an exchange deleted
-//     after its passive check), so that the caller can find that message by republishing one event at a
-//     time; a confirm timeout, a lost connection, an operator's or a node's close (320) and a 403 or 404 on
+//     after its passive check), and a 403 of a topic permission refusing one routing key on any exchange,
+//     so that the caller can find that message by republishing one event at a time; a confirm timeout, a lost connection, an operator's or a node's close (320) and a 403 or 404 on
 //     Config.Exchange never are. A close that names the exchange is attributed (Attributed, EventID) to
 //     the lane's oldest unresolved publishing to that exchange: RabbitMQ handles a channel's publishes in
 //     order and closes it at the first it refuses, and the publishings before it only lost their confirms
 //     (TestInternalExchangeIsThatEventsRefusal, TestWriteRevokedAfterTheCheckIsThatEventsRefusal,
-//     TestExchangeDeletedAfterTheCheckIsThatEventsRefusal). Its BrokerState is true for the write refusal
-//     and the 404 (a permission may be granted, an exchange declared): the caller retries those for its
-//     refusal period.
+//     TestExchangeDeletedAfterTheCheckIsThatEventsRefusal). Its BrokerState is true for the write and
+//     topic refusals and the 404 (a permission may be granted, an exchange declared): the caller retries
+//     those for its refusal period.
 //   - A nack, and a return from an exchange of amqp.topic.target=exchange, is a *PublishError naming its
 //     event whose PerMessage is true and whose BrokerState is true: the broker's state (a queue that
 //     drains, a binding that appears) may end it, so the caller retries it for a period before it blames

@@ -383,8 +383,8 @@ func (l *lane) closed(e *amqp.Error, ok bool, oldest *publishing) {
 		first = oldest.eventID
 	}
 	ce := closedError(e, l.r.conn.IsClosed(), l.id, first, l.r.cfg.Exchange)
-	if x := ce.refusedExchange(); x != "" {
-		if p := l.refusedPublish(x, oldest); p != nil {
+	if x, key := ce.refusedExchange(); x != "" {
+		if p := l.refusedPublish(x, key, oldest); p != nil {
 			ce.EventID, ce.Attributed = p.eventID, true
 			l.remember(p.agg)
 		}

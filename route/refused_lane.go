@@ -7,13 +7,15 @@ import "time"
 const attributeWait = 250 * time.Millisecond
 
 // refusedPublish returns the publishing whose publish made RabbitMQ close the lane's channel with a reply
-// naming exchange x: the oldest unresolved publishing of the lane to x, oldest or one still in sent, since
+// naming exchange x (and routing key key, unless ""): the oldest unresolved publishing of the lane to x
+// (with key), oldest or one still in sent, since
 // RabbitMQ handles a channel's publishes in write order and closes the channel at the first it refuses.
 // The publishings before it lost their confirms with the channel, not to a refusal: the caller publishes
 // them again. It returns nil when none is found within attributeWait. Called by confirmLoop, the reader of
 // sent, once the channel is closed; the publishings it takes from sent go back to the budget.
-func (l *lane) refusedPublish(x string, oldest *publishing) *publishing {
-	if oldest != nil && oldest.exchange == x {
+func (l *lane) refusedPublish(x, key string, oldest *publishing) *publishing {
+	refused := func(p *publishing) bool { return p.exchange == x && (key == "" || p.key == key) }
+	if oldest != nil && refused(oldest) {
 		return oldest
 	}
 	wait := time.NewTimer(attributeWait)
@@ -23,7 +25,7 @@ func (l *lane) refusedPublish(x string, oldest *publishing) *publishing {
 		case p := <-l.sent:
 			l.r.bytes.release(p.size)
 			p.size = 0
-			if p.exchange == x {
+			if refused(p) {
 				return p
 			}
 		case <-wait.C:
