@@ -58,7 +58,10 @@ func newConsumerGroup(t *testing.T, e *env, consumer string) *consumerGroup {
 		for k := range 2*groupPartitions + 4 {
 			ch.QueueDelete(fmt.Sprintf("%s.partitions-%d.member-%d", g.queue, groupPartitions, k), false, false, false)
 		}
-		ch.ExchangeDelete(fmt.Sprintf("%s.partitions-%d", g.queue, groupPartitions), false, false)
+		ex := fmt.Sprintf("%s.partitions-%d", g.queue, groupPartitions)
+		ch.ExchangeDelete(ex, false, false)
+		ch.QueueDelete(ex+".unrouted", false, false, false)
+		ch.ExchangeDelete(ex+".unrouted", false, false)
 	})
 	return g
 }

@@ -30,9 +30,11 @@
 //     aggregate_bucket header cdc-router sets (route/message.Bucket), and member slots; the instances share
 //     the partitions evenly, hand a partition over only after the handlers of its deliveries settled (the
 //     rest return to the queue in order when its channel closes), and take over a stopped or dead
-//     instance's partitions within about RebalanceInterval; objects that exist with other arguments are
-//     refused naming the fix (TestGroupSharesPartitionsAndHandsThemOver, TestGroupRefusesObjectsThatDiffer,
-//     TestPartitionBucketsAndAssignment, and e2e's TestConsumerGroupUnderFaults);
+//     instance's partitions within about RebalanceInterval; an event without the header is kept in the
+//     group's unrouted queue and reported, never dropped; objects that exist with other arguments are
+//     refused naming the fix; Cutover changes N in order (TestGroupSharesPartitionsAndHandsThemOver,
+//     TestGroupRefusesObjectsThatDiffer, TestGroupKeepsEventsWithoutABucket, TestGroupCutoverKeepsOrder,
+//     TestPartitionBucketsAndAssignment, and e2e's TestConsumerGroupUnderFaults, tag consumergroups);
 //   - a graceful stop lets the handlers in flight finish until Config.DrainTimeout and requeues every
 //     delivery it did not process (TestRunnerStopLetsTheHandlerInFlightFinish,
 //     TestRunnerDrainTimeoutCancelsTheHandler, TestConsumeStopsCleanlyOnCancel).

@@ -54,6 +54,9 @@ func (c Config) PartitionQueue(i int) string {
 	return fmt.Sprintf("%s.%d-of-%d", c.Queue, i, c.Partitions)
 }
 
+// unroutedName names the fanout exchange and the queue that take the events no partition takes.
+func (c Config) unroutedName() string { return c.partitionExchange() + ".unrouted" }
+
 func (c Config) memberQueue(k int) string {
 	return fmt.Sprintf("%s.member-%d", c.partitionExchange(), k)
 }
@@ -110,6 +113,28 @@ type groupState struct {
 	mu    sync.Mutex
 	feeds map[int]*feed
 	owned []int // what the last rebalance chose, for the log
+
+	warned time.Time // the last warning about unrouted events
+}
+
+// checkUnrouted logs an error, at most every ExchangeWaitLog, while the unrouted queue holds events.
+func (g *groupState) checkUnrouted() error {
+	c := g.r.cfg
+	if time.Since(g.warned) < c.ExchangeWaitLog || g.probe == nil || g.probe.IsClosed() {
+		return nil
+	}
+	q, err := g.probe.QueueDeclarePassive(c.unroutedName(), true, false, false, false, nil)
+	if err != nil {
+		return nil // deleted by hand: the next connect declares it again
+	}
+	if q.Messages > 0 {
+		g.warned = time.Now()
+		g.r.log.Error("inbox runner: events without the aggregate_bucket header reached the group and no partition: "+
+			"they were published by a cdc-router older than consumer groups; upgrade the router, then move them "+
+			"from the unrouted queue to the router's exchange (for example with a shovel) or replay them",
+			"unrouted_queue", c.unroutedName(), "events", q.Messages)
+	}
+	return nil
 }
 
 // setupGroup declares the group's exchange, its binding to the router's exchange and the partition
@@ -124,10 +149,32 @@ func (r *Runner) setupGroup(s *session) error {
 	s.canceled = ch.NotifyCancel(make(chan string, 1))
 	c := r.cfg
 	ex := c.partitionExchange()
-	if err := ch.ExchangeDeclare(ex, amqp.ExchangeHeaders, true, false, true, false, nil); err != nil {
+	// What no partition takes (an event without aggregate_bucket: published by a cdc-router from before it)
+	// goes to the unrouted queue, which the runner watches, instead of being dropped.
+	unrouted := c.unroutedName()
+	if err := ch.ExchangeDeclare(unrouted, amqp.ExchangeFanout, true, false, true, false, nil); err != nil {
+		return setupError("declare exchange "+unrouted, err, fmt.Sprintf("exchange %q exists and is not a durable internal "+
+			"fanout exchange: delete it and let the runner declare it again", unrouted))
+	}
+	var unroutedArgs amqp.Table
+	if t := c.queueType(); t != "" {
+		unroutedArgs = amqp.Table{amqp.QueueTypeArg: t}
+	}
+	if _, err := ch.QueueDeclare(unrouted, true, false, false, false, unroutedArgs); err != nil {
+		var ae *amqp.Error
+		fix := ""
+		if errors.As(err, &ae) {
+			fix = queueMismatchFix(unrouted, ae.Reason)
+		}
+		return setupError("declare queue "+unrouted, err, fix)
+	}
+	if err := ch.QueueBind(unrouted, "", unrouted, false, nil); err != nil {
+		return setupError("bind queue "+unrouted, err, "")
+	}
+	if err := ch.ExchangeDeclare(ex, amqp.ExchangeHeaders, true, false, true, false, amqp.Table{"alternate-exchange": unrouted}); err != nil {
 		return setupError("declare exchange "+ex, err, fmt.Sprintf("exchange %q exists and is not a durable internal "+
-			"headers exchange, which the partitioned group needs: delete it (nothing but this group's runners "+
-			"should declare it) and let the runner declare it again", ex))
+			"headers exchange with alternate-exchange %q, which the partitioned group needs: delete it (nothing but "+
+			"this group's runners should declare it) and let the runner declare it again", ex, unrouted))
 	}
 	for _, key := range c.Bindings {
 		if err := ch.ExchangeBind(ex, key, c.Exchange, false, nil); err != nil {
@@ -270,6 +317,7 @@ func (g *groupState) rebalance(d *dispatcher) error {
 	if err != nil {
 		return err
 	}
+	_ = g.checkUnrouted()
 	rank := slices.Index(held, g.slot)
 	want := assigned(rank, len(held), g.r.cfg.Partitions)
 	g.mu.Lock()

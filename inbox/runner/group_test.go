@@ -74,7 +74,10 @@ func (l *groupLab) groupConfig(partitions int) runner.Config {
 		for k := range 2*partitions + 4 {
 			ch.QueueDelete(fmt.Sprintf("%s.partitions-%d.member-%d", cfg.Queue, partitions, k), false, false, false)
 		}
-		ch.ExchangeDelete(fmt.Sprintf("%s.partitions-%d", cfg.Queue, partitions), false, false)
+		ex := fmt.Sprintf("%s.partitions-%d", cfg.Queue, partitions)
+		ch.ExchangeDelete(ex, false, false)
+		ch.QueueDelete(ex+".unrouted", false, false, false)
+		ch.ExchangeDelete(ex+".unrouted", false, false)
 	})
 	return cfg
 }
@@ -312,4 +315,25 @@ func TestGroupCutoverKeepsOrder(t *testing.T) {
 		t.Errorf("every event was applied before the new group started: the cutover tested nothing")
 	}
 	summary(t, "%d events; 2 partitions cut over to 3 at %d applied; 0 parked", len(events), atCut)
+}
+
+// An event without aggregate_bucket (from a router that predates groups) reaches no partition: it is kept
+// in the group's unrouted queue, never dropped, and the runner says so, naming the queue and the fix.
+func TestGroupKeepsEventsWithoutABucket(t *testing.T) {
+	l := newGroupLab(t)
+	cfg := l.groupConfig(2)
+	cfg.ExchangeWaitLog = 100 * time.Millisecond
+	l.instance("a", cfg)
+	l.waitFor("the group declared", 10*time.Second, func() bool { return l.logs.contains("inbox runner rebalanced") })
+	l.publishAll([]inbox.Event{order("o-1", 1, 1)}) // no aggregate_bucket header
+	l.waitFor("the error logged", 10*time.Second, func() bool {
+		return l.logs.contains("events without the aggregate_bucket header") && l.logs.contains(cfg.Queue+".partitions-2.unrouted")
+	})
+	ch := l.Channel()
+	defer ch.Close()
+	q, err := ch.QueueDeclarePassive(cfg.Queue+".partitions-2.unrouted", true, false, false, false, nil)
+	if err != nil || q.Messages != 1 {
+		t.Errorf("unrouted queue: %v, %d messages, want 1", err, q.Messages)
+	}
+	want(t, "applied", l.applied.Load(), 0)
 }
