@@ -25,7 +25,7 @@ type runFlags struct {
 	progress, pubCheck                   *time.Duration
 	snap, snapWhere, httpAddr, shard     *string
 	messagePrefix, onDrift               *string
-	failoverSlot                         *bool
+	failoverSlot, adaptiveWindow         *bool
 	mappingFiles                         *[]string
 }
 
@@ -35,7 +35,8 @@ func addRunFlags(s *settings) runFlags {
 		pg:             addPGFlags(s),
 		broker:         addBrokerFlags(s),
 		lanes:          s.Int("lanes", route.DefaultLanes, "confirm-mode channels; an aggregate always uses the same one"),
-		window:         s.Int("window", route.DefaultWindow, "unconfirmed messages allowed per channel"),
+		window:         s.Int("window", route.DefaultWindow, "unconfirmed messages allowed per channel (the most, with --adaptive-window)"),
+		adaptiveWindow: s.Bool("adaptive-window", false, "adapt each channel's limit of unconfirmed messages to the confirm round trip, up to --window (as many as keep the broker busy without a backlog in its queues; being measured, see docs/benchmarks.md); false: --window fixed"),
 		aggWindow:      s.Int("aggregate-window", route.DefaultAggregateWindow, "unconfirmed events allowed per aggregate: 1 keeps an aggregate's first deliveries in commit order even when the broker refuses one (a nack, a return); more pipelines a hot aggregate (faster bulk runs of one aggregate), at the cost that after a refusal up to N-1 later events of it may arrive before the refused one (see docs/operations.md, Hot aggregates)"),
 		confirmTimeout: s.Duration("confirm-timeout", route.DefaultConfirmTimeout, "a message unconfirmed for this long restarts the stream from the acknowledged position (raise it if broker alarms last longer)"),
 		snap:           s.String("snapshot", "initial", "initial: a new slot first publishes the rows already in the table, read in the slot's own snapshot; never: stream only"),
@@ -112,6 +113,7 @@ func (f runFlags) router(stderr io.Writer) (router, error) {
 	}
 	rcfg := f.broker.route(connectionName("cdc-router", *pg.slot))
 	rcfg.Lanes, rcfg.Window, rcfg.ConfirmTimeout, rcfg.AggregateWindow = *f.lanes, *f.window, *f.confirmTimeout, *f.aggWindow
+	rcfg.AdaptiveWindow = *f.adaptiveWindow
 	if err := rcfg.Validate(); err != nil {
 		return router{}, usageError{err}
 	}
