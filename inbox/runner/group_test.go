@@ -337,3 +337,31 @@ func TestGroupKeepsEventsWithoutABucket(t *testing.T) {
 	}
 	want(t, "applied", l.applied.Load(), 0)
 }
+
+// A group on quorum partition queues (a single node here; the 3-node cluster is not tested): two instances,
+// one stopped mid-stream, every event applied once, none parked.
+func TestGroupOnQuorumQueues(t *testing.T) {
+	l := newGroupLab(t)
+	cfg := l.groupConfig(2)
+	cfg.Quorum = true
+	stopA := l.instance("a", cfg)
+	l.instance("b", cfg)
+	l.waitFor("two members", 10*time.Second, func() bool { return strings.Count(l.logs.String(), "members=2") >= 2 })
+	events := oneDigitStream("q", 30, 10)
+	l.publishBucketed(events[:150])
+	l.waitFor("half applied", 30*time.Second, func() bool { return l.applied.Load() >= 150 })
+	if err := stopA(); err != nil {
+		t.Fatalf("instance a: %v", err)
+	}
+	l.publishBucketed(events[150:])
+	l.waitFor("every event applied", 30*time.Second, func() bool { return l.applied.Load() >= int64(len(events)) })
+	time.Sleep(300 * time.Millisecond)
+	l.checkExact(events)
+	ch := l.Channel()
+	defer ch.Close()
+	// A declaration with the same arguments succeeds only on a quorum queue with single active consumer.
+	if _, err := ch.QueueDeclare(cfg.PartitionQueue(0), true, false, false, false,
+		amqp.Table{"x-queue-type": "quorum", "x-single-active-consumer": true}); err != nil {
+		t.Errorf("partition 0 is not a single-active-consumer quorum queue: %v", err)
+	}
+}
