@@ -32,6 +32,9 @@ type corkConn struct {
 func (c *corkConn) Write(b []byte) (int, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if err := c.fenceWrite(); err != nil {
+		return 0, err
+	}
 	if c.corks > 0 && len(c.buf)+len(b) <= corkLimit {
 		if c.err != nil {
 			return 0, c.err

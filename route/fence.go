@@ -6,10 +6,15 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 )
 
-// Fence says whether the Router may write to RabbitMQ now: Check returns nil to let a write go, and why not
-// otherwise. An interface rather than a function, so that a Config stays comparable.
+// Fence says whether the Router may write to RabbitMQ now. An interface rather than a function, so that a
+// Config stays comparable.
 type Fence interface {
+	// Check is asked right before each basic.publish and before gathered writes go out: nil lets them go.
 	Check() error
+	// Broken is asked before every write to the broker's socket, whatever it carries (a publish, a
+	// heartbeat, a close): nil unless the fence broke (the process was paused), after which nothing of the
+	// connection is written. It catches a pause that falls after a lane's Check, before its write.
+	Broken() error
 }
 
 // Config.Fence is asked before anything of an event is written to RabbitMQ: by the lane right before each
@@ -33,6 +38,20 @@ func (l *lane) fenced(p *publishing) bool {
 	p.size, p.msg = 0, amqp.Publishing{}
 	l.r.fail(fmt.Errorf("lane %d: event %s not written to RabbitMQ: %w", l.id, p.eventID, err), l.id, p.eventID)
 	return false
+}
+
+// fenceWrite is corkConn's check before any write: nil lets the write go; otherwise the gathered bytes are
+// dropped and every later write of the connection fails with fence's error.
+func (c *corkConn) fenceWrite() error {
+	if c.fence == nil {
+		return nil
+	}
+	if err := c.fence.Broken(); err != nil {
+		c.buf = c.buf[:0]
+		c.err = err
+		return err
+	}
+	return nil
 }
 
 // fenceGathered is corkConn's check before it writes what it gathered: nil lets the write go; otherwise the
