@@ -78,7 +78,10 @@ func (w *world) retire(f gen.Step) {
 		return
 	}
 
-	names := []string{fmt.Sprintf("pid %d (", h.openPID), "prepared transaction '" + h.gid + "'"}
+	names := []string{"prepared transaction '" + h.gid + "'"} // a prepared transaction outlives a PostgreSQL restart
+	if _, err := h.open.Exec(ctx, `SELECT 1`); err == nil { // the open one does not: named only while it lives
+		names = append(names, fmt.Sprintf("pid %d (", h.openPID))
+	}
 	retire := append(w.migrateArgs(), "--retire-emit-keys")
 	if f.N == gen.RetireHeld {
 		from = time.Now()
@@ -113,9 +116,14 @@ func (w *world) retire(f gen.Step) {
 	w.addInflightRows(w.emitAfter(ctx, late, lateTx, n))
 }
 
-// cmdOutcome is a command's result as the history records it: "exit <code>: <its output on one line>".
+// cmdOutcome is a command's result as the history records it: "exit <code>: <its output on one line>", of a
+// long output its end, where migrate says what it did with the keys (its first lines say what it migrated).
 func cmdOutcome(out string, code int) string {
-	return fmt.Sprintf("exit %d: %s", code, check.Trim(strings.Join(strings.Fields(out), " "), 1500))
+	flat := []rune(strings.Join(strings.Fields(out), " "))
+	if len(flat) > 1500 {
+		flat = append([]rune("…"), flat[len(flat)-1500:]...)
+	}
+	return fmt.Sprintf("exit %d: %s", code, string(flat))
 }
 
 // awaitKeysReloaded waits up to d for every router to hold the keys as they are since `since`: it logged
