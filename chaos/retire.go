@@ -79,7 +79,7 @@ func (w *world) retire(f gen.Step) {
 	}
 
 	names := []string{"prepared transaction '" + h.gid + "'"} // a prepared transaction outlives a PostgreSQL restart
-	if _, err := h.open.Exec(ctx, `SELECT 1`); err == nil { // the open one does not: named only while it lives
+	if _, err := h.open.Exec(ctx, `SELECT 1`); err == nil {   // the open one does not: named only while it lives
 		names = append(names, fmt.Sprintf("pid %d (", h.openPID))
 	}
 	retire := append(w.migrateArgs(), "--retire-emit-keys")
