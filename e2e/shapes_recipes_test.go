@@ -109,15 +109,18 @@ func TestRecipeMassTransit(t *testing.T) {
 	e.exec(`INSERT INTO "OutboxMessage" ("MessageId", "ContentType", "MessageType", "Body", "CorrelationId", "DestinationAddress", "SentTime")
 		VALUES ('a0000000-0000-4000-8000-000000000001', 'application/vnd.masstransit+json', 'urn:message:Orders:OrderSubmitted',
 		        '{"messageId":"a0000000-0000-4000-8000-000000000001","message":{"orderId":1}}', $1, $2, '2026-12-01 10:00:00.250+00'),
-		       ('a0000000-0000-4000-8000-000000000002', 'application/xml', 'urn:message:Orders:OrderSubmitted', '<order id="2"/>', $1, $2, now())`,
-		corr, fmt.Sprintf("rabbitmq://localhost/app/%s?durable=true", orders))
-	got := e.deliveriesByID(c, 2)
+		       ('a0000000-0000-4000-8000-000000000002', 'application/xml', 'urn:message:Orders:OrderSubmitted', '<order id="2"/>', $1, $2, now()),
+		       ('a0000000-0000-4000-8000-000000000003', 'application/json', 'urn:message:Orders:OrderSubmitted', '{"orderId":3}', $1, $3, now())`,
+		corr, fmt.Sprintf("rabbitmq://localhost/app/%s?durable=true", orders), fmt.Sprintf("rabbitmq://localhost/%s", orders))
+	got := e.deliveriesByID(c, 3)
 	m := got["a0000000-0000-4000-8000-000000000001"]
 	checkProperties(t, "the JSON row", m, "application/vnd.masstransit+json", corr, "urn:message:Orders:OrderSubmitted", orders,
 		`{"messageId":"a0000000-0000-4000-8000-000000000001","message":{"orderId":1}}`)
 	checkHeaders(t, "the JSON row", m.Headers, amqp.Table{"id": "a0000000-0000-4000-8000-000000000001", "key": corr,
 		"timestamp_in_ms": time.Date(2026, 12, 1, 10, 0, 0, 250e6, time.UTC).UnixMilli()})
 	checkProperties(t, "the XML row", got["a0000000-0000-4000-8000-000000000002"], "application/xml", corr, "urn:message:Orders:OrderSubmitted", orders, `<order id="2"/>`)
+	checkProperties(t, "the row addressed on the default vhost", got["a0000000-0000-4000-8000-000000000003"], "application/json", corr,
+		"urn:message:Orders:OrderSubmitted", orders, `{"orderId":3}`)
 	logMessage(t, "masstransit", m)
 }
 
