@@ -249,17 +249,24 @@ func TestGroupCutoverKeepsOrder(t *testing.T) {
 	old, next := l.groupConfig(2), l.groupConfig(3)
 	stopA, stopB := l.instance("a", old), l.instance("b", old)
 	l.waitFor("two members", 10*time.Second, func() bool { return strings.Count(l.logs.String(), "members=2") >= 2 })
-	events := oneDigitStream("c", 40, 30)
-	done := make(chan struct{})
-	go func() {
+	events := oneDigitStream("c", 40, 40)
+	done, enough := make(chan struct{}), make(chan struct{})
+	var published atomic.Int64
+	go func() { // publishes until enough is closed: the stream runs through the whole cutover
 		defer close(done)
 		for i := 0; i < len(events) && l.Ctx.Err() == nil; i += 20 {
+			select {
+			case <-enough:
+				return
+			default:
+			}
 			l.publishBucketed(events[i : i+20])
-			time.Sleep(10 * time.Millisecond)
+			published.Store(int64(i + 20))
+			time.Sleep(40 * time.Millisecond) // slower than the instances apply: the cutover is not behind a backlog
 		}
 	}()
 	t.Cleanup(func() { <-done })
-	l.waitFor("a third applied", 30*time.Second, func() bool { return l.applied.Load() >= int64(len(events)/3) })
+	l.waitFor("400 applied", 30*time.Second, func() bool { return l.applied.Load() >= 400 })
 	if err := runner.Cutover(l.Ctx, old, next, l.logger()); err != nil {
 		t.Fatalf("Cutover: %v", err)
 	}
@@ -307,7 +314,10 @@ func TestGroupCutoverKeepsOrder(t *testing.T) {
 	atCut := l.applied.Load()
 	l.instance("c", next)
 	l.instance("d", next)
+	time.Sleep(time.Second)
+	close(enough)
 	<-done
+	events = events[:published.Load()]
 	l.waitFor("every event applied", 30*time.Second, func() bool { return l.applied.Load() >= int64(len(events)) })
 	time.Sleep(300 * time.Millisecond)
 	l.checkExact(events)
