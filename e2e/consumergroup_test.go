@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/cdc-router/cdc-router/internal/testenv"
@@ -181,10 +182,12 @@ func (g *consumerGroup) check(published int64) {
 
 // TestConsumerGroupUnderFaults: two projections, each a partitioned consumer group of 4 partitions with
 // three instances, consume the real router's events while writers change 50 accounts; meanwhile instances
-// are SIGKILLed, started, stopped gracefully and cut from the broker (a TCP proxy). At the end, for each
+// are SIGKILLed, started, stopped gracefully and cut from the broker (a TCP proxy), and PostgreSQL (the
+// suite's throwaway cluster, so the test relies on go test -p 1, as TestEffectivelyOnce) restarts fast.
+// At the end, for each
 // projection, every event was applied exactly once, in version order (the handler fails an event at another
 // version than the next), none ever parked, and the balances equal the accounts table. Runs against the
-// shared broker (the cuts are of a proxy), about 40 s.
+// shared broker (the cuts are of a proxy), 35 to 60 s.
 func TestConsumerGroupUnderFaults(t *testing.T) {
 	begun := time.Now()
 	e := newEnv(t)
@@ -229,7 +232,18 @@ func TestConsumerGroupUnderFaults(t *testing.T) {
 	a.start("4", false)
 	a.proxy.Cut()
 	b.proxy.Cut()
-	at(16, "writers stop")
+	at(14.5, "PostgreSQL fast restart")
+	e.db.Close(context.Background())
+	pg.Stop("fast")
+	time.Sleep(500 * time.Millisecond)
+	if err := pg.Start(); err != nil {
+		t.Fatal(err)
+	}
+	var err error
+	if e.db, err = pgx.Connect(context.Background(), e.pgURL); err != nil {
+		t.Fatal(err)
+	}
+	at(18, "writers stop")
 	stopWriters()
 	waitWriters()
 	published := number(t, e.db, `SELECT count(*) FROM outbox`)
