@@ -20,7 +20,7 @@ const maxRefused = 1 << 16
 // has and clear cost one atomic load while the set is empty.
 type refusals struct {
 	n    atomic.Int64
-	mu   sync.Mutex
+	mu   sync.RWMutex // read-held by has, which every Publish of every lane calls while the set is not empty
 	aggs map[uint64]struct{}
 }
 
@@ -46,8 +46,8 @@ func (s *refusals) has(agg uint64) bool {
 	if s == nil || s.n.Load() == 0 {
 		return false
 	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
+	s.mu.RLock()
+	defer s.mu.RUnlock()
 	_, ok := s.aggs[agg]
 	return ok
 }
