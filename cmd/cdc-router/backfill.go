@@ -121,7 +121,16 @@ func runBackfill(ctx context.Context, args []string, env func(string) string, st
 	if err = end(err); err != nil {
 		return err
 	}
-	fmt.Fprintf(stdout, "backfill %s done: %d rows published to %s\n", *name, job.RowsDone, *broker.exchange)
+	quarantined, err := snapshot.Quarantined(ctx, state, *pg.schema, job)
+	if err != nil {
+		return err
+	}
+	if quarantined == 0 {
+		fmt.Fprintf(stdout, "backfill %s done: %d rows published to %s\n", *name, job.RowsDone, *broker.exchange)
+	} else {
+		fmt.Fprintf(stdout, "backfill %s done: %d rows, %d published to %s and %d quarantined (cdc-router quarantine list --open)\n",
+			*name, job.RowsDone, job.RowsDone-quarantined, *broker.exchange, quarantined)
+	}
 	slots, err := pubcheck.ClearPublicationGaps(ctx, state, *pg.schema, *pg.slot, pg.table(), *where)
 	if err != nil {
 		return err
