@@ -11,7 +11,8 @@ import (
 
 // hotMarkShape is the size of TestHotAggregateDuplicatesPerFaultAreBounded's transaction and the time
 // between its faults; HOT_MARK_ROWS and HOT_MARK_EVERY (a Go duration) override them for the long
-// measurement of docs/operations.md (60,000 rows, 8s).
+// measurement of docs/operations.md (60,000 rows, 8s). HOT_MARK_FAULTS (cut, kill or both) chooses the
+// faults, HOT_MARK_FLAGS adds router flags (such as --aggregate-window 16).
 func hotMarkShape(t *testing.T) (rows int, every time.Duration) {
 	rows, every = 8000, time.Second
 	if s := os.Getenv("HOT_MARK_ROWS"); s != "" {
@@ -44,7 +45,7 @@ func hotMarkShape(t *testing.T) (rows int, every time.Duration) {
 func TestHotAggregateDuplicatesPerFaultAreBounded(t *testing.T) {
 	rows, every := hotMarkShape(t)
 	const window = 2 * 64
-	flags := []string{"--lanes", "2", "--window", "64"}
+	flags := append([]string{"--lanes", "2", "--window", "64"}, strings.Fields(os.Getenv("HOT_MARK_FLAGS"))...)
 	e := newStreamEnv(t)
 	c := e.consume(e.queue)
 	proxy, viaProxy := e.pgProxy()
