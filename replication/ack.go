@@ -58,6 +58,7 @@ func (s *session) sendStatus(w cdc.LSN, now time.Time) error {
 		s.stats.SetAcknowledged(w)
 	}
 	s.sent, s.sentAt, s.nextStatus = w, now, now.Add(s.cfg.StatusInterval)
+	s.cfg.Fence.sent(now)
 	return nil
 }
 

@@ -20,7 +20,12 @@ type causedError struct {
 	err   error
 }
 
-func caused(cause string, err error) error { return &causedError{cause: cause, err: err} }
+func caused(cause string, err error) error {
+	if errors.Is(err, errFenced) { // the Router reports it, but it is the slot's lease that lapsed (fence.go)
+		cause = metrics.CausePostgres
+	}
+	return &causedError{cause: cause, err: err}
+}
 
 func (e *causedError) Error() string { return e.err.Error() }
 func (e *causedError) Unwrap() error { return e.err }

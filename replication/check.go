@@ -30,7 +30,7 @@ func Check(ctx context.Context, cfg Config, log *slog.Logger) error {
 			return err
 		}
 	}
-	conn, _, err := connectReplication(ctx, cfg.PGURL, cfg.PGTimeout)
+	conn, _, err := connectReplication(ctx, cfg.PGURL, cfg.PGTimeout, 0)
 	if err != nil {
 		return err
 	}

@@ -60,6 +60,11 @@ type Config struct {
 	// at once and every standbyProbeInterval (the broker it would publish to: reachable, the login and the
 	// topology's declarations accepted), and answers /readyz 503 while it fails (spare.go).
 	StandbyProbe func(ctx context.Context) error
+	// Fence, when set, bounds how long the slot's lock outlives a router that stopped answering (its lease:
+	// the run sets wal_sender_timeout to it on the replication connection, which holds the lock), and tells the
+	// publisher, which must be given the same Fence (route.Config.Fence), when the router may no longer write
+	// (fence.go). Nil: no bound of the router's own, and no fence.
+	Fence *Fence
 }
 
 var slotName = regexp.MustCompile(`^[a-z0-9_]{1,63}$`)
@@ -104,6 +109,9 @@ func (c Config) Validate() error {
 	}
 	if !slotName.MatchString(c.Slot) {
 		return fmt.Errorf("slot name %q is invalid: use 1 to 63 lower-case letters, digits and underscores", c.Slot)
+	}
+	if l := c.Fence.Lease(); l > 0 && l < 4*c.StatusInterval {
+		return fmt.Errorf("--lease %v is shorter than four status intervals (%v): use at least %v", l, 4*c.StatusInterval, 4*c.StatusInterval)
 	}
 	if c.Snapshot != "initial" && c.Snapshot != "never" {
 		return fmt.Errorf("--snapshot %q: use initial or never", c.Snapshot)

@@ -58,7 +58,7 @@ func TestConnectionAttemptsEndWithinTheBound(t *testing.T) {
 			return err
 		}, 2 * time.Second},
 		{"replication", url, 2 * time.Second, func(ctx context.Context, url string, d time.Duration) error {
-			_, _, err := connectReplication(ctx, url, d)
+			_, _, err := connectReplication(ctx, url, d, 0)
 			return err
 		}, 2 * time.Second},
 		{"reader", url, 2 * time.Second, func(ctx context.Context, url string, d time.Duration) error {

@@ -55,6 +55,7 @@ func Run(ctx context.Context, cfg Config, dial Dialer, log *slog.Logger, stats *
 	wctx, endWatch := context.WithCancel(ctx)
 	defer endWatch()
 	go watchWaits(wctx, log, stats, longWait(cfg.PGTimeout), cfg.PGTimeout)
+	go cfg.Fence.watch(wctx)
 	began := time.Now()
 	started, standby := false, false
 	stoodBy := false // found the slot held by another router at least once: the connection works
@@ -187,10 +188,11 @@ func runOnce(ctx context.Context, cfg Config, dial Dialer, log *slog.Logger, sta
 		return false, err
 	}
 	stats.WaitFor("PostgreSQL at " + host + " to accept the router's replication connection")
-	conn, wire, err := connectReplication(ctx, cfg.PGURL, cfg.PGTimeout)
+	conn, wire, err := connectReplication(ctx, cfg.PGURL, cfg.PGTimeout, cfg.Fence.Lease())
 	if err != nil {
 		return false, err
 	}
+	defer cfg.Fence.end() // before the publisher's close: nothing is written once the run returns
 	defer func() {
 		cctx, cancel := stop.closeContext()
 		conn.Close(cctx)
@@ -201,6 +203,9 @@ func runOnce(ctx context.Context, cfg Config, dial Dialer, log *slog.Logger, sta
 	var p plan
 	store := offsets.NewStore(sql, cfg.Schema, cfg.Slot, cfg.StoreInterval)
 	err = pgserver.SetupStep(ctx, cfg.PGTimeout, host, func(ctx context.Context) error {
+		if err := lock.moveTo(ctx, conn, cfg.Fence); err != nil { // the lock goes with the walsender (slotlock.go)
+			return err
+		}
 		if sys, err = pglogrepl.IdentifySystem(ctx, conn); err != nil {
 			return fmt.Errorf("identify system: %w", err)
 		}
@@ -234,6 +239,8 @@ func runOnce(ctx context.Context, cfg Config, dial Dialer, log *slog.Logger, sta
 	start = resume.past(start, sys, p.Decision.Create)
 	stats.WaitFor("PostgreSQL at " + host + " to start replication")
 	err = pgserver.SetupStep(ctx, cfg.PGTimeout, host, func(ctx context.Context) error {
+		asked := time.Now()
+		defer func() { cfg.Fence.grant(asked, cfg.Fence.valid()) }() // PostgreSQL answered on the lock's session
 		err := pglogrepl.StartReplication(ctx, conn, cfg.Slot, pglogrepl.LSN(start), pglogrepl.StartReplicationOptions{
 			PluginArgs: pgserver.PluginArgs(cfg.Publication, cfg.Decode.MessagePrefix != ""),
 		})

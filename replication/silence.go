@@ -65,6 +65,7 @@ func (s *session) quiet() error {
 	if err != nil {
 		return caused(metrics.CausePostgres, fmt.Errorf("send standby status update: %w", err))
 	}
+	s.cfg.Fence.sent(now)
 	return nil
 }
 

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/cdc-router/cdc-router/metrics"
 	"github.com/cdc-router/cdc-router/pgserver"
@@ -39,12 +40,14 @@ const (
 	lockMargin     = 250 * time.Millisecond
 )
 
-// slotLock is a run's hold of the slot's lock: on the session of sql, since at (when PostgreSQL's yes
-// arrived, which is after the lock was granted).
+// slotLock is a run's hold of the slot's lock: taken on the session of sql, since at (when PostgreSQL's yes
+// arrived, which is after the lock was granted), and held by the session of backend pid: sql's until moveTo
+// moves it to the replication connection's.
 type slotLock struct {
 	sql  *pgx.Conn
 	slot string
 	at   time.Time
+	pid  uint32
 }
 
 // lockSlot takes the slot's lock on sql, or returns an error wrapping pgserver.ErrSlotBusy while another
@@ -57,7 +60,37 @@ func lockSlot(ctx context.Context, sql *pgx.Conn, slot string) (slotLock, error)
 	if !mine {
 		return slotLock{}, fmt.Errorf("another router holds slot %s (it may be copying the initial snapshot): %w", slot, pgserver.ErrSlotBusy)
 	}
-	return slotLock{sql: sql, slot: slot, at: time.Now()}, nil
+	return slotLock{sql: sql, slot: slot, at: time.Now(), pid: sql.PgConn().PID()}, nil
+}
+
+// moveTo moves the lock from the ordinary connection's session to the session of the replication connection
+// conn (a walsender's: a replication=database connection runs SQL until START_REPLICATION), and starts the
+// fence's hold (Fence.begin). PostgreSQL ends a walsender that has heard nothing from its router for
+// wal_sender_timeout, which the run sets to --lease on conn (connectReplication), and the lock goes with it: a
+// router that stopped answering (paused, wedged, its host gone while its kernel still answers TCP) no longer
+// holds the slot's lock past that, while its ordinary session, which the kernel keeps alive, would hold it for
+// as long as the process lives. The lock is released before it is taken again: a router that takes it meanwhile
+// holds the slot, and this run stands by.
+func (l *slotLock) moveTo(ctx context.Context, conn *pgconn.PgConn, fence *Fence) error {
+	if _, err := l.sql.Exec(ctx, "SELECT pg_advisory_unlock(hashtextextended('cdc_router:' || $1, 0))", l.slot); err != nil {
+		return fmt.Errorf("move the lock of slot %s to the replication connection: %w", l.slot, err)
+	}
+	asked := time.Now()
+	// A replication connection takes the simple query protocol only; the slot's name is [a-z0-9_] (Config.Validate).
+	res, err := conn.Exec(ctx, "SELECT pg_try_advisory_lock(hashtextextended('cdc_router:"+l.slot+"', 0))").ReadAll()
+	if err != nil {
+		return fmt.Errorf("move the lock of slot %s to the replication connection: %w", l.slot, err)
+	}
+	if len(res) != 1 || len(res[0].Rows) != 1 || len(res[0].Rows[0]) != 1 {
+		return fmt.Errorf("move the lock of slot %s to the replication connection: unexpected answer", l.slot)
+	}
+	if string(res[0].Rows[0][0]) != "t" {
+		return fmt.Errorf("another router took slot %s while this one moved its lock to its replication connection: %w",
+			l.slot, pgserver.ErrSlotBusy)
+	}
+	l.pid = conn.PID()
+	fence.begin(asked)
+	return nil
 }
 
 // fence waits until lockLease and lockMargin have passed since the lock was taken, before a copy of an
@@ -85,13 +118,14 @@ func (l slotLock) holding(ctx context.Context, cfg Config, stats *metrics.Stats,
 	if err != nil {
 		return err
 	}
-	w := &lease{lock: l, pid: l.sql.PgConn().PID(), host: pgserver.Host(cfg.PGURL), conn: conn, stats: stats, log: log,
-		over: make(chan struct{})}
+	w := &lease{lock: l, pid: l.pid, host: pgserver.Host(cfg.PGURL), conn: conn, stats: stats, log: log,
+		over: make(chan struct{}), fence: cfg.Fence}
 	first := time.Now()
 	if err := w.ask(ctx, first.Add(lockLease)); err != nil {
 		w.close()
 		return err
 	}
+	w.fence.grant(first, lockLease)
 	var wctx context.Context
 	wctx, w.cancel = context.WithCancelCause(ctx)
 	go w.run(wctx, first)
@@ -115,6 +149,7 @@ type lease struct {
 	pid    uint32    // the backend of the lock's session
 	host   string    // the server, for the messages
 	conn   *pgx.Conn // the lease's own connection
+	fence  *Fence    // the run's Fence, renewed by each check that finds the lock held
 	stats  *metrics.Stats
 	log    *slog.Logger
 	cancel context.CancelCauseFunc // ends the copy's context
@@ -178,6 +213,7 @@ func (w *lease) run(ctx context.Context, confirmed time.Time) {
 			return
 		}
 		confirmed = start
+		w.fence.grant(start, lockLease)
 		expire.Reset(time.Until(confirmed.Add(lockLease)))
 	}
 }

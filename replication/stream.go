@@ -199,10 +199,19 @@ func (s *session) copyData(data []byte) error {
 }
 
 // connectReplication opens the replication connection (pgserver.ConnectReplication), which reads through
-// the returned wire, each attempt bounded by d.
-func connectReplication(ctx context.Context, url string, d time.Duration) (*pgconn.PgConn, *copyboth.Wire, error) {
+// the returned wire, each attempt bounded by d. A lease sets the walsender's wal_sender_timeout (fence.go):
+// PostgreSQL then ends it, and the slot's lock its session holds, lease after the router's last word.
+func connectReplication(ctx context.Context, url string, d, lease time.Duration) (*pgconn.PgConn, *copyboth.Wire, error) {
 	var wireOf func() *copyboth.Wire
-	conn, err := pgserver.ConnectReplication(ctx, url, d, func(cfg *pgconn.Config) { wireOf = copyboth.Install(cfg) })
+	conn, err := pgserver.ConnectReplication(ctx, url, d, func(cfg *pgconn.Config) {
+		wireOf = copyboth.Install(cfg)
+		if lease > 0 {
+			if cfg.RuntimeParams == nil {
+				cfg.RuntimeParams = map[string]string{}
+			}
+			cfg.RuntimeParams["wal_sender_timeout"] = fmt.Sprintf("%dms", lease.Milliseconds())
+		}
+	})
 	if err != nil {
 		return nil, nil, err
 	}

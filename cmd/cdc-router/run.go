@@ -22,7 +22,7 @@ type runFlags struct {
 	broker                               brokerFlags
 	lanes, window, aggWindow, minSafeWAL *int
 	confirmTimeout, shutdown, pgTimeout  *time.Duration
-	progress, pubCheck                   *time.Duration
+	progress, pubCheck, lease            *time.Duration
 	snap, snapWhere, httpAddr, shard     *string
 	messagePrefix, onDrift               *string
 	failoverSlot, adaptiveWindow         *bool
@@ -43,6 +43,7 @@ func addRunFlags(s *settings) runFlags {
 		snapWhere:      s.String("snapshot-where", "", "SQL predicate restricting the initial snapshot, e.g. \"published_at IS NULL\" when taking over from a polling publisher"),
 		shutdown:       s.Duration("shutdown-timeout", 30*time.Second, "bound on the whole stop: finishing the open transaction and waiting for confirms (also those of the initial snapshot, whose progress is stored within it) and any wait on PostgreSQL"),
 		pgTimeout:      s.Duration("pg-timeout", pgserver.DefaultPGTimeout, "bound on waiting for a PostgreSQL that accepts TCP but does not answer: each connection attempt (a shorter connect_timeout in --pg-url wins), the start-up checks, and the stream's silence (after half of it a status update asks for a reply); then the router restarts (cause postgres)"),
+		lease:          s.Duration("lease", replication.DefaultLease, "bound on how long a router that stops answering (a paused or wedged process, a stalled virtual machine, a host gone while its kernel still answers TCP) keeps its slot: PostgreSQL ends the session that holds the slot's lock this long after the router's last word (the router sets wal_sender_timeout to it on its replication connection), and a router held up or silent for part of it stops writing to RabbitMQ until it takes the slot again; the router standing by takes over within it and a second; 0: off (see docs/operations.md, Running two routers)"),
 		httpAddr:       s.String("http-addr", "", "serve /healthz, /readyz and /metrics on this address, e.g. :8080 (off when empty)"),
 		progress:       s.Duration("progress-interval", metrics.DefaultProgressInterval, "how often to log, at info level, how many events were published and quarantined since the last such line (nothing when nothing moved)"),
 		pubCheck:       s.Duration("publication-check-interval", pubcheck.DefaultPublicationCheckInterval, "how often to re-check that the publication still carries the outbox table's inserts"),
@@ -131,6 +132,12 @@ func (f runFlags) router(stderr io.Writer) (router, error) {
 	cfg.FailoverSlot = *f.failoverSlot
 	cfg.RefusalRetry = *f.broker.refusalRetry
 	cfg.PGTimeout = *f.pgTimeout
+	if *f.lease < 0 {
+		return router{}, usageError{fmt.Errorf("--lease %v (%s): use a positive duration, or 0 to turn it off", *f.lease, envName("lease"))}
+	}
+	if cfg.Fence = replication.NewFence(*f.lease); cfg.Fence != nil {
+		rcfg.Fence = cfg.Fence // the publisher writes only while the run holds the slot (replication.Fence)
+	}
 	if err := cfg.WithDefaults().Validate(); err != nil {
 		return router{}, usageError{err}
 	}
