@@ -231,6 +231,10 @@ func (g *groupState) claimSlot() (bool, error) {
 		q := c.memberQueue(k)
 		if _, err := ch.QueueDeclare(q, true, false, false, false, memberArgs()); err != nil {
 			_ = ch.Close()
+			var ae *amqp.Error
+			if errors.As(err, &ae) && ae.Code == amqp.NotFound { // in a cluster, its node is down: take another
+				continue
+			}
 			return false, setupError("declare queue "+q, err, "")
 		}
 		if _, err := ch.Consume(q, g.s.tag+"-member", true, true, false, false, nil); err != nil {
