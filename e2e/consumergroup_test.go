@@ -77,9 +77,14 @@ func (g *consumerGroup) start(name string, proxied bool) {
 	if proxied {
 		url = g.proxied
 	}
-	g.instances[name] = startProjection(g.t, g.consumer+" "+name, []string{"E2E_PG_URL=" + g.e.pgURL, "E2E_AMQP_URL=" + url,
+	g.startAt(name, url)
+}
+
+// startAt runs instance name on the AMQP URLs urls (comma-separated), with more environment settings.
+func (g *consumerGroup) startAt(name, urls string, env ...string) {
+	g.instances[name] = startProjection(g.t, g.consumer+" "+name, append([]string{"E2E_PG_URL=" + g.e.pgURL, "E2E_AMQP_URL=" + urls,
 		"E2E_EXCHANGE=" + g.e.exchange, "E2E_QUEUE=" + g.queue, "E2E_CONSUMER=" + g.consumer,
-		"E2E_PARTITIONS=" + strconv.Itoa(groupPartitions)}, g.tally)
+		"E2E_PARTITIONS=" + strconv.Itoa(groupPartitions)}, env...), g.tally)
 }
 
 // partitions is the ready messages and the consumers of each partition queue (-1 when it cannot be read).

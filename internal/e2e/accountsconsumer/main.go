@@ -16,7 +16,8 @@
 // Logs go to stderr. Configuration comes from flags, each defaulting to an environment variable:
 // -pg-url (E2E_PG_URL), -amqp-url (E2E_AMQP_URL), -exchange (E2E_EXCHANGE), -queue (E2E_QUEUE),
 // -consumer (E2E_CONSUMER), -binding (E2E_BINDING, default "account.#"), -workers (default 4), -partitions
-// (E2E_PARTITIONS: the instance joins the partitioned consumer group -queue of that many partitions).
+// (E2E_PARTITIONS: the instance joins the partitioned consumer group -queue of that many partitions), -quorum
+// (E2E_QUORUM=true). -amqp-url may list several URLs, comma-separated (the nodes of a cluster).
 package main
 
 import (
@@ -29,6 +30,7 @@ import (
 	"os"
 	"os/signal"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -59,6 +61,7 @@ CREATE TABLE IF NOT EXISTS apply_counter (
 type config struct {
 	pgURL, amqpURL, exchange, queue, consumer, binding string
 	workers, partitions                                int
+	quorum                                             bool
 }
 
 func readConfig(args []string, getenv func(string) string) (config, error) {
@@ -77,6 +80,7 @@ func readConfig(args []string, getenv func(string) string) (config, error) {
 	fs.IntVar(&c.workers, "workers", 4, "events processed at once")
 	partitions, _ := strconv.Atoi(getenv("E2E_PARTITIONS"))
 	fs.IntVar(&c.partitions, "partitions", partitions, "partitions of the consumer group named by -queue (0: one shared queue)")
+	fs.BoolVar(&c.quorum, "quorum", getenv("E2E_QUORUM") == "true", "declare quorum queues")
 	if err := fs.Parse(args); err != nil {
 		return c, err
 	}
@@ -167,7 +171,7 @@ func run(ctx context.Context, c config, log *slog.Logger) error {
 		return err
 	}
 	var o outcomes
-	r, err := runner.New(p, runner.Config{URLs: []string{c.amqpURL}, Exchange: c.exchange, Queue: c.queue,
+	r, err := runner.New(p, runner.Config{URLs: strings.Split(c.amqpURL, ","), Quorum: c.quorum, Exchange: c.exchange, Queue: c.queue,
 		Bindings: []string{c.binding}, Workers: c.workers, DrainTimeout: 10 * time.Second,
 		RetryMin: 50 * time.Millisecond, RetryMax: time.Second, ReconnectMin: 200 * time.Millisecond,
 		ReconnectMax: 2 * time.Second, OnOutcome: o.report, Partitions: c.partitions, RebalanceInterval: 500 * time.Millisecond}, log)
