@@ -116,46 +116,68 @@ func TestStrictDecodingRefusesUnknownFields(t *testing.T) {
 
 var shardArg = regexp.MustCompile(`^(\d+)/(\d+)$`)
 
+// configDir is where the pods mount the ConfigMap of configuration files.
+const configDir = "/etc/cdc-router/"
+
 // TestManifestsAgree: the objects decode strictly and fit together: one Deployment of 2 replicas per
-// shard, --shard i/N matching its name and label, probes on the health endpoints of the port the
-// ConfigMap's CDC_ROUTER_HTTP_ADDR serves, a PodDisruptionBudget per shard, the Service and the
-// ServiceMonitor selecting the routers, the Job migrating N shards, and the memory limit above the Go
-// soft limit the router sets.
+// shard of the native table, --shard i/N matching its name and label, and one per mapped table (a mapping
+// takes no --shard); each router reads its configuration file from the mounted ConfigMap and its URLs from
+// the routers' Secret, with probes on the health endpoints of the port its file's http-addr serves; a
+// PodDisruptionBudget per Deployment, the Service and the ServiceMonitor selecting the routers; the Job
+// migrating N shards and every mapped table as the owner (a Secret of its own), then running the grants;
+// PostgreSQL URLs with sslmode=verify-full; the memory limit above the Go soft limit the router sets.
 func TestManifestsAgree(t *testing.T) {
 	m := load(t)
-	if len(m.configMaps) != 1 || len(m.secrets) != 1 || len(m.services) != 1 || len(m.monitors) != 1 || len(m.jobs) != 1 {
-		t.Fatalf("want one ConfigMap, Secret, Service, ServiceMonitor and Job; have %d, %d, %d, %d, %d",
+	if len(m.configMaps) != 1 || len(m.secrets) != 2 || len(m.services) != 1 || len(m.monitors) != 1 || len(m.jobs) != 1 {
+		t.Fatalf("want one ConfigMap, two Secrets, one Service, ServiceMonitor and Job; have %d, %d, %d, %d, %d",
 			len(m.configMaps), len(m.secrets), len(m.services), len(m.monitors), len(m.jobs))
 	}
-	cm, secret, svc, mon, job := m.configMaps[0], m.secrets[0], m.services[0], m.monitors[0], m.jobs[0]
-	for _, key := range []string{"CDC_ROUTER_PG_URL", "CDC_ROUTER_AMQP_URL"} {
-		if secret.StringData[key] == "" {
-			t.Errorf("the Secret has no %s", key)
+	cm, svc, mon, job := m.configMaps[0], m.services[0], m.monitors[0], m.jobs[0]
+	secrets := map[string]*corev1.Secret{}
+	for _, s := range m.secrets {
+		secrets[s.Name] = s
+		for _, key := range []string{"CDC_ROUTER_PG_URL", "CDC_ROUTER_AMQP_URL"} {
+			if s.StringData[key] == "" {
+				t.Errorf("the Secret %s has no %s", s.Name, key)
+			}
+		}
+		if pg := s.StringData["CDC_ROUTER_PG_URL"]; !strings.Contains(pg, "sslmode=verify-full") ||
+			!strings.Contains(pg, "sslrootcert="+configDir) {
+			t.Errorf("the Secret %s: CDC_ROUTER_PG_URL %q must verify the server (sslmode=verify-full, sslrootcert in %s)", s.Name, pg, configDir)
+		} else if ca := pg[strings.Index(pg, "sslrootcert="+configDir)+len("sslrootcert="+configDir):]; cm.Data[strings.Split(ca, "&")[0]] == "" {
+			t.Errorf("the Secret %s: the CA %s is not in the ConfigMap", s.Name, ca)
 		}
 	}
+	router, owner := secrets["cdc-router"], secrets["cdc-router-migrate"]
+	if router == nil || owner == nil {
+		t.Fatalf("want the Secrets cdc-router (the routers' role) and cdc-router-migrate (the owner)")
+	}
+	if strings.Contains(owner.StringData["CDC_ROUTER_PG_URL"], "//cdc_router:") || !strings.Contains(router.StringData["CDC_ROUTER_PG_URL"], "//cdc_router:") {
+		t.Errorf("the routers run as the role cdc_router, the migrate Job as the tables' owner")
+	}
 	for key := range cm.Data {
-		if strings.Contains(key, "URL") {
+		if strings.Contains(strings.ToLower(cm.Data[key]), "url") {
 			t.Errorf("ConfigMap key %s: URLs hold passwords and belong in the Secret", key)
 		}
 	}
-	if cm.Data["CDC_ROUTER_HTTP_ADDR"] != ":8080" {
-		t.Fatalf("CDC_ROUTER_HTTP_ADDR = %q, the probes and the Service use port 8080", cm.Data["CDC_ROUTER_HTTP_ADDR"])
+	var sharded, mapped []*appsv1.Deployment
+	for _, d := range m.deployments {
+		if slices.Contains(d.Spec.Template.Spec.Containers[0].Args, "--shard") {
+			sharded = append(sharded, d)
+		} else {
+			mapped = append(mapped, d)
+		}
 	}
-	n := len(m.deployments)
-	if n < 1 || len(m.pdbs) != n {
-		t.Fatalf("%d Deployments and %d PodDisruptionBudgets: want one of each per shard", n, len(m.pdbs))
+	n := len(sharded)
+	if n < 1 || len(mapped) < 1 || len(m.pdbs) != len(m.deployments) {
+		t.Fatalf("%d shard Deployments, %d of mapped tables and %d PodDisruptionBudgets: want shards, a mapped table and a budget each",
+			n, len(mapped), len(m.pdbs))
 	}
-	want := []string{"migrate", "--shards", fmt.Sprint(n)}
-	if n == 1 {
-		want = []string{"migrate"}
-	}
-	if !slices.Equal(job.Spec.Template.Spec.Containers[0].Args, want) {
-		t.Errorf("the migrate Job's args %q, want %q", job.Spec.Template.Spec.Containers[0].Args, want)
-	}
+	checkJob(t, job, cm, owner, n, mapped)
 	seen := map[int]bool{}
 	for _, d := range m.deployments {
-		shard := checkDeployment(t, d, n, cm, secret)
-		if seen[shard] {
+		shard := checkDeployment(t, d, n, cm, router)
+		if shard >= 0 && seen[shard] {
 			t.Errorf("two Deployments for shard %d", shard)
 		}
 		seen[shard] = true
@@ -191,7 +213,72 @@ func TestManifestsAgree(t *testing.T) {
 	}
 }
 
-// checkDeployment checks one shard's Deployment and returns its shard number.
+// checkJob checks the migrate Job: as the owner, migrate with --shards n the native table's file, then each
+// mapped Deployment's file, then the grants, in that order.
+func checkJob(t *testing.T, job *batchv1.Job, cm *corev1.ConfigMap, owner *corev1.Secret, n int, mapped []*appsv1.Deployment) {
+	t.Helper()
+	spec := job.Spec.Template.Spec
+	var migrated []string
+	for i, c := range spec.InitContainers {
+		file := configFile(t, job.Name, spec, c, cm, owner)
+		want := []string{"migrate"}
+		if i == 0 {
+			want = []string{"migrate", "--shards", fmt.Sprint(n)}
+		}
+		if !slices.Equal(c.Args, want) {
+			t.Errorf("the migrate Job's step %s: args %q, want %q", c.Name, c.Args, want)
+		}
+		migrated = append(migrated, file)
+	}
+	for _, d := range mapped {
+		c := d.Spec.Template.Spec.Containers[0]
+		if file := envValue(c, "CDC_ROUTER_CONFIG_FILE"); !slices.Contains(migrated, file) {
+			t.Errorf("the migrate Job does not migrate %s, the file of %s", file, d.Name)
+		}
+	}
+	if len(spec.Containers) != 1 || !slices.Contains(spec.Containers[0].Args, configDir+"grants.sql") || cm.Data["grants.sql"] == "" {
+		t.Errorf("the migrate Job must end with the grants of the ConfigMap's grants.sql")
+	} else {
+		configFile(t, job.Name, spec, spec.Containers[0], cm, owner)
+	}
+}
+
+// envValue is the value of the container's environment variable name.
+func envValue(c corev1.Container, name string) string {
+	for _, e := range c.Env {
+		if e.Name == name {
+			return e.Value
+		}
+	}
+	return ""
+}
+
+// configFile checks that c reads the ConfigMap mounted at configDir and the Secret secret, and returns the
+// configuration file it names (CDC_ROUTER_CONFIG_FILE), which must be a key of the ConfigMap when set.
+func configFile(t *testing.T, who string, spec corev1.PodSpec, c corev1.Container, cm *corev1.ConfigMap, secret *corev1.Secret) string {
+	t.Helper()
+	if len(c.EnvFrom) != 1 || c.EnvFrom[0].SecretRef == nil || c.EnvFrom[0].SecretRef.Name != secret.Name {
+		t.Errorf("%s/%s: envFrom must be the Secret %s alone", who, c.Name, secret.Name)
+	}
+	mounted := false
+	for _, vm := range c.VolumeMounts {
+		for _, v := range spec.Volumes {
+			if v.Name == vm.Name && v.ConfigMap != nil && v.ConfigMap.Name == cm.Name && vm.MountPath+"/" == configDir && vm.ReadOnly {
+				mounted = true
+			}
+		}
+	}
+	if !mounted {
+		t.Errorf("%s/%s: the ConfigMap %s is not mounted read-only at %s", who, c.Name, cm.Name, configDir)
+	}
+	file := envValue(c, "CDC_ROUTER_CONFIG_FILE")
+	if file != "" && cm.Data[strings.TrimPrefix(file, configDir)] == "" {
+		t.Errorf("%s/%s: CDC_ROUTER_CONFIG_FILE %s is no key of the ConfigMap", who, c.Name, file)
+	}
+	return file
+}
+
+// checkDeployment checks one router Deployment and returns its shard number, -1 for a mapped table's.
 func checkDeployment(t *testing.T, d *appsv1.Deployment, n int, cm *corev1.ConfigMap, secret *corev1.Secret) int {
 	t.Helper()
 	if d.Spec.Replicas == nil || *d.Spec.Replicas != 2 {
@@ -202,9 +289,16 @@ func checkDeployment(t *testing.T, d *appsv1.Deployment, n int, cm *corev1.Confi
 		t.Errorf("%s: the selector does not match the pod template's labels (%v)", d.Name, err)
 	}
 	c := d.Spec.Template.Spec.Containers[0]
-	if n == 1 && slices.Equal(c.Args, []string{"run"}) {
-		checkContainer(t, d, c, cm, secret)
-		return 0 // one unsharded router
+	file := configFile(t, d.Name, d.Spec.Template.Spec, c, cm, secret)
+	if file == "" {
+		t.Errorf("%s: no CDC_ROUTER_CONFIG_FILE", d.Name)
+	}
+	if !strings.Contains(cm.Data[strings.TrimPrefix(file, configDir)], `http-addr: ":8080"`) {
+		t.Errorf("%s: its file %s must serve http-addr \":8080\", the port of the probes and the Service", d.Name, file)
+	}
+	checkContainer(t, d, c)
+	if slices.Equal(c.Args, []string{"run"}) {
+		return -1 // a mapped table's router, or one unsharded router
 	}
 	if len(c.Args) != 3 || c.Args[0] != "run" || c.Args[1] != "--shard" || !shardArg.MatchString(c.Args[2]) {
 		t.Fatalf("%s: args %q, want run --shard i/N", d.Name, c.Args)
@@ -216,26 +310,12 @@ func checkDeployment(t *testing.T, d *appsv1.Deployment, n int, cm *corev1.Confi
 		t.Errorf("%s: --shard %s and label %q do not fit its name and the %d shard Deployments", d.Name, c.Args[2],
 			d.Spec.Template.Labels["cdc-router/shard"], n)
 	}
-	checkContainer(t, d, c, cm, secret)
 	return i
 }
 
-// checkContainer checks the router container of a Deployment: configuration, port, probes, memory, grace.
-func checkContainer(t *testing.T, d *appsv1.Deployment, c corev1.Container, cm *corev1.ConfigMap, secret *corev1.Secret) {
+// checkContainer checks the router container of a Deployment: port, probes, memory, grace.
+func checkContainer(t *testing.T, d *appsv1.Deployment, c corev1.Container) {
 	t.Helper()
-	var refs []string
-	for _, src := range c.EnvFrom {
-		switch {
-		case src.ConfigMapRef != nil:
-			refs = append(refs, "configmap/"+src.ConfigMapRef.Name)
-		case src.SecretRef != nil:
-			refs = append(refs, "secret/"+src.SecretRef.Name)
-		}
-	}
-	sort.Strings(refs)
-	if want := []string{"configmap/" + cm.Name, "secret/" + secret.Name}; !slices.Equal(refs, want) {
-		t.Errorf("%s: envFrom %q, want %q", d.Name, refs, want)
-	}
 	if len(c.Ports) != 1 || c.Ports[0].Name != "http" || c.Ports[0].ContainerPort != 8080 {
 		t.Errorf("%s: want one container port http 8080, the router's --http-addr", d.Name)
 	}
@@ -259,13 +339,37 @@ func checkContainer(t *testing.T, d *appsv1.Deployment, c corev1.Container, cm *
 	}
 }
 
-// TestConfigMapKeysAreRouterSettings: every ConfigMap and Secret key is the environment variable of a
-// flag of `cdc-router run` (a misspelt key would be ignored without a word), read from its --help.
-func TestConfigMapKeysAreRouterSettings(t *testing.T) {
+// TestConfigurationIsTheRoutersOwn: the router reads every configuration file of the ConfigMap as run does
+// (`run --config-file F --print-config`: an unknown key, a wrong kind or a missing mapping file is
+// refused), and every Secret key is the environment variable of a flag of `cdc-router run`, read from its
+// --help (a misspelt key would be ignored without a word).
+func TestConfigurationIsTheRoutersOwn(t *testing.T) {
 	m := load(t)
-	cmd := exec.Command("go", "run", "./cmd/cdc-router", "run", "--help")
-	cmd.Dir = "../.."
-	out, _ := cmd.CombinedOutput() // --help exits non-zero
+	bin := filepath.Join(t.TempDir(), "cdc-router")
+	build := exec.Command("go", "build", "-o", bin, "./cmd/cdc-router")
+	build.Dir = "../.."
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	dir := t.TempDir()
+	for _, cm := range m.configMaps {
+		for key, text := range cm.Data {
+			if err := os.WriteFile(filepath.Join(dir, key), []byte(text), 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+		for key := range cm.Data {
+			if !strings.HasSuffix(key, ".yaml") {
+				continue
+			}
+			cmd := exec.Command(bin, "run", "--config-file", filepath.Join(dir, key), "--print-config")
+			cmd.Env = []string{"PATH=" + os.Getenv("PATH")}
+			if out, err := cmd.CombinedOutput(); err != nil {
+				t.Errorf("ConfigMap key %s is not a configuration file run reads: %v\n%s", key, err, out)
+			}
+		}
+	}
+	out, _ := exec.Command(bin, "run", "--help").CombinedOutput() // --help exits non-zero
 	known := map[string]bool{}
 	for _, match := range regexp.MustCompile(`\(env (CDC_ROUTER_[A-Z_]+)\)`).FindAllStringSubmatch(string(out), -1) {
 		known[match[1]] = true
@@ -273,17 +377,10 @@ func TestConfigMapKeysAreRouterSettings(t *testing.T) {
 	if len(known) < 10 {
 		t.Fatalf("could not read the router's settings from `cdc-router run --help`:\n%s", out)
 	}
-	for _, cm := range m.configMaps {
-		for key := range cm.Data {
-			if !known[key] {
-				t.Errorf("ConfigMap key %s is no setting of cdc-router run", key)
-			}
-		}
-	}
 	for _, s := range m.secrets {
 		for key := range s.StringData {
 			if !known[key] {
-				t.Errorf("Secret key %s is no setting of cdc-router run", key)
+				t.Errorf("Secret %s key %s is no setting of cdc-router run", s.Name, key)
 			}
 		}
 	}
