@@ -1,0 +1,106 @@
+package doctest
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+	"unicode"
+)
+
+var (
+	link    = regexp.MustCompile(`\]\(([^)\s]+)\)`)
+	heading = regexp.MustCompile("^(#{1,6}) +(.+?) *#*$")
+)
+
+// anchors are the ids GitHub gives the headings of a Markdown text: lower case, without punctuation other
+// than '-' and '_', spaces as '-', a repeated one with -1, -2, … (fenced blocks are not headings).
+func anchors(text string) map[string]bool {
+	ids, seen := map[string]bool{}, map[string]int{}
+	fenced := false
+	for _, line := range strings.Split(text, "\n") {
+		if strings.HasPrefix(strings.TrimSpace(line), "```") {
+			fenced = !fenced
+		}
+		m := heading.FindStringSubmatch(line)
+		if fenced || m == nil {
+			continue
+		}
+		var b strings.Builder
+		for _, r := range strings.ToLower(m[2]) {
+			switch {
+			case unicode.IsLetter(r) || unicode.IsDigit(r) || r == '-' || r == '_':
+				b.WriteRune(r)
+			case r == ' ':
+				b.WriteRune('-')
+			}
+		}
+		id := b.String()
+		if n := seen[id]; n > 0 {
+			ids[fmt.Sprintf("%s-%d", id, n)] = true
+		} else {
+			ids[id] = true
+		}
+		seen[id]++
+	}
+	return ids
+}
+
+// TestDocsLinks: every relative link of README.md, docs/ and deploy/'s READMEs names a file or folder that
+// exists, and every #anchor a heading of the page it points to.
+func TestDocsLinks(t *testing.T) {
+	root := moduleRoot(t)
+	files := pages(t, root)
+	m, _ := filepath.Glob(filepath.Join(root, "deploy", "*", "README.md"))
+	for _, f := range m {
+		rel, _ := filepath.Rel(root, f)
+		files = append(files, rel)
+	}
+	texts := map[string]string{}
+	read := func(rel string) (string, bool) {
+		if s, ok := texts[rel]; ok {
+			return s, true
+		}
+		b, err := os.ReadFile(filepath.Join(root, rel))
+		if err != nil {
+			return "", false
+		}
+		texts[rel] = string(b)
+		return texts[rel], true
+	}
+	for _, rel := range files {
+		text, _ := read(rel)
+		fenced := false
+		for i, line := range strings.Split(text, "\n") {
+			if strings.HasPrefix(strings.TrimSpace(line), "```") {
+				fenced = !fenced
+			}
+			if fenced {
+				continue
+			}
+			for _, l := range link.FindAllStringSubmatch(line, -1) {
+				target := l[1]
+				if strings.Contains(target, "://") || strings.HasPrefix(target, "mailto:") {
+					continue
+				}
+				path, anchor, _ := strings.Cut(target, "#")
+				dest := rel
+				if path != "" {
+					dest = filepath.Clean(filepath.Join(filepath.Dir(rel), path))
+					if _, err := os.Stat(filepath.Join(root, dest)); err != nil {
+						t.Errorf("%s:%d: link %s: %s does not exist", rel, i+1, target, dest)
+						continue
+					}
+				}
+				if anchor == "" || !strings.HasSuffix(dest, ".md") {
+					continue
+				}
+				if s, ok := read(dest); ok && !anchors(s)[anchor] {
+					t.Errorf("%s:%d: link %s: %s has no heading #%s", rel, i+1, target, dest, anchor)
+				}
+			}
+		}
+	}
+}
