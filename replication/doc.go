@@ -46,6 +46,12 @@
 //     a no or a failed connection; a copy resumed after taking the lock waits that lease and a margin first),
 //     nor answer /readyz?active=1 with 200 at once, unless a process is held up past the margin
 //     (TestCopyThatLostTheSlotLockStopsBeforeTheStandbyCopies).
+//   - The slot's lock lives on the replication connection's session, whose wal_sender_timeout the run sets to
+//     its lease (--lease): a router that stops answering while streaming keeps the slot at most that long past
+//     its last status update. Its publisher writes only under the lease (Fence, route.Config.Fence): half of
+//     the lease from each status update sent while it held, and never again in the run once the process was
+//     held up for more than a second (TestFenceLapsesWithoutStatusUpdates, TestFenceBreaksOnAPause; end to end
+//     TestPausedRouter).
 //   - While only standbys answer (pgserver.ErrStandby: a failover in progress) the router looks for a primary
 //     every second.
 //   - The stream is read through copyboth.Frames, so a logical decoding message with another prefix, or with

@@ -17,16 +17,18 @@ import (
 )
 
 // The slot's lock is a session advisory lock that a run takes on its ordinary connection before anything
-// else (one router per slot: docs/operations.md, Running two routers). PostgreSQL releases it when that
-// session ends (a cut connection, a terminated backend, a restart), and the router that held it learns of
-// that only by asking. A streaming router needs no more: PostgreSQL serves a slot to one walsender at a
-// time. The initial snapshot is copied while the slot has no walsender, so its copy holds the lock as a
-// lease (seeds 8063 and 8110 of the harness: a copying router whose connections were cut copied on beside
-// the router that took the slot over, both answering /readyz?active=1 with 200):
+// else (one router per slot: docs/operations.md, Running two routers) and moves to its replication
+// connection once that is open (moveTo), so that it ends with the walsender: PostgreSQL releases it when that
+// session ends (a closed or cut connection, a terminated backend, a restart, and, while the slot is streamed,
+// wal_sender_timeout, which the run sets to its lease: fence.go), and the router that held it learns of that
+// only by asking. While streaming, the router writes to the broker under the lease of fence.go. The initial
+// snapshot is copied while the slot is not streamed, so its copy holds the lock as a lease (seeds 8063 and
+// 8110 of the harness: a copying router whose connections were cut copied on beside the router that took the
+// slot over, both answering /readyz?active=1 with 200):
 //
-//   - the copying router asks, on a connection of its own, every lockCheckEvery whether the session of its
-//     ordinary connection still holds the lock, and counts on the lock for lockLease from the start of the
-//     last check that found it held. A no, an error, or no answer within the lease ends the copy at once:
+//   - the copying router asks, on a connection of its own, every lockCheckEvery whether the session that holds
+//     its lock (its replication connection's) still holds it, and counts on the lock for lockLease from the
+//     start of the last check that found it held. A no, an error, or no answer within the lease ends the copy at once:
 //     the state leaves snapshot (/readyz?active=1 503), the copy's context ends, so it hands the broker no
 //     more rows and the run closes its publisher as it returns, and the run starts again (and stands by);
 //   - a router that takes the lock and resumes an unfinished initial snapshot first waits lockLease and
