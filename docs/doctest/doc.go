@@ -5,7 +5,9 @@
 // are adapted: `@db:5432` becomes the page's cluster, `amqp://…@rabbitmq:5672/` (or `mq`) the page's vhost
 // as guest, `/etc/cdc-router/` a folder of the page's working directory. `cdc-router run` is started in the
 // background and waited for until it streams; it is stopped when the next one starts and at the end of the
-// page. TestDocsLinks checks that every relative link and anchor in them resolves.
+// page. TestDocsLinks checks that every relative link and anchor in them resolves, TestCodeNamesDocsThatExist
+// that every docs/<page>.md#<anchor> a message of the code names exists, and TestDocsNameOnlyMetricsThatExist
+// that every cdc_router_* metric name in them and in deploy/ is one the code defines.
 //
 // An HTML comment right before a block (blank lines between are allowed) says what the test does with it:
 //

@@ -104,3 +104,44 @@ func TestDocsLinks(t *testing.T) {
 		}
 	}
 }
+
+// codeLink is a docs page, with an anchor, that a message of the code names.
+var codeLink = regexp.MustCompile(`docs/([a-z0-9/_-]+\.md)(#[a-z0-9_-]+)?`)
+
+// TestCodeNamesDocsThatExist: every docs/<page>.md#<anchor> that a message of the code (a non-test Go
+// file) names exists, so that moving a section of the docs cannot leave an error message pointing nowhere.
+func TestCodeNamesDocsThatExist(t *testing.T) {
+	root := moduleRoot(t)
+	err := filepath.WalkDir(root, func(path string, d os.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() && path != root && strings.HasPrefix(d.Name(), ".") {
+			return filepath.SkipDir
+		}
+		if d.IsDir() || !strings.HasSuffix(path, ".go") || strings.HasSuffix(path, "_test.go") {
+			return nil
+		}
+		b, err := os.ReadFile(path)
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(root, path)
+		for i, line := range strings.Split(string(b), "\n") {
+			for _, m := range codeLink.FindAllStringSubmatch(line, -1) {
+				page, err := os.ReadFile(filepath.Join(root, "docs", m[1]))
+				if err != nil {
+					t.Errorf("%s:%d names docs/%s, which does not exist", rel, i+1, m[1])
+					continue
+				}
+				if m[2] != "" && !anchors(string(page))[m[2][1:]] {
+					t.Errorf("%s:%d names docs/%s%s, a heading the page does not have", rel, i+1, m[1], m[2])
+				}
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
