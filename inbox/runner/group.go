@@ -344,6 +344,7 @@ func (g *groupState) rebalance(d *dispatcher) error {
 	changed := !slices.Equal(g.owned, want)
 	g.owned = want
 	g.mu.Unlock()
+	g.r.m.rebalanced(len(want), len(held))
 	if changed {
 		g.r.log.Info("inbox runner rebalanced", "member_slot", g.slot, "members", len(held), "partitions", want)
 	}
@@ -447,6 +448,7 @@ func (s *session) consumeGroup(ctx context.Context, d *dispatcher) error {
 		f.dead.Store(true)
 	}
 	g.mu.Unlock()
+	d.r.m.rebalanced(0, 0)
 	return err
 }
 

@@ -348,21 +348,30 @@ func TestGroupKeepsEventsWithoutABucket(t *testing.T) {
 	want(t, "applied", l.applied.Load(), 0)
 }
 
-// A group on quorum partition queues (a single node here; the 3-node cluster is not tested): two instances,
-// one stopped mid-stream, every event applied once, none parked.
+// A group on quorum partition queues (a single node here; e2e's TestClusterConsumerGroup runs a cluster):
+// two instances, one stopped mid-stream, whose partitions the other takes (its gauges say so), every event
+// applied once, none parked.
 func TestGroupOnQuorumQueues(t *testing.T) {
 	l := newGroupLab(t)
 	cfg := l.groupConfig(2)
 	cfg.Quorum = true
 	stopA := l.instance("a", cfg)
-	l.instance("b", cfg)
+	withMetrics := cfg
+	withMetrics.Registerer = l.reg
+	l.instance("b", withMetrics)
 	l.waitFor("two members", 10*time.Second, func() bool { return strings.Count(l.logs.String(), "members=2") >= 2 })
+	l.waitFor("b's gauges", 5*time.Second, func() bool {
+		return metric(t, l.reg, "cdc_router_inbox_group_members") == 2 && metric(t, l.reg, "cdc_router_inbox_group_partitions") == 1
+	})
 	events := oneDigitStream("q", 30, 10)
 	l.publishBucketed(events[:150])
 	l.waitFor("half applied", 30*time.Second, func() bool { return l.applied.Load() >= 150 })
 	if err := stopA(); err != nil {
 		t.Fatalf("instance a: %v", err)
 	}
+	l.waitFor("b takes both partitions", 5*time.Second, func() bool {
+		return metric(t, l.reg, "cdc_router_inbox_group_members") == 1 && metric(t, l.reg, "cdc_router_inbox_group_partitions") == 2
+	})
 	l.publishBucketed(events[150:])
 	l.waitFor("every event applied", 30*time.Second, func() bool { return l.applied.Load() >= int64(len(events)) })
 	time.Sleep(300 * time.Millisecond)

@@ -26,9 +26,11 @@ type runnerMetrics struct {
 	latency      prometheus.Observer
 	redeliveries prometheus.Counter
 	retries      prometheus.Counter
+	partitions   prometheus.Gauge // a group's partitions this instance consumes; nil without a group
+	members      prometheus.Gauge // the group's members it saw at its last rebalance
 }
 
-func newRunnerMetrics(reg prometheus.Registerer, p *inbox.Processor, log *slog.Logger) (*runnerMetrics, error) {
+func newRunnerMetrics(reg prometheus.Registerer, p *inbox.Processor, log *slog.Logger, grouped bool) (*runnerMetrics, error) {
 	if reg == nil {
 		return nil, nil
 	}
@@ -48,7 +50,15 @@ func newRunnerMetrics(reg prometheus.Registerer, p *inbox.Processor, log *slog.L
 	for _, o := range outcomeLabels {
 		m.events[o] = events.WithLabelValues(o)
 	}
-	for _, c := range []prometheus.Collector{events, latency, redeliveries, retries, tables} {
+	collectors := []prometheus.Collector{events, latency, redeliveries, retries, tables}
+	if grouped {
+		m.partitions = prometheus.NewGauge(prometheus.GaugeOpts{Name: "cdc_router_inbox_group_partitions", ConstLabels: labels,
+			Help: "Partitions of the consumer group this instance consumes (0 while it is not connected)."})
+		m.members = prometheus.NewGauge(prometheus.GaugeOpts{Name: "cdc_router_inbox_group_members", ConstLabels: labels,
+			Help: "Members of the consumer group this instance saw at its last rebalance."})
+		collectors = append(collectors, m.partitions, m.members)
+	}
+	for _, c := range collectors {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("inbox runner metrics for consumer %q: %w (one Runner per consumer and registry)", p.Config().Consumer, err)
 		}
@@ -76,6 +86,17 @@ func (m *runnerMetrics) processed(res inbox.Result, err error, occurred time.Tim
 func (m *runnerMetrics) received(d amqp.Delivery) {
 	if m != nil && d.Redelivered {
 		m.redeliveries.Inc()
+	}
+}
+
+// rebalanced records a group instance's share after a rebalance (members 0: the session ended).
+func (m *runnerMetrics) rebalanced(partitions, members int) {
+	if m == nil || m.partitions == nil {
+		return
+	}
+	m.partitions.Set(float64(partitions))
+	if members > 0 {
+		m.members.Set(float64(members))
 	}
 }
 

@@ -51,7 +51,7 @@ func New(p *inbox.Processor, cfg Config, log *slog.Logger) (*Runner, error) {
 		log = slog.New(slog.DiscardHandler)
 	}
 	log = log.With("consumer", p.Config().Consumer, "queue", cfg.Queue)
-	m, err := newRunnerMetrics(cfg.Registerer, p, log)
+	m, err := newRunnerMetrics(cfg.Registerer, p, log, cfg.Partitions > 0)
 	if err != nil {
 		return nil, err
 	}
