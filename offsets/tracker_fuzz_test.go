@@ -1,6 +1,7 @@
 package offsets
 
 import (
+	"slices"
 	"testing"
 
 	"github.com/cdc-router/cdc-router/internal/cdc"
@@ -98,6 +99,15 @@ func (m *model) mark() (Mark, bool) {
 	return Mark{}, false
 }
 
+// popped is how many transactions the tracker no longer holds: the leading ones that are done.
+func (m *model) popped() int {
+	n := 0
+	for n < len(m.txns) && m.txns[n].done() {
+		n++
+	}
+	return n
+}
+
 // unconfirmed is the items handed out and not confirmed of the transactions not acknowledged yet.
 func (m *model) unconfirmed() int {
 	n, popped := 0, true
@@ -131,7 +141,7 @@ func (m *model) idle() bool {
 
 // FuzzTracker drives the tracker and the model with the same random operations (transactions begun with
 // and without a key and with a resumed mark, items of three groups passed over or handed out, events
-// confirmed in any order, repeated confirms): the watermark must match, never pass an unresolved transaction
+// confirmed in any order, repeated confirms, confirms by count of transactions without a key): the watermark must match, never pass an unresolved transaction
 // and never go back; Pass must pass over exactly the items the resumed mark covers, but none of a group after
 // one of its items it does not cover; the mark must be the model's set of confirmed items of the oldest
 // unresolved transaction, never more than was confirmed; and the tracker lists exactly the items handed out
@@ -189,12 +199,19 @@ func FuzzTracker(f *testing.F) {
 					tr.Commit(handles[len(handles)-1], next)
 					open.end, open.committed, open, m.open = next, true, nil, false
 				}
-			case 3: // confirm event op/5 of a transaction chosen by op/25 (repeats included)
+			case 3: // confirm event op/5 of a transaction chosen by op/25 (repeats included); from 200 on, one
+				// event of a transaction without a key by count (Confirm), as the initial snapshot's pages do
 				if len(m.txns) > 0 {
 					k := int(op/25) % len(m.txns)
-					if n := len(m.txns[k].events); n > 0 {
+					x := m.txns[k]
+					if op >= 200 && x.key == (TxnKey{}) {
+						if j := slices.Index(x.events, false); j >= 0 && !(k < m.popped()) {
+							x.events[j] = true
+							tr.Confirm(handles[k])
+						}
+					} else if n := len(x.events); n > 0 {
 						j := int(op/5) % n
-						m.txns[k].events[j] = true
+						x.events[j] = true
 						tr.ConfirmItem(handles[k], j)
 					}
 				}
