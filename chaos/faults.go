@@ -12,6 +12,7 @@ import (
 
 	"github.com/cdc-router/cdc-router/chaos/check"
 	"github.com/cdc-router/cdc-router/chaos/gen"
+	"github.com/cdc-router/cdc-router/internal/cdc"
 )
 
 // inject applies the faults at their times, one after another (a fault that is late starts at once). A
@@ -199,11 +200,38 @@ func (w *world) publicationGap(d time.Duration) string {
 	if _, err := c.Exec(ctx, `ALTER PUBLICATION cdc_router_outbox DROP TABLE public.outbox`); err != nil {
 		return err.Error()
 	}
-	time.Sleep(d)
+	began := time.Now()
+	w.writeInGap(ctx, c)
+	time.Sleep(d - time.Since(began))
 	if _, err := c.Exec(ctx, `ALTER PUBLICATION cdc_router_outbox ADD TABLE public.outbox`); err != nil {
 		return err.Error()
 	}
 	return ""
+}
+
+// writeInGap commits two rows of public.outbox (one aggregate of its own, versions 1 and 2) while the table
+// is out of the publication, whatever the writers do then: under load the faults run late, a gap may come
+// after the writers stopped, and a gap without rows cannot tell a router that never notices one (the
+// mutant gap-check-off passed every CI seed so) from one that does. Only the gap's backfill can publish them.
+func (w *world) writeInGap(ctx context.Context, c *pgx.Conn) {
+	agg := fmt.Sprintf("gap%d", w.nextInflight())
+	rows := []check.Row{{ID: uuid(), Table: "public.outbox", Aggregate: "order/" + agg, Version: 1, Op: gen.FaultPubGap},
+		{ID: uuid(), Table: "public.outbox", Aggregate: "order/" + agg, Version: 2, Op: gen.FaultPubGap}}
+	_, err := c.Exec(ctx, `INSERT INTO public.outbox (id, aggregate_type, aggregate_id, aggregate_version, event_type, payload, headers)
+		VALUES ($1::uuid, 'order', $3, 1, 'created', $4::jsonb, '{}'::jsonb), ($2::uuid, 'order', $3, 2, 'created', $5::jsonb, '{}'::jsonb)`,
+		rows[0].ID, rows[1].ID, agg, fmt.Sprintf(`{"token": %q, "v": 1}`, w.token), fmt.Sprintf(`{"token": %q, "v": 2}`, w.token))
+	now := time.Now()
+	var after cdc.LSN
+	if err == nil {
+		var s string
+		if c.QueryRow(ctx, `SELECT pg_current_wal_lsn()::text`).Scan(&s) == nil {
+			after, _ = cdc.ParseLSN(s)
+		}
+	}
+	for i := range rows {
+		rows[i].Committed, rows[i].LSNAfter, rows[i].Unknown = now, after, err != nil
+	}
+	w.addInflightRows(rows)
 }
 
 func lastLine(s string) string {
