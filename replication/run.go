@@ -192,7 +192,7 @@ func runOnce(ctx context.Context, cfg Config, dial Dialer, log *slog.Logger, sta
 	if err != nil {
 		return false, err
 	}
-	defer cfg.Fence.end() // before the publisher's close: nothing is written once the run returns
+	defer cfg.Fence.end() // after the publisher's close (a later defer): no write goes once the run has returned
 	defer func() {
 		cctx, cancel := stop.closeContext()
 		conn.Close(cctx)
