@@ -214,7 +214,7 @@ func (w *world) publicationGap(d time.Duration) string {
 // after the writers stopped, and a gap without rows cannot tell a router that never notices one (the
 // mutant gap-check-off passed every CI seed so) from one that does. Only the gap's backfill can publish them.
 func (w *world) writeInGap(ctx context.Context, c *pgx.Conn) {
-	agg := fmt.Sprintf("gap%d", w.nextInflight())
+	agg := fmt.Sprintf("gap%d-rows", w.nextInflight())
 	rows := []check.Row{{ID: uuid(), Table: "public.outbox", Aggregate: "order/" + agg, Version: 1, Op: gen.FaultPubGap},
 		{ID: uuid(), Table: "public.outbox", Aggregate: "order/" + agg, Version: 2, Op: gen.FaultPubGap}}
 	_, err := c.Exec(ctx, `INSERT INTO public.outbox (id, aggregate_type, aggregate_id, aggregate_version, event_type, payload, headers)

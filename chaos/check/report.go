@@ -93,7 +93,8 @@ func Coverage(h *History) map[string]int {
 	}
 	txns := map[string]bool{}
 	for _, r := range h.Rows {
-		key := fmt.Sprintf("%s/%d/%s", r.Op, r.Txn, r.Aggregate[:strings.IndexByte(r.Aggregate, '-')])
+		writer, _, _ := strings.Cut(r.Aggregate, "-") // the writer's prefix, w<n>; the whole name when it has none
+		key := fmt.Sprintf("%s/%d/%s", r.Op, r.Txn, writer)
 		if !txns[key] {
 			txns[key] = true
 			c["op:"+string(r.Op)]++
