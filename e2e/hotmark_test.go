@@ -100,7 +100,9 @@ func TestHotAggregateDuplicatesPerFaultAreBounded(t *testing.T) {
 		coldRepeats int // of them, of one-event aggregates
 	}
 	var faults []fault
-	next, atFault := time.Now().Add(every), 0
+	// The first fault comes at once, with most of the hot aggregate still behind: on a fast machine it drains
+	// within a few seconds.
+	next, atFault := time.Now(), 0
 	deadline = time.Now().Add(10*time.Minute + time.Duration(rows/1000)*every)
 	for {
 		hotSeen, coldSeen, coldDeliveries, all := count()
@@ -157,8 +159,8 @@ func TestHotAggregateDuplicatesPerFaultAreBounded(t *testing.T) {
 	t.Logf("%d events (%d of one hot aggregate), faults %v: %d deliveries, %d duplicates (%d per fault), %d of them "+
 		"of one-event aggregates (%d per fault); duplicates per fault by kind: %v", rows, hot, len(faults), all, dups,
 		dups/n, coldDeliveries-cold, (coldDeliveries-cold)/n, perKind)
-	if len(faults) < 2 {
-		t.Fatalf("only %d faults while the hot aggregate drained: the test measured nothing", len(faults))
+	if len(faults) == 0 {
+		t.Fatalf("no fault while the hot aggregate drained: the test measured nothing")
 	}
 	if repeats := coldDeliveries - cold; repeats > len(faults)*window {
 		t.Errorf("%d deliveries again of one-event aggregates confirmed before the faults, over %d faults: want at most "+
