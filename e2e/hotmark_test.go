@@ -183,7 +183,7 @@ func TestHotAggregateDuplicatesPerFaultAreBounded(t *testing.T) {
 // it was delivered. Before, the next session started before the transaction, whose progress mark had ended
 // with it, and delivered all of it again.
 func TestPostgresFailureAfterTheLastConfirmDoesNotRepublish(t *testing.T) {
-	const n = 2000
+	const n = 1000
 	e := newStreamEnv(t)
 	c := e.consume(e.queue)
 	proxy, viaProxy := e.pgProxy()
