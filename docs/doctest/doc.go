@@ -3,7 +3,7 @@
 // against a PostgreSQL cluster of the page's own (a database app owned by app_owner, as the docs' URLs say)
 // and a RabbitMQ vhost of the page's own on the machine's broker. Only hosts, ports and broker credentials
 // are adapted: `@db:5432` becomes the page's cluster, `amqp://…@rabbitmq:5672/` (or `mq`) the page's vhost
-// as guest, `/etc/cdc-router/` a folder of the page's working directory. `cdc-router run` is started in the
+// on the test broker (CDC_ROUTER_TEST_AMQP_URL, its credentials), `/etc/cdc-router/` a folder of the page's working directory. `cdc-router run` is started in the
 // background and waited for until it streams; it is stopped when the next one starts and at the end of the
 // page. TestDocsLinks checks that every relative link and anchor in them resolves, TestCodeNamesDocsThatExist
 // that every docs/<page>.md#<anchor> a message of the code names exists, and TestDocsNameOnlyMetricsThatExist

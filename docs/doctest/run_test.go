@@ -3,6 +3,7 @@ package doctest
 import (
 	"context"
 	"fmt"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -98,8 +99,13 @@ func runPage(t *testing.T, root, router, programBin, rel string, blocks []block)
 	}
 	admin.Close(ctx)
 
-	testenv.AMQPURL(t)
+	broker, err := url.Parse(testenv.AMQPURL(t))
+	if err != nil {
+		t.Fatal(err)
+	}
 	vhost := testenv.Name(t)
+	broker.Path = "/" + vhost
+	amqpURL := broker.String()
 	ctl := func(args ...string) {
 		if out, err := testenv.Rabbitmqctl(t, args...).CombinedOutput(); err != nil {
 			t.Fatalf("rabbitmqctl %s: %v\n%s", strings.Join(args, " "), err, out)
@@ -122,7 +128,7 @@ func runPage(t *testing.T, root, router, programBin, rel string, blocks []block)
 		t.Fatal(err)
 	}
 
-	rw := rewriter(pg.Port, "amqp://guest:guest@127.0.0.1:5672/"+vhost, work)
+	rw := rewriter(pg.Port, amqpURL, work)
 	script := prelude + pageScript(blocks, rw)
 	if err := os.WriteFile(filepath.Join(work, "page.sh"), []byte(script), 0o644); err != nil {
 		t.Fatal(err)
@@ -140,7 +146,7 @@ func runPage(t *testing.T, root, router, programBin, rel string, blocks []block)
 	cmd.Env = append(cleanEnv(),
 		"PATH="+bin+":"+pgBin+":"+os.Getenv("PATH"),
 		"PGHOST=127.0.0.1", "PGPORT="+strconv.Itoa(pg.Port), "PGUSER=postgres", "PGDATABASE=app",
-		"DOCS_WORKDIR="+work, "DOCS_PROGRAMS="+programBin, "DOCS_VHOST="+vhost, "DOCS_AMQP_URL=amqp://guest:guest@127.0.0.1:5672/"+vhost)
+		"DOCS_WORKDIR="+work, "DOCS_PROGRAMS="+programBin, "DOCS_RABBITMQCTL="+testenv.Rabbitmqctl(t).Path, "DOCS_VHOST="+vhost, "DOCS_AMQP_URL="+amqpURL)
 	// Output goes to a file, not a pipe: what the page leaves running in the background keeps a pipe open,
 	// and a file lets Run return when bash does. The group is killed right after, and at cleanup.
 	outPath := filepath.Join(work, "page.out")
@@ -350,10 +356,10 @@ docs_until_sql() {
 docs_until_queue() { # QUEUE N: wait until queue QUEUE of the page's vhost holds N messages
 	local i
 	for i in $(seq 30); do
-		if rabbitmqctl list_queues -q -p "$DOCS_VHOST" name messages | grep -qE "^$1\s+$2\$"; then return 0; fi
+		if "$DOCS_RABBITMQCTL" list_queues -q -p "$DOCS_VHOST" name messages | grep -qE "^$1\s+$2\$"; then return 0; fi
 		sleep 1
 	done
-	echo "docs-test: queue $1 does not hold $2 messages within 30 s:"; rabbitmqctl list_queues -q -p "$DOCS_VHOST" name messages
+	echo "docs-test: queue $1 does not hold $2 messages within 30 s:"; "$DOCS_RABBITMQCTL" list_queues -q -p "$DOCS_VHOST" name messages
 	return 1
 }
 docs_readme_setup() { # README's "Use it with your database" steps 1 and 2 (migrate with these arguments), then step 3's URLs exported
