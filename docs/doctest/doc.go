@@ -1,13 +1,15 @@
 // Package doctest runs the documentation as a reader would paste it. TestDocsRunAsWritten extracts every
 // shell and SQL block of README.md and docs/**/*.md and runs them in order, one bash session per page,
 // against a PostgreSQL cluster of the page's own (a database app owned by app_owner, as the docs' URLs say)
-// and a RabbitMQ vhost of the page's own on the machine's broker. Only hosts, ports and broker credentials
-// are adapted: `@db:5432` becomes the page's cluster, `amqp://…@rabbitmq:5672/` (or `mq`) the page's vhost
-// on the test broker (CDC_ROUTER_TEST_AMQP_URL, its credentials), `/etc/cdc-router/` a folder of the page's working directory. `cdc-router run` is started in the
-// background and waited for until it streams; it is stopped when the next one starts and at the end of the
-// page. TestDocsLinks checks that every relative link and anchor in them resolves, TestCodeNamesDocsThatExist
-// that every docs/<page>.md#<anchor> a message of the code names exists, and TestDocsNameOnlyMetricsThatExist
-// that every cdc_router_* metric name in them and in deploy/ is one the code defines.
+// and a RabbitMQ vhost of the page's own on the test broker (CDC_ROUTER_TEST_AMQP_URL). Only hosts, ports
+// and broker credentials are adapted: `@db:5432` becomes the page's cluster, `amqp://…@rabbitmq:5672/` (or
+// `mq`) the page's vhost with the test broker's credentials, `/etc/cdc-router/` a folder of the page's
+// working directory. `cdc-router run` is started in the background and waited for until it streams; it is
+// stopped when the next one starts and at the end of the page. TestDocsLinks checks that every relative
+// link and anchor in them resolves, TestCodeNamesDocsThatExist that every docs/<page>.md#<anchor> a message
+// of the code names exists, TestDocsNameOnlyMetricsThatExist that every cdc_router_* metric name in them and
+// in deploy/ is one the code defines, and TestReferenceListsEveryFlag that docs/reference.md's flag table
+// matches the commands' --help.
 //
 // An HTML comment right before a block (blank lines between are allowed) says what the test does with it:
 //
