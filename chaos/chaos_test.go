@@ -29,9 +29,9 @@ var (
 
 // ciSeeds are the seeds the normal suite runs (make test, CI). Since 5 December 2026 (issue 36) they are
 // chosen so that the broker's nacks, returns and publication gaps each occur in at least two of them and
-// every mutant of chaos/mutants.sh (make mutants) is killed: nacks of the full queue (107, 5500, 5759) and
-// of a queue-length policy (19940), returns of an unbound per-topic exchange (5500, 19940), publication gaps
-// with their backfills (5500, 5759). Together they also cover the partitioned outbox with attach, detach
+// every mutant of chaos/mutants.sh (make mutants) is killed: nacks of the full queue (107, 5500, 5759; 19940
+// sets a queue-length policy, whose nacks depend on the timing), returns of an unbound per-topic exchange
+// (5500, 19940), publication gaps with their backfills (5500, 5759). Together they also cover the partitioned outbox with attach, detach
 // and drop (107, 5759), initial snapshots (107, 5759, 19940), emitted events and forged ones (107, 5759),
 // a reset with transactions in flight and a column drift (107), a key retirement with transactions in
 // flight (5759), the mapped table with its exchange deleted and unbound (5500, 19940), the harness's own
