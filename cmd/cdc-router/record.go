@@ -52,10 +52,9 @@ func keepRecord(ctx context.Context, s *settings, f runFlags, r router, stats *m
 		exit.Store(&err)
 		stop()
 		bound := finalWriteBound
-		select {
-		case at := <-asked:
+		if ctx.Err() != nil { // the stop was asked for: AfterFunc notes when, if it has not yet
+			at := <-asked
 			bound = min(bound, *f.shutdown-time.Since(at))
-		default:
 		}
 		t := time.NewTimer(max(bound, 0))
 		defer t.Stop()
