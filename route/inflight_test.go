@@ -55,18 +55,43 @@ func bigEvent(agg string, i, n int) cdc.Event {
 	return ev
 }
 
-// TestByteWindowBoundsInflight: 48 events of 1 MiB over 4 lanes with MaxInflightBytes of 4 MiB: the bytes
-// held never pass the bound (sampled by the budget itself, at every acquire), the window is used (more
-// than one event in flight), and everything is released once confirmed.
+// TestByteWindowBoundsInflight: 48 events of 1 MiB over 4 lanes with MaxInflightBytes of 4 MiB, published
+// while the broker's connection is paused, so that nothing is confirmed until the bytes held reach the
+// bound: the bytes held never pass it (sampled by the budget itself, at every acquire), the window is used
+// (more than one event in flight), and everything is released once confirmed. (Without the pause a broker
+// that confirms each 1 MiB message before the next is built leaves one in flight at a time: a CI run.)
 func TestByteWindowBoundsInflight(t *testing.T) {
 	b := newBroker(t)
-	cfg := b.config("")
+	p := b.proxy()
+	cfg := b.config(b.viaProxy(p))
 	cfg.MaxInflightBytes = 4 << 20
 	r := b.dial(cfg)
 	b.queue("#", nil)
 	c := newCounter()
-	for i := range 48 {
-		publishAll(t, r, c, bigEvent(fmt.Sprint(i%8), i, 1<<20))
+	p.Pause()
+	published := make(chan error, 1)
+	go func() {
+		for i := range 48 {
+			ev := bigEvent(fmt.Sprint(i%8), i, 1<<20)
+			if err := r.Publish(context.Background(), ev, c.done(ev.ID)); err != nil {
+				published <- fmt.Errorf("Publish %s: %w", ev.ID, err)
+				return
+			}
+		}
+		published <- nil
+	}()
+	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		if used, _ := r.bytes.usage(); used >= 2<<20 {
+			break
+		}
+		if time.Now().After(deadline) {
+			used, _ := r.bytes.usage()
+			t.Fatalf("with the broker paused, %d bytes in flight after 20 s, want 2 MiB or more", used)
+		}
+	}
+	p.Resume()
+	if err := <-published; err != nil {
+		t.Fatal(err)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
