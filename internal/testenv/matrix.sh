@@ -4,7 +4,7 @@
 # (both cached in ${CDC_ROUTER_CACHE:-/var/cache/cdc-router}, so only the first run fetches).
 #
 #   matrix.sh core   the core end-to-end tests (kill/restart, SIGTERM, broker cut, snapshot boundary,
-#                    refusals, quorum queues, partitioned outbox, generated columns, emitted events' authentication, reset's wait for transactions in flight and the docs'
+#                    refusals, quorum queues, partitioned outbox, generated columns, a paused router's takeover, emitted events' authentication, reset's wait for transactions in flight and the docs'
 #                    setup SQL) on PostgreSQL 14 and 18 (MATRIX_PG="14 17 18" adds 17), each against RabbitMQ 4.0;
 #                    what CI runs after `make test` (`make test-matrix`), about 8 minutes here
 #   matrix.sh full   the whole e2e suite on PostgreSQL 14, 15, 16, 17 and 18 with the machine's
@@ -30,6 +30,7 @@ groups=(
   "stream, quorum queues=TestEveryEventArrivesInOrderWithItsProperties|TestQuorumQueueConsumerGetsEveryEvent"
   "partitioned outbox=TestPartitionedInitialSnapshotAndStream|TestPartitionedAttachAndDropWhileStreaming|TestPartitionedPublicationWithoutViaRootIsRefused"
   "generated columns=TestGeneratedColumnRefusedBeforePostgres18|TestGeneratedColumnOnPostgres18"
+  "paused router=TestPausedRouter"
   "emitted events, docs SQL=TestOnlyAuthorisedWritersPublishEmittedEvents|TestResetWaitsForTransactionsInFlight|TestMessagePrefixWithoutEmitKeyIsRefused|TestDocumentedSetupSQLRuns|TestDocumentedBrokerPermissions|TestEmitFunctionHardening|TestMessageFloodIsQuarantinedInBursts|TestEmitKeyRetirementWaitsForOpenAndPreparedTransactions|TestForgedMessagesOfTwoTransactionsAreBothStored"
 )
 core_regex() {
