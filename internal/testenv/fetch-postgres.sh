@@ -53,8 +53,12 @@ if [ -f "$native/pg-symlinks.json" ]; then
     }' "$work/package"
 fi
 chmod -R a+rX "$native"
-rm -rf "$dest"
-mv "$native" "$dest"
-touch "$dest/.verified"
+touch "$native/.verified"
+# Another run may have unpacked the same version meanwhile (make test's two lanes fetch side by side): its
+# copy, verified and perhaps in use, stays. A copy without .verified is a broken earlier attempt.
+if ! mv -T "$native" "$dest" 2>/dev/null && [ ! -f "$dest/.verified" ]; then
+  rm -rf "$dest"
+  mv -T "$native" "$dest"
+fi
 chmod a+rx "$cache" "$(dirname "$cache")" 2>/dev/null || true
 echo "$dest/bin"
