@@ -24,7 +24,7 @@ var routerTables = []struct {
 }
 
 // checkRouterSchema refuses a router schema that lacks a table, that predates the quarantine columns of
-// 005 (a quarantine write would then fail at the first bad row) or the position marks of 010 and 017, or whose
+// 005 (a quarantine write would then fail at the first bad row) or the position marks of 010 and 017 or the refusal record of 018, or whose
 // recorded version is not the one this binary knows (CheckSchemaVersion). It returns the tables' oids by name.
 func checkRouterSchema(ctx context.Context, conn *pgx.Conn, cfg Config) (map[string]uint32, error) {
 	oids := map[string]uint32{}
@@ -69,6 +69,17 @@ func checkRouterSchema(ctx context.Context, conn *pgx.Conn, cfg Config) (map[str
 	if !current {
 		return nil, problemf("the router's table %s.positions predates this version (it lacks the mark columns of "+
 			"migrations 010 and 017, which record progress inside a transaction): run `cdc-router migrate`", cfg.Schema)
+	}
+	err = conn.QueryRow(ctx, `SELECT count(*) = 10 FROM pg_attribute WHERE attrelid = $1 AND NOT attisdropped
+		AND attname IN ('refusal_until', 'refusal_commit_lsn', 'refusal_lsn', 'refusal_ordinal', 'refusal_event_id',
+			'refusal_strikes', 'refusal_first', 'refusal_last', 'refusal_reason', 'refusal_settles')`,
+		oids["positions"]).Scan(&current)
+	if err != nil {
+		return nil, fmt.Errorf("read positions columns: %w", err)
+	}
+	if !current {
+		return nil, problemf("the router's table %s.positions predates this version (it lacks the refusal columns of "+
+			"migration 018, which keep the safety net's strikes with the slot): run `cdc-router migrate`", cfg.Schema)
 	}
 	return oids, nil
 }
