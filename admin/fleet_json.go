@@ -67,6 +67,8 @@ type processJSON struct {
 	HeartbeatAgeSeconds *float64 `json:"heartbeat_age_seconds"`
 	StoppedAt           *string  `json:"stopped_at"`
 	LastError           *string  `json:"last_error"`
+	WindowLimit         *int     `json:"window_limit"`    // the in-flight limit at its last heartbeat; null while it does not publish
+	InFlightEvents      *int     `json:"inflight_events"` // its events not yet confirmed then
 }
 
 // MarshalJSON writes the fleet in the documented schema (FleetSchemaVersion).
@@ -114,6 +116,9 @@ func (f FleetReport) MarshalJSON() ([]byte, error) {
 			}
 			if p.LastError != "" {
 				pj.LastError = ptr(p.LastError)
+			}
+			if pub := p.Publishing; pub != nil && p.Live(f.Now) {
+				pj.WindowLimit, pj.InFlightEvents = ptr(pub.WindowLimit), ptr(pub.InFlight)
 			}
 			sj.Processes = append(sj.Processes, pj)
 		}

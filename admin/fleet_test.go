@@ -59,6 +59,9 @@ func TestFleetShowsEverySlotAndRecord(t *testing.T) {
 		map[string]string{}, "host-c", 303, "5 minutes", true, "broker refused the credentials")
 	run(record, gone, "d/4/1", "streaming", "gone_pub", []string{"public.outbox"}, map[string]string{}, "",
 		map[string]string{}, "host-d", 404, "10 minutes", false, "")
+	// The publishing of the streaming process (migration 019), and of a process not heard from for 10
+	// minutes: shown for the live one only.
+	run(`UPDATE cdc_router.routers SET window_limit = 37, inflight_events = 5 WHERE instance IN ('a/1/1', 'd/4/1')`)
 	run(`INSERT INTO cdc_router.quarantine (slot, lsn, row_key, table_name, reason, handled_at) VALUES
 		($1, '0/1', '', 'public.outbox', 'bad', NULL), ($1, '0/2', '', 'public.outbox', 'bad', now()),
 		('backfill:b1', '0/3', '', 'public.outbox', 'bad', NULL)`, live)
@@ -82,7 +85,7 @@ func TestFleetShowsEverySlotAndRecord(t *testing.T) {
 		t.Fatalf("%d slot blocks (%v), want 4 without the test_decoding slot", len(blocks), blocks)
 	}
 	for slot, want := range map[string][]string{
-		live: {"router:           streaming", "processes:        host-a pid 101, streaming, heard 2 s ago, version v1.2.3",
+		live: {"router:           streaming", "processes:        host-a pid 101, streaming, heard 2 s ago, 5 events unconfirmed of an in-flight limit of 37, version v1.2.3",
 			"host-b pid 202, standby, heard 3 s ago", "publication:      orders_pub", "tables:           public.outbox, billing.outbox",
 			"message prefix:   app.events", "shard:            1/2", "mapped tables:    billing.outbox", "slot active:      no",
 			"quarantined rows: 1 not handled (2 in all)", "snapshot:         initial:" + live + " interrupted, 5/10 rows",
@@ -98,6 +101,9 @@ func TestFleetShowsEverySlotAndRecord(t *testing.T) {
 				t.Errorf("the block of %s lacks %q:\n%s", slot, w, blocks[slot])
 			}
 		}
+	}
+	if strings.Contains(blocks[gone], "in-flight limit") {
+		t.Errorf("the publishing of a process not heard from for 10 minutes is shown:\n%s", blocks[gone])
 	}
 	if strings.Contains(blocks[bare], "publication:") || strings.Contains(blocks[gone], "slot active:") {
 		t.Errorf("a fact shown that does not apply:\n%s\n\n%s", blocks[bare], blocks[gone])
@@ -154,8 +160,20 @@ func TestFleetShowsEverySlotAndRecord(t *testing.T) {
 		t.Errorf("%s: jobs %v, want the initial snapshot", live, j)
 	}
 	p := bySlot[gone]["processes"].([]any)[0].(map[string]any)
-	if p["live"] != false || p["stopped_at"] != nil || p["heartbeat_age_seconds"].(float64) < 590 {
-		t.Errorf("%s: process %v, want not live, not stopped, 10 minutes silent", gone, p)
+	if p["live"] != false || p["stopped_at"] != nil || p["heartbeat_age_seconds"].(float64) < 590 || p["window_limit"] != nil {
+		t.Errorf("%s: process %v, want not live, not stopped, 10 minutes silent, no window_limit", gone, p)
+	}
+	for _, x := range s["processes"].([]any) {
+		p := x.(map[string]any)
+		want := map[string]any{"window_limit": nil, "inflight_events": nil}
+		if p["instance"] == "a/1/1" {
+			want = map[string]any{"window_limit": 37.0, "inflight_events": 5.0}
+		}
+		for k, v := range want {
+			if p[k] != v {
+				t.Errorf("%s: process %v: %s = %#v, want %#v", live, p["instance"], k, p[k], v)
+			}
+		}
 	}
 	for _, key := range []string{"processes", "tables", "mapped_tables", "jobs", "settings_differ"} {
 		if l, ok := bySlot[bare][key].([]any); !ok || len(l) != 0 {

@@ -95,6 +95,9 @@ func processLine(p registry.Record, now time.Time) string {
 	switch {
 	case p.Live(now):
 		line += fmt.Sprintf("%s, heard %s ago", p.Role, HumanDuration(now.Sub(p.HeartbeatAt)))
+		if pub := p.Publishing; pub != nil {
+			line += fmt.Sprintf(", %d events unconfirmed of an in-flight limit of %d", pub.InFlight, pub.WindowLimit)
+		}
 	case p.StoppedAt != nil:
 		line += "stopped at " + rfc3339(*p.StoppedAt)
 	case p.HeartbeatAt.IsZero():

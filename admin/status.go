@@ -15,6 +15,7 @@ import (
 	"github.com/cdc-router/cdc-router/offsets"
 	"github.com/cdc-router/cdc-router/pgserver"
 	"github.com/cdc-router/cdc-router/pubcheck"
+	"github.com/cdc-router/cdc-router/registry"
 	"github.com/cdc-router/cdc-router/snapshot"
 )
 
@@ -59,6 +60,11 @@ type Report struct {
 	// Gaps are the publication gaps recorded for the slot whose backfill has not run: its router refuses
 	// to start until it has (docs/operations.md#publication-gaps).
 	Gaps []pubcheck.RecordedGap
+
+	// Publishing is what the slot's live router publishes now, as its record says (registry.Publishing: the
+	// in-flight limit and the events not yet confirmed, at its last heartbeat); nil while none publishes or
+	// its router does not record it (a version before migration 019).
+	Publishing *registry.Publishing
 
 	// Publication is the publication the pending events were counted with (the shard's with Shard).
 	Publication string
@@ -122,6 +128,13 @@ func Status(ctx context.Context, conn *pgx.Conn, slot, schema string) (Report, e
 	}
 	if r.Gaps, err = pubcheck.RecordedGaps(ctx, conn, schema, slot); err != nil {
 		return r, err
+	}
+	// The record is shown when it can be read: a schema before 015 has none, and its absence changes no
+	// other fact of the report (pg.router and status of the fleet name migrate for it).
+	if rec, ok, err := registry.Of(ctx, conn, schema, slot); err == nil && ok && rec.Publishing != nil {
+		if now, err := registry.Now(ctx, conn); err == nil && rec.Live(now) {
+			r.Publishing = rec.Publishing
+		}
 	}
 	all, err := snapshot.NewJobs(conn, schema).All(ctx)
 	if err != nil {
@@ -190,6 +203,10 @@ func (r Report) String() string {
 			s += fmt.Sprintf("                  inside transaction %s (xid %d): %d of its events are confirmed and "+
 				"are not published again (all of its first %d)\n", m.Key.CommitLSN, m.Key.Xid, m.Confirmed(), m.Done)
 		}
+	}
+	if p := r.Publishing; p != nil {
+		s += fmt.Sprintf("publishing:       %d events unconfirmed, in-flight limit %d (summed over the lanes; "+
+			"cdc_router_window_limit), at the router's last heartbeat\n", p.InFlight, p.WindowLimit)
 	}
 	s += fmt.Sprintf("quarantined rows: %d (%d handled, %d not handled)\n", r.Quarantined, r.Handled,
 		r.Quarantined-r.Handled)

@@ -5,7 +5,7 @@ import (
 	"time"
 )
 
-// StatusSchemaVersion is the version of `cdc-router status --json`'s schema (docs/operations.md). Fields
+// StatusSchemaVersion is the version of `cdc-router status --json`'s schema (docs/reference.md#status---json). Fields
 // are only ever added within a version; a removal or a change of meaning makes a new version.
 const StatusSchemaVersion = 1
 
@@ -37,6 +37,8 @@ type statusJSON struct {
 	Shard             *string        `json:"shard"`
 	Shards            []shardJSON    `json:"shards"`
 	InFlight          []inFlightJSON `json:"transactions_in_flight"`
+	WindowLimit       *int           `json:"window_limit"`    // the live router's in-flight limit at its last heartbeat
+	InFlightEvents    *int           `json:"inflight_events"` // its events not yet confirmed then
 }
 
 // inFlightJSON is a transaction of the database, open with a transaction ID or prepared, that may still
@@ -151,6 +153,9 @@ func (r Report) MarshalJSON() ([]byte, error) {
 		if r.LagTimeKnown {
 			j.LagSeconds = ptr(r.LagTime.Seconds())
 		}
+	}
+	if p := r.Publishing; p != nil {
+		j.WindowLimit, j.InFlightEvents = ptr(p.WindowLimit), ptr(p.InFlight)
 	}
 	if r.Stored != nil {
 		j.StoredPosition = &storedJSON{LSN: r.Stored.LSN.String(), SystemID: r.Stored.SystemID, Timeline: r.Stored.Timeline,

@@ -62,14 +62,6 @@ func (w *world) inject(start time.Time, faults []gen.Step, bg *sync.WaitGroup) {
 			w.exchangeFault(f, bg)
 			continue
 		}
-		if f.Kind == gen.FaultPause {
-			w.rec.Event(w.pauseFault(f))
-			continue
-		}
-		if f.Kind == gen.OpHot {
-			w.hotTransaction(f)
-			continue
-		}
 		if w.plan.Setup.Standby && (f.Kind == gen.FaultKill || f.Kind == gen.FaultTerm || f.Kind == gen.FaultPGCutActive) {
 			w.rec.Event(w.takeoverFault(f))
 			continue

@@ -19,19 +19,37 @@ import (
 func TestStatusJSON(t *testing.T) {
 	e := newStreamEnv(t)
 	c := e.consume(e.queue)
-	r := e.startStreaming("--http-addr", freeAddr(t))
+	r := e.startStreaming("--http-addr", freeAddr(t), "--lanes", "2", "--window", "8")
 	w := newWriter(t, e.pgURL, 5)
 	w.write(20, 5, 0)
 	c.waitFor(t, w.rows, 30*time.Second)
 	time.Sleep(1500 * time.Millisecond) // the stored position is written about once a second
 
-	out, code := e.cli("status", "--json", "--slot", e.slot)
-	if code != 0 {
-		t.Fatalf("status --json: exit %d\n%s", code, out)
-	}
+	// The router's in-flight limit (2 lanes of 8) is in its record from its first heartbeat as a
+	// streaming router (a role change is written at once; the publishing is refreshed every 10 s).
+	var out string
 	var got map[string]any
-	if err := json.Unmarshal([]byte(out), &got); err != nil {
-		t.Fatalf("status --json is not one JSON object: %v\n%s", err, out)
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		var code int
+		out, code = e.cli("status", "--json", "--slot", e.slot)
+		if code != 0 {
+			t.Fatalf("status --json: exit %d\n%s", code, out)
+		}
+		got = nil
+		if err := json.Unmarshal([]byte(out), &got); err != nil {
+			t.Fatalf("status --json is not one JSON object: %v\n%s", err, out)
+		}
+		if got["window_limit"] != nil || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+	// inflight_events is what was unconfirmed at the heartbeat, which may have come while the events were
+	// written: at most the limit.
+	if n, ok := got["inflight_events"].(float64); got["window_limit"] != float64(16) || !ok || n < 0 || n > 16 {
+		t.Errorf("window_limit = %#v and inflight_events = %#v, want 16 (--lanes 2 × --window 8) and 0 to 16\n%s",
+			got["window_limit"], got["inflight_events"], out)
 	}
 	for key, want := range map[string]any{"schema_version": float64(admin.StatusSchemaVersion), "slot": e.slot,
 		"slot_exists": true, "active": true, "router_running": true, "wal_status": "reserved", "slot_database": nil} {
@@ -82,6 +100,9 @@ func TestStatusJSON(t *testing.T) {
 	text, _ := e.cli("status", "--slot", e.slot)
 	if !regexp.MustCompile(`lag:\s+\d+(\.\d)? (B|KiB|MiB), (\d+(ms| s)|[0-9hms.]+) \(\d+ bytes\)`).MatchString(text) {
 		t.Errorf("status text has no lag in human units:\n%s", text)
+	}
+	if !regexp.MustCompile(`publishing:\s+\d+ events unconfirmed, in-flight limit 16 `).MatchString(text) {
+		t.Errorf("status text does not show the router's in-flight limit:\n%s", text)
 	}
 }
 

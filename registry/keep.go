@@ -23,7 +23,7 @@ import (
 // does not exist), at INFO when writes succeed again, and retried at the next beat; it never stops the
 // router. It returns when the final write is done.
 func Keep(ctx context.Context, connect func(context.Context) (*pgx.Conn, error), schema string, rec Record,
-	state func() (role string, lastErr error), log *slog.Logger) {
+	state func() State, log *slog.Logger) {
 	newKeeper(connect, schema, rec, state, log).run(ctx)
 }
 
@@ -32,17 +32,18 @@ type keeper struct {
 	connect func(context.Context) (*pgx.Conn, error)
 	schema  string
 	rec     Record
-	state   func() (string, error)
+	state   func() State
 	log     *slog.Logger
 	conn    *pgx.Conn
 	pruned  bool   // the slot's superseded records were deleted
 	failing string // the last failure logged (errKey), "" while writes succeed
+	old019  bool   // the table has no publishing columns (a schema migrated before 019): written without them
 
 	beat, poll, writeTimeout, stopTimeout time.Duration
 }
 
 func newKeeper(connect func(context.Context) (*pgx.Conn, error), schema string, rec Record,
-	state func() (string, error), log *slog.Logger) *keeper {
+	state func() State, log *slog.Logger) *keeper {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
@@ -79,16 +80,18 @@ func (k *keeper) run(ctx context.Context) {
 	}
 }
 
-// observe reads the router's role and last error into the record, and reports whether the role changed.
+// observe reads the router's role, last error and publishing into the record, and reports whether the
+// role changed.
 func (k *keeper) observe() bool {
-	role, err := k.state()
+	st := k.state()
+	role := st.Role
 	if role == "" {
 		role = metrics.StateStarting
 	}
 	changed := role != k.rec.Role
-	k.rec.Role, k.rec.LastError = role, ""
-	if err != nil {
-		k.rec.LastError = err.Error()
+	k.rec.Role, k.rec.LastError, k.rec.Publishing = role, "", st.Publishing
+	if st.Err != nil {
+		k.rec.LastError = st.Err.Error()
 	}
 	return changed
 }

@@ -57,6 +57,7 @@ type roleState struct {
 	mu   sync.Mutex
 	role string
 	err  error
+	pub  *Publishing
 }
 
 func (s *roleState) set(role string, err error) {
@@ -64,7 +65,17 @@ func (s *roleState) set(role string, err error) {
 	s.role, s.err = role, err
 	s.mu.Unlock()
 }
-func (s *roleState) get() (string, error) { s.mu.Lock(); defer s.mu.Unlock(); return s.role, s.err }
+func (s *roleState) get() State {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return State{Role: s.role, Err: s.err, Publishing: s.pub}
+}
+
+func (s *roleState) publishing(p *Publishing) {
+	s.mu.Lock()
+	s.pub = p
+	s.mu.Unlock()
+}
 
 // until polls cond every 50 ms for up to d and fails the test with what when it never holds.
 func until(t *testing.T, d time.Duration, what string, cond func() bool) time.Duration {
@@ -136,6 +147,27 @@ func TestKeepWritesTheRecordAndFollowsTheRole(t *testing.T) {
 	if took > 2*time.Second || got.LastError != "broker connection lost" {
 		t.Errorf("role change after %v (want within 2 s), last_error %q", took, got.LastError)
 	}
+	if got.Publishing != nil {
+		t.Errorf("publishing %+v recorded while the state reported none", *got.Publishing)
+	}
+
+	// What the router publishes is written with the role (at once on a change, else every beat) and read
+	// back; nil again once it stops publishing.
+	state.publishing(&Publishing{WindowLimit: 37, InFlight: 5})
+	state.set(metrics.StateSnapshot, nil)
+	until(t, 3*time.Second, "the publishing did not reach the row", func() bool {
+		got, _ = of(t, c, "orders")
+		return got.Publishing != nil
+	})
+	if *got.Publishing != (Publishing{WindowLimit: 37, InFlight: 5}) {
+		t.Errorf("publishing read back %+v, want limit 37 and 5 in flight", *got.Publishing)
+	}
+	state.publishing(nil)
+	state.set(metrics.StateStandby, nil)
+	until(t, 3*time.Second, "the publishing of a router that stopped publishing stayed in the row", func() bool {
+		got, _ = of(t, c, "orders")
+		return got.Role == metrics.StateStandby && got.Publishing == nil
+	})
 
 	cancel()
 	select {
@@ -160,7 +192,7 @@ func equal(a, b Record) bool {
 }
 
 // fastKeeper is a keeper with beats of 200 ms, logging into a buffer; run it with go k.run(ctx).
-func fastKeeper(url, slot string, state func() (string, error)) (*keeper, *testenv.Buffer) {
+func fastKeeper(url, slot string, state func() State) (*keeper, *testenv.Buffer) {
 	var out testenv.Buffer
 	k := newKeeper(connector(url), "cdc_router", Record{Slot: slot, Publication: "p", Tables: []string{"public.outbox"}},
 		state, slog.New(slog.NewTextHandler(&out, &slog.HandlerOptions{Level: slog.LevelInfo})))
@@ -175,7 +207,7 @@ func TestKeepWithoutRightsWarnsOnceNamingTheGrant(t *testing.T) {
 	url, c := migrated(t)
 	role := "router_" + testenv.Name(t)
 	exec(t, c, "CREATE ROLE "+role+" LOGIN; GRANT USAGE ON SCHEMA cdc_router TO "+role)
-	k, out := fastKeeper(strings.Replace(url, "postgres@", role+"@", 1), "s", func() (string, error) { return metrics.StateStandby, nil })
+	k, out := fastKeeper(strings.Replace(url, "postgres@", role+"@", 1), "s", func() State { return State{Role: metrics.StateStandby} })
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { k.run(ctx); close(done) }()
@@ -232,4 +264,31 @@ func TestKeepWithoutTheTableWritesOnceItExists(t *testing.T) {
 		t.Errorf("%d WARN and %d INFO lines, want 2 of each (no table, then the cut; written again after each):\n%s", w, i, log)
 	}
 	t.Logf("log:\n%s", log)
+}
+
+// TestKeepWritesARecordIntoATableBefore019: a routers table without the publishing columns (a schema
+// migrated before 019, the router upgraded first) still gets the record, role changes included, with one
+// WARN naming migrate; Of reads it as a record without publishing.
+func TestKeepWritesARecordIntoATableBefore019(t *testing.T) {
+	url, c := migrated(t)
+	exec(t, c, "ALTER TABLE cdc_router.routers DROP COLUMN window_limit, DROP COLUMN inflight_events")
+	state := &roleState{role: metrics.StateStreaming, pub: &Publishing{WindowLimit: 64, InFlight: 1}}
+	k, out := fastKeeper(url, "s", state.get)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { k.run(ctx); close(done) }()
+	until(t, 5*time.Second, "no record in a table before 019", func() bool { _, ok := of(t, c, "s"); return ok })
+	state.set(metrics.StateStandby, nil)
+	until(t, 3*time.Second, "the role change did not reach a table before 019", func() bool {
+		got, _ := of(t, c, "s")
+		return got.Role == metrics.StateStandby
+	})
+	cancel()
+	<-done
+	if got, _ := of(t, c, "s"); got.Publishing != nil {
+		t.Errorf("publishing %+v read from a table without its columns", *got.Publishing)
+	}
+	if n := strings.Count(out.String(), "level=WARN"); n != 1 || !strings.Contains(out.String(), "run `cdc-router migrate`") {
+		t.Errorf("want one WARN naming migrate, got:\n%s", out)
+	}
 }

@@ -13,7 +13,10 @@ import (
 // columns are the routers table's columns in the order scan reads them.
 const columns = `slot, instance, role, publication, tables, mappings, message_prefix, shard, exchange, settings,
 	coalesce(version, ''), coalesce(host, ''), coalesce(pid, 0), started_at, heartbeat_at, stopped_at,
-	coalesce(last_error, '')`
+	coalesce(last_error, ''), (to_jsonb(r) ->> 'window_limit')::int, (to_jsonb(r) ->> 'inflight_events')::int`
+
+// The publishing columns (migration 019) are read through to_jsonb(r), so that a table migrated before
+// them reads as a record without publishing instead of failing `status`.
 
 // List returns every record of the schema, newest first (by start, then by heartbeat).
 func List(ctx context.Context, conn *pgx.Conn, schema string) ([]Record, error) {
@@ -45,7 +48,7 @@ func Now(ctx context.Context, conn *pgx.Conn) (time.Time, error) {
 // read returns the records matching where, newest first, and the database's clock.
 func read(ctx context.Context, conn *pgx.Conn, schema, where string, args []any) ([]Record, time.Time, error) {
 	table := pgx.Identifier{schema, "routers"}.Sanitize()
-	rows, err := conn.Query(ctx, `SELECT `+columns+`, now() FROM `+table+` `+where+
+	rows, err := conn.Query(ctx, `SELECT `+columns+`, now() FROM `+table+` AS r `+where+
 		` ORDER BY started_at DESC NULLS LAST, heartbeat_at DESC NULLS LAST, slot, instance`, args...)
 	if err != nil {
 		return nil, time.Time{}, readErr(schema, err)
@@ -56,9 +59,10 @@ func read(ctx context.Context, conn *pgx.Conn, schema, where string, args []any)
 	for rows.Next() {
 		var r Record
 		var started, heartbeat *time.Time
+		var limit, inflight *int
 		err := rows.Scan(&r.Slot, &r.Instance, &r.Role, &r.Publication, &r.Tables, &r.Mappings, &r.MessagePrefix,
 			&r.Shard, &r.Exchange, &r.Settings, &r.Version, &r.Host, &r.PID, &started, &heartbeat, &r.StoppedAt,
-			&r.LastError, &now)
+			&r.LastError, &limit, &inflight, &now)
 		if err != nil {
 			return nil, time.Time{}, fmt.Errorf("read %s: %w", table, err)
 		}
@@ -67,6 +71,12 @@ func read(ctx context.Context, conn *pgx.Conn, schema, where string, args []any)
 		}
 		if heartbeat != nil {
 			r.HeartbeatAt = *heartbeat
+		}
+		if limit != nil {
+			r.Publishing = &Publishing{WindowLimit: *limit}
+			if inflight != nil {
+				r.Publishing.InFlight = *inflight
+			}
 		}
 		recs = append(recs, r)
 	}

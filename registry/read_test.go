@@ -85,7 +85,7 @@ func TestKeepDeletesOnlySupersededRecords(t *testing.T) {
 	insert(t, c, "s", "live", metrics.StateStreaming, "1 hour", "1 second", "")
 	insert(t, c, "s", "stale", metrics.StateStandby, "1 hour", "10 minutes", "")
 	insert(t, c, "other", "stopped", metrics.StateStopped, "1 hour", "1 hour", "1 hour")
-	k, _ := fastKeeper(url, "s", func() (string, error) { return metrics.StateStandby, nil })
+	k, _ := fastKeeper(url, "s", func() State { return State{Role: metrics.StateStandby} })
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { k.run(ctx); close(done) }()

@@ -31,6 +31,26 @@ type Record struct {
 	HeartbeatAt time.Time  // the database's clock at the record's last write
 	StoppedAt   *time.Time // nil while the process runs (or was last heard running)
 	LastError   string     // the error that caused the last restart, as the router reports it
+
+	// Publishing is what the process's publishing did at its last heartbeat; nil while it did not publish
+	// (starting, standing by, stopped) or for a router older than migration 019, which does not record it.
+	Publishing *Publishing
+}
+
+// Publishing is what a router's publishing does now, as its metrics say: its in-flight limit
+// (cdc_router_window_limit, the sum over its lanes, adapted to the confirm round trip with
+// --adaptive-window) and the events handed to the broker and not yet confirmed (cdc_router_inflight_events).
+type Publishing struct {
+	WindowLimit int
+	InFlight    int
+}
+
+// State is what a running process reports of itself at each poll: its role, the error that caused its
+// last restart, and its publishing (nil while it does not publish).
+type State struct {
+	Role       string
+	Err        error
+	Publishing *Publishing
 }
 
 // HeartbeatInterval is how often a running router refreshes its record.

@@ -10,13 +10,40 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 )
 
-// beatOrInsert refreshes the record's role, heartbeat and last error (and stopped_at when stopping), or,
-// when its row is not there, writes it whole. heartbeat_at and stopped_at are the database's clock.
+// beatOrInsert refreshes the record's role, heartbeat, last error and publishing (and stopped_at when
+// stopping), or, when its row is not there, writes it whole. heartbeat_at and stopped_at are the
+// database's clock. A table without the publishing columns (migrated before 019) is written without them,
+// once that is known, and logged once at WARN naming migrate: the record is never lost over them.
 func (k *keeper) beatOrInsert(ctx context.Context, stopping bool) error {
+	err := k.writeRecord(ctx, stopping)
+	var pgErr *pgconn.PgError
+	if err != nil && !k.old019 && errors.As(err, &pgErr) && pgErr.Code == "42703" { // undefined_column
+		k.old019 = true
+		k.log.Warn("the routers table has no columns window_limit and inflight_events (a schema migrated before this version): "+
+			"the record is kept without them, so `cdc-router status` does not show the in-flight limit; run `cdc-router migrate` to add them",
+			"table", k.table())
+		err = k.writeRecord(ctx, stopping)
+	}
+	return err
+}
+
+// writeRecord is beatOrInsert's one attempt, with the publishing columns unless the table lacks them.
+func (k *keeper) writeRecord(ctx context.Context, stopping bool) error {
 	r := k.rec
+	var limit, inflight *int
+	if p := r.Publishing; p != nil {
+		limit, inflight = &p.WindowLimit, &p.InFlight
+	}
+	set, args := ``, []any{r.Slot, r.Instance, r.Role, stopping, r.LastError}
+	publishingCols, publishingValues, publishingSet := `, window_limit, inflight_events`, `, $17, $18`,
+		`, window_limit = excluded.window_limit, inflight_events = excluded.inflight_events`
+	if k.old019 {
+		publishingCols, publishingValues, publishingSet = ``, ``, ``
+	} else {
+		set, args = `, window_limit = $6, inflight_events = $7`, append(args, limit, inflight)
+	}
 	tag, err := k.conn.Exec(ctx, `UPDATE `+k.table()+` SET role = $3, heartbeat_at = now(),
-		stopped_at = CASE WHEN $4 THEN now() END, last_error = nullif($5, '') WHERE slot = $1 AND instance = $2`,
-		r.Slot, r.Instance, r.Role, stopping, r.LastError)
+		stopped_at = CASE WHEN $4 THEN now() END, last_error = nullif($5, '')`+set+` WHERE slot = $1 AND instance = $2`, args...)
 	if err != nil || tag.RowsAffected() == 1 {
 		return err
 	}
@@ -27,17 +54,20 @@ func (k *keeper) beatOrInsert(ctx context.Context, stopping bool) error {
 	if settings == nil {
 		settings = map[string]string{}
 	}
+	args = []any{r.Slot, r.Instance, r.Role, r.Publication, r.Tables, mappings, r.MessagePrefix, r.Shard, r.Exchange, settings,
+		r.Version, r.Host, r.PID, r.StartedAt, stopping, r.LastError}
+	if !k.old019 {
+		args = append(args, limit, inflight)
+	}
 	_, err = k.conn.Exec(ctx, `INSERT INTO `+k.table()+` AS r (slot, instance, role, publication, tables, mappings,
-			message_prefix, shard, exchange, settings, version, host, pid, started_at, heartbeat_at, stopped_at, last_error)
+			message_prefix, shard, exchange, settings, version, host, pid, started_at, heartbeat_at, stopped_at, last_error`+publishingCols+`)
 		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, nullif($11, ''), nullif($12, ''), $13, $14, now(),
-			CASE WHEN $15 THEN now() END, nullif($16, ''))
+			CASE WHEN $15 THEN now() END, nullif($16, '')`+publishingValues+`)
 		ON CONFLICT (slot, instance) DO UPDATE SET role = excluded.role, publication = excluded.publication,
 			tables = excluded.tables, mappings = excluded.mappings, message_prefix = excluded.message_prefix,
 			shard = excluded.shard, exchange = excluded.exchange, settings = excluded.settings, version = excluded.version,
 			host = excluded.host, pid = excluded.pid, started_at = excluded.started_at, heartbeat_at = excluded.heartbeat_at,
-			stopped_at = excluded.stopped_at, last_error = excluded.last_error`,
-		r.Slot, r.Instance, r.Role, r.Publication, r.Tables, mappings, r.MessagePrefix, r.Shard, r.Exchange, settings,
-		r.Version, r.Host, r.PID, r.StartedAt, stopping, r.LastError)
+			stopped_at = excluded.stopped_at, last_error = excluded.last_error`+publishingSet, args...)
 	return err
 }
 

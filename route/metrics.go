@@ -74,6 +74,25 @@ func (m *Metrics) sum(read func(r *Router) float64) float64 {
 	return v
 }
 
+// Publishing returns what the open Routers' publishing does now, summed as the gauges sum it: the in-flight
+// limit (cdc_router_window_limit) and the events handed to the broker and not yet confirmed
+// (cdc_router_inflight_events); ok is false when no Router is open (nothing publishes).
+func (m *Metrics) Publishing() (limit, inflight int, ok bool) {
+	if m == nil {
+		return 0, 0, false
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for r := range m.open {
+		limit += r.WindowLimit()
+		r.idleMu.Lock()
+		inflight += r.inflight
+		r.idleMu.Unlock()
+		ok = true
+	}
+	return limit, inflight, ok
+}
+
 // opened and closed keep the set of Routers the gauges read.
 func (m *Metrics) opened(r *Router) {
 	if m != nil {

@@ -53,9 +53,6 @@ var invariants = []invariant{
 	{"replayed-is-published", checkReplays},
 	{"access-refusal-names-the-fix", checkAccessRefusals},
 	{"one-active-router", checkActive},
-	{"pause-takeover-bounded", checkPauseTakeover},
-	{"paused-router-writes-nothing-after-takeover", checkPausedWrites},
-	{"hot-duplicates-per-fault-bounded", checkHotDuplicates},
 }
 
 // Check judges h by every invariant.

@@ -204,8 +204,6 @@ func (s Step) String() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "+%6.2fs %s", s.At.Seconds(), s.Kind)
 	switch {
-	case s.Kind == FaultPause:
-		fmt.Fprintf(&b, " sessions=%s", [...]string{"left", "walsender-terminated"}[s.N])
 	case s.Kind == FaultColumn:
 		fmt.Fprintf(&b, " change=%d", s.N)
 	case s.Kind == FaultQueuePolicy:
@@ -224,7 +222,7 @@ func (s Step) String() string {
 		fmt.Fprintf(&b, " rows=%d", s.N)
 	}
 	switch s.Kind {
-	case FaultKill, FaultTerm, CmdResetLive, FaultPGCutActive, FaultPause: // a cut or a pause hits every router: the proxies are shared
+	case FaultKill, FaultTerm, CmdResetLive, FaultPGCutActive: // a cut or a pause hits every router: the proxies are shared
 		fmt.Fprintf(&b, " router=%d", s.Router)
 	}
 	if s.Dur > 0 {
@@ -332,8 +330,6 @@ func Generate(seed int64, o Options) Plan {
 			p.Faults = fs
 		}
 	}
-	addPause(&p, seed)
-	addHot(&p, seed)
 	return p
 }
 

@@ -30,15 +30,18 @@ func keepRecord(ctx context.Context, s *settings, f runFlags, r router, stats *m
 	url := *f.pg.url
 	connect := func(ctx context.Context) (*pgx.Conn, error) { return pgserver.ConnectSQLWithin(ctx, url, *f.pgTimeout) }
 	var exit atomic.Pointer[error]
-	state := func() (string, error) {
+	state := func() registry.State {
 		st, _, last := stats.State()
+		s := registry.State{Role: st}
+		if limit, inflight, ok := r.rcfg.Metrics.Publishing(); ok && (st == metrics.StateStreaming || st == metrics.StateSnapshot) {
+			s.Publishing = &registry.Publishing{WindowLimit: limit, InFlight: inflight}
+		}
 		if e := exit.Load(); e != nil && *e != nil && st == metrics.StateStopped {
-			return st, *e
+			s.Err = *e
+		} else if last != "" {
+			s.Err = errors.New(last)
 		}
-		if last != "" {
-			return st, errors.New(last)
-		}
-		return st, nil
+		return s
 	}
 	kctx, stop := context.WithCancel(context.WithoutCancel(ctx))
 	done := make(chan struct{})
