@@ -3,6 +3,7 @@ package chaos
 import (
 	"fmt"
 
+	"github.com/cdc-router/cdc-router/chaos/gen"
 	"github.com/cdc-router/cdc-router/chaos/procs"
 )
 
@@ -29,6 +30,9 @@ func (w *world) routerArgs(i int) []string {
 	}
 	if s.OnDriftQuarantine || w.drifted.Load() {
 		args = append(args, "--on-drift", "quarantine")
+	}
+	if w.plan.Has(gen.FaultPause) {
+		args = append(args, "--lease", gen.PauseLease.String())
 	}
 	if d := w.plan.PublicationCheck; d > 0 {
 		args = append(args, "--publication-check-interval", d.String())

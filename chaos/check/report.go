@@ -116,6 +116,8 @@ func Coverage(h *History) map[string]int {
 		}
 	}
 	c["seen:quarantined"] += len(h.Quar)
+	pauseCoverage(h, c)
+	hotCoverage(h, c)
 	delivered := map[string]bool{}
 	for _, d := range h.Deliv {
 		delivered[d.MessageID] = true

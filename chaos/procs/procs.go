@@ -120,6 +120,15 @@ func (s *Set) Stop(k int, sig syscall.Signal, timeout time.Duration) (int, strin
 	return p.cmd.ProcessState.ExitCode(), p.httpAddr
 }
 
+// Signal sends sig to process k and nothing more: SIGSTOP and SIGCONT pause and continue it (gen.FaultPause),
+// which is no exit, so the supervisor neither records nor restarts anything.
+func (s *Set) Signal(k int, sig syscall.Signal) error {
+	s.mu.Lock()
+	p := s.procs[k]
+	s.mu.Unlock()
+	return p.cmd.Process.Signal(sig)
+}
+
 // Addr is process k's HTTP address.
 func (s *Set) Addr(k int) string {
 	s.mu.Lock()
