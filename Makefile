@@ -34,7 +34,7 @@ test: services
 test-race:
 	$(MAKE) test CDC_ROUTER_RACE=on
 
-# The version matrix (internal/testenv/matrix.sh, docs/operations.md "Versions"): PostgreSQL 14-18 binaries
+# The version matrix (internal/testenv/matrix.sh, docs/development.md "Versions"): PostgreSQL 14-18 binaries
 # pinned and verified by internal/testenv/fetch-postgres.sh, RabbitMQ 4.0 run beside the system broker by
 # internal/testenv/rabbitmq4.sh, both cached in /var/cache/cdc-router. test-matrix (CI, after test): the core
 # end-to-end tests on PostgreSQL 14 and 18 (17: MATRIX_PG), each against RabbitMQ 4.0. test-versions: the whole

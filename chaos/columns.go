@@ -10,7 +10,7 @@ import (
 )
 
 // columns are the extra columns of public.outbox that gen.FaultColumn adds and drops: changes the router
-// must not notice (docs/operations.md#schema-and-publication-changes: extra columns are ignored). The
+// must not notice (docs/howto/change-the-outbox-schema.md#what-each-change-does: extra columns are ignored). The
 // writers name their columns, so an extra one takes its default.
 type columns struct {
 	mu    sync.Mutex
@@ -64,7 +64,7 @@ func (w *world) columnChange(c int) string {
 }
 
 // drift retypes public.outbox's headers to text for d, a change the router must notice
-// (docs/operations.md#schema-and-publication-changes), then restores it as the docs' safe procedure says:
+// (docs/howto/change-the-outbox-schema.md#what-each-change-does), then restores it as the docs' safe procedure says:
 // restore the column, then start the routers (once, but it may stay set) with --on-drift=quarantine. A
 // router without the flag refuses the first row written meanwhile and exits naming that fix; its
 // supervisor's next start has the flag (w.drifted). The restore is tried until it takes: left undone,
@@ -95,7 +95,7 @@ func (w *world) drift(d time.Duration) string {
 
 // otherTable is the second FaultDrift (N=1): another table, public.chaos_other, added to the routers'
 // publications (each shard's) for d and written three times meanwhile, then removed, as
-// docs/operations.md#schema-and-publication-changes says: `ALTER PUBLICATION … DROP TABLE other`, then start
+// docs/howto/change-the-outbox-schema.md#what-each-change-does says: `ALTER PUBLICATION … DROP TABLE other`, then start
 // once with --on-drift=quarantine (w.drifted). A router without the flag stops before the other table's first
 // row, naming the fix; with it the rows are quarantined (they are no events: the checker knows none of them).
 func (w *world) otherTable(d time.Duration) string {

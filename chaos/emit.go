@@ -19,7 +19,7 @@ const messagePrefix = "cdc-router.outbox"
 const emitted = "public.chaos_emitted"
 
 // writerRole may write the outbox tables and call emit (migrate --emit-role); intruderRole may only log
-// in (the other roles of docs/operations.md's table): roles are cluster-wide, so they carry the database's
+// in (the other roles of docs/howto/secure.md#postgresql-roles's table): roles are cluster-wide, so they carry the database's
 // name.
 func (w *world) writerRole() string   { return w.db + "_writer" }
 func (w *world) intruderRole() string { return w.db + "_intruder" }
@@ -48,8 +48,8 @@ func (w *world) dropRoleAtCleanup(ctx context.Context, role string) {
 	})
 }
 
-// grantWriter gives the writer role what a service that writes events needs (docs/operations.md, the
-// writers' row): INSERT on the outbox tables and its business table, SELECT and DELETE for the
+// grantWriter gives the writer role what a service that writes events needs (docs/howto/secure.md#postgresql-roles,
+// the writers' row): INSERT on the outbox tables and its business table, SELECT and DELETE for the
 // insert-delete transactions; EXECUTE on emit is migrate's (--emit-role).
 func (w *world) grantWriter(ctx context.Context, conn *pgx.Conn) error {
 	if _, err := conn.Exec(ctx, `CREATE TABLE `+emitted+` (id text PRIMARY KEY)`); err != nil {

@@ -260,7 +260,7 @@ func (w *world) brokerFault(f gen.Step) {
 	w.rec.Event(check.Event{From: from, To: to, Kind: f.Kind, Note: note})
 }
 
-// replay plays the operator of docs/operations.md#quarantine: it fixes the rows of the open records in
+// replay plays the operator of docs/howto/handle-quarantine.md#the-commands-list-show-replay-discard-purge: it fixes the rows of the open records in
 // place (headers not an object become {}; an UPDATE is no event) and replays their records, again while
 // the command fails (a fault may hit it), at most three times; then it replays the other open records
 // once: those of emitted messages (no row) and of events the full queue still refuses must be refused and

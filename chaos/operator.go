@@ -50,7 +50,7 @@ func backfillArgs(cmd string) (args []string, ok bool) {
 	return append(args, "--where", strings.TrimSuffix(where, `"`)), true
 }
 
-// operate plays the operator of docs/operations.md#publication-gaps until stop is closed: each backfill a
+// operate plays the operator of docs/howto/change-the-outbox-schema.md#publication-gaps until stop is closed: each backfill a
 // router's publication-gap ERROR (or refusal) names is run as named, with the world's broker flags, and
 // run again (it resumes) until it succeeds, as an operator would: after a failure it waits twice as long
 // as before (from half a second up to backfillRetryCap), for at most backfillAttempts tries, so that a

@@ -61,7 +61,7 @@ func (w *world) brokerKill(f gen.Step) {
 // commands and the consumer stay guest.
 func (w *world) routerUser() string { return "router_" + w.db }
 
-// routerPermissions are the configure, write and read permissions docs/operations.md (Security) gives the
+// routerPermissions are the configure, write and read permissions docs/howto/secure.md#rabbitmq-users gives the
 // router's user, adapted to the run's --exchange: its exchange, the alternate exchange and its queue, and
 // write on the per-topic exchange of the mapped table (Setup.ExchangeByTopic: declared by the operator, so
 // the router only publishes to it).

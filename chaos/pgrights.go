@@ -17,7 +17,7 @@ import (
 // the superuser, as the writers' commands always do.
 func (w *world) pgRouterRole() string { return w.db + "_router" }
 
-// createPGRouterRole creates pgRouterRole with the rights docs/operations.md (database role and access)
+// createPGRouterRole creates pgRouterRole with the rights docs/howto/set-up-the-database.md#database-role-and-access
 // lists, after migrate: LOGIN REPLICATION, SELECT on the tables it reads, read and write on the router's
 // schema; and drops it when the test ends.
 func (w *world) createPGRouterRole(ctx context.Context, conn *pgx.Conn) error {

@@ -35,7 +35,7 @@ type world struct {
 	db      string // database name; also the slot and the base of every broker name
 	amqpURL string // direct
 	// routerAMQPURL is the routers' URL before the proxy: amqpURL, or on the harness's own node a user of
-	// the run's own with the permissions docs/operations.md gives (routerPermissions).
+	// the run's own with the permissions docs/howto/secure.md#rabbitmq-users gives (routerPermissions).
 	routerAMQPURL string
 	exchange      string
 	queue         string

@@ -63,7 +63,7 @@ func verifyEmitted(keys map[uint32][]byte, xid uint32, content []byte) ([]byte, 
 	if t := bytes.TrimLeft(content[:min(len(content), 64)], " \t\r\n"); len(t) > 0 && t[0] == '{' {
 		return nil, why + "it carries no MAC: written by pg_logical_emit_message directly, or by an emit function " +
 			"from before emitted events were signed (run `cdc-router migrate --emit-function` and emit through " +
-			"<schema>.emit; docs/operations.md#emitted-events---message-prefix)"
+			"<schema>.emit; docs/howto/rotate-emit-keys.md#what-the-router-needs)"
 	}
 	if nl < 0 {
 		return nil, why + "it does not start with a signature line (v1:<key id>:<MAC>)"
@@ -80,7 +80,7 @@ func verifyEmitted(keys map[uint32][]byte, xid uint32, content []byte) ([]byte, 
 	key, ok := keys[uint32(id)]
 	if !ok {
 		return nil, fmt.Sprintf(why+"it is signed with key %d, which the router does not hold: forged, or signed "+
-			"before the router could reload the keys (a key made active early; docs/operations.md#emitted-events---message-prefix)", id)
+			"before the router could reload the keys (a key made active early; docs/howto/rotate-emit-keys.md#rotate-the-key)", id)
 	}
 	envelope := content[nl+1:]
 	if !hmac.Equal(mac, EmitMAC(key, xid, envelope)) {

@@ -17,16 +17,16 @@ import (
 	"github.com/cdc-router/cdc-router/internal/testenv"
 )
 
-// rabbitmqctlLines are the rabbitmqctl commands of the shell blocks of docs/operations.md's Security section,
+// rabbitmqctlLines are the rabbitmqctl commands of the shell blocks of docs/howto/secure.md's RabbitMQ users section,
 // each split into its arguments (single quotes removed), with the documented names replaced as names says.
 func rabbitmqctlLines(t *testing.T, names map[string]string) [][]string {
 	t.Helper()
-	b, err := os.ReadFile("../docs/operations.md")
+	b, err := os.ReadFile("../docs/howto/secure.md")
 	if err != nil {
 		t.Fatal(err)
 	}
 	text := string(b)
-	text = text[strings.Index(text, "\n## Security"):]
+	text = text[strings.Index(text, "\n## RabbitMQ users"):]
 	text = text[:strings.Index(text[1:], "\n## ")+1]
 	var lines [][]string
 	word := regexp.MustCompile(`'[^']*'|\S+`)
@@ -47,7 +47,7 @@ func rabbitmqctlLines(t *testing.T, names map[string]string) [][]string {
 	return lines
 }
 
-// TestDocumentedBrokerPermissions gives the router and a consumer the RabbitMQ users docs/operations.md's
+// TestDocumentedBrokerPermissions gives the router and a consumer the RabbitMQ users docs/howto/secure.md's
 // Security section sets up (with the test's own names): the router streams and publishes with its user;
 // the consumer declares its queue, binds it to the router's exchange and receives the event, and its
 // publish to the router's exchange is refused.
@@ -56,7 +56,7 @@ func TestDocumentedBrokerPermissions(t *testing.T) {
 	routerUser, consumerUser := "u_"+e.slot, "c_"+e.slot
 	lines := rabbitmqctlLines(t, map[string]string{"outbox": e.exchange, "cdc_router": routerUser, "order_totals": consumerUser})
 	if len(lines) != 4 {
-		t.Fatalf("docs/operations.md's Security section has %d rabbitmqctl lines, want 4 (two users, their permissions)", len(lines))
+		t.Fatalf("docs/howto/secure.md's RabbitMQ users section has %d rabbitmqctl lines, want 4 (two users, their permissions)", len(lines))
 	}
 	t.Cleanup(func() {
 		var wg sync.WaitGroup

@@ -65,7 +65,7 @@ func docSteps(t *testing.T, doc, section string) []docStep {
 
 // TestDocumentedSetupSQLRuns runs, on the server under test (the matrix runs it on PostgreSQL 14, 17 and
 // 18), every setup statement the docs give: migrate and the router's role and grants of README.md steps 1-2 and of
-// docs/operations.md, then the writer's role, `migrate --emit-function --emit-role`, the grant of the emit
+// docs/howto/set-up-the-database.md, then the writer's role, `migrate --emit-function --emit-role`, the grant of the emit
 // key and the optional revoke of pg_logical_emit_message of docs/producers.md, as written. Then the router
 // runs as that role with --message-prefix and publishes the writer's emitted event, and no signature of
 // pg_logical_emit_message is left executable by PUBLIC.
@@ -80,7 +80,7 @@ func TestDocumentedSetupSQLRuns(t *testing.T) {
 		blocks        int
 	}{
 		{"README.md", "## Use it with your database", 2},
-		{"docs/operations.md", "## Database role and access", 2},
+		{"docs/howto/set-up-the-database.md", "## Database role and access", 2},
 	} {
 		t.Run(doc.path, func(t *testing.T) {
 			steps := docSteps(t, doc.path, doc.section)

@@ -11,7 +11,7 @@ import (
 
 // hotMarkShape is the size of TestHotAggregateDuplicatesPerFaultAreBounded's transaction and the time
 // between its faults; HOT_MARK_ROWS and HOT_MARK_EVERY (a Go duration) override them for the long
-// measurement of docs/operations.md (60,000 rows, 8s). HOT_MARK_FAULTS (cut, kill or both) chooses the
+// measurement of docs/guarantee.md (60,000 rows, 8s). HOT_MARK_FAULTS (cut, kill or both) chooses the
 // faults, HOT_MARK_FLAGS adds router flags (such as --aggregate-window 16).
 func hotMarkShape(t *testing.T) (rows int, every time.Duration) {
 	rows, every = 8000, time.Second

@@ -381,7 +381,7 @@ func TestAlertRules(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ops, err := os.ReadFile(filepath.Join(testenv.ModuleRoot(t), "docs", "operations.md"))
+	ops, err := os.ReadFile(filepath.Join(testenv.ModuleRoot(t), "docs", "howto", "respond-to-alerts.md"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -390,7 +390,7 @@ func TestAlertRules(t *testing.T) {
 			t.Errorf("alert %s has no unit test in alerts_test.yml", m[1])
 		}
 		if !strings.Contains(string(ops), "### "+m[1]) {
-			t.Errorf("alert %s has no runbook entry (### %s) in docs/operations.md", m[1], m[1])
+			t.Errorf("alert %s has no runbook entry (### %s) in docs/howto/respond-to-alerts.md", m[1], m[1])
 		}
 	}
 }

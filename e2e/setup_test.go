@@ -13,7 +13,7 @@ import (
 	"github.com/cdc-router/cdc-router/internal/testenv"
 )
 
-// asRouterRole creates a role with the rights docs/operations.md gives the router's role (as the owner of
+// asRouterRole creates a role with the rights docs/howto/set-up-the-database.md gives the router's role (as the owner of
 // the outbox, after migrate), then runs each of revoke (with %s for the role), and returns this database's
 // URL for that role. Roles are cluster-wide: the name is unique to the test and the role is dropped at the end.
 func (e *env) asRouterRole(revoke ...string) string {
@@ -82,7 +82,7 @@ func (e *env) expectSetupRefusal(want ...string) {
 	e.t.Logf("refused in %v: %s", took.Round(time.Millisecond), last)
 }
 
-// TestLeastPrivilegeRoleFromTheDocsStreams: the role docs/operations.md describes streams and can write a
+// TestLeastPrivilegeRoleFromTheDocsStreams: the role docs/howto/set-up-the-database.md describes streams and can write a
 // quarantine record. It shows that each refusal below comes from the one right the test takes away.
 func TestLeastPrivilegeRoleFromTheDocsStreams(t *testing.T) {
 	e := newStreamEnv(t)

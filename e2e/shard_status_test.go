@@ -102,7 +102,7 @@ func TestStatusAndResetOfAShard(t *testing.T) {
 		fmt.Sprint(s1["pending_events"]) != waiting || s1["stored_lsn"] == nil || all["shard"] != nil {
 		t.Errorf("status --json shards: %v, %v (shard %v)", s0, s1, all["shard"])
 	}
-	ops, err := os.ReadFile(filepath.Join(testenv.ModuleRoot(t), "docs", "operations.md"))
+	ops, err := os.ReadFile(filepath.Join(testenv.ModuleRoot(t), "docs", "reference.md"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -111,7 +111,7 @@ func TestStatusAndResetOfAShard(t *testing.T) {
 	collectKeys(one, "", &keys)
 	for _, k := range keys {
 		if !strings.Contains(string(ops), "`"+k+"`") {
-			t.Errorf("status --json key %s is not documented in docs/operations.md", k)
+			t.Errorf("status --json key %s is not documented in docs/reference.md", k)
 		}
 	}
 

@@ -283,7 +283,7 @@ func copyTables(ctx context.Context, cfg Config, log *slog.Logger, stats *metric
 	if watched {
 		if after, ok := depth.UnroutableMessages(); ok && after > before {
 			log.Warn("the initial snapshot sent events that no queue was bound for to the unroutable queue: bind the "+
-				"consumers' queues, then move them back (docs/operations.md, Unroutable events)", "unroutable_gained", after-before)
+				"consumers' queues, then move them back (docs/howto/handle-unroutable-events.md#the-default-an-alternate-exchange)", "unroutable_gained", after-before)
 		}
 	}
 	return nil

@@ -8,7 +8,7 @@ import (
 )
 
 // Register registers the stream's metrics with reg: a collector that reads Stats at scrape time (counters,
-// the state enum, lag, the slot's health) and the commit-to-confirm histogram. docs/operations.md
+// the state enum, lag, the slot's health) and the commit-to-confirm histogram. docs/reference.md#metrics
 // describes each metric.
 func (s *Stats) Register(reg prometheus.Registerer) error {
 	for _, c := range []prometheus.Collector{statsCollector{s}, s.histogram()} {

@@ -37,7 +37,7 @@ func Check(ctx context.Context, conn *pgx.Conn, cfg Config) error {
 	}
 	if !canReplicate {
 		return problemf("role %q has no REPLICATION right: run ALTER ROLE %s WITH REPLICATION as a superuser "+
-			"(docs/operations.md shows a least-privilege role)", role, pgx.Identifier{role}.Sanitize())
+			"(docs/howto/set-up-the-database.md#database-role-and-access shows a least-privilege role)", role, pgx.Identifier{role}.Sanitize())
 	}
 	if err := checkSettings(ctx, conn); err != nil {
 		return err

@@ -127,7 +127,7 @@ func checkGrants(ctx context.Context, conn *pgx.Conn, cfg Config, role string, t
 	}
 	to := " TO " + pgx.Identifier{role}.Sanitize()
 	return problemf("role %q lacks privileges the router needs: run %s as the owner of those objects "+
-		"(docs/operations.md lists every grant)", role, strings.Join(grants, to+"; ")+to)
+		"(docs/howto/set-up-the-database.md#database-role-and-access lists every grant)", role, strings.Join(grants, to+"; ")+to)
 }
 
 // schemaGrant is the GRANT of USAGE on schema when the current role lacks it, or "".

@@ -87,6 +87,6 @@ func EmitKeyReadersWarning(readers []EmitKeyReader, schema string, skip func(Emi
 		return ""
 	}
 	return fmt.Sprintf("%d role(s) besides the owner and the routers' roles can read %s.emit_keys, so they can sign "+
-		"events the router publishes as authentic: %s; revoke what they do not need (docs/operations.md, Security)",
+		"events the router publishes as authentic: %s; revoke what they do not need (docs/howto/secure.md#who-can-forge-a-signed-event)",
 		len(named), pgx.Identifier{schema}.Sanitize(), strings.Join(named, ", "))
 }

@@ -83,7 +83,7 @@ func TestEmitKeysHiddenFromReadAllData(t *testing.T) {
 		t.Errorf("router roles: %v %v %v, want only %s", got[router], got[repl], got[super], router)
 	}
 	w := EmitKeyReadersWarning(readers, "s", func(r EmitKeyReader) bool { return r.Router })
-	if !strings.Contains(w, super+" (superuser)") || strings.Contains(w, router) || !strings.Contains(w, "docs/operations.md") {
+	if !strings.Contains(w, super+" (superuser)") || strings.Contains(w, router) || !strings.Contains(w, "docs/howto/secure.md") {
 		t.Errorf("warning %q", w)
 	}
 }

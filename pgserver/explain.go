@@ -33,7 +33,7 @@ func explainConnect(err error, host string) error {
 			return cdc.Fatalf("PostgreSQL says %s: fix the database name in --pg-url (CDC_ROUTER_PG_URL)", pgErr.Message)
 		case "42501":
 			return cdc.Fatalf("the PostgreSQL user may not start logical replication (%s): run ALTER ROLE <user> WITH "+
-				"REPLICATION as a superuser (docs/operations.md shows a least-privilege role)", pgErr.Message)
+				"REPLICATION as a superuser (docs/howto/set-up-the-database.md#database-role-and-access shows a least-privilege role)", pgErr.Message)
 		case "55000":
 			return cdc.Fatalf("PostgreSQL refused logical replication (%s): set wal_level = logical and restart PostgreSQL",
 				pgErr.Message)

@@ -38,7 +38,7 @@ func CheckFailover(ctx context.Context, sql *pgx.Conn, wanted bool, slot SlotInf
 	if num < 170000 {
 		return FailoverCheck{}, cdc.Fatalf("--failover-slot (CDC_ROUTER_FAILOVER_SLOT) needs PostgreSQL 17 or later, where a "+
 			"slot can be created with FAILOVER and synchronized to a standby, but this server is PostgreSQL %s: run "+
-			"without it, and after a switch to another server re-snapshot as docs/operations.md (Failover slots) describes",
+			"without it, and after a switch to another server re-snapshot as docs/howto/failover.md#what-goes-wrong-without-these-settings describes",
 			version)
 	}
 	c := FailoverCheck{enable: wanted && slot.Exists && !slot.Failover}
@@ -46,7 +46,7 @@ func CheckFailover(ctx context.Context, sql *pgx.Conn, wanted bool, slot SlotInf
 		c.warn = append(c.warn, "synchronized_standby_slots is empty on this primary: the router may receive and "+
 			"publish changes that no standby has yet, which a failover then takes back from the database although they "+
 			"were delivered, and the standby's copy of the slot may lag; set it to the physical slots of the standbys "+
-			"that have sync_replication_slots = on (docs/operations.md, Failover slots; after a promotion, once this "+
+			"that have sync_replication_slots = on (docs/howto/failover.md#each-standby; after a promotion, once this "+
 			"server has standbys of its own)")
 		return c, nil
 	}

@@ -144,16 +144,16 @@ func promotedHint(cfg StartRules, sys pglogrepl.IdentifySystemResult, stored off
 			"streamed past the standby's position, which a slot does after its initial snapshot, so no standby had it. "+
 			"Nothing was published from the stream yet; reset and run copy the table again in a new slot's snapshot on "+
 			"this server: rows already published come again, and rows deleted from the table since the old slot was "+
-			"created (an outbox that deletes after insert) are not in it (docs/operations.md, Failover slots)",
+			"created (an outbox that deletes after insert) are not in it (docs/howto/failover.md#a-promotion-during-the-initial-snapshot)",
 			sys.Timeline, stored.Timeline, unfinished)
 	}
 	if cfg.FailoverSlot {
 		return fmt.Sprintf(". This server was promoted (timeline %d, the position is of timeline %d) without a "+
 			"synchronized copy of the slot: check sync_replication_slots = on, hot_standby_feedback = on and a "+
 			"primary_conninfo with dbname on the standbys, and synchronized_standby_slots on the primary "+
-			"(docs/operations.md, Failover slots)", sys.Timeline, stored.Timeline)
+			"(docs/howto/failover.md#what-goes-wrong-without-these-settings)", sys.Timeline, stored.Timeline)
 	}
 	return fmt.Sprintf(". This server was promoted (timeline %d, the position is of timeline %d) and the slot was "+
 		"not kept: on PostgreSQL 17+ run the router with --failover-slot and standbys with sync_replication_slots = on "+
-		"so that the next promotion keeps it (docs/operations.md, Failover slots)", sys.Timeline, stored.Timeline)
+		"so that the next promotion keeps it (docs/howto/failover.md#the-router)", sys.Timeline, stored.Timeline)
 }

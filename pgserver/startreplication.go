@@ -116,7 +116,7 @@ func PermanentSetupError(err error) error {
 	}
 	switch pgErr.Code {
 	case "42501":
-		return cdc.Fatalf("PostgreSQL refused the router's role: %s; grant what it needs (docs/operations.md lists "+
+		return cdc.Fatalf("PostgreSQL refused the router's role: %s; grant what it needs (docs/howto/set-up-the-database.md#database-role-and-access lists "+
 			"the grants of a least-privilege role) and start again", pgErr.Message)
 	case "42P01", "3F000":
 		return cdc.Fatalf("PostgreSQL says %s: run `cdc-router migrate` (as the owner of the outbox table) and start again",

@@ -241,7 +241,7 @@ func gapsProblem(cfg Config, gaps []gap) string {
 	}
 	return strings.Join(parts, "; ") + "; that backfill, once done, clears this (when no row can have been lost, " +
 		"clear it with UPDATE " + pgx.Identifier{cfg.Schema, "publication_checks"}.Sanitize() + " SET gaps = NULL WHERE slot = " +
-		"'" + strings.ReplaceAll(cfg.Slot, "'", "''") + "'; see docs/operations.md#publication-gaps)"
+		"'" + strings.ReplaceAll(cfg.Slot, "'", "''") + "'; see docs/howto/change-the-outbox-schema.md#publication-gaps)"
 }
 
 // ClearPublicationGaps forgets the recorded publication gaps of slot's table whose backfill is the one

@@ -44,7 +44,7 @@ func ReplayEvent(cfg decode.Config, rec Record, row map[string]*string) (ev cdc.
 			"(%s): fix the row there, or discard the record", rec.ID, ErrNotReplayable, rowErr.Reason)
 	case errors.As(err, &rowErr):
 		return cdc.Event{}, source, fmt.Errorf("record %d %w: its row is no longer in the outbox table and its stored "+
-			"values still cannot become an event (%s): insert a fixed row (docs/operations.md, Quarantine), then "+
+			"values still cannot become an event (%s): insert a fixed row (docs/howto/handle-quarantine.md#inspect-and-fix-with-sql), then "+
 			"discard the record", rec.ID, ErrNotReplayable, rowErr.Reason)
 	case err != nil:
 		return cdc.Event{}, source, err
@@ -165,7 +165,7 @@ func ReplayMapped(mapper *decode.RowMapper, rec Record, row []*string) (ev cdc.E
 			"(%s): fix the row there, or discard the record", rec.ID, ErrNotReplayable, rec.Table, rowErr.Reason)
 	case errors.As(err, &rowErr):
 		return cdc.Event{}, source, fmt.Errorf("record %d %w: its row is no longer in %s and its stored "+
-			"values still cannot become an event (%s): insert a fixed row (docs/operations.md, Quarantine), then "+
+			"values still cannot become an event (%s): insert a fixed row (docs/howto/handle-quarantine.md#inspect-and-fix-with-sql), then "+
 			"discard the record", rec.ID, ErrNotReplayable, rec.Table, rowErr.Reason)
 	case err != nil:
 		return cdc.Event{}, source, err

@@ -28,7 +28,7 @@ func warnEmitKeyReaders(ctx context.Context, sql *pgx.Conn, schema string, log *
 	}
 	if len(named) > 0 {
 		log.Warn("roles besides the owner and this router's can read the emit keys, so they can sign events this router "+
-			"publishes as authentic; revoke what they do not need (docs/operations.md, Security)",
+			"publishes as authentic; revoke what they do not need (docs/howto/secure.md#who-can-forge-a-signed-event)",
 			"schema", schema, "roles", strings.Join(named, ", "))
 	}
 }

@@ -17,7 +17,8 @@ import (
 )
 
 // The slot's lock is a session advisory lock that a run takes on its ordinary connection before anything
-// else (one router per slot: docs/operations.md, Running two routers) and moves to its replication
+// else (one router per slot:
+// docs/howto/run-two-routers.md#how-the-standby-waits) and moves to its replication
 // connection once that is open (moveTo), so that it ends with the walsender: PostgreSQL releases it when that
 // session ends (a closed or cut connection, a terminated backend, a restart, and, while the slot is streamed,
 // wal_sender_timeout, which the run sets to its lease: fence.go), and the router that held it learns of that

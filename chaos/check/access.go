@@ -51,7 +51,7 @@ func refusalOf(text string) (rightRefusal, bool) {
 	return rightRefusal{}, false
 }
 
-// checkAccessRefusals holds the routers to what docs/operations.md promises when their user loses a right
+// checkAccessRefusals holds the routers to what docs/howto/broker-refusals-and-alarms.md promises when their user loses a right
 // (FaultPermissions: RabbitMQ write or configure; FaultPGRights: PostgreSQL REPLICATION or SELECT on the
 // outbox), each revoked for a while, then restored: each log line a router writes naming the refusal names
 // the command that grants the right (rabbitmqctl set_permissions; ALTER ROLE or GRANT), one of them is an
@@ -66,7 +66,8 @@ func checkAccessRefusals(h *History, l Limits) []Violation {
 			if e.Kind != rr.kind {
 				continue
 			}
-			// By process: a standby beside the refused router answers /readyz 200 as docs/operations.md
+			// By process: a standby beside the refused router answers /readyz 200 as
+			// docs/howto/run-two-routers.md#readiness
 			// says a standby does (it holds no slot and publishes nothing), whatever the active one logs.
 			refusedAt := map[procKey]time.Time{}
 			refusals := map[procKey][]time.Time{} // every line of each process naming the refusal
@@ -101,7 +102,7 @@ func checkAccessRefusals(h *History, l Limits) []Violation {
 			}
 			for _, s := range h.Ready {
 				if h.Setup.Standby && s.Active != 200 {
-					// Standing by (its /readyz?active=1 said otherwise): 200 as docs/operations.md says, also
+					// Standing by (its /readyz?active=1 said otherwise): 200 as docs/howto/run-two-routers.md#readiness says, also
 					// when it is the refused process started again, which found the slot held (seed 7013). A
 					// standby checks no right until it holds the slot (docs/testing.md, what it found).
 					continue
@@ -145,7 +146,7 @@ func startedSince(refusals, starts []time.Time, at time.Time) bool {
 type procKey struct{ router, proc int }
 
 // refusalExit reports whether a router's exit was the refusal of a right its user lost (the router exits
-// naming the right to grant: docs/operations.md, Levels) while that right was revoked or within the stall
+// naming the right to grant: docs/howto/monitor.md#logs) while that right was revoked or within the stall
 // bound after its restore: held behind a refusal that names the fix (access-refusal-names-the-fix checks
 // the line), not a loop.
 func refusalExit(h *History, exit Event, l Limits) bool {

@@ -25,7 +25,7 @@ type Limits struct {
 	RouterExits  int           // exits on their own allowed per router
 	PayloadToken string        // a string every payload carries and no log line may
 	// Takeover is the longest time a slot may go without an active router (Setup.Standby) where no outage
-	// explains it: a takeover takes about a second (docs/operations.md). 0: 5 s.
+	// explains it: a takeover takes about a second (docs/howto/run-two-routers.md#takeover). 0: 5 s.
 	Takeover time.Duration
 }
 
@@ -134,7 +134,7 @@ func checkComplete(h *History, _ Limits) []Violation {
 			// records once the policy is cleared; this one stayed open).
 		case !r.Poison && quarantined && !delivered && driftQuarantine(h, reason, r.Committed):
 			// Written while public.outbox's headers were text (FaultDrift): it decodes as written, drifted,
-			// and is quarantined with the drift as the reason (docs/operations.md, schema changes).
+			// and is quarantined with the drift as the reason (docs/howto/change-the-outbox-schema.md#what-each-change-does).
 		case !r.Poison && quarantined && !delivered:
 			vs = append(vs, Violation{Detail: fmt.Sprintf("valid row %s (%s v%d) was quarantined: %s", r.ID, r.Aggregate, r.Version, reason), Aggregate: r.Aggregate})
 		case delivered:
@@ -147,7 +147,8 @@ func checkComplete(h *History, _ Limits) []Violation {
 			// outbox as it is then, and the row is not in it (docs/snapshots.md; seed 5012).
 		case r.Deleted && inAnnouncedGap(h, r.Committed):
 			// Deleted in its own transaction while its table was out of the publication: never decoded, and
-			// not in the table for the gap's backfill; the router named the gap (docs/operations.md).
+			// not in the table for the gap's backfill; the router named the gap
+			// (docs/howto/change-the-outbox-schema.md#publication-gaps).
 		default:
 			vs = append(vs, missing(h, r))
 		}
@@ -189,8 +190,8 @@ func exchangeRefusal(h *History, r Row, reason string, at time.Time) bool {
 // clear takes a moment to reach the queue.
 const policySlack = 5 * time.Second
 
-// policyRefusal reports whether the valid row id was quarantined at `at` for the reason docs/operations.md
-// ("Events the broker refuses") gives a nack, `nacked by the broker (a queue bound to exchange … refused
+// policyRefusal reports whether the valid row id was quarantined at `at` for the reason
+// docs/howto/broker-refusals-and-alarms.md#events-the-broker-refuses gives a nack, `nacked by the broker (a queue bound to exchange … refused
 // it: x-max-length … with x-overflow=reject-publish …) (retried N times over D)`, because of a queue-length
 // policy: a router logged a nack of that event between the policy's set and policySlack after its clear,
 // and the record came after the set. The record itself may come later: the router writes it when its

@@ -82,8 +82,8 @@ func checkDuplicates(h *History, _ Limits) []Violation {
 	}
 	for _, r := range h.Rows {
 		// A nack is retried: the refused event reaches the accepting queues once per try, and the events
-		// read before it (in its transaction, and up to the furthest one read) again (docs/operations.md,
-		// events the broker refuses); with --refusal-retry 2s about 5 tries.
+		// read before it (in its transaction, and up to the furthest one read) again
+		// (docs/howto/broker-refusals-and-alarms.md#events-the-broker-refuses); with --refusal-retry 2s about 5 tries.
 		if r.Refused {
 			if causes == 0 || r.Committed.Before(first) {
 				first = r.Committed

@@ -7,11 +7,10 @@ import (
 )
 
 // unauthenticated is the reason the router gives a message with its prefix that no loaded key signed
-// (docs/operations.md, emitted events).
+// (docs/howto/rotate-emit-keys.md#what-the-router-needs).
 const unauthenticated = "unauthenticated emitted message"
 
-// checkForged holds the roles without the right to write events to it (docs/operations.md, the roles'
-// table): their calls of emit are refused, and their messages with the prefix are never published but
+// checkForged holds the roles without the right to write events to it (docs/howto/secure.md#postgresql-roles): their calls of emit are refused, and their messages with the prefix are never published but
 // quarantined: once one committed while a router streamed, with time to spare before
 // the end, the quarantine holds a record with that reason (records are aggregated per reason and second,
 // so they are counted, not matched by id).

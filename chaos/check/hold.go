@@ -13,7 +13,7 @@ import (
 // finding 6: a router without its per-aggregate hold, and one that skipped a transaction whose rows a
 // publication gap's backfill then copied, passed every CI seed).
 
-// checkRefusalHold holds the router to its per-aggregate hold (docs/operations.md, hot aggregates; ADR
+// checkRefusalHold holds the router to its per-aggregate hold (docs/howto/tune-throughput.md#hot-aggregates; ADR
 // 0006): with --aggregate-window 1 no later event of an aggregate is written while one of its events is
 // unconfirmed, so when the broker refuses an event (a nack, a return, a channel closed on it), no later
 // version of its aggregate reaches the consumer from the stream before that event is settled: quarantined
@@ -23,7 +23,7 @@ import (
 // it passes over an event quarantined before its first delivery.
 func checkRefusalHold(h *History, _ Limits) []Violation {
 	if h.Setup.AggregateWindow > 1 {
-		return nil // the option trades this order away under a refusal (docs/operations.md)
+		return nil // the option trades this order away under a refusal (docs/howto/tune-throughput.md#hot-aggregates)
 	}
 	quarAt := map[string]time.Time{}
 	reason := map[string]string{}

@@ -28,7 +28,7 @@ func fixedThenPublished(h *History, id string) bool {
 	return true
 }
 
-// checkReplays holds quarantine replay to docs/operations.md#quarantine: a record is marked replayed only
+// checkReplays holds quarantine replay to docs/howto/handle-quarantine.md#the-commands-list-show-replay-discard-purge: a record is marked replayed only
 // after the broker confirmed its event, so every record of a committed row marked replayed was delivered
 // with x-replayed, as is each row the operator fixed and replayed (Event.IDs: the runner retries the
 // command while it fails, three times; a row whose tries all failed stays quarantined, its record open); and a replay publishes only records (a replayed delivery is of a quarantined

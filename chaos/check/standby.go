@@ -10,7 +10,7 @@ import (
 )
 
 // With Setup.Standby each slot runs two router processes, and /readyz?active=1 says which holds the slot:
-// 200 from the active one, 503 from the standby (docs/operations.md, running two routers).
+// 200 from the active one, 503 from the standby (docs/howto/run-two-routers.md#the-standbys-check-of-rabbitmq).
 
 const (
 	defaultTakeover = 5 * time.Second
@@ -186,8 +186,8 @@ func activeGaps(h *History, bound time.Duration) []gap {
 }
 
 // leaseMargin is the time between a router that lost the slot's lock during the initial snapshot stopping
-// at the latest and the router that took the lock starting to copy at the earliest (docs/operations.md,
-// running two routers: the lease and its margin; replication's lockMargin).
+// at the latest and the router that took the lock starting to copy at the earliest
+// (docs/howto/run-two-routers.md#during-the-initial-snapshot: the lease and its margin; replication's lockMargin).
 const leaseMargin = 250 * time.Millisecond
 
 // checkActive holds a slot with a standby to one active router at a time: never two processes answering

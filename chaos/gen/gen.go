@@ -48,13 +48,13 @@ type Setup struct {
 	InternalExchange bool
 	// AggregateWindow is the routers' --aggregate-window (0: the default, 1): more than 1 pipelines an
 	// aggregate's events, which keeps their first deliveries in commit order unless the broker refuses one
-	// (docs/operations.md, hot aggregates), so it is drawn only for setups whose broker refuses nothing.
+	// (docs/howto/tune-throughput.md#hot-aggregates), so it is drawn only for setups whose broker refuses nothing.
 	AggregateWindow int
 	// Standby runs a hot standby beside each router (each shard's, with shards): a second process on the same
-	// slot with the same flags and a /readyz port of its own (docs/operations.md, running two routers).
+	// slot with the same flags and a /readyz port of its own (docs/howto/run-two-routers.md#how-the-standby-waits).
 	// The router faults then hit the active one, and FaultPGCutActive cuts its PostgreSQL connections alone.
 	Standby bool
-	// OnDriftQuarantine starts the routers with --on-drift=quarantine (docs/operations.md: it can stay
+	// OnDriftQuarantine starts the routers with --on-drift=quarantine (docs/howto/change-the-outbox-schema.md#what-each-change-does: it can stay
 	// set): a FaultDrift's rows are quarantined and the stream goes on. Without it the routers refuse the
 	// first drifted row, and the harness restarts them with the flag once the column is restored, as the
 	// docs' safe procedure says.
@@ -152,7 +152,7 @@ const (
 	FaultBrokerKill    Kind = "broker-sigkill"      // SIGKILL the node's Erlang VM, start it again after Dur from the same data directory
 	FaultPGRights      Kind = "pg-rights-revoked"   // the routers' PostgreSQL role loses REPLICATION (N=0) or SELECT on public.outbox (N=1), its sessions terminated, or INSERT, UPDATE and DELETE on the router's own tables (N=2, its sessions left running) for Dur, then regains it (on own-broker seeds only, to keep the others' plans)
 	FaultPermissions   Kind = "permissions-revoked" // the routers' user loses write on its exchange (N=0) or configure (N=1) for Dur, its connections closed, then restored
-	FaultColumn        Kind = "column-change"       // a change the router must not notice (docs/operations.md, schema changes): an extra column added, its nullability changed, dropped
+	FaultColumn        Kind = "column-change"       // a change the router must not notice (docs/howto/change-the-outbox-schema.md#what-each-change-does): an extra column added, its nullability changed, dropped
 	FaultDrift         Kind = "column-drift"        // a change the router must notice: public.outbox's headers retyped to text (N=0), or another table added to the publication and written (N=1), for Dur, then restored (a drift refusal, then --on-drift=quarantine)
 	CmdReplay          Kind = "quarantine-replay"   // fix the open records' rows in place (headers), then cdc-router quarantine replay them all
 	// With Setup.Partitioned:
@@ -166,8 +166,8 @@ const (
 )
 
 // QueuePolicies are the definitions FaultQueuePolicy applies (its N picks one): every one with
-// overflow reject-publish, so that the broker nacks what the queue refuses (docs/operations.md, events the
-// broker refuses). max-length 0 refuses every message, max-length-bytes 1 every message with a body,
+// overflow reject-publish, so that the broker nacks what the queue refuses
+// (docs/howto/broker-refusals-and-alarms.md#events-the-broker-refuses). max-length 0 refuses every message, max-length-bytes 1 every message with a body,
 // max-length 1 only while a message waits unconsumed. drop-head, RabbitMQ's default overflow, is never
 // generated: it confirms the message and then drops the queue's oldest, a loss by the broker's design that
 // no publisher can see.

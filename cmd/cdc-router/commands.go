@@ -174,8 +174,8 @@ func runMigrate(ctx context.Context, args []string, env func(string) string, std
 		emitFunction = s.Bool("emit-function", false, "also create <schema>.emit(aggregate_type, aggregate_id, aggregate_version, event_type, payload, headers, schema_version), which writes an event as a logical decoding message for run --message-prefix (PostgreSQL 14+)")
 		messagePrefix = s.String("message-prefix", migrations.DefaultMessagePrefix, "the message prefix that --emit-function's function writes; give run the same --message-prefix")
 		emitRoles = s.Repeated("emit-role", "", "with --emit-function: a role that may call <schema>.emit (EXECUTE is revoked from PUBLIC; roles granted by earlier runs keep it); repeat the flag for several")
-		rotateEmitKey = s.Bool("rotate-emit-key", false, "with --emit-function: add a new key to sign emitted events with, from 2 minutes later on (running routers reload the keys before; docs/operations.md)")
-		retireEmitKeys = s.Bool("retire-emit-keys", false, "with --emit-function: retire every key older than the newest: it stops signing, routers verify with it for 24 h more, then migrate deletes it; refused while the newest key does not sign yet or a transaction of this database that began before it is open or prepared (docs/operations.md)")
+		rotateEmitKey = s.Bool("rotate-emit-key", false, "with --emit-function: add a new key to sign emitted events with, from 2 minutes later on (running routers reload the keys before; docs/howto/rotate-emit-keys.md#rotate-the-key)")
+		retireEmitKeys = s.Bool("retire-emit-keys", false, "with --emit-function: retire every key older than the newest: it stops signing, routers verify with it for 24 h more, then migrate deletes it; refused while the newest key does not sign yet or a transaction of this database that began before it is open or prepared (docs/howto/rotate-emit-keys.md#retire-old-keys)")
 		retireWait = s.Duration("wait", 0, "with --retire-emit-keys: how long to wait for what refuses the retirement (the newest key's not_before, open and prepared transactions) to pass; 0 refuses at once")
 		withInbox = s.Bool("inbox", false, "also create the consumer-side inbox tables (package inbox) in this database")
 		inboxSchema = s.String("inbox-schema", inbox.DefaultSchema, "schema of the inbox tables")
@@ -310,7 +310,7 @@ func runStatus(ctx context.Context, args []string, env func(string) string, stdo
 	var asJSON *bool
 	var messagePrefix, shardValue *string
 	flags := func(s *settings) {
-		asJSON = s.Bool("json", false, "print the report as one JSON object (the stable schema in docs/operations.md) instead of text")
+		asJSON = s.Bool("json", false, "print the report as one JSON object (the stable schema in docs/reference.md#status---json) instead of text")
 		messagePrefix = s.String("message-prefix", "", "the --message-prefix the router runs with, so that the logical decoding messages waiting in a stopped router's slot are counted too")
 		shardValue = s.String("shard", "", shardFlag+"; without it, status lists the shards after the unsharded slot's report")
 	}

@@ -74,7 +74,7 @@ func healthOf(s *metrics.Stats, slotProblem string) health {
 // (max_slot_wal_keep_size = -1) PostgreSQL never invalidates the slot and there is nothing to check.
 func slotProblem(h pgserver.SlotHealth, minSafe int64) string {
 	if h.WALStatus == "lost" {
-		return "the replication slot is invalidated (wal_status lost): events were lost; see docs/operations.md, Slot invalidated"
+		return "the replication slot is invalidated (wal_status lost): events were lost; see docs/howto/respond-to-alerts.md#cdcrouterslotinvalidated"
 	}
 	if minSafe == 0 && h.MaxKeepBytes > 0 {
 		minSafe = h.MaxKeepBytes / 10
@@ -83,7 +83,7 @@ func slotProblem(h pgserver.SlotHealth, minSafe int64) string {
 		return ""
 	}
 	return fmt.Sprintf("the replication slot is %s from invalidation (safe_wal_size, below --min-safe-wal-bytes %s): "+
-		"the router falls behind; see docs/operations.md, CdcRouterSlotNearInvalidation", admin.HumanBytes(max(h.SafeWALBytes, 0)), admin.HumanBytes(minSafe))
+		"the router falls behind; see docs/howto/respond-to-alerts.md#cdcrouterslotnearinvalidation", admin.HumanBytes(max(h.SafeWALBytes, 0)), admin.HumanBytes(minSafe))
 }
 
 // handler serves /healthz (the process is alive), /readyz and /metrics (Prometheus exposition of gather).
@@ -167,7 +167,7 @@ func brokerBlocked(m *route.Metrics) func() string {
 			return ""
 		}
 		return fmt.Sprintf("RabbitMQ blocks the router's connection (connection.blocked: %s) for %s: nothing is published until "+
-			"the broker's memory or disk alarm clears; see docs/operations.md, Broker alarms", b.Reason, time.Since(b.Since).Round(time.Second))
+			"the broker's memory or disk alarm clears; see docs/howto/broker-refusals-and-alarms.md#broker-alarms", b.Reason, time.Since(b.Since).Round(time.Second))
 	}
 }
 
@@ -193,5 +193,5 @@ func unconfirmed(age time.Duration) string {
 	}
 	return fmt.Sprintf("RabbitMQ has not confirmed the oldest message the router wrote to it for %s (a stuck quorum queue, a cluster "+
 		"without its majority, or a node that takes publishes and confirms none?): nothing is acknowledged meanwhile, and the "+
-		"stream restarts once --confirm-timeout has passed; see docs/operations.md, Broker alarms", age.Round(time.Second))
+		"stream restarts once --confirm-timeout has passed; see docs/howto/broker-refusals-and-alarms.md#broker-alarms", age.Round(time.Second))
 }

@@ -108,20 +108,19 @@ func TestDocsLinks(t *testing.T) {
 // codeLink is a docs page, with an anchor, that a message of the code names.
 var codeLink = regexp.MustCompile(`docs/([a-z0-9/_-]+\.md)(#[a-z0-9_-]+)?`)
 
-// TestCodeNamesDocsThatExist: every docs/<page>.md#<anchor> that a message of the code (a non-test Go
-// file) names exists, so that moving a section of the docs cannot leave an error message pointing nowhere.
+// movedPages are pages that only say where their sections went: the code names the page and section
+// where the thing now lives.
+var movedPages = map[string]string{
+	"operations.md": "split into docs/howto/, docs/reference.md and docs/guarantee.md (issue 38)",
+}
+
+// TestCodeNamesDocsThatExist: every docs/<page>.md#<anchor> that a message or comment of the code (a
+// non-test Go file) or a deployment file (deploy/, docker-compose.yml, the Makefile) names exists, page and
+// heading, so that moving a section of the docs cannot leave an error message pointing nowhere; and none
+// names a page that only lists where its sections went.
 func TestCodeNamesDocsThatExist(t *testing.T) {
 	root := moduleRoot(t)
-	err := filepath.WalkDir(root, func(path string, d os.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		if d.IsDir() && path != root && strings.HasPrefix(d.Name(), ".") {
-			return filepath.SkipDir
-		}
-		if d.IsDir() || !strings.HasSuffix(path, ".go") || strings.HasSuffix(path, "_test.go") {
-			return nil
-		}
+	check := func(path string) error {
 		b, err := os.ReadFile(path)
 		if err != nil {
 			return err
@@ -129,6 +128,10 @@ func TestCodeNamesDocsThatExist(t *testing.T) {
 		rel, _ := filepath.Rel(root, path)
 		for i, line := range strings.Split(string(b), "\n") {
 			for _, m := range codeLink.FindAllStringSubmatch(line, -1) {
+				if why, ok := movedPages[m[1]]; ok {
+					t.Errorf("%s:%d names docs/%s%s, which was %s: name the page and section where it is now", rel, i+1, m[1], m[2], why)
+					continue
+				}
 				page, err := os.ReadFile(filepath.Join(root, "docs", m[1]))
 				if err != nil {
 					t.Errorf("%s:%d names docs/%s, which does not exist", rel, i+1, m[1])
@@ -140,8 +143,30 @@ func TestCodeNamesDocsThatExist(t *testing.T) {
 			}
 		}
 		return nil
+	}
+	err := filepath.WalkDir(root, func(path string, d os.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() && path != root && strings.HasPrefix(d.Name(), ".") {
+			return filepath.SkipDir
+		}
+		if d.IsDir() || !strings.HasSuffix(path, ".go") || strings.HasSuffix(path, "_test.go") {
+			return nil
+		}
+		return check(path)
 	})
 	if err != nil {
 		t.Fatal(err)
+	}
+	deploy := []string{filepath.Join(root, "docker-compose.yml"), filepath.Join(root, "Makefile")}
+	for _, glob := range []string{"deploy/*/*.yaml", "deploy/*/*.yml", "deploy/*/*.json"} {
+		m, _ := filepath.Glob(filepath.Join(root, glob))
+		deploy = append(deploy, m...)
+	}
+	for _, path := range deploy {
+		if err := check(path); err != nil {
+			t.Fatal(err)
+		}
 	}
 }
