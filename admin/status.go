@@ -58,7 +58,7 @@ type Report struct {
 	Handled      int64             // of those, the ones replayed or discarded (`cdc-router quarantine`)
 	Jobs         []snapshot.Job    // the slot's initial snapshot and this database's backfills, finished or not
 	// Gaps are the publication gaps recorded for the slot whose backfill has not run: its router refuses
-	// to start until it has (docs/operations.md#publication-gaps).
+	// to start until it has (docs/howto/change-the-outbox-schema.md#publication-gaps).
 	Gaps []pubcheck.RecordedGap
 
 	// Publishing is what the slot's live router publishes now, as its record says (registry.Publishing: the

@@ -14,7 +14,7 @@ import (
 )
 
 // TestStatusJSON: `status --json` of a streaming router's slot is one JSON object in the documented
-// schema (every key is in docs/operations.md), with the facts a script checks; the text form shows the lag
+// schema (every key is in docs/reference.md), with the facts a script checks; the text form shows the lag
 // in human units.
 func TestStatusJSON(t *testing.T) {
 	e := newStreamEnv(t)
@@ -81,7 +81,7 @@ func TestStatusJSON(t *testing.T) {
 		}
 	}
 
-	ops, err := os.ReadFile(filepath.Join(testenv.ModuleRoot(t), "docs", "operations.md"))
+	ops, err := os.ReadFile(filepath.Join(testenv.ModuleRoot(t), "docs", "reference.md"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -89,7 +89,7 @@ func TestStatusJSON(t *testing.T) {
 	collectKeys(got, "", &keys)
 	for _, k := range keys {
 		if !strings.Contains(string(ops), "`"+k+"`") {
-			t.Errorf("status --json key %s is not documented in docs/operations.md", k)
+			t.Errorf("status --json key %s is not documented in docs/reference.md", k)
 		}
 	}
 
