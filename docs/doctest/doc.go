@@ -7,9 +7,13 @@
 // working directory. `cdc-router run` is started in the background and waited for until it streams; it is
 // stopped when the next one starts and at the end of the page. TestDocsLinks checks that every relative
 // link and anchor in them resolves, TestCodeNamesDocsThatExist that every docs/<page>.md#<anchor> a message
-// of the code names exists, TestDocsNameOnlyMetricsThatExist that every cdc_router_* metric name in them and
-// in deploy/ is one the code defines, and TestReferenceListsEveryFlag that docs/reference.md's flag table
-// matches the commands' --help.
+// or comment of the code or a deployment file names exists (page and heading) and is not the index
+// docs/operations.md, TestDocsNameOnlyMetricsThatExist that every cdc_router_* metric name in them and in
+// deploy/ is one the code defines. docs/reference.md is checked against the code: TestReferenceListsEveryFlag
+// (its flag table against the commands' --help), TestReferenceListsEveryConfigKey (the table's column of
+// configuration keys against `cdc-router config keys`), TestReferenceListsEveryMetric (its metric tables
+// against the names the code registers) and TestReferenceListsEveryHeader (its section The message against
+// the headers the router sets or reserves).
 //
 // An HTML comment right before a block (blank lines between are allowed) says what the test does with it:
 //
