@@ -104,7 +104,7 @@ func checkAccessRefusals(h *History, l Limits) []Violation {
 				if h.Setup.Standby && s.Active != 200 {
 					// Standing by (its /readyz?active=1 said otherwise): 200 as docs/howto/run-two-routers.md#readiness says, also
 					// when it is the refused process started again, which found the slot held (seed 7013). A
-					// standby checks no right until it holds the slot (docs/testing.md, what it found).
+					// standby checks no right until it holds the slot (docs/testing.md#what-it-found).
 					continue
 				}
 				k := procKey{s.Router, s.Proc}

@@ -7,8 +7,9 @@
 // working directory. `cdc-router run` is started in the background and waited for until it streams; it is
 // stopped when the next one starts and at the end of the page. TestDocsLinks checks that every relative
 // link and anchor in them resolves, TestCodeNamesDocsThatExist that every docs/<page>.md#<anchor> a message
-// or comment of the code or a deployment file names exists (page and heading) and is not the index
-// docs/operations.md, TestDocsNameOnlyMetricsThatExist that every cdc_router_* metric name in them and in
+// or comment of the code or a deployment file names exists (page and heading, a section by its anchor
+// rather than in words) and is not a page that only lists where its sections went,
+// TestDocsNameOnlyMetricsThatExist that every cdc_router_* metric name in them and in
 // deploy/ is one the code defines. docs/reference.md is checked against the code: TestReferenceListsEveryFlag
 // (its flag table against the commands' --help), TestReferenceListsEveryConfigKey (the table's column of
 // configuration keys against `cdc-router config keys`), TestReferenceListsEveryMetric (its metric tables

@@ -140,6 +140,11 @@ func TestCodeNamesDocsThatExist(t *testing.T) {
 				if m[2] != "" && !anchors(string(page))[m[2][1:]] {
 					t.Errorf("%s:%d names docs/%s%s, a heading the page does not have", rel, i+1, m[1], m[2])
 				}
+				if m[2] == "" {
+					if id := sectionInWords(line, m[0], string(page)); id != "" {
+						t.Errorf("%s:%d names a section of docs/%s in words: write docs/%s#%s, which this test checks", rel, i+1, m[1], m[1], id)
+					}
+				}
 			}
 		}
 		return nil
@@ -169,4 +174,31 @@ func TestCodeNamesDocsThatExist(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+}
+
+// inWords is what follows a page's name when a section of it is named in words: "docs/x.md, Section" or
+// "docs/x.md (Section".
+var inWords = regexp.MustCompile(`^(?:, | \()([^,;:)]+)`)
+
+// sectionInWords returns the anchor of the heading of page that the text right after name on line names in
+// words (the heading's words, any case), or "" when it names none.
+func sectionInWords(line, name, page string) string {
+	at := strings.Index(line, name)
+	m := inWords.FindStringSubmatch(line[at+len(name):])
+	if m == nil {
+		return ""
+	}
+	words := strings.ToLower(strings.TrimSpace(m[1]))
+	for _, l := range strings.Split(page, "\n") {
+		h := heading.FindStringSubmatch(l)
+		if h == nil || len(words) < 4 {
+			continue
+		}
+		if title := strings.ToLower(strings.Trim(h[2], "`")); title == words || strings.HasPrefix(title, words+" ") {
+			for id := range anchors(l) {
+				return id
+			}
+		}
+	}
+	return ""
 }
