@@ -29,7 +29,7 @@ const (
 
 func readCutoverGuide(t *testing.T) cutoverGuide {
 	t.Helper()
-	b, err := os.ReadFile("../docs/migrating-from-polling.md")
+	b, err := os.ReadFile("../docs/howto/adopt-debezium.md")
 	if err != nil {
 		t.Fatal(err)
 	}

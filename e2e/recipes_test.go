@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"os"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
@@ -12,16 +13,21 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 )
 
-// recipe returns the SQL table and the mapping file of a recipe in docs/migrating-from-polling.md: the
-// properties block starting with "# recipe: <name>" and the sql block just before it; the table's name as
-// PostgreSQL stores it (the guide may quote a mixed-case one). The tests run what the guide shows.
+// recipe returns the SQL table and the mapping file of a recipe in docs/migrating-from-polling.md or a
+// docs/howto/adopt-*.md page: the properties block starting with "# recipe: <name>" and the sql block just
+// before it; the table's name as PostgreSQL stores it (the guide may quote a mixed-case one). The tests run
+// what the guide shows.
 func recipe(t *testing.T, name string) (table, ddl, config string) {
 	t.Helper()
-	doc, err := os.ReadFile("../docs/migrating-from-polling.md")
-	if err != nil {
-		t.Fatal(err)
+	pages, _ := filepath.Glob("../docs/howto/adopt-*.md")
+	var s string
+	for _, page := range append([]string{"../docs/migrating-from-polling.md"}, pages...) {
+		doc, err := os.ReadFile(page)
+		if err != nil {
+			t.Fatal(err)
+		}
+		s += string(doc) + "\n"
 	}
-	s := string(doc)
 	at := strings.Index(s, "```properties\n# recipe: "+name+"\n")
 	if at < 0 {
 		t.Fatalf("the guide has no recipe %s", name)
