@@ -266,9 +266,10 @@ func (l *lane) resolve(p *publishing, timer *confirmTimer) bool {
 	for confirmed := false; !confirmed; {
 		select {
 		case <-p.confirm.Done():
-			rtt := time.Since(p.sent)
+			now := time.Now()
+			rtt := now.Sub(p.sent)
 			l.r.cfg.Metrics.confirmed(rtt)
-			l.window.confirmed(rtt)
+			l.window.confirmed(now, rtt)
 			confirmed = true
 		case <-l.r.failed:
 			return false

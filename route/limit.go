@@ -21,6 +21,19 @@ import (
 // the limit towards the size that would leave alpha waiting, by half at most per round. A lane that does
 // not use half of its limit (the rate, not the broker, bounds it) does not grow it.
 //
+// Vegas reads a round trip that grows with what is in flight as a queue, which it is at a broker that
+// serves messages one at a time. A broker that batches (a quorum queue appends every message that arrived
+// during the last Raft write in one write; a broker behind a slow link confirms in bursts) confirms more
+// messages per second the more are in flight, although each waits longer: Vegas alone keeps such a lane
+// at a fraction of its rate (0.38 to 0.54 of the best fixed window on a quorum queue here, docs/benchmarks.md).
+// So the limit also climbs by the confirm rate (climb, below): a lane that was busy for climbEvery epochs
+// (each at least epochMin long; twice as many after each try that did not pay, up to climbMost) in which
+// Vegas did not grow the limit tries a limit climbStep times larger; when the confirm rate of the second
+// epoch at that limit is climbGain or more above the rate before the try, the larger limit stays and
+// Vegas does not shrink below it (rateFloor); otherwise the limit goes back. Once a rate floor is set, the
+// tries alternate with tries of a limit climbStep times smaller, which lowers the floor when it keeps
+// keepRate of the rate: the floor follows a broker that stops paying for a larger window.
+//
 // The limit stays within [floor, ceiling]: ceiling is Config.Window, floor the smaller of vegasFloor and
 // ceiling. vegas is used by one goroutine (the lane's confirmLoop); the window it sets is shared.
 type vegas struct {
@@ -44,12 +57,46 @@ type vegas struct {
 	rounds  int
 	probing bool
 	resume  float64 // the limit to go back to after the probe
+
+	climb climb
 }
+
+// climb is the limit's search by confirm rate (see vegas).
+type climb struct {
+	start time.Time // the epoch's first sample; zero before the first
+	n     int       // samples in the epoch
+	idle  bool      // a round that ended in the epoch was app-limited
+	grew  bool      // Vegas grew the limit in the epoch: its rate says nothing of a try's
+	skip  bool      // the next round ends without a verdict: the climb changed the limit during it
+
+	busyEpochs int     // busy epochs in a row since the last try
+	wait       int     // busy epochs before the next try: climbEvery, doubled by each try that failed
+	phase      int     // climbSteady, climbSettle (the try's first epoch), climbMeasure (its second)
+	up         bool    // the try is of a larger limit
+	from       float64 // the limit before the try
+	before     float64 // the confirm rate (per second) of the last busy epoch before the try
+	last       float64 // the confirm rate of the last busy epoch
+	rateFloor  float64 // the least limit Vegas may shrink to: the last larger limit that paid; 0 while none
+	nextDown   bool    // the next try is of a smaller limit (alternating once rateFloor is set)
+}
+
+const (
+	climbSteady = iota
+	climbSettle
+	climbMeasure
+)
 
 const (
 	vegasInitial = 16
 	vegasFloor   = 4
 	probeRounds  = 100
+
+	epochMin   = 100 * time.Millisecond // an epoch of the climb: samples over at least this long
+	climbEvery = 5                      // busy epochs between two tries, at first and after a try that paid
+	climbMost  = 80                     // … doubled after each that did not, up to this many (8 s)
+	climbStep  = 1.5                    // a try's limit is this many times larger, or smaller
+	climbGain  = 1.05                   // a larger limit stays when it brings this much more rate
+	keepRate   = 0.97                   // a smaller one stays when it keeps this much of the rate
 )
 
 func newVegas(ceiling int) *vegas {
@@ -62,12 +109,13 @@ func newVegas(ceiling int) *vegas {
 // current is the limit as a whole number of messages.
 func (v *vegas) current() int { return int(v.limit) }
 
-// sample takes the round trip of one confirm and the number of the lane's messages in flight when it was
-// taken, and returns the limit.
-func (v *vegas) sample(rtt time.Duration, inflight int) int {
+// sample takes the time of one confirm, its round trip and the number of the lane's messages in flight
+// when it was taken, and returns the limit.
+func (v *vegas) sample(at time.Time, rtt time.Duration, inflight int) int {
 	if rtt <= 0 {
 		rtt = 1 // a clock that did not move: treat as the least possible round trip
 	}
+	v.epoch(at)
 	if v.probing {
 		return v.probe(rtt, inflight)
 	}
@@ -96,6 +144,15 @@ func (v *vegas) endRound() {
 	lg := math.Max(1, math.Log10(limit))
 	alpha, beta := 3*lg, 6*lg
 	appLimited := float64(peak)*2 < limit
+	if appLimited {
+		v.climb.idle = true
+	}
+	if v.climb.phase != climbSteady || v.climb.skip { // a try holds the limit it set until it is judged
+		v.climb.skip = false
+		v.size = v.current()
+		return
+	}
+	before := limit
 	switch {
 	case queue > beta:
 		v.slowStart = false
@@ -111,10 +168,85 @@ func (v *vegas) endRound() {
 	default:
 		limit += lg
 	}
-	v.limit = math.Min(math.Max(limit, float64(v.floor)), float64(v.ceiling))
+	v.limit = math.Min(max(limit, float64(v.floor), v.climb.rateFloor), float64(v.ceiling))
+	if v.limit > before {
+		v.climb.grew = true
+	}
 	v.size = v.current()
 	if v.rounds%probeRounds == 0 {
 		v.probing, v.resume, v.limit = true, v.limit, float64(v.floor)
+	}
+}
+
+// epoch counts a sample into the climb's epoch and, once the epoch is epochMin long, judges it: the
+// confirm rate of a busy epoch (no app-limited round in it) starts, or judges, a try of another limit.
+func (v *vegas) epoch(at time.Time) {
+	c := &v.climb
+	if c.start.IsZero() || at.Before(c.start) {
+		c.start, c.n, c.idle = at, 0, false
+		return
+	}
+	c.n++
+	elapsed := at.Sub(c.start)
+	if elapsed < epochMin {
+		return
+	}
+	rate, busy, grew := float64(c.n)/elapsed.Seconds(), !c.idle && !v.probing, c.grew
+	c.start, c.n, c.idle, c.grew = at, 0, false, false
+	was := v.limit
+	defer func() {
+		if v.limit != was { // the round in progress measured the old limit
+			v.n, v.peak, c.skip = 0, 0, true
+		}
+		v.size = v.current()
+	}()
+	switch c.phase {
+	case climbSettle: // the first epoch at the tried limit fills (or drains) the window: not judged
+		c.phase = climbMeasure
+		if !busy {
+			c.phase, v.limit = climbSteady, c.from
+		}
+	case climbMeasure:
+		c.phase, c.busyEpochs = climbSteady, 0
+		switch {
+		case !busy: // the rate no longer says anything about the limit
+			v.limit = c.from
+		case c.up && rate >= c.before*climbGain:
+			c.rateFloor, c.wait = v.limit, climbEvery
+		case !c.up && rate >= c.before*keepRate:
+			c.rateFloor, c.wait = v.limit, climbEvery
+			if c.rateFloor <= float64(v.floor) {
+				c.rateFloor = 0
+			}
+		default:
+			v.limit = c.from
+			c.wait = min(max(c.wait, climbEvery)*2, climbMost)
+		}
+		if c.rateFloor > 0 {
+			c.nextDown = !c.nextDown
+		}
+	default:
+		if !busy || grew { // a try is judged against a rate Vegas does not move
+			c.busyEpochs = 0
+			return
+		}
+		c.busyEpochs++
+		c.last = rate
+		if c.busyEpochs < max(c.wait, climbEvery) {
+			return
+		}
+		c.busyEpochs = 0
+		up := !(c.rateFloor > 0 && c.nextDown)
+		next := v.limit * climbStep
+		if !up {
+			next = v.limit / climbStep
+		}
+		next = math.Min(math.Max(next, float64(v.floor)), float64(v.ceiling))
+		if int(next) == v.current() {
+			c.nextDown = !c.nextDown && c.rateFloor > 0
+			return
+		}
+		c.phase, c.up, c.from, c.before, v.limit = climbSettle, up, v.limit, rate, next
 	}
 }
 
@@ -162,13 +294,13 @@ func (w *window) acquire(ctx context.Context, failed <-chan struct{}) error {
 // release gives a unit back.
 func (w *window) release() { w.units.release(1) }
 
-// confirmed takes the round trip of one confirm and adapts the limit; called by the lane's confirmLoop
-// only.
-func (w *window) confirmed(rtt time.Duration) {
+// confirmed takes the time and round trip of one confirm and adapts the limit; called by the lane's
+// confirmLoop only.
+func (w *window) confirmed(at time.Time, rtt time.Duration) {
 	if w.v == nil {
 		return
 	}
-	w.units.adjust(func(used int) int { return w.v.sample(rtt, used) })
+	w.units.adjust(func(used int) int { return w.v.sample(at, rtt, used) })
 }
 
 // limit is the lane's limit now.

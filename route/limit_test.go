@@ -18,16 +18,45 @@ func (b queueModel) rtt(inflight int) time.Duration {
 	return b.base + time.Duration(max(0, inflight-b.knee))*b.perMsg
 }
 
+// batchModel models a broker that writes what arrived during its last write in one write of fixed cost
+// plus perMsg a message (a quorum queue's Raft log): a message waits for the write in progress and its
+// own, so the round trip grows with what is in flight, and so does the rate, towards 1/perMsg.
+type batchModel struct {
+	fixed, perMsg time.Duration
+}
+
+func (b batchModel) rtt(inflight int) time.Duration {
+	return b.fixed + time.Duration(inflight)*b.perMsg
+}
+
+type model interface {
+	rtt(inflight int) time.Duration
+}
+
+// rate is the confirms per second of a lane that keeps inflight messages in flight at b.
+func rate(b model, inflight int) float64 { return float64(inflight) / b.rtt(inflight).Seconds() }
+
+// clock is a lane's time in a test: each confirm comes rtt/inflight after the one before it, as with
+// inflight messages in flight at a steady round trip.
+type clock struct{ at time.Time }
+
+func newClock() *clock { return &clock{at: time.Unix(1e9, 0)} }
+
+func (c *clock) sample(v *vegas, rtt time.Duration, inflight int) int {
+	c.at = c.at.Add(max(rtt/time.Duration(max(inflight, 1)), time.Nanosecond))
+	return v.sample(c.at, rtt, inflight)
+}
+
 // drive runs a lane that always has demand messages to send against b for n samples, and returns the
 // limit at the end and the least and most limit over the last half, leaving out the probes (the limit at
 // the floor for a round every probeRounds rounds).
-func drive(v *vegas, b queueModel, demand, n int) (last, lo, hi int) {
+func drive(v *vegas, c *clock, b model, demand, n int) (last, lo, hi int) {
 	limit := v.current()
 	lo, hi = limit, limit
 	for i := 0; i < n; i++ {
 		inflight := min(limit, demand)
-		limit = v.sample(b.rtt(inflight), inflight)
-		if v.probing {
+		limit = c.sample(v, b.rtt(inflight), inflight)
+		if v.probing || v.climb.phase != climbSteady { // a probe, or a try of the climb
 			continue
 		}
 		if i < n/2 {
@@ -56,7 +85,7 @@ func TestVegasFollowsTheBroker(t *testing.T) {
 		{"a queue from the first message keeps the floor", 512, queueModel{base: time.Millisecond, knee: 0, perMsg: time.Millisecond}, 1 << 20, 4, 16},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			_, lo, hi := drive(newVegas(tc.ceiling), tc.b, tc.demand, 200_000)
+			_, lo, hi := drive(newVegas(tc.ceiling), newClock(), tc.b, tc.demand, 200_000)
 			if lo < tc.lo || hi > tc.hi {
 				t.Errorf("limit over the last half between %d and %d, want within [%d, %d]", lo, hi, tc.lo, tc.hi)
 			}
@@ -65,9 +94,9 @@ func TestVegasFollowsTheBroker(t *testing.T) {
 }
 
 func TestVegasShrinksWhenTheBrokerSlowsAndGrowsWhenItRecovers(t *testing.T) {
-	v := newVegas(512)
+	v, c := newVegas(512), newClock()
 	fast := queueModel{base: time.Millisecond, knee: 1 << 20}
-	if got, _, _ := drive(v, fast, 1<<20, 20_000); got != 512 {
+	if got, _, _ := drive(v, c, fast, 1<<20, 20_000); got != 512 {
 		t.Fatalf("limit %d with a flat round trip, want 512", got)
 	}
 	// The broker starts to queue from 32 in flight (a classic queue taking its disk path).
@@ -75,28 +104,78 @@ func TestVegasShrinksWhenTheBrokerSlowsAndGrowsWhenItRecovers(t *testing.T) {
 	rounds := 0
 	for limit := v.current(); limit > 64; rounds++ {
 		for i := 0; i < limit; i++ {
-			v.sample(slow.rtt(limit), limit)
+			c.sample(v, slow.rtt(limit), limit)
 		}
 		limit = v.current()
 	}
 	if rounds > 6 {
 		t.Errorf("took %d rounds to shrink from 512 to 64 or less, want at most 6 (half at most per round)", rounds)
 	}
-	if got, _, hi := drive(v, slow, 1<<20, 50_000); got < 32 || hi > 48 {
+	got, _, hi := drive(v, c, slow, 1<<20, 50_000)
+	t.Logf("rate floor %.0f, phase %d, limit %d", v.climb.rateFloor, v.climb.phase, got)
+	if got < 32 || hi > 48 {
 		t.Errorf("limit %d (at most %d over the last half) with a knee at 32, want 32 to 48", got, hi)
 	}
-	if got, _, _ := drive(v, fast, 1<<20, 200_000); got != 512 {
+	if got, _, _ := drive(v, c, fast, 1<<20, 200_000); got != 512 {
 		t.Errorf("limit %d once the broker recovered, want 512", got)
+	}
+}
+
+// TestClimbFindsTheRateOfABatchingBroker: a broker that writes what arrived in one write (a quorum
+// queue) confirms more the more is in flight; Vegas alone reads the longer round trip as a queue and keeps
+// a fraction of the rate (36 in flight here: 0.31 of the ceiling's rate; the router's median on a real
+// quorum queue was 0.51 of the best fixed window without the climb); with it the lane reaches 0.9 of the
+// rate at the ceiling (0.93 and 0.92 when written) and stays there. A broker whose rate does not grow past
+// a knee (a queue) keeps the limit near the knee.
+func TestClimbFindsTheRateOfABatchingBroker(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		b        model
+		ceiling  int
+		least    float64 // the least share of the ceiling's rate over the last half
+		most     int     // the most limit over the last half, tries left out
+		leastLim int
+	}{
+		{"a Raft log: 2 ms a write, 20 µs a message", batchModel{fixed: 2 * time.Millisecond, perMsg: 20 * time.Microsecond}, 512, 0.9, 512, 300},
+		{"a slower disk: 5 ms a write, 40 µs a message", batchModel{fixed: 5 * time.Millisecond, perMsg: 40 * time.Microsecond}, 2048, 0.88, 2048, 600},
+		{"a queue from 64 (rate flat past the knee)", queueModel{base: time.Millisecond, knee: 64, perMsg: time.Millisecond / 64}, 512, 0, 140, 56},
+		{"a queue that slows past 32 (a classic queue's disk path)", queueModel{base: time.Millisecond, knee: 32, perMsg: 200 * time.Microsecond}, 512, 0, 48, 24},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			v, c := newVegas(tc.ceiling), newClock()
+			var samples int
+			var spent time.Duration
+			limit := v.current()
+			for i := 0; i < 400_000; i++ {
+				before := c.at
+				limit = c.sample(v, tc.b.rtt(limit), limit)
+				if i >= 200_000 {
+					samples++
+					spent += c.at.Sub(before)
+				}
+			}
+			got := float64(samples) / spent.Seconds()
+			best := rate(tc.b, tc.ceiling)
+			_, lo, hi := drive(v, c, tc.b, 1<<20, 100_000)
+			t.Logf("rate %.0f/s over the last half, %.2f of the ceiling's %.0f/s; limit %d..%d (tries left out), rate floor %.0f",
+				got, got/best, best, lo, hi, v.climb.rateFloor)
+			if got < tc.least*best {
+				t.Errorf("rate %.0f/s, want at least %.2f of the ceiling's %.0f/s", got, tc.least, best)
+			}
+			if hi > tc.most || lo < tc.leastLim {
+				t.Errorf("limit %d..%d, want within [%d, %d]", lo, hi, tc.leastLim, tc.most)
+			}
+		})
 	}
 }
 
 func TestVegasLearnsAFurtherBroker(t *testing.T) {
 	// A base measured against a near broker would read every round trip of a far one as a queue; the
 	// probe doubles base every probeRounds rounds until it matches.
-	v := newVegas(512)
-	drive(v, queueModel{base: 200 * time.Microsecond, knee: 1 << 20}, 1<<20, 20_000)
+	v, c := newVegas(512), newClock()
+	drive(v, c, queueModel{base: 200 * time.Microsecond, knee: 1 << 20}, 1<<20, 20_000)
 	far := queueModel{base: 4 * time.Millisecond, knee: 1 << 20}
-	if got, _, _ := drive(v, far, 1<<20, 2_000_000); got != 512 {
+	if got, _, _ := drive(v, c, far, 1<<20, 2_000_000); got != 512 {
 		t.Errorf("limit %d against a broker 20 times further and a flat round trip, want 512", got)
 	}
 }
@@ -111,10 +190,12 @@ func FuzzVegasStaysWithinItsBounds(f *testing.F) {
 		}
 		v := newVegas(ceiling)
 		floor := min(vegasFloor, ceiling)
+		at := time.Unix(1e9, 0)
 		for i, b := range trips {
 			for j := 0; j < 1+int(b)%7; j++ {
 				rtt := time.Duration(b) * time.Duration(b) * time.Microsecond // 0 included
-				got := v.sample(rtt, (i*31+j)%(ceiling+1))
+				at = at.Add(time.Duration(b) * time.Millisecond)              // epochs of every length; the clock may stand still
+				got := v.sample(at, rtt, (i*31+j)%(ceiling+1))
 				if got < floor || got > ceiling {
 					t.Fatalf("limit %d outside [%d, %d]", got, floor, ceiling)
 				}
@@ -127,8 +208,8 @@ func TestVegasProbeMeasuresTheNoLoadRoundTripAndGivesTheLimitBack(t *testing.T) 
 	// A broker that queues from 8 in flight: base measured in the first round (16 in flight) is too high
 	// until the first probe takes it at the floor.
 	b := queueModel{base: 500 * time.Microsecond, knee: 8, perMsg: 100 * time.Microsecond}
-	v := newVegas(512)
-	drive(v, b, 1<<20, 100)
+	v, c := newVegas(512), newClock()
+	drive(v, c, b, 1<<20, 100)
 	if v.base != b.rtt(16) {
 		t.Fatalf("base %s after the first rounds, want the round trip at 16 in flight, %s", v.base, b.rtt(16))
 	}
@@ -137,7 +218,7 @@ func TestVegasProbeMeasuresTheNoLoadRoundTripAndGivesTheLimitBack(t *testing.T) 
 		was := v.probing
 		limit := v.current()
 		inflight := limit
-		v.sample(b.rtt(inflight), inflight)
+		c.sample(v, b.rtt(inflight), inflight)
 		switch {
 		case !was && v.probing:
 			probes++
@@ -181,7 +262,7 @@ func TestWindowLetsInAsManyAsItsLimit(t *testing.T) {
 	// One round of flat round trips with the window full: slow start doubles the limit, which lets the
 	// waiting acquire in without any release.
 	for i := 0; i < vegasInitial; i++ {
-		w.confirmed(time.Millisecond)
+		w.confirmed(time.Now(), time.Millisecond)
 	}
 	if err := <-got; err != nil {
 		t.Fatal(err)
@@ -192,7 +273,7 @@ func TestWindowLetsInAsManyAsItsLimit(t *testing.T) {
 	// Round trips ten times the base: the limit shrinks below what is in flight (17), and no acquire gets
 	// in until enough are released.
 	for i := 0; i < 2*vegasInitial; i++ {
-		w.confirmed(10 * time.Millisecond)
+		w.confirmed(time.Now(), 10*time.Millisecond)
 	}
 	limit := w.limit()
 	if limit >= vegasInitial+1 {
