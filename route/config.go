@@ -60,8 +60,9 @@ type Config struct {
 	// Window is the number of unconfirmed messages allowed per lane; default 512. With AdaptiveWindow it
 	// is the most each lane's limit may be.
 	Window int
-	// AdaptiveWindow makes each lane adapt its limit below Window to the confirm round trip (vegas: as
-	// many as keep the broker busy without a backlog of unconfirmed messages in its queues); default off.
+	// AdaptiveWindow adapts the lanes' limit below Window to the confirm round trip and rate (vegas, one
+	// limit for all lanes: as many as keep the broker busy without a backlog of unconfirmed messages in its
+	// queues, and more while more in flight brings more confirms per second); default off.
 	AdaptiveWindow bool
 	// AggregateWindow is the number of unconfirmed events one aggregate may have in flight; default 1.
 	// With 1, an event the broker refuses (a nack, a return) has no later event of its aggregate written

@@ -68,7 +68,7 @@ func openLane(r *Router, id int) (*lane, error) {
 		r:        r,
 		id:       id,
 		ch:       ch,
-		window:   newWindow(w, r.cfg.AdaptiveWindow),
+		window:   newWindow(w, r.limiter),
 		queued:   make(chan *publishing, w),
 		sent:     make(chan *publishing, w),
 		holds:    newHolds(r.cfg.AggregateWindow, r.held).narrowing(r.refused),

@@ -3,10 +3,11 @@ package route
 import (
 	"context"
 	"math"
+	"sync"
 	"time"
 )
 
-// vegas is the adaptive in-flight limit of one lane (Config.AdaptiveWindow): TCP Vegas's congestion
+// vegas is the adaptive in-flight limit of a Router's lanes (Config.AdaptiveWindow): TCP Vegas's congestion
 // avoidance applied to publisher confirms, as Netflix's concurrency-limits applies it to requests
 // (VegasLimit). It compares the confirm round trip of each round of samples with the least round trip seen
 // (the no-load round trip, base) and estimates how many of the lane's messages wait in the broker rather
@@ -35,7 +36,8 @@ import (
 // keepRate of the rate: the floor follows a broker that stops paying for a larger window.
 //
 // The limit stays within [floor, ceiling]: ceiling is Config.Window, floor the smaller of vegasFloor and
-// ceiling. vegas is used by one goroutine (the lane's confirmLoop); the window it sets is shared.
+// ceiling. vegas is the Router's, fed by every lane's confirms under its limiter's lock (limiter); each
+// lane's window takes its limit.
 type vegas struct {
 	floor, ceiling int
 	limit          float64
@@ -59,6 +61,7 @@ type vegas struct {
 	resume  float64 // the limit to go back to after the probe
 
 	climb climb
+	lanes int // the lanes that take the limit (limiter): a round is the limit's samples of each
 }
 
 // climb is the limit's search by confirm rate (see vegas).
@@ -102,12 +105,15 @@ const (
 func newVegas(ceiling int) *vegas {
 	floor := min(vegasFloor, ceiling)
 	v := &vegas{floor: floor, ceiling: ceiling, limit: float64(min(vegasInitial, ceiling)), slowStart: true}
-	v.size = v.current()
+	v.size = v.roundSize()
 	return v
 }
 
 // current is the limit as a whole number of messages.
 func (v *vegas) current() int { return int(v.limit) }
+
+// roundSize is the samples of a round: about one round trip's confirms of every lane at the limit.
+func (v *vegas) roundSize() int { return v.current() * max(v.lanes, 1) }
 
 // sample takes the time of one confirm, its round trip and the number of the lane's messages in flight
 // when it was taken, and returns the limit.
@@ -149,7 +155,7 @@ func (v *vegas) endRound() {
 	}
 	if v.climb.phase != climbSteady || v.climb.skip { // a try holds the limit it set until it is judged
 		v.climb.skip = false
-		v.size = v.current()
+		v.size = v.roundSize()
 		return
 	}
 	before := limit
@@ -172,7 +178,7 @@ func (v *vegas) endRound() {
 	if v.limit > before {
 		v.climb.grew = true
 	}
-	v.size = v.current()
+	v.size = v.roundSize()
 	if v.rounds%probeRounds == 0 {
 		v.probing, v.resume, v.limit = true, v.limit, float64(v.floor)
 	}
@@ -198,7 +204,7 @@ func (v *vegas) epoch(at time.Time) {
 		if v.limit != was { // the round in progress measured the old limit
 			v.n, v.peak, c.skip = 0, 0, true
 		}
-		v.size = v.current()
+		v.size = v.roundSize()
 	}()
 	switch c.phase {
 	case climbSettle: // the first epoch at the tried limit fills (or drains) the window: not judged
@@ -265,23 +271,40 @@ func (v *vegas) probe(rtt time.Duration, inflight int) int {
 	}
 	v.base, v.n, v.peak = v.min, 0, 0
 	v.probing, v.limit = false, v.resume
-	v.size = v.current()
+	v.size = v.roundSize()
 	return v.current()
 }
 
 // window is a lane's in-flight limit: one unit per queued or written publishing, as many at most as the
-// lane's vegas allows (or Config.Window, fixed). A limit that shrinks below what is in flight lets no new
-// publishing in until enough are confirmed; it never takes back what is in flight.
+// Router's limiter allows (or Config.Window, fixed). A limit that shrinks below what is in flight lets no
+// new publishing in until enough are confirmed; it never takes back what is in flight.
 type window struct {
 	units *budget
-	v     *vegas // nil: fixed
+	l     *limiter // nil: fixed
 }
 
-func newWindow(ceiling int, adaptive bool) *window {
-	w := &window{units: newBudget(ceiling)}
-	if adaptive {
-		w.v = newVegas(ceiling)
-		w.units.max = w.v.current()
+// limiter is the adaptive in-flight limit of a Router (Config.AdaptiveWindow): one vegas fed by the
+// confirms of every lane, whose limit is each lane's. One limit for all lanes, not one each: the lanes
+// share one broker and one dispatcher, which waits whenever the lane of the next event is full, so a
+// lane's rate depends on the other lanes' limits as much as on its own; a lane that tried a larger limit
+// alone would see no more rate from it, and the climb (see vegas) would never find a batching broker's.
+type limiter struct {
+	mu    sync.Mutex
+	v     *vegas
+	lanes []*budget
+}
+
+func newLimiter(ceiling int) *limiter { return &limiter{v: newVegas(ceiling)} }
+
+func newWindow(ceiling int, l *limiter) *window {
+	w := &window{units: newBudget(ceiling), l: l}
+	if l != nil {
+		l.mu.Lock()
+		w.units.max = l.v.current()
+		l.lanes = append(l.lanes, w.units)
+		l.v.lanes = len(l.lanes)
+		l.v.size = l.v.roundSize()
+		l.mu.Unlock()
 	}
 	return w
 }
@@ -294,13 +317,23 @@ func (w *window) acquire(ctx context.Context, failed <-chan struct{}) error {
 // release gives a unit back.
 func (w *window) release() { w.units.release(1) }
 
-// confirmed takes the time and round trip of one confirm and adapts the limit; called by the lane's
-// confirmLoop only.
+// confirmed takes the time and round trip of one confirm of the lane and adapts the limit of every lane;
+// called by the lanes' confirmLoops.
 func (w *window) confirmed(at time.Time, rtt time.Duration) {
-	if w.v == nil {
+	if w.l == nil {
 		return
 	}
-	w.units.adjust(func(used int) int { return w.v.sample(at, rtt, used) })
+	used, _ := w.units.usage()
+	w.l.mu.Lock()
+	defer w.l.mu.Unlock()
+	was := w.l.v.current()
+	n := w.l.v.sample(at, rtt, used)
+	if n == was {
+		return
+	}
+	for _, b := range w.l.lanes {
+		b.adjust(func(int) int { return n })
+	}
 }
 
 // limit is the lane's limit now.

@@ -243,7 +243,7 @@ func TestVegasProbeMeasuresTheNoLoadRoundTripAndGivesTheLimitBack(t *testing.T) 
 func TestWindowLetsInAsManyAsItsLimit(t *testing.T) {
 	ctx := context.Background()
 	never := make(chan struct{})
-	w := newWindow(64, true)
+	w := newWindow(64, newLimiter(64))
 	if got := w.limit(); got != vegasInitial {
 		t.Fatalf("limit %d at the start, want %d", got, vegasInitial)
 	}
@@ -290,7 +290,29 @@ func TestWindowLetsInAsManyAsItsLimit(t *testing.T) {
 	if err := w.acquire(ctx, never); err != nil {
 		t.Fatal(err)
 	}
-	if fixed := newWindow(64, false); fixed.limit() != 64 {
+	if fixed := newWindow(64, nil); fixed.limit() != 64 {
 		t.Fatalf("a fixed window's limit is %d, want 64", fixed.limit())
+	}
+}
+
+// TestLimiterGivesEveryLaneTheLimit: the confirms of one lane move the limit of every lane of the Router
+// (the dispatcher waits on whichever lane is full, so the lanes' limits move together), and a round counts
+// the confirms of all lanes.
+func TestLimiterGivesEveryLaneTheLimit(t *testing.T) {
+	l := newLimiter(512)
+	a, b := newWindow(512, l), newWindow(512, l)
+	if a.limit() != vegasInitial || b.limit() != vegasInitial || l.v.roundSize() != 2*vegasInitial {
+		t.Fatalf("limits %d and %d, round %d at the start; want %d, %d and %d", a.limit(), b.limit(), l.v.roundSize(),
+			vegasInitial, vegasInitial, 2*vegasInitial)
+	}
+	at := time.Unix(1e9, 0)
+	for i := 0; i < 2*vegasInitial; i++ { // one round of flat round trips, all on lane a, a full window
+		for a.units.tryAcquire(1) {
+		}
+		at = at.Add(time.Millisecond)
+		a.confirmed(at, time.Millisecond)
+	}
+	if a.limit() != 2*vegasInitial || b.limit() != 2*vegasInitial {
+		t.Fatalf("limits %d and %d after a flat round on lane a, want both %d (slow start)", a.limit(), b.limit(), 2*vegasInitial)
 	}
 }

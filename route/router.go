@@ -34,6 +34,8 @@ type Router struct {
 	lanes []*lane
 	wg    sync.WaitGroup
 
+	limiter *limiter // the lanes' adaptive in-flight limit; nil with a fixed Config.Window
+
 	mu     sync.RWMutex // write-held to fail; read-held around every done call
 	err    error        // set once, before failed is closed
 	failed chan struct{}
@@ -129,6 +131,9 @@ func open(cfg Config, logger *slog.Logger, uri amqp.URI, conn *amqp.Connection, 
 		exchanges: exchanges{logged: logged}, refused: refused}
 	if r.frameMax <= 0 {
 		r.frameMax = message.DefaultFrameMax
+	}
+	if cfg.AdaptiveWindow {
+		r.limiter = newLimiter(cfg.Window)
 	}
 	for i := range cfg.Lanes {
 		l, err := openLane(r, i)
