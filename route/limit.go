@@ -78,7 +78,7 @@ type climb struct {
 	up         bool    // the try is of a larger limit
 	from       float64 // the limit before the try
 	before     float64 // the confirm rate (per second) of the last busy epoch before the try
-	last       float64 // the confirm rate of the last busy epoch
+	last, prev float64 // the confirm rates of the last two busy epochs (a try is judged against their mean)
 	rateFloor  float64 // the least limit Vegas may shrink to: the last larger limit that paid; 0 while none
 	nextDown   bool    // the next try is of a smaller limit (alternating once rateFloor is set)
 }
@@ -94,9 +94,9 @@ const (
 	vegasFloor   = 4
 	probeRounds  = 100
 
-	epochMin   = 100 * time.Millisecond // an epoch of the climb: samples over at least this long
+	epochMin   = 200 * time.Millisecond // an epoch of the climb: samples over at least this long
 	climbEvery = 5                      // busy epochs between two tries, at first and after a try that paid
-	climbMost  = 80                     // … doubled after each that did not, up to this many (8 s)
+	climbMost  = 40                     // … doubled after each that did not, up to this many (8 s)
 	climbStep  = 1.5                    // a try's limit is this many times larger, or smaller
 	climbGain  = 1.05                   // a larger limit stays when it brings this much more rate
 	keepRate   = 0.97                   // a smaller one stays when it keeps this much of the rate
@@ -232,12 +232,12 @@ func (v *vegas) epoch(at time.Time) {
 			c.nextDown = !c.nextDown
 		}
 	default:
-		if !busy || grew { // a try is judged against a rate Vegas does not move
+		if !busy || (grew && v.slowStart) { // a try is judged against a rate that slow start does not move
 			c.busyEpochs = 0
 			return
 		}
 		c.busyEpochs++
-		c.last = rate
+		c.prev, c.last = c.last, rate
 		if c.busyEpochs < max(c.wait, climbEvery) {
 			return
 		}
@@ -252,7 +252,7 @@ func (v *vegas) epoch(at time.Time) {
 			c.nextDown = !c.nextDown && c.rateFloor > 0
 			return
 		}
-		c.phase, c.up, c.from, c.before, v.limit = climbSettle, up, v.limit, rate, next
+		c.phase, c.up, c.from, c.before, v.limit = climbSettle, up, v.limit, (c.prev+c.last)/2, next
 	}
 }
 

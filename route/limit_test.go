@@ -146,10 +146,10 @@ func TestClimbFindsTheRateOfABatchingBroker(t *testing.T) {
 			var samples int
 			var spent time.Duration
 			limit := v.current()
-			for i := 0; i < 400_000; i++ {
+			for i := 0; i < 1_600_000; i++ {
 				before := c.at
 				limit = c.sample(v, tc.b.rtt(limit), limit)
-				if i >= 200_000 {
+				if i >= 800_000 {
 					samples++
 					spent += c.at.Sub(before)
 				}
