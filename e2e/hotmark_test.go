@@ -134,6 +134,14 @@ func TestHotAggregateDuplicatesPerFaultAreBounded(t *testing.T) {
 			}
 			atFault, _, _, _ = count()
 			next = time.Now().Add(every)
+			if kinds[len(faults)%len(kinds)] == "SIGKILL" {
+				// A SIGKILL replays from the stored record, written once a second: what was
+				// confirmed since its last write is published again, as docs/guarantee.md says, however
+				// small the window. The kill comes once the process that streams again has written it at
+				// least once, so that this counts what the window bounds, not the store's period (one CI run
+				// here under load killed 1 s after a cut, before any write: 4,000 one-event aggregates again).
+				next = time.Now().Add(max(every, 2500*time.Millisecond))
+			}
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
