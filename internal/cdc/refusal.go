@@ -112,3 +112,15 @@ func (r *Refusals) Struck(id string) (n int, since time.Time) {
 
 // Clear forgets the strikes of an event the broker confirmed.
 func (r *Refusals) Clear(id string) { delete(r.strikes, id) }
+
+// Restore replaces the record with one event's strikes as another record kept them (the slot's stored
+// record, which a router's earlier runs and the other router of its slot write): n strikes, the first and
+// the last at first and last, the last refusal's words and whether the broker's state may end it. n <= 0
+// leaves the record empty.
+func (r *Refusals) Restore(id string, n int, first, last time.Time, reason string, state bool) {
+	clear(r.strikes)
+	if id == "" || n <= 0 {
+		return
+	}
+	r.strikes[id] = strike{n: n, first: first, last: last, reason: reason, state: state}
+}
