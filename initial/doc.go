@@ -9,6 +9,10 @@
 //     point adds every later row, none twice (e2e's snapshot tests).
 //   - A copy resumed in a new snapshot may publish rows twice, never lose one; it resumes with the predicate
 //     it started with (TestSIGTERMDuringTheSnapshot, TestMergedSnapshotResumesAfterKill).
+//   - A copy resumed in a new snapshot leaves out the rows the stream delivers: those the slot's recorded
+//     snapshot did not see, or, without a usable record (none, a table rewritten since, a mapped table), those
+//     the slot's inserts up to the new snapshot name (snapshot.LeaveStreamed); so every aggregate's first
+//     deliveries come in version order (TestResumedCopyLeavesWhatTheSlotStreams).
 //   - A stop during the copy ends within Config.StopBy's bounds (run's --shutdown-timeout), the reader's
 //     transaction and connection closed by then, and the next start resumes the copy
 //     (TestShutdownTimeoutBoundsAStopDuringTheSnapshot).

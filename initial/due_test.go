@@ -156,8 +156,8 @@ func TestRecordStoresTheJobsThenThePosition(t *testing.T) {
 	conn := routerDB(t)
 	cfg := twoTables(t)
 	todo := []Job{
-		{"public.outbox", snapshot.Job{Name: cfg.initialName("public.outbox"), Kind: "initial", Predicate: "id > 0", ReadLSN: 0x7000}},
-		{"billing.events", snapshot.Job{Name: cfg.initialName("billing.events"), Kind: "initial", Predicate: "id > 0", ReadLSN: 0x7000}},
+		{table: "public.outbox", job: snapshot.Job{Name: cfg.initialName("public.outbox"), Kind: "initial", Predicate: "id > 0", ReadLSN: 0x7000}},
+		{table: "billing.events", job: snapshot.Job{Name: cfg.initialName("billing.events"), Kind: "initial", Predicate: "id > 0", ReadLSN: 0x7000}},
 	}
 	store := offsets.NewStore(conn, "cdc_router", "s1", time.Second)
 	pos := offsets.Position{LSN: 0x7000, SystemID: "7300000000000000001", Timeline: 1}

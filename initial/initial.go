@@ -30,7 +30,7 @@ type Config struct {
 	Slot      string
 	Schema    string        // the router's own schema: the jobs, the stored position, the quarantine
 	Table     string        // the first outbox table
-	Decode    decode.Config // the row rules, the other outbox tables (MoreTables) and their mappings
+	Decode    decode.Config // the row rules, the other outbox tables (MoreTables) and their mappings, the stream's Publication
 
 	Snapshot         string    // "initial": a slot without any record of a position or a snapshot is copied; "never"
 	SnapshotWhere    string    // SQL predicate restricting the initial snapshot
@@ -105,8 +105,9 @@ func CheckTables(ctx context.Context, cfg Config, sql *pgx.Conn) error {
 
 // Job is the initial snapshot of one outbox table.
 type Job struct {
-	table string
-	job   snapshot.Job
+	table    string
+	job      snapshot.Job
+	streamed []string // set when resumed: the key of the rows the slot will stream, which the copy leaves out
 }
 
 // snapshotConfig is the copy configuration of the initial snapshot.
@@ -159,7 +160,7 @@ func copyNew(ctx context.Context, cfg Config, log *slog.Logger, stats *metrics.S
 			return err
 		}
 		records[t] = snapshot.SeenRecord(seen, files)
-		todo = append(todo, Job{t, snapshot.Job{Name: cfg.initialName(t), Kind: "initial", Predicate: cfg.SnapshotWhere,
+		todo = append(todo, Job{table: t, job: snapshot.Job{Name: cfg.initialName(t), Kind: "initial", Predicate: cfg.SnapshotWhere,
 			ReadLSN: point}})
 	}
 	if err := record(ctx, sql, jobs, store, todo, records, pos); err != nil {
@@ -173,8 +174,11 @@ func copyNew(ctx context.Context, cfg Config, log *slog.Logger, stats *metrics.S
 
 // resumeSnapshot finishes the initial snapshot jobs that a crash interrupted (each table's), or copies
 // everything when the slot exists without any record of one. The slot's own snapshot is gone, so the rest
-// is read in a new one: rows committed after the consistent point may be published twice (once here, once
-// streamed), never lost.
+// is read in a new one, which also sees rows committed after the consistent point: the stream delivers
+// those. A table whose record tells the rows the slot's snapshot saw (snapshot.SeenBy) leaves out the others;
+// for any other table (no record, rewritten since, mapped) the copy reads what the slot will stream and
+// leaves that out (snapshot.LeaveStreamed). Rows may be published twice (once here, once streamed), never
+// lost.
 func resumeSnapshot(ctx context.Context, cfg Config, log *slog.Logger, stats *metrics.Stats, sql *pgx.Conn, todo []Job,
 	pub snapshot.Publisher) (err error) {
 	ctx, end := cfg.watch(ctx)
@@ -183,33 +187,66 @@ func resumeSnapshot(ctx context.Context, cfg Config, log *slog.Logger, stats *me
 	if err != nil {
 		return err
 	}
+	if cfg.Decode.Publication != "" {
+		if err := snapshot.PrepareStreamed(ctx, reader); err != nil {
+			cfg.closeReader(ctx, reader, nil)
+			return err
+		}
+	}
 	tx, err := reader.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly})
 	if err != nil {
 		cfg.closeReader(ctx, reader, nil)
 		return fmt.Errorf("begin snapshot transaction: %w", err)
 	}
 	defer func() { cfg.closeReader(ctx, reader, tx) }() // a commit first makes the rollback a no-op
-	todo = slices.Clone(todo)                           // its records become what the copy judges by; the caller's stay as stored
+	// The transaction's first statement takes its snapshot, then reads the WAL's end: every transaction the
+	// snapshot sees committed before upto, so the slot's changes up to it hold every row it sees since.
+	var upto string
+	if err := tx.QueryRow(ctx, "SELECT pg_current_wal_insert_lsn()::text").Scan(&upto); err != nil {
+		return fmt.Errorf("read the WAL position of the snapshot: %w", err)
+	}
+	todo = slices.Clone(todo) // its records become what the copy judges by; the caller's stay as stored
+	rewritten := make([]string, len(todo))
+	keys := map[string][]string{} // the tables whose copy leaves out what the slot will stream, by their key
 	for i, j := range todo {
-		// The snapshot the copy judges rows by (snapshot.Config.SeenBy): none for a mapped table, which is
-		// copied whole, nor for one rewritten since the slot was created (snapshot.SeenBy).
-		seen, rewritten := "", ""
+		// The snapshot the copy judges rows by (snapshot.Config.SeenBy): none for a mapped table, nor for one
+		// rewritten since the slot was created (snapshot.SeenBy), nor without a record.
+		seen := ""
 		if j.job.ReadSnapshot != "" && cfg.forTable(j.table).Decode.Mapping == nil {
-			if seen, rewritten, err = snapshot.SeenBy(ctx, tx, j.table, j.job.ReadSnapshot); err != nil {
+			if seen, rewritten[i], err = snapshot.SeenBy(ctx, tx, j.table, j.job.ReadSnapshot); err != nil {
 				return err
 			}
 		}
 		todo[i].job.ReadSnapshot = seen
-		msg := "resuming the initial snapshot in a new snapshot: rows committed since the slot was created may be published twice"
-		if seen != "" {
-			msg = "resuming the initial snapshot in a new snapshot: rows committed since the slot was created are left to the stream"
+		if seen == "" && cfg.Decode.Publication != "" {
+			if keys[j.table], err = snapshot.StreamKey(ctx, cfg.forTable(j.table).snapshotConfig(), tx); err != nil {
+				return refusal(err)
+			}
 		}
-		if rewritten != "" {
+	}
+	counts, err := cfg.leaveStreamed(ctx, log, tx, upto, keys)
+	if err != nil {
+		return err
+	}
+	for i, j := range todo {
+		msg := "resuming the initial snapshot in a new snapshot: rows committed since the slot was created may be published twice"
+		var attrs []any
+		switch n, peeked := counts[decode.QualifiedTable(j.table)]; {
+		case j.job.ReadSnapshot != "":
+			msg = "resuming the initial snapshot in a new snapshot: rows committed since the slot was created are left to the stream"
+		case peeked:
+			msg = "resuming the initial snapshot in a new snapshot: the rows the slot will stream are left to it"
+			attrs = append(attrs, "left_to_stream", n)
+			if n > 0 {
+				todo[i].streamed = keys[j.table]
+			}
+		case rewritten[i] != "":
 			msg = "resuming the initial snapshot in a new snapshot: the table was rewritten since the slot was created, so " +
 				"its rows' transaction ids no longer tell which rows the slot's snapshot saw; every row is copied, and rows " +
 				"committed since the slot was created may be published twice"
 		}
-		log.Warn(msg, "table", j.table, "rows_done", j.job.RowsDone, "lsn", j.job.ReadLSN, "rewritten", rewritten)
+		log.Warn(msg, append([]any{"table", j.table, "rows_done", j.job.RowsDone, "lsn", j.job.ReadLSN, "rewritten", rewritten[i]},
+			attrs...)...)
 		if j.job.Predicate != cfg.SnapshotWhere {
 			log.Warn("the snapshot resumes with the predicate it started with, not --snapshot-where",
 				"predicate", j.job.Predicate, "snapshot_where", cfg.SnapshotWhere)
@@ -219,6 +256,36 @@ func resumeSnapshot(ctx context.Context, cfg Config, log *slog.Logger, stats *me
 		return err
 	}
 	return tx.Commit(ctx)
+}
+
+// leaveStreamed records in tx the rows of the tables of keys that the slot will stream up to upto
+// (snapshot.LeaveStreamed), read on a reader's connection of its own; it returns how many per table
+// (schema.name), and nothing without such tables.
+func (c Config) leaveStreamed(ctx context.Context, log *slog.Logger, tx pgx.Tx, upto string, keys map[string][]string) (map[string]int64, error) {
+	if len(keys) == 0 {
+		return nil, nil
+	}
+	at, err := cdc.ParseLSN(upto)
+	if err != nil {
+		return nil, err
+	}
+	peek, err := pgserver.ConnectReaderWithin(ctx, c.PGURL, c.PGTimeout)
+	if err != nil {
+		return nil, err
+	}
+	defer c.closeReader(ctx, peek, nil)
+	began := time.Now()
+	counts, err := snapshot.LeaveStreamed(ctx, peek, tx, snapshot.Peek{Slot: c.Slot, Publication: c.Decode.Publication, Upto: at}, keys)
+	if err != nil {
+		return nil, err
+	}
+	for t := range keys {
+		if _, ok := counts[decode.QualifiedTable(t)]; !ok {
+			counts[decode.QualifiedTable(t)] = 0
+		}
+	}
+	log.Info("read what the slot will stream, to leave it out of the resumed copy", "lsn", at, "took", time.Since(began))
+	return counts, nil
 }
 
 // copyTables copies the jobs of todo in tx. Several native tables whose keys order alike are copied merged
@@ -234,6 +301,7 @@ func copyTables(ctx context.Context, cfg Config, log *slog.Logger, stats *metric
 		cfgs[i] = c.snapshotConfig()
 		cfgs[i].Renew = cfg.Renew
 		cfgs[i].SeenBy, cfgs[i].SeenSince = j.job.ReadSnapshot, j.job.StartedAt // set when resumed (resumeSnapshot)
+		cfgs[i].Streamed = j.streamed
 	}
 	why := "one table"
 	if len(todo) > 1 {
@@ -387,7 +455,7 @@ func Due(ctx context.Context, cfg Config, sql *pgx.Conn, start cdc.LSN, hasStore
 				"publish the rest; start with --snapshot=initial to finish it, or run `cdc-router reset --slot %s` to start over",
 				what, job.RowsDone, job.RowsTotal, cfg.Slot)
 		case ok && !job.Done():
-			todo = append(todo, Job{t, job})
+			todo = append(todo, Job{table: t, job: job})
 		}
 	}
 	for name, job := range byName {
@@ -401,15 +469,15 @@ func Due(ctx context.Context, cfg Config, sql *pgx.Conn, start cdc.LSN, hasStore
 		return todo, false, nil
 	}
 	for _, t := range cfg.outboxTables() {
-		todo = append(todo, Job{t, snapshot.Job{Name: cfg.initialName(t), Kind: "initial",
+		todo = append(todo, Job{table: t, job: snapshot.Job{Name: cfg.initialName(t), Kind: "initial",
 			Predicate: cfg.SnapshotWhere, ReadLSN: start}})
 	}
 	return todo, true, nil
 }
 
 // Finish finishes the initial snapshot jobs todo that a crash interrupted, or, when fresh (the slot exists
-// with no record of a position or a snapshot), records them and the position pos first and copies every
-// table whole, in a new snapshot (resumeSnapshot).
+// with no record of a position or a snapshot), records them and the position pos first and copies each
+// table in a new snapshot, less what the slot will stream (resumeSnapshot).
 func Finish(ctx context.Context, cfg Config, log *slog.Logger, stats *metrics.Stats, sql *pgx.Conn, store *offsets.Store,
 	pos offsets.Position, todo []Job, fresh bool, pub snapshot.Publisher) error {
 	for _, j := range todo { // before a fresh job is recorded: the refusal's fix then works as it says
@@ -419,7 +487,7 @@ func Finish(ctx context.Context, cfg Config, log *slog.Logger, stats *metrics.St
 	}
 	jobs := snapshot.NewJobs(sql, cfg.Schema)
 	if fresh {
-		log.Warn("the slot exists but no position or snapshot was ever recorded for it: copying the whole table once")
+		log.Warn("the slot exists but no position or snapshot was ever recorded for it: copying the table once in a new snapshot, less what the slot will stream")
 		if err := record(ctx, sql, jobs, store, todo, nil, pos); err != nil {
 			return err
 		}

@@ -50,6 +50,10 @@ type Config struct {
 	// then leaves out the rows that snapshot did not see, which the stream delivers (see unseen).
 	SeenBy    string
 	SeenSince time.Time
+	// Streamed, for an initial snapshot resumed in a new snapshot, is the key (StreamKey) by which
+	// LeaveStreamed recorded the rows the slot will stream in the reader's temporary table: the copy then
+	// leaves them out (streamed.go). Nil: none are left out by it.
+	Streamed []string
 	// StopBy bounds a copy that ends because its ctx ended (a stop): it waits for the confirms of the rows
 	// already published until settle and stores how far they reach by end (run passes the bounds of its
 	// --shutdown-timeout). Nil: 5 s for each, counted from when the copy sees the stop.
@@ -98,6 +102,9 @@ func (c Config) predicate() string {
 	}
 	if u := c.unseen(); u != "" {
 		p += " AND NOT (" + u + ")"
+	}
+	if s := c.streamed(); s != "" {
+		p += " AND NOT " + s
 	}
 	return p
 }

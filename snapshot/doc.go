@@ -33,6 +33,9 @@
 // An initial snapshot resumed in a new snapshot (after a crash) leaves out the rows of a native table that
 // the slot's own snapshot did not see (Config.SeenBy, recorded with the job as Job.ReadSnapshot): the stream
 // delivers them, in commit order with the events only it has (TestResumedSnapshotLeavesLaterRowsToTheStream).
+// Where no such record tells them apart (a slot without one, a table rewritten since, a mapped table), it
+// leaves out the rows whose keys the slot's inserts name, read from the slot without consuming it
+// (LeaveStreamed, Config.Streamed; TestInsertKeys, and TestResumedCopyLeavesWhatTheSlotStreams in initial).
 //
 // An outbox table of another shape (a decode.Mapping, run --config) is paged by its primary key instead (or
 // a unique index on NOT NULL columns; a table with neither is refused by CheckTable before anything is
