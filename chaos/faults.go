@@ -54,6 +54,10 @@ func (w *world) inject(start time.Time, faults []gen.Step, bg *sync.WaitGroup) {
 			w.retireInFlight(f, bg)
 			continue
 		}
+		if f.Kind == gen.CmdInboxRequests {
+			w.inboxRequests(f, bg)
+			continue
+		}
 		if f.Kind == gen.CmdReplay {
 			w.rec.Event(w.replay())
 			continue

@@ -14,6 +14,7 @@
 #   chaos/mutants.sh none hold-removed
 #
 #   DRY=1 chaos/mutants.sh                # only check that each mutant still applies and builds
+#   MUTANT_SEEDS=52,87 chaos/mutants.sh inbox-skipped-as-stale inbox-expired-taken   # the consumer's (inbox-requests)
 #
 # Logs: one per mutant in MUTANT_LOGS (default /tmp/cdc-mutants-<time>).
 set -u
@@ -25,6 +26,7 @@ logs=${MUTANT_LOGS:-${TMPDIR:-/tmp}/cdc-mutants-$(date +%Y%m%d-%H%M%S)}
 mkdir -p "$logs"
 
 all=(ack-on-receipt nack-as-confirm gap-check-off skip-first-transaction hold-removed)
+inbox=(inbox-skipped-as-stale inbox-expired-taken) # not in the default list: no CI seed draws their kind
 [ $# -gt 0 ] || set -- "${all[@]}"
 
 # replace FILE OLD NEW: OLD must occur exactly once in FILE (relative to the copy), else the mutant is out of
@@ -80,7 +82,14 @@ EOF
   hold-removed) # no per-aggregate hold: every event is let through at once, --aggregate-window ignored
     replace route/hold.go $'func (h *holds) admit(e *held) verdict {\n\th.mu.Lock()\n\tdefer h.mu.Unlock()\n\ta := h.busy[e.agg]\n' \
       $'func (h *holds) admit(e *held) verdict {\n\th.mu.Lock()\n\tdefer h.mu.Unlock()\n\ta := h.busy[e.agg]\n\tif true {\n\t\ta.unconfirmed++\n\t\th.busy[e.agg] = a\n\t\treturn letThrough\n\t}\n' ;;
-  *) echo "unknown mutant $1 (known: none ${all[*]})" >&2; return 1 ;;
+  # The consumer side (package inbox, which the harness runs in its own process for gen.CmdInboxRequests; no
+  # CI seed draws that kind: run these with MUTANT_SEEDS of seeds that do, docs/testing.md):
+  inbox-skipped-as-stale) # a version a resolve gave up that arrives afterwards is taken for a stale duplicate
+    # (issue 35's loss: recorded stale, never applied, no failed record, no WARN)
+    replace inbox/processor.go $'\t\tif v > baseline { // a version a resolve gave up' $'\t\tif false && v > baseline { // a version a resolve gave up' ;;
+  inbox-expired-taken) # a runner takes a request whose command gave up waiting (expired): carried out later
+    replace inbox/queries.go $'cancelled_at IS NULL\n\t\t\t\t  AND (expires_at IS NULL OR expires_at > now())\n' $'cancelled_at IS NULL\n' ;;
+  *) echo "unknown mutant $1 (known: none ${all[*]} ${inbox[*]})" >&2; return 1 ;;
   esac
 }
 

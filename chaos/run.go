@@ -83,6 +83,7 @@ func Run(t testing.TB, pg *testenv.Postgres, bin string, plan gen.Plan) *check.H
 
 	rows := w.finalRows(writers)
 	w.settle(rows)
+	w.finishInbox()
 	close(stopOperator)
 	<-operated
 	acked, quar := w.acked(), w.quarantine()

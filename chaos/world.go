@@ -64,6 +64,8 @@ type world struct {
 	procPG []*testenv.Proxy // with gen.Setup.Standby: each router process's own proxy in front of pgProxy
 
 	routers *procs.Set // by process: one per slot, two with a standby (standby.go)
+
+	inbox *inboxConsumer // the consumer of a gen.CmdInboxRequests, once it is set up (inboxreq.go)
 }
 
 func newWorld(t testing.TB, pg *testenv.Postgres, bin string, plan gen.Plan) *world {
@@ -155,6 +157,9 @@ func (w *world) setUp() error {
 		}
 	}
 	args := w.migrateArgs()
+	if w.plan.Has(gen.CmdInboxRequests) {
+		args = append(args, "--inbox") // the inbox tables of the kind's consumer (inboxreq.go)
+	}
 	if s.OwnBroker {
 		if err := w.addRouterUser(); err != nil {
 			return fmt.Errorf("the routers' user: %w", err)

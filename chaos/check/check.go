@@ -47,6 +47,7 @@ var invariants = []invariant{
 	{"reset-without-force-refused", checkReset},
 	{"reset-refuses-transactions-in-flight", checkResetInFlight},
 	{"retire-refuses-transactions-in-flight", checkRetireInFlight},
+	{"inbox-requests-are-safe", checkInboxRequests},
 	{"logs-carry-no-payload", checkLogs},
 	{"unauthenticated-never-published", checkForged},
 	{"broker-outage-bounded", checkBrokerOutages},

@@ -29,6 +29,8 @@ type History struct {
 	// (rabbitmqctl list_queues and list_bindings, the lines that name the run's objects): where confirmed
 	// messages went when the consumer did not get them (seed 9541).
 	Broker string
+	// Inbox is the final state of the inbox of a gen.CmdInboxRequests (nil without one).
+	Inbox *InboxFinal `json:",omitempty"`
 }
 
 // Row is one committed outbox row.

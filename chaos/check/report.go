@@ -116,6 +116,9 @@ func Coverage(h *History) map[string]int {
 		}
 	}
 	c["seen:quarantined"] += len(h.Quar)
+	for k, n := range inboxCoverage(h) {
+		c[k] += n
+	}
 	pauseCoverage(h, c)
 	hotCoverage(h, c)
 	delivered := map[string]bool{}

@@ -220,6 +220,8 @@ func (s Step) String() string {
 		fmt.Fprintf(&b, " commit=%s", [...]string{"after-the-reset", "while-reset-waits"}[s.N])
 	case s.Kind == CmdRetireInFlight:
 		fmt.Fprintf(&b, " commit=%s", [...]string{"after-a-refusal", "while-retire-waits"}[s.N])
+	case s.Kind == CmdInboxRequests:
+		fmt.Fprintf(&b, " way=%s", InboxRequestWays[s.N])
 	case s.N > 0:
 		fmt.Fprintf(&b, " rows=%d", s.N)
 	}
@@ -311,6 +313,7 @@ func Generate(seed int64, o Options) Plan {
 	addResetInFlight(&p, seed)
 	addRetireInFlight(&p, seed)
 	addInternalExchange(&p, seed)
+	addInboxRequests(&p, seed)
 	for _, f := range p.Faults {
 		if f.Kind == FaultPubGap || f.Kind == CmdRetireInFlight {
 			p.PublicationCheck = 2 * time.Second
