@@ -13,8 +13,9 @@
 // deploy/ is one the code defines. docs/reference.md is checked against the code: TestReferenceListsEveryFlag
 // (its flag table against the commands' --help), TestReferenceListsEveryConfigKey (the table's column of
 // configuration keys against `cdc-router config keys`), TestReferenceListsEveryMetric (its metric tables
-// against the names the code registers) and TestReferenceListsEveryHeader (its section The message against
-// the headers the router sets or reserves).
+// against the names the code registers), TestReferenceListsEveryHeader (its section The message against
+// the headers the router sets or reserves) and TestReferenceListsEveryStatusKey (its section status --json
+// against the json keys of package admin).
 //
 // An HTML comment right before a block (blank lines between are allowed) says what the test does with it:
 //

@@ -228,3 +228,35 @@ func TestReferenceListsEveryHeader(t *testing.T) {
 		}
 	}
 }
+
+var jsonTag = regexp.MustCompile("json:\"([a-z_]+)")
+
+// TestReferenceListsEveryStatusKey: every key of `cdc-router status --json` (a json tag of a non-test file
+// of package admin) is named in docs/reference.md's section status --json, as `key`, `parent.key` or
+// `parent[].key`. The e2e tests check the keys a run prints; this one also those that a run leaves null.
+func TestReferenceListsEveryStatusKey(t *testing.T) {
+	root := moduleRoot(t)
+	sec := section(t, readReference(t, root), "status --json")
+	files, _ := filepath.Glob(filepath.Join(root, "admin", "*.go"))
+	keys := map[string]string{}
+	for _, path := range files {
+		if strings.HasSuffix(path, "_test.go") {
+			continue
+		}
+		b, err := os.ReadFile(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, m := range jsonTag.FindAllStringSubmatch(string(b), -1) {
+			keys[m[1]] = filepath.Base(path)
+		}
+	}
+	if len(keys) < 40 {
+		t.Fatalf("found %d json keys in admin/: %v", len(keys), keys)
+	}
+	for k, file := range keys {
+		if !regexp.MustCompile("[`.\\]]" + regexp.QuoteMeta(k) + "`").MatchString(sec) {
+			t.Errorf("docs/reference.md's section status --json does not name the key %s (admin/%s)", k, file)
+		}
+	}
+}
