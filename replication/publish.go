@@ -31,9 +31,12 @@ func (s *session) Event(ev cdc.Event) error {
 	i := s.tracker.Add(x)
 	careful := s.net.careful(ev)
 	if careful {
-		if reason, ok := s.net.condemned(ev.ID); ok {
-			return s.quarantineEvent(x, i, ev, metrics.QuarantineRefused, fmt.Sprintf("RabbitMQ refused this event %d times in a row while it was "+
-				"the only message in flight: %s", strikesToQuarantine, reason))
+		if reason, ok := s.net.condemned(ev); ok {
+			if err := s.quarantineEvent(x, i, ev, metrics.QuarantineRefused, fmt.Sprintf("RabbitMQ refused this event %d times in a row while it "+
+				"was the only message in flight: %s", strikesToQuarantine, reason)); err != nil {
+				return err
+			}
+			return s.forgive(ev)
 		}
 		if err := s.settle(); err != nil {
 			return err
@@ -70,13 +73,12 @@ func (s *session) Event(ev cdc.Event) error {
 	if !careful {
 		return nil
 	}
-	s.net.alone = ev.ID
+	s.net.alone = offsets.Refused(ev)
 	if err := s.settle(); err != nil {
 		return err
 	}
-	s.net.alone = ""
-	s.net.cleared(ev.ID)
-	return nil
+	s.net.alone = offsets.RefusedEvent{}
+	return s.forgive(ev)
 }
 
 // settle waits until every published event is confirmed, keeping the status updates going; it returns the

@@ -237,6 +237,12 @@ func runOnce(ctx context.Context, cfg Config, dial Dialer, log *slog.Logger, sta
 		return false, err
 	}
 	start = resume.past(start, sys, p.Decision.Create)
+	err = pgserver.SetupStep(ctx, cfg.PGTimeout, host, func(ctx context.Context) error {
+		return adoptRefusal(ctx, store, net, start) // the safety net lives with the slot (strike.go)
+	})
+	if err != nil {
+		return false, err
+	}
 	stats.WaitFor("PostgreSQL at " + host + " to start replication")
 	err = pgserver.SetupStep(ctx, cfg.PGTimeout, host, func(ctx context.Context) error {
 		asked := time.Now()
@@ -285,6 +291,7 @@ func runOnce(ctx context.Context, cfg Config, dial Dialer, log *slog.Logger, sta
 	}
 	s.flushBursts()
 	if err != nil && ctx.Err() == nil && causeOf(err) != metrics.CausePostgres {
+		s.strike(err)
 		s.ackConfirmed()
 	}
 	m := s.mark()
