@@ -106,11 +106,13 @@ func sessionsAfter(h *History, t time.Time) []session {
 
 // replayAllowance is how many of t's events session s may publish again beside the in-flight window: the
 // fault that ended the session before it began at `fault` (the last fault or command that may replay, or
-// the session's start when none came since the commit); a new process (previous starting or standby) reads
-// the stored mark, which may miss the confirms of the storedMarkAge before the fault (more while a
-// PostgreSQL fault kept the old process from storing), a restart inside the process the confirms of the
-// last ackLag. If a row committed before t was still unsettled at the start of that span, t was a later
-// transaction received but not acknowledged, published again whole: every event of t delivered by then.
+// the session's start when none came since the commit), and that session went on publishing until its
+// `stream stopped` line (seed 180: 476 events first delivered between a PostgreSQL cut and that line); a
+// new process (previous starting or standby) reads the stored mark, which may miss the confirms of the
+// storedMarkAge before the fault (more while a PostgreSQL fault kept the old process from storing), a
+// restart inside the process the confirms of the last ackLag. If a row committed before t was still
+// unsettled at the start of that span, t was a later transaction received but not acknowledged, published
+// again whole: every event of t delivered until the old session stopped.
 func replayAllowance(h *History, t hotTxn, s session, first, settled map[string]time.Time, older []string) int {
 	fault := t.committed
 	for _, e := range h.Events {
@@ -136,9 +138,17 @@ func replayAllowance(h *History, t hotTxn, s session, first, settled map[string]
 			break
 		}
 	}
+	// The old session went on publishing until it stopped (its `stream stopped` line), after the fault began.
+	end := fault
+	for _, l := range h.Logs {
+		if l.Router == s.router && l.At.After(end) && l.At.Before(s.at) && strings.Contains(l.Text, "stream stopped") {
+			end = l.At
+		}
+	}
+	end = end.Add(ackLag)
 	n := 0
 	for _, at := range first {
-		if !at.Before(lo) && !at.After(fault) {
+		if !at.Before(lo) && !at.After(end) {
 			n++
 		}
 	}

@@ -59,7 +59,11 @@ func streamsIn(h *History, router, paused int, pausedUntil, from, to time.Time) 
 	}
 	for _, s := range h.Ready {
 		if s.Router == router && s.Active == 200 {
-			note(s.At, s.Proc)
+			at := s.ActiveAt // when the answer came: a paused process answers once continued (seed 31)
+			if at.IsZero() {
+				at = s.At
+			}
+			note(at, s.Proc)
 		}
 	}
 	return first, !first.IsZero()
