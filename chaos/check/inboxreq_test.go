@@ -62,13 +62,12 @@ func TestInboxRequestCarriedOutThenSkippedVersionFails(t *testing.T) {
 	h = inboxHistory()
 	h.Logs = nil
 	inboxBroken(t, h, "logged no WARN")
-	// A version parked before a resolve of a later one gave it up may be stale (docs/consumers.md).
+	// Its inbox row's received_at is its transaction's start, which may come before the resolve's while the
+	// resolve holds the aggregate's lock (seed 92 under the mutant inbox-skipped-as-stale): stale all the same.
 	h = inboxHistory()
 	h.Inbox.Failed = nil
 	h.Inbox.Records = append(h.Inbox.Records, InboxRecord{EventID: "t2", Status: "stale", Received: at(11)})
-	if vs := checkInboxRequests(h, limits); len(vs) != 0 {
-		t.Fatalf("a version parked, then given up by a resolve: %v", vs)
-	}
+	inboxBroken(t, h, "recorded stale although the projection never applied it")
 }
 
 func TestInboxProjectionIsExactlyOnceAndComplete(t *testing.T) {
