@@ -34,6 +34,7 @@ var pgFault = map[gen.Kind]bool{gen.FaultPGCut: true, gen.FaultPGPause: true, ge
 
 // hotTxn is one gen.OpHot transaction's rows, by id, and when it committed.
 type hotTxn struct {
+	xid       int // Row.Txn of its rows: the transaction's id, as the routers log it
 	ids       map[string]bool
 	committed time.Time
 	hot       string // the hot aggregate
@@ -49,7 +50,7 @@ func hotTxns(h *History) []hotTxn {
 		}
 		t := byTxn[r.Txn]
 		if t == nil {
-			t = &hotTxn{ids: map[string]bool{}}
+			t = &hotTxn{xid: r.Txn, ids: map[string]bool{}}
 			byTxn[r.Txn] = t
 			order = append(order, r.Txn)
 		}
@@ -67,23 +68,6 @@ func hotTxns(h *History) []hotTxn {
 		out = append(out, *byTxn[n])
 	}
 	return out
-}
-
-// settledAt is when each row was first delivered (by any publisher) or quarantined.
-func settledAt(h *History) map[string]time.Time {
-	at := map[string]time.Time{}
-	note := func(id string, t time.Time) {
-		if old, ok := at[id]; !ok || t.Before(old) {
-			at[id] = t
-		}
-	}
-	for _, d := range h.Deliv {
-		note(d.MessageID, d.At)
-	}
-	for _, q := range h.Quar {
-		note(q.EventID, q.At)
-	}
-	return at
 }
 
 // session is a stream session's start: a router's `msg=streaming` line.
@@ -104,16 +88,36 @@ func sessionsAfter(h *History, t time.Time) []session {
 	return out
 }
 
+// resumesInside reports whether session s logged that it resumes inside transaction xid (`resuming inside a
+// transaction … xid=`, right after its `msg=streaming`): that transaction was then the oldest one not
+// acknowledged, and the session passes over what its mark covers. Otherwise t was a later transaction
+// received but not acknowledged (the session resumed inside an older one, or had no mark), which the docs
+// let a fault publish again whole.
+func resumesInside(h *History, s session, xid int) bool {
+	want := fmt.Sprint(xid)
+	for _, l := range h.Logs {
+		if l.Router == s.router && !l.At.Before(s.at) && l.At.Before(s.at.Add(resumeLine)) &&
+			strings.Contains(l.Text, "resuming inside a transaction") {
+			return logField(l.Text, "xid") == want
+		}
+	}
+	return false
+}
+
+// resumeLine bounds how long after its `msg=streaming` a session logs that it resumes inside a transaction.
+const resumeLine = 5 * time.Second
+
 // replayAllowance is how many of t's events session s may publish again beside the in-flight window: the
 // fault that ended the session before it began at `fault` (the last fault or command that may replay, or
 // the session's start when none came since the commit), and that session went on publishing until its
 // `stream stopped` line (seed 180: 476 events first delivered between a PostgreSQL cut and that line); a
 // new process (previous starting or standby) reads the stored mark, which may miss the confirms of the
 // storedMarkAge before the fault (more while a PostgreSQL fault kept the old process from storing), a
-// restart inside the process the confirms of the last ackLag. If a row committed before t was still
-// unsettled at the start of that span, t was a later transaction received but not acknowledged, published
-// again whole: every event of t delivered until the old session stopped.
-func replayAllowance(h *History, t hotTxn, s session, first, settled map[string]time.Time, older []string) int {
+// restart inside the process the confirms of the last ackLag. Unless the session resumed inside t
+// (resumesInside), t was a later transaction received but not acknowledged, published again whole: every
+// event of t delivered until the old session stopped (seed 180: behind a burst committed 30 ms before it,
+// unacknowledged for 11 s).
+func replayAllowance(h *History, t hotTxn, s session, first map[string]time.Time) int {
 	fault := t.committed
 	for _, e := range h.Events {
 		if !noOutage[e.Kind] && e.From.After(fault) && e.From.Before(s.at) {
@@ -132,11 +136,8 @@ func replayAllowance(h *History, t hotTxn, s session, first, settled map[string]
 			}
 		}
 	}
-	for _, id := range older {
-		if at, ok := settled[id]; !ok || at.After(lo) {
-			lo = t.committed // t was not the oldest transaction unacknowledged: all of it delivered so far
-			break
-		}
+	if !resumesInside(h, s, t.xid) {
+		lo = t.committed // t was not the oldest transaction unacknowledged: all of it delivered so far
 	}
 	// The old session went on publishing until it stopped (its `stream stopped` line), after the fault began.
 	end := fault
@@ -164,7 +165,6 @@ func replayAllowance(h *History, t hotTxn, s session, first, settled map[string]
 func checkHotDuplicates(h *History, _ Limits) []Violation {
 	var vs []Violation
 	window := h.Setup.Lanes * h.Setup.Window
-	settled := settledAt(h)
 	for _, t := range hotTxns(h) {
 		first := map[string]time.Time{}
 		var dups []Delivery
@@ -181,19 +181,13 @@ func checkHotDuplicates(h *History, _ Limits) []Violation {
 		if len(dups) == 0 {
 			continue
 		}
-		var older []string
-		for _, r := range h.Rows {
-			if r.Op != gen.OpHot && !r.Forged && !r.Committed.After(t.committed.Add(100*time.Millisecond)) && !Unpublishable(h, r) {
-				older = append(older, r.ID)
-			}
-		}
 		sessions := sessionsAfter(h, t.committed)
 		budget, next := 0, 0
 		var per []string
 		for i, d := range dups {
 			for next < len(sessions) && !sessions[next].at.After(d.At) {
 				s := sessions[next]
-				extra := replayAllowance(h, t, s, first, settled, older)
+				extra := replayAllowance(h, t, s, first)
 				budget += window + extra
 				per = append(per, fmt.Sprintf("+%.2fs router %d previous=%s: %d+%d", s.at.Sub(h.Start).Seconds(), s.router, s.previous, window, extra))
 				next++
