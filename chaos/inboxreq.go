@@ -226,12 +226,13 @@ func (k *inboxConsumer) close() {
 
 // writeInboxRows writes the kind's rows, each version in a transaction of its own: the target aggregate's
 // versions 1 to 4, version 2 a poison row (headers not a JSON object: the routers quarantine it), then the
-// control aggregate's. A row whose commit failed is returned as unknown (the table says whether it
-// committed); the rows after it are not written.
+// control aggregate's. A PostgreSQL restart or crash of the run may end the connection: the row is looked
+// for and written again on a new one, for up to inboxWait. A row whose commit stays unknown is returned as
+// such (the table says whether it committed), and the rows after it are not written.
 func (w *world) writeInboxRows(target, control string) []check.Row {
 	ctx := context.Background()
 	c := w.connect(ctx)
-	defer c.Close(ctx)
+	defer func() { c.Close(ctx) }()
 	var rows []check.Row
 	for _, agg := range []string{target, control} {
 		for v := int64(1); v <= 4; v++ {
@@ -241,9 +242,22 @@ func (w *world) writeInboxRows(target, control string) []check.Row {
 			if r.Poison {
 				headers = `[1]`
 			}
-			_, err := c.Exec(ctx, `INSERT INTO public.outbox (id, aggregate_type, aggregate_id, aggregate_version, event_type, payload, headers)
-				VALUES ($1::uuid, $2, $3, $4, 'created', $5::jsonb, $6::jsonb)`, r.ID, inboxType, agg, v,
-				fmt.Sprintf(`{"token": %q, "v": %d}`, w.token, v), headers)
+			var err error
+			for deadline := time.Now().Add(inboxWait); ; time.Sleep(250 * time.Millisecond) {
+				if c.IsClosed() {
+					c.Close(ctx)
+					c = w.connect(ctx)
+				}
+				var n int
+				if err = c.QueryRow(ctx, `SELECT count(*) FROM public.outbox WHERE id = $1::uuid`, r.ID).Scan(&n); err == nil && n == 0 {
+					_, err = c.Exec(ctx, `INSERT INTO public.outbox (id, aggregate_type, aggregate_id, aggregate_version, event_type, payload, headers)
+						VALUES ($1::uuid, $2, $3, $4, 'created', $5::jsonb, $6::jsonb)`, r.ID, inboxType, agg, v,
+						fmt.Sprintf(`{"token": %q, "v": %d}`, w.token, v), headers)
+				}
+				if err == nil || time.Now().After(deadline) {
+					break
+				}
+			}
 			r.Committed, r.Unknown = time.Now(), err != nil
 			var s string
 			if err == nil && c.QueryRow(ctx, `SELECT pg_current_wal_lsn()::text`).Scan(&s) == nil {
