@@ -69,6 +69,10 @@ func TestFrameworkEventuateTramConsumer(t *testing.T) {
 		must(t, ch.ExchangeDeclare(dest, "fanout", false, false, false, false, nil))
 		must(t, ch.ExchangeBind(group, "", dest, false, nil))
 	}
+	// adopt-eventuate.md: a destination exchange declared durable would refuse Eventuate's declaration.
+	if err := e.channel().ExchangeDeclare(orders, "fanout", true, false, false, false, nil); !isCode(err, amqp.PreconditionFailed) {
+		t.Errorf("a durable declaration of Eventuate's non-durable exchange: %v, want 406", err)
+	}
 	consumers := map[string]*consumer{}
 	for _, qs := range queues {
 		for _, q := range qs {
@@ -334,14 +338,12 @@ func TestFrameworkQuarkusConsumer(t *testing.T) {
 	// The channel's defaults declare the router's exchange without its alternate-exchange argument: RabbitMQ
 	// refuses (406), so the consumer is configured with exchange.declare=false, as adopt-quarkus.md says.
 	ch := e.channel()
-	err := ch.ExchangeDeclare(e.exchange, "topic", true, false, false, false, nil)
-	var aerr *amqp.Error
-	if !errors.As(err, &aerr) || aerr.Code != amqp.PreconditionFailed {
+	if err := ch.ExchangeDeclare(e.exchange, "topic", true, false, false, false, nil); !isCode(err, amqp.PreconditionFailed) {
 		t.Errorf("exchange.declare=true against the router's exchange: %v, want 406 PRECONDITION_FAILED", err)
 	}
 	queue := "orders-" + e.slot
 	ch = e.channel()
-	_, err = ch.QueueDeclare(queue, true, false, false, false, nil)
+	_, err := ch.QueueDeclare(queue, true, false, false, false, nil)
 	must(t, err)
 	t.Cleanup(func() { e.channel().QueueDelete(queue, false, false, false) })
 	must(t, ch.QueueBind(queue, "outbox.event.Order", e.exchange, false, nil))
@@ -388,4 +390,10 @@ func must(t *testing.T, err error) {
 	if err != nil {
 		t.Fatal(err)
 	}
+}
+
+// isCode says whether err is a channel or connection closed by RabbitMQ with reply code.
+func isCode(err error, code int) bool {
+	var aerr *amqp.Error
+	return errors.As(err, &aerr) && aerr.Code == code
 }
