@@ -9,10 +9,12 @@
 # signatures against debian-archive-keyring), mounts /proc inside it, and runs the node there as
 # rmq4@localhost with AMQP on 127.0.0.1:5673, distribution on 25673 and its own epmd on 4370, so that it
 # shares nothing with a system RabbitMQ on 5672. The chroot sees its own /etc: the system's
-# /etc/rabbitmq is not read. It prints the two settings the test suite reads:
+# /etc/rabbitmq is not read. It prints the settings the test suite reads:
 #
 #   CDC_ROUTER_TEST_AMQP_URL=amqp://guest:guest@127.0.0.1:5673/
 #   CDC_ROUTER_TEST_RABBITMQCTL=<cache>/rabbitmq-4.0/rabbitmqctl   (rabbitmqctl aimed at that node)
+#   CDC_ROUTER_TEST_RABBITMQ_ROOT=<cache>/rabbitmq-4.0/root          (where testenv.StartRabbitMQNodeLikeBroker
+#                                                                    starts a 4.0 node of a test's own)
 #
 # `stop` stops the node and unmounts /proc; `status` exits 0 when the node answers. Run as root
 # (debootstrap, chroot and mount need it). Safe to run any number of times.
@@ -31,6 +33,7 @@ amqp_up() { (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; }
 settings() {
   echo "CDC_ROUTER_TEST_AMQP_URL=amqp://guest:guest@127.0.0.1:$port/"
   echo "CDC_ROUTER_TEST_RABBITMQCTL=$ctl"
+  echo "CDC_ROUTER_TEST_RABBITMQ_ROOT=$root"
 }
 
 build_root() {

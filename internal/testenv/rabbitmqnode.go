@@ -25,8 +25,9 @@ type RabbitMQNode struct {
 	t          testing.TB
 	name       string // node@localhost
 	port, dist int
-	dir        string
-	sbin       string
+	dir        string // on this machine's file system (inside root, when root is set)
+	root       string // the root directory the node runs in (chroot), "" for the machine's RabbitMQ
+	sbin       string // as the node sees it
 	cmd        *exec.Cmd
 	exited     chan struct{} // closed when the VM started last exits
 	conf       []string      // rabbitmq.conf lines of the test's, after the harness's own
@@ -37,10 +38,15 @@ type RabbitMQNode struct {
 // hold across restarts and crashes of the node, where a setting made by rabbitmqctl eval would not.
 func StartRabbitMQNode(t testing.TB, conf ...string) *RabbitMQNode {
 	t.Helper()
-	sbin := serverBin(t)
+	return startNode(t, "", serverBin(t), conf)
+}
+
+// startNode starts a node of the RabbitMQ in sbin (inside root, when set), retrying on fresh ports.
+func startNode(t testing.TB, root, sbin string, conf []string) *RabbitMQNode {
+	t.Helper()
 	var errs []string
 	for attempt := 1; attempt <= 3; attempt++ {
-		n, err := freshNode(t, sbin, conf)
+		n, err := freshNode(t, root, sbin, conf)
 		if err == nil {
 			return n
 		}
@@ -67,7 +73,7 @@ func serverBin(t testing.TB) string {
 }
 
 // freshNode starts a node on fresh ports.
-func freshNode(t testing.TB, sbin string, conf []string) (*RabbitMQNode, error) {
+func freshNode(t testing.TB, root, sbin string, conf []string) (*RabbitMQNode, error) {
 	port, err := nodePort()
 	if err != nil {
 		return nil, err
@@ -76,15 +82,19 @@ func freshNode(t testing.TB, sbin string, conf []string) (*RabbitMQNode, error) 
 	if err != nil {
 		return nil, err
 	}
-	return tryNode(t, sbin, port, dist, conf)
+	return tryNode(t, root, sbin, port, dist, conf)
 }
 
 // tryNode prepares and starts one node on the given AMQP and distribution ports; on failure it stops the
 // node, removes its directory and returns an error that carries the end of the node's logs.
-func tryNode(t testing.TB, sbin string, port, dist int, conf []string) (*RabbitMQNode, error) {
-	n := &RabbitMQNode{t: t, sbin: sbin, port: port, dist: dist, conf: conf}
+func tryNode(t testing.TB, root, sbin string, port, dist int, conf []string) (*RabbitMQNode, error) {
+	n := &RabbitMQNode{t: t, root: root, sbin: sbin, port: port, dist: dist, conf: conf}
 	n.name = fmt.Sprintf("cdctest%d_%d@localhost", os.Getpid(), n.port)
-	dir, err := os.MkdirTemp("", "cdc-router-rabbitmq-node-")
+	tmp := ""
+	if root != "" {
+		tmp = filepath.Join(root, "tmp")
+	}
+	dir, err := os.MkdirTemp(tmp, "cdc-router-rabbitmq-node-")
 	if err != nil {
 		return nil, err
 	}
@@ -192,24 +202,31 @@ const watermark = "0.4"
 
 // runAs is the rabbitmq user when the harness runs as root (nil otherwise).
 func (n *RabbitMQNode) runAs() (*user.User, error) {
-	if os.Getuid() != 0 {
+	switch {
+	case os.Getuid() != 0:
 		return nil, nil
+	case n.root != "":
+		return rootUser(n.root, "rabbitmq")
 	}
 	return user.Lookup("rabbitmq")
 }
 
 // command runs prog of the node's sbin with the node's environment, as the rabbitmq user under root.
 func (n *RabbitMQNode) command(ctx context.Context, prog string, args ...string) *exec.Cmd {
+	dir := n.inside(n.dir)
 	env := []string{"RABBITMQ_NODENAME=" + n.name, "RABBITMQ_NODE_IP_ADDRESS=127.0.0.1",
 		fmt.Sprintf("RABBITMQ_NODE_PORT=%d", n.port), fmt.Sprintf("RABBITMQ_DIST_PORT=%d", n.dist),
-		"RABBITMQ_MNESIA_BASE=" + filepath.Join(n.dir, "mnesia"), "RABBITMQ_LOG_BASE=" + filepath.Join(n.dir, "log"),
-		"RABBITMQ_CONFIG_FILE=" + filepath.Join(n.dir, "rabbitmq"), "RABBITMQ_ENABLED_PLUGINS_FILE=" + filepath.Join(n.dir, "enabled_plugins"),
-		"RABBITMQ_CONF_ENV_FILE=" + filepath.Join(n.dir, "rabbitmq-env.conf"), "RABBITMQ_PID_FILE=" + filepath.Join(n.dir, "pid"),
-		"RABBITMQ_ADVANCED_CONFIG_FILE=" + filepath.Join(n.dir, "advanced.config"), "ERL_EPMD_ADDRESS=127.0.0.1",
+		"RABBITMQ_MNESIA_BASE=" + filepath.Join(dir, "mnesia"), "RABBITMQ_LOG_BASE=" + filepath.Join(dir, "log"),
+		"RABBITMQ_CONFIG_FILE=" + filepath.Join(dir, "rabbitmq"), "RABBITMQ_ENABLED_PLUGINS_FILE=" + filepath.Join(dir, "enabled_plugins"),
+		"RABBITMQ_CONF_ENV_FILE=" + filepath.Join(dir, "rabbitmq-env.conf"), "RABBITMQ_PID_FILE=" + filepath.Join(dir, "pid"),
+		"RABBITMQ_ADVANCED_CONFIG_FILE=" + filepath.Join(dir, "advanced.config"), "ERL_EPMD_ADDRESS=127.0.0.1",
 		"ERL_FLAGS=-kernel inet_dist_use_interface {127,0,0,1}",
 		fmt.Sprintf("RABBITMQ_CTL_DIST_PORT_MIN=%d", ctlDistMin), fmt.Sprintf("RABBITMQ_CTL_DIST_PORT_MAX=%d", ctlDistMax)}
 	full := append([]string{filepath.Join(n.sbin, prog)}, args...)
 	var cmd *exec.Cmd
+	if n.root != "" {
+		return n.chrootCommand(ctx, env, full)
+	}
 	if u, err := n.runAs(); err == nil && u != nil {
 		cmd = exec.CommandContext(ctx, "runuser", append([]string{"-u", u.Username, "--", "env", "HOME=" + u.HomeDir}, append(env, full...)...)...)
 	} else {

@@ -21,7 +21,7 @@ func TestRabbitMQNodeThatCannotStartSaysWhy(t *testing.T) {
 		t.Fatal(err)
 	}
 	t0 := time.Now()
-	n, err := tryNode(t, serverBin(t), held.Addr().(*net.TCPAddr).Port, dist, nil)
+	n, err := tryNode(t, "", serverBin(t), held.Addr().(*net.TCPAddr).Port, dist, nil)
 	if err == nil {
 		t.Fatalf("node %s started on a port another process listens on", n.name)
 	}
