@@ -3,271 +3,51 @@
 package e2e
 
 import (
-	"context"
-	"fmt"
-	"net"
-	"strconv"
 	"syscall"
 	"testing"
 	"time"
-
-	"github.com/jackc/pgx/v5"
-	amqp "github.com/rabbitmq/amqp091-go"
-
-	"github.com/cdc-router/cdc-router/internal/testenv"
 )
 
-// groupPartitions is the partition count of TestConsumerGroupUnderFaults' two consumer groups.
-const groupPartitions = 4
-
-// consumerGroup is one projection run as a partitioned consumer group (runner.Config.Partitions): its
-// instances (internal/e2e/accountsconsumer processes), one of them at a time connected through a proxy.
-type consumerGroup struct {
-	t         *testing.T
-	e         *env
-	consumer  string
-	queue     string
-	tally     *outcomeTally
-	proxy     *testenv.Proxy
-	proxied   string
-	instances map[string]*projection
-}
-
-func newConsumerGroup(t *testing.T, e *env, consumer string) *consumerGroup {
-	g := &consumerGroup{t: t, e: e, consumer: consumer, queue: e.queue + "-" + consumer, tally: &outcomeTally{},
-		instances: map[string]*projection{}}
-	u, err := amqp.ParseURI(e.amqpURL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	g.proxy = testenv.NewProxy(t, net.JoinHostPort(u.Host, strconv.Itoa(u.Port)))
-	u.Host, u.Port = splitAddr(t, g.proxy.Addr)
-	g.proxied = u.String()
-	t.Cleanup(func() { // after the instances' cleanups (registered later, run earlier)
-		conn, err := amqp.Dial(e.amqpURL)
-		if err != nil {
-			return
-		}
-		defer conn.Close()
-		ch, err := conn.Channel()
-		if err != nil {
-			return
-		}
-		for i := range groupPartitions {
-			ch.QueueDelete(g.partition(i), false, false, false)
-		}
-		for k := range 2*groupPartitions + 4 {
-			ch.QueueDelete(fmt.Sprintf("%s.partitions-%d.member-%d", g.queue, groupPartitions, k), false, false, false)
-		}
-		ex := fmt.Sprintf("%s.partitions-%d", g.queue, groupPartitions)
-		ch.ExchangeDelete(ex, false, false)
-		ch.QueueDelete(ex+".unrouted", false, false, false)
-		ch.ExchangeDelete(ex+".unrouted", false, false)
-	})
-	return g
-}
-
-func (g *consumerGroup) partition(i int) string {
-	return fmt.Sprintf("%s.%d-of-%d", g.queue, i, groupPartitions)
-}
-
-// start runs instance name, through the proxy when proxied.
-func (g *consumerGroup) start(name string, proxied bool) {
-	url := g.e.amqpURL
-	if proxied {
-		url = g.proxied
-	}
-	g.startAt(name, url)
-}
-
-// startAt runs instance name on the AMQP URLs urls (comma-separated), with more environment settings.
-func (g *consumerGroup) startAt(name, urls string, env ...string) {
-	g.instances[name] = startProjection(g.t, g.consumer+" "+name, append([]string{"E2E_PG_URL=" + g.e.pgURL, "E2E_AMQP_URL=" + urls,
-		"E2E_EXCHANGE=" + g.e.exchange, "E2E_QUEUE=" + g.queue, "E2E_CONSUMER=" + g.consumer,
-		"E2E_PARTITIONS=" + strconv.Itoa(groupPartitions)}, env...), g.tally)
-}
-
-// partitions is the ready messages and the consumers of each partition queue (-1 when it cannot be read).
-func (g *consumerGroup) partitions() (ready, consumers []int) {
-	conn, err := amqp.Dial(g.e.amqpURL)
-	if err != nil {
-		return nil, nil
-	}
-	defer conn.Close()
-	for i := range groupPartitions {
-		ch, err := conn.Channel()
-		if err != nil {
-			return nil, nil
-		}
-		q, err := ch.QueueDeclarePassive(g.partition(i), true, false, false, false, nil)
-		if err != nil {
-			ready, consumers = append(ready, -1), append(consumers, -1)
-			continue
-		}
-		ready, consumers = append(ready, q.Messages), append(consumers, q.Consumers)
-		ch.Close()
-	}
-	return ready, consumers
-}
-
-// waitConsumed waits until every partition has a consumer.
-func (g *consumerGroup) waitConsumed(timeout time.Duration) {
-	for deadline := time.Now().Add(timeout); ; time.Sleep(100 * time.Millisecond) {
-		_, consumers := g.partitions()
-		ok := len(consumers) == groupPartitions
-		for _, c := range consumers {
-			ok = ok && c >= 1
-		}
-		if ok {
-			return
-		}
-		if time.Now().After(deadline) {
-			g.t.Fatalf("group %s: partitions' consumers %v after %v", g.consumer, consumers, timeout)
-		}
-	}
-}
-
-// waitApplied waits until the group applied every published event, nothing is parked, its partitions are
-// empty and its instances have reported nothing new for two seconds.
-func (g *consumerGroup) waitApplied(published int64, timeout time.Duration) {
-	var applied, parked int64
-	var ready []int
-	lines, still := -1, 0
-	for deadline := time.Now().Add(timeout); ; time.Sleep(250 * time.Millisecond) {
-		applied = number(g.t, g.e.db, `SELECT count(*) FROM inbox.inbox WHERE consumer = $1 AND status = 'applied'`, g.consumer)
-		parked = number(g.t, g.e.db, `SELECT count(*) FROM inbox.parked WHERE consumer = $1`, g.consumer)
-		ready, _ = g.partitions()
-		empty := len(ready) == groupPartitions
-		for _, r := range ready {
-			empty = empty && r == 0
-		}
-		if _, _, n := g.tally.snapshot(); n == lines {
-			still++
-		} else {
-			lines, still = n, 0
-		}
-		if applied == published && parked == 0 && empty && still >= 8 {
-			return
-		}
-		if time.Now().After(deadline) {
-			g.t.Fatalf("group %s after %v: %d of %d events applied, %d parked, ready %v", g.consumer, timeout, applied, published, parked, ready)
-		}
-	}
-}
-
-// check asserts what the projection's owner checks: balances and versions equal the accounts table, one
-// applied inbox record and one handler application per outbox event, nothing parked (now or ever), failed
-// or left retrying.
-func (g *consumerGroup) check(published int64) {
-	t, c := g.t, g.consumer
-	for _, check := range []struct{ what, sql string }{
-		{"accounts whose projected balance or version differs from the accounts table", `SELECT count(*) FROM accounts a
-			FULL JOIN (SELECT * FROM account_projection WHERE consumer = $1) p ON p.id = a.id
-			WHERE a.id IS NULL OR a.balance <> coalesce(p.balance, 0) OR a.version <> coalesce(p.version, 0)`},
-		{"outbox events without exactly one applied inbox record, or inbox records without an event", `SELECT count(*)
-			FROM outbox e FULL JOIN (SELECT * FROM inbox.inbox WHERE consumer = $1) i ON i.event_id = e.id::text
-			WHERE e.id IS NULL OR i.event_id IS NULL OR i.status <> 'applied'`},
-		{"outbox events not applied exactly once by the handler (apply_counter)", `SELECT count(*)
-			FROM outbox e FULL JOIN (SELECT * FROM apply_counter WHERE consumer = $1) a ON a.event_id = e.id::text
-			WHERE e.id IS NULL OR a.event_id IS NULL OR a.count <> 1`},
-		{"parked events", `SELECT count(*) FROM inbox.parked WHERE consumer = $1`},
-		{"failed events (an out-of-order version fails in the handler)", `SELECT count(*) FROM inbox.failed WHERE consumer = $1`},
-		{"attempt counts left behind", `SELECT count(*) FROM inbox.attempts WHERE consumer = $1`},
-	} {
-		if n := number(t, g.e.db, check.sql, c); n != 0 {
-			t.Errorf("group %s: %d %s", c, n, check.what)
-		}
-	}
-	kinds, unparked, lines := g.tally.snapshot()
-	if kinds["parked"] != 0 || kinds["gap"] != 0 || unparked != 0 {
-		t.Errorf("group %s: %d events parked, %d gaps, %d unparked at least once; want none", c, kinds["parked"], kinds["gap"], unparked)
-	}
-	t.Logf("group %s: %d events, %d deliveries reported: %v", c, published, lines, kinds)
-}
-
 // TestConsumerGroupUnderFaults: two projections, each a partitioned consumer group of 4 partitions with
-// three instances, consume the real router's events while writers change 50 accounts; meanwhile instances
-// are SIGKILLed, started, stopped gracefully and cut from the broker (a TCP proxy), and PostgreSQL (the
-// suite's throwaway cluster, so the test relies on go test -p 1, as TestEffectivelyOnce) restarts fast.
-// At the end, for each
-// projection, every event was applied exactly once, in version order (the handler fails an event at another
-// version than the next), none ever parked, and the balances equal the accounts table. Runs against the
-// shared broker (the cuts are of a proxy), 35 to 60 s.
+// four instances, consume the real router's events while writers change 50 accounts, on a RabbitMQ node
+// of the test's own (of the suite's broker's version); meanwhile instances are SIGKILLed, started,
+// stopped gracefully and cut from the broker (a TCP proxy), the node's RabbitMQ restarts, PostgreSQL
+// crashes (immediate stop) and later restarts fast. At the end, for each projection, every event was
+// applied exactly once, in version order (the handler fails an event at another version than the next),
+// none ever parked, and the balances equal the accounts table. About 75 s; make test-consumer-groups.
+// TestShortConsumerGroupUnderFaults, its cut in make test, has a share of these faults.
 func TestConsumerGroupUnderFaults(t *testing.T) {
 	begun := time.Now()
-	e := newEnv(t)
-	e.exec(accountsSQL)
-	e.exec(`INSERT INTO accounts (id, balance, version)
-		SELECT format('acct-%s', lpad(i::text, 3, '0')), 0, 0 FROM generate_series(0, 49) i`)
-	e.startStreaming() // declares the exchange
-	a, b := newConsumerGroup(t, e, "ledger-a"), newConsumerGroup(t, e, "ledger-b")
-	for _, g := range []*consumerGroup{a, b} {
-		g.start("1", false)
-		g.start("2 (proxied)", true)
-		g.start("3", false)
-	}
-	a.waitConsumed(time.Minute)
-	b.waitConsumed(time.Minute)
-	t.Logf("%5.1fs  both groups consume their 4 partitions; writers start", time.Since(begun).Seconds())
-
-	w := &accountsWriter{url: e.pgURL, accounts: 50, pause: 15 * time.Millisecond}
-	ctx, stopWriters := context.WithCancel(context.Background())
-	waitWriters := w.run(ctx, 4)
-	t.Cleanup(func() { stopWriters(); waitWriters() })
-	t0 := time.Now()
-	at := func(sec float64, what string) {
-		time.Sleep(time.Until(t0.Add(time.Duration(sec * float64(time.Second)))))
-		t.Logf("%5.1fs  %s (%d changes committed so far)", time.Since(t0).Seconds(), what, w.committed.Load())
-	}
-	at(3, "ledger-a instance 1 SIGKILL")
+	x := newGroupWorld(t, 4)
+	a, b := x.a, x.b
+	x.write(4)
+	x.at(3, "ledger-a instance 1 SIGKILL")
 	a.instances["1"].stop(syscall.SIGKILL, 10*time.Second)
-	at(5, "ledger-a instance 1 started again; ledger-b instance 3 SIGKILL")
+	x.at(5, "ledger-a instance 1 started again; ledger-b instance 3 SIGKILL")
 	a.start("1 (restarted)", false)
 	b.instances["3"].stop(syscall.SIGKILL, 10*time.Second)
-	at(7, "both proxied instances' broker connections cut")
+	x.at(7, "both proxied instances' broker connections cut")
 	a.proxy.Cut()
 	b.proxy.Cut()
-	at(9, "ledger-b instance 4 joins")
-	b.start("4", false)
-	at(11, "ledger-a instance 3 SIGTERM (leaves gracefully)")
+	x.at(9, "ledger-b instance 5 joins")
+	b.start("5", false)
+	x.at(11, "ledger-a instance 3 SIGTERM (leaves gracefully)")
 	if code := a.instances["3"].stop(syscall.SIGTERM, 30*time.Second); code != 0 {
 		t.Errorf("ledger-a instance 3 exited with %d after SIGTERM, want 0", code)
 	}
-	at(13, "ledger-a instance 4 joins; proxied connections cut again")
-	a.start("4", false)
+	x.at(13, "ledger-a instance 5 joins; proxied connections cut again")
+	a.start("5", false)
 	a.proxy.Cut()
 	b.proxy.Cut()
-	at(14.5, "PostgreSQL fast restart")
-	e.db.Close(context.Background())
-	pg.Stop("fast")
-	time.Sleep(500 * time.Millisecond)
-	if err := pg.Start(); err != nil {
-		t.Fatal(err)
-	}
-	var err error
-	if e.db, err = pgx.Connect(context.Background(), e.pgURL); err != nil {
-		t.Fatal(err)
-	}
-	at(18, "writers stop")
-	stopWriters()
-	waitWriters()
-	published := number(t, e.db, `SELECT count(*) FROM outbox`)
-	for _, g := range []*consumerGroup{a, b} {
-		g.waitApplied(published, 2*time.Minute)
-	}
-	t.Logf("%5.1fs  every event applied by both groups, partitions empty", time.Since(t0).Seconds())
-	for _, g := range []*consumerGroup{a, b} {
-		for name, p := range g.instances {
-			select {
-			case <-p.done:
-				continue // killed or stopped above
-			default:
-			}
-			if code := p.stop(syscall.SIGTERM, 30*time.Second); code != 0 {
-				t.Errorf("%s instance %s exited with %d after SIGTERM, want 0", g.consumer, name, code)
-			}
-		}
-		g.check(published)
-	}
-	t.Logf("writers: %d changes, %d lost races decided again, %d reconnects", w.committed.Load(), w.lostRaces.Load(), w.reconnects.Load())
+	x.at(15, "broker stop_app for 3 s")
+	x.restartBroker(func() { time.Sleep(3 * time.Second) })
+	x.at(max(24, x.elapsed()+2), "PostgreSQL crash (immediate stop)")
+	x.restartPostgres("immediate")
+	x.at(max(29, x.elapsed()+2), "ledger-b instance 1 SIGKILL")
+	b.instances["1"].stop(syscall.SIGKILL, 10*time.Second)
+	x.at(max(31, x.elapsed()+2), "PostgreSQL fast restart")
+	x.restartPostgres("fast")
+	x.at(max(35, x.elapsed()+3), "writers stop") // a few changes after every fault
+	x.finish(2 * time.Minute)
+	t.Logf("%5.1fs  in all", time.Since(begun).Seconds())
 }
