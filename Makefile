@@ -2,20 +2,30 @@
 # `make demo` shows events flowing on a machine that has both installed.
 GO        ?= go
 PKGS      := ./...
-# -p 2: two test binaries at a time. Each test package starts PostgreSQL clusters of its own (testenv.Main),
-# names its queues, exchanges and broker users uniquely, and runs broker-wide faults on RabbitMQ nodes of its
-# own, so packages running together do not see each other. The end-to-end package (e2e/, about 16 minutes
-# alone) mostly waits on the servers (about a quarter of the two cores), so it runs beside the CPU-bound
-# unit packages rather than after them. The test binaries run with -race. The routers the end-to-end
-# tests and the invariant harness start are built without it (CDC_ROUTER_RACE=off: they run at a user's
-# speed, and the suite fits CI's 30 minutes); the last step runs the stream, stop, broker-cut and
-# snapshot groups of the version matrix again with race-built routers (matrix.sh regex). `make test-race` builds every router under test with -race.
-TESTFLAGS ?= -race -p 2 -count=1 -timeout 45m
+# make test runs its jobs two at a time (make -j2 over TEST_JOBS, each job one test binary at a time), so at
+# most two test binaries run at once, as `go test -p 2` did before. Each free slot takes the next job, so the
+# list goes longest first. The end-to-end package (e2e/, about 20 minutes, most of it waiting on the servers:
+# about a quarter of the two cores) is two jobs, so that no single job sets the length of the run:
+# test-e2e-2 runs the tests of the files E2E_2_FILES names (a shell glob), test-e2e every other (-skip the same list, so
+# each test runs in exactly one of them, and a new test in those files joins test-e2e-2 by itself). Each
+# test package starts PostgreSQL clusters of its own (testenv.Main), names its databases, queues, exchanges
+# and broker users uniquely, and runs broker-wide faults on RabbitMQ nodes of its own, so what runs side by
+# side does not see each other (two e2e/ processes included).
+# The test binaries run with -race. The routers the end-to-end tests and the invariant harness start are
+# built without it (CDC_ROUTER_RACE=off: they run at a user's speed, and the suite fits CI's 30 minutes);
+# test-race-core runs the stream, stop, broker-cut and snapshot groups of the version matrix again with
+# race-built routers (matrix.sh regex), and `make test-race` builds every router under test with -race. go
+# vet runs every analyzer first, so go test runs none of its own (-vet=off: its set is a subset of go vet's).
+TESTFLAGS  ?= -race -count=1 -timeout 45m
+E2E_2_FILES = e2e/[r-z]*_test.go
+TEST_JOBS  ?= test-e2e test-units test-e2e-2 test-chaos test-race-core test-deploy
+# e2e_2 is the -run regex of the top-level tests in E2E_2_FILES (shell text for a recipe).
+e2e_2 = ^($$(sed -n 's/^func \(Test[A-Za-z0-9_]*\)(t \*testing\.T).*/\1/p' $(E2E_2_FILES) | paste -sd'|' -))$$
 
 CDC_ROUTER_RACE ?= off
 export CDC_ROUTER_RACE
 
-.PHONY: test-race chaos mutants build test test-short test-cluster test-consumer-groups bench-shards lint fuzz bench bench-e2e demo services clean test-matrix test-versions
+.PHONY: test-race chaos mutants build test test-short test-cluster test-consumer-groups bench-shards lint fuzz bench bench-e2e demo services clean test-matrix test-versions ci test-e2e test-e2e-2 test-units test-chaos test-race-core test-deploy
 
 build:
 	$(GO) build -o bin/cdc-router ./cmd/cdc-router
@@ -26,8 +36,40 @@ services:
 test: services
 	$(GO) vet $(PKGS)
 	@test -z "$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go'))" || { echo "gofmt needed:"; gofmt -l .; exit 1; }
-	$(GO) test $(TESTFLAGS) $(PKGS)
-	CDC_ROUTER_RACE=on $(GO) test $(TESTFLAGS) -run "$$(internal/testenv/matrix.sh regex)" ./e2e/
+	@$(MAKE) --no-print-directory -k -j2 $(TEST_JOBS)
+
+# CI (.ci/run): make test with the version matrix (make test-matrix) among its jobs.
+ci:
+	@$(MAKE) --no-print-directory test TEST_JOBS="test-e2e test-units test-e2e-2 test-matrix test-chaos test-race-core test-deploy"
+
+# The jobs of make test; each says when it started and ended.
+test-e2e:
+	@date -u +'$@: start %T'
+	$(GO) test $(TESTFLAGS) -vet=off -skip "$(e2e_2)" ./e2e/
+	@date -u +'$@: done %T'
+
+test-e2e-2:
+	@date -u +'$@: start %T'
+	$(GO) test $(TESTFLAGS) -vet=off -run "$(e2e_2)" ./e2e/
+	@date -u +'$@: done %T'
+
+test-units:
+	@date -u +'$@: start %T'
+	$(GO) test $(TESTFLAGS) -vet=off -p 1 $$($(GO) list $(PKGS) | grep -Ev '/(e2e|chaos)$$')
+	@date -u +'$@: done %T'
+
+# The invariant harness's CI seeds (chaos/: its generator, checker and recorder packages are in test-units).
+test-chaos:
+	@date -u +'$@: start %T'
+	$(GO) test $(TESTFLAGS) -vet=off ./chaos/
+	@date -u +'$@: done %T'
+
+test-race-core:
+	@date -u +'$@: start %T'
+	CDC_ROUTER_RACE=on $(GO) test $(TESTFLAGS) -vet=off -run "$$(internal/testenv/matrix.sh regex)" ./e2e/
+	@date -u +'$@: done %T'
+
+test-deploy:
 	cd deploy/kubernetes && $(GO) vet ./... && $(GO) test -count=1 ./...
 	cd deploy/compose && $(GO) vet ./... && $(GO) test -count=1 ./...
 
@@ -36,11 +78,13 @@ test-race:
 
 # The version matrix (internal/testenv/matrix.sh, docs/development.md "Versions"): PostgreSQL 14-18 binaries
 # pinned and verified by internal/testenv/fetch-postgres.sh, RabbitMQ 4.0 run beside the system broker by
-# internal/testenv/rabbitmq4.sh, both cached in /var/cache/cdc-router. test-matrix (CI, after test): the core
-# end-to-end tests on PostgreSQL 14 and 18 (17: MATRIX_PG), each against RabbitMQ 4.0. test-versions: the whole
+# internal/testenv/rabbitmq4.sh, both cached in /var/cache/cdc-router. test-matrix (CI: make ci, one of make
+# test's jobs): the core end-to-end tests on PostgreSQL 14 and 18 (17: MATRIX_PG), each against RabbitMQ 4.0. test-versions: the whole
 # e2e suite on each PostgreSQL version, then the whole suite on RabbitMQ 4.0.
 test-matrix: services
+	@date -u +'$@: start %T'
 	internal/testenv/matrix.sh core
+	@date -u +'$@: done %T'
 
 test-versions: services
 	internal/testenv/matrix.sh full

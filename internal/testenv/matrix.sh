@@ -6,7 +6,7 @@
 #   matrix.sh core   the core end-to-end tests (kill/restart, SIGTERM, broker cut, snapshot boundary,
 #                    refusals, quorum queues, partitioned outbox, generated columns, a paused router's takeover, emitted events' authentication, reset's wait for transactions in flight and the docs'
 #                    setup SQL) on PostgreSQL 14 and 18 (MATRIX_PG="14 17 18" adds 17), each against RabbitMQ 4.0;
-#                    what CI runs after `make test` (`make test-matrix`), about 8 minutes here
+#                    what CI runs among `make test`'s jobs (`make test-matrix` in `make ci`), about 8 minutes here
 #   matrix.sh full   the whole e2e suite on PostgreSQL 14, 15, 16, 17 and 18 with the machine's
 #                    RabbitMQ, then the whole suite on RabbitMQ 4.0 (`make test-versions`), over an hour
 #
