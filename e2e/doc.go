@@ -18,7 +18,9 @@
 //   - emitted events and who may create them: emit, emitauth, producer, docsql (the docs' setup SQL)
 //   - standby routers, failover slots, PostgreSQL 18: standby, failover, failover_snapshot (a promotion during
 //     the initial snapshot), pg18
-//   - the consumer half through faults: accounts, effectively_once, effectively_once_check
+//   - the consumer half through faults: accounts, effectively_once, effectively_once_check; partitioned
+//     consumer groups: consumergroup_faults (the short test, in make test), consumergroup (build tag
+//     consumergroups, make test-consumer-groups), consumergroup_cluster (tags cluster consumergroups)
 //   - observability: metrics, status_json, progress, idle
 //   - a RabbitMQ cluster (build tag cluster, make test-cluster): cluster
 //   - benchmarks (make bench-e2e, make bench-shards): bench, shard_bench
