@@ -240,24 +240,30 @@ func TestCheckNamesMissingGrants(t *testing.T) {
 	})
 }
 
-// TestCheckRefusesPositionsWithoutMarks: a positions table from before 010 (no mark columns), or from
-// before 017 (no mark_seen and mark_open), is refused with the fix; a second `migrate` adds them, keeps the
+// TestCheckRefusesPositionsWithoutMarks: a positions table from before 010 (no mark columns), from before
+// 017 (no mark_seen and mark_open) or from before 018 (no refusal columns) is refused with the fix; a second `migrate` adds them, keeps the
 // stored row, and Check then passes.
 func TestCheckRefusesPositionsWithoutMarks(t *testing.T) {
 	t.Run("010", func(t *testing.T) {
 		refusesPositionsWithout(t, "mark_commit_lsn, DROP COLUMN mark_xid, DROP COLUMN mark_done, DROP COLUMN mark_config, "+
-			"DROP COLUMN mark_seen, DROP COLUMN mark_open")
+			"DROP COLUMN mark_seen, DROP COLUMN mark_open", "migrations 010 and 017")
 	})
-	t.Run("017", func(t *testing.T) { refusesPositionsWithout(t, "mark_seen, DROP COLUMN mark_open") })
+	t.Run("017", func(t *testing.T) {
+		refusesPositionsWithout(t, "mark_seen, DROP COLUMN mark_open", "migrations 010 and 017")
+	})
+	t.Run("018", func(t *testing.T) {
+		refusesPositionsWithout(t, "refusal_until, DROP COLUMN refusal_strikes", "refusal columns of migration 018")
+	})
 }
 
-// refusesPositionsWithout is TestCheckRefusesPositionsWithoutMarks with the columns named by drop dropped.
-func refusesPositionsWithout(t *testing.T, drop string) {
+// refusesPositionsWithout is TestCheckRefusesPositionsWithoutMarks with the columns named by drop dropped;
+// the refusal names migrations.
+func refusesPositionsWithout(t *testing.T, drop, migrations string) {
 	ctx := context.Background()
 	c := migrated(t)
 	exec(t, c, `INSERT INTO cdc_router.positions (slot, system_id, timeline, lsn) VALUES ('s', '42', 1, '0/10')`)
 	exec(t, c, `ALTER TABLE cdc_router.positions DROP COLUMN `+drop)
-	problem(t, c, Config{}, "cdc_router.positions predates this version", "migrations 010 and 017", "run `cdc-router migrate`")
+	problem(t, c, Config{}, "cdc_router.positions predates this version", migrations, "run `cdc-router migrate`")
 	for i := 0; i < 2; i++ {
 		if err := Apply(ctx, c, Config{}); err != nil {
 			t.Fatal(err)

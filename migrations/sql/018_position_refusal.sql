@@ -10,7 +10,9 @@ DO {{.Dollar}}
 DECLARE
     p regclass := format('%I.positions', {{.SchemaLiteral}})::regclass;
 BEGIN
-    IF NOT EXISTS (SELECT 1 FROM pg_attribute WHERE attrelid = p AND attname = 'refusal_settles' AND NOT attisdropped) THEN
+    IF (SELECT count(*) FROM pg_attribute WHERE attrelid = p AND NOT attisdropped AND attname IN ('refusal_until',
+            'refusal_commit_lsn', 'refusal_lsn', 'refusal_ordinal', 'refusal_event_id', 'refusal_strikes', 'refusal_first',
+            'refusal_last', 'refusal_reason', 'refusal_settles')) < 10 THEN
         EXECUTE format('ALTER TABLE %s ADD COLUMN IF NOT EXISTS refusal_until pg_lsn, '
             'ADD COLUMN IF NOT EXISTS refusal_commit_lsn pg_lsn, ADD COLUMN IF NOT EXISTS refusal_lsn pg_lsn, '
             'ADD COLUMN IF NOT EXISTS refusal_ordinal integer, ADD COLUMN IF NOT EXISTS refusal_event_id text, '
