@@ -28,6 +28,7 @@ groups=(
   "snapshot boundary=TestInitialSnapshotHasNoGapAndNoOverlap|TestSIGTERMDuringTheSnapshot"
   "refusals=TestSlotDroppedWhileStoppedIsRefused|TestPositionFromAnotherClusterIsRefused|TestResetAfterRefusalStartsOver|TestUnroutableEventIsParked|TestUnroutableQueueOfTheOtherTypeIsRefused|TestDroppedPublicationIsRefused"
   "stream, quorum queues=TestEveryEventArrivesInOrderWithItsProperties|TestQuorumQueueConsumerGetsEveryEvent"
+  "consumer groups=TestShortConsumerGroupUnderFaults"
   "partitioned outbox=TestPartitionedInitialSnapshotAndStream|TestPartitionedAttachAndDropWhileStreaming|TestPartitionedPublicationWithoutViaRootIsRefused"
   "generated columns=TestGeneratedColumnRefusedBeforePostgres18|TestGeneratedColumnOnPostgres18"
   "paused router=TestPausedRouter"
