@@ -34,7 +34,8 @@
 //     group's unrouted queue and reported, never dropped; objects that exist with other arguments are
 //     refused naming the fix; Cutover changes N in order (TestGroupSharesPartitionsAndHandsThemOver,
 //     TestGroupRefusesObjectsThatDiffer, TestGroupKeepsEventsWithoutABucket, TestGroupCutoverKeepsOrder,
-//     TestPartitionBucketsAndAssignment, and e2e's TestConsumerGroupUnderFaults, tag consumergroups);
+//     TestGroupCutoverFromAPlainQueueAndBack, TestPartitionBucketsAndAssignment, and e2e's
+//     TestShortConsumerGroupUnderFaults and TestConsumerGroupUnderFaults, tag consumergroups);
 //   - a graceful stop lets the handlers in flight finish until Config.DrainTimeout and requeues every
 //     delivery it did not process (TestRunnerStopLetsTheHandlerInFlightFinish,
 //     TestRunnerDrainTimeoutCancelsTheHandler, TestConsumeStopsCleanlyOnCancel).
