@@ -32,6 +32,7 @@ groups=(
   "partitioned outbox=TestPartitionedInitialSnapshotAndStream|TestPartitionedAttachAndDropWhileStreaming|TestPartitionedPublicationWithoutViaRootIsRefused"
   "generated columns=TestGeneratedColumnRefusedBeforePostgres18|TestGeneratedColumnOnPostgres18"
   "paused router=TestPausedRouter"
+  "inbox requests, router's rights, reserved headers=TestRunnerExpiredResolveIsNotCarriedOut|TestRunnerResolveRefusedWhenTheMissingVersionArrived|TestRunnerVersionArrivingAfterSkipIsFailed|TestInboxRequestsCommand|TestRouterRoleOpensPhysicalReplication|TestBackfillQuarantinesReservedHeaders"
   "emitted events, docs SQL=TestOnlyAuthorisedWritersPublishEmittedEvents|TestResetWaitsForTransactionsInFlight|TestMessagePrefixWithoutEmitKeyIsRefused|TestDocumentedSetupSQLRuns|TestDocumentedBrokerPermissions|TestEmitFunctionHardening|TestMessageFloodIsQuarantinedInBursts|TestEmitKeyRetirementWaitsForOpenAndPreparedTransactions|TestForgedMessagesOfTwoTransactionsAreBothStored"
 )
 core_regex() {
@@ -96,7 +97,7 @@ case "$mode" in
   core)
     for v in ${MATRIX_PG:-14 18}; do
       bin="$("$here/fetch-postgres.sh" "$v")"
-      run "PostgreSQL $v + RabbitMQ 4.0" $rmq4 "CDC_ROUTER_TEST_PG_BIN=$bin" -- -run "$(core_regex)" ./e2e/ ./migrations/
+      run "PostgreSQL $v + RabbitMQ 4.0" $rmq4 "CDC_ROUTER_TEST_PG_BIN=$bin" -- -run "$(core_regex)" ./e2e/ ./migrations/ ./inbox/runner/ ./cmd/cdc-router/
     done
     ;;
   full)
