@@ -127,7 +127,7 @@ clean:
 # and a node stopped, the queue leader's node stopped, a node killed (about 2.5 minutes, 3 x 130 MB of RAM).
 # Run before each release; not part of `make test` (see docs/scaling.md).
 test-cluster: services
-	$(GO) test $(TESTFLAGS) -tags cluster -run '^TestCluster' -v ./e2e/
+	$(GO) test $(TESTFLAGS) -tags 'cluster consumergroups' -run '^TestCluster' -v ./e2e/
 
 # The partitioned consumer groups under faults (build tag consumergroups, about 50-60 s; docs/consumer-groups.md),
 # on the machine's broker; on RabbitMQ 4.0: env $$(internal/testenv/rabbitmq4.sh start) make test-consumer-groups.
