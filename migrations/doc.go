@@ -5,7 +5,7 @@
 // they exist; Check reports what is missing or wrong there instead, each as one sentence naming the fix.
 // The router's own tables are altered only to add what a newer version needs (005: quarantine.event_id
 // and value_notes, a nullable row_values; 010: the positions' mark columns, progress inside a transaction; 017: mark_seen and mark_open, that progress
-// as the set of confirmed items; 018: the refusal columns, the stream's safety net kept with the slot),
+// as the set of confirmed items; 018: the refusal columns, the stream's safety net kept with the slot; 019: the routers' window_limit and inflight_events, what a router publishes now),
 // each change made only when it is missing, and Check refuses a schema without them.
 //
 // With Config.Partitioned (`migrate --partitioned`) the outbox is created range-partitioned by occurred_at
