@@ -20,7 +20,7 @@ func (k *keeper) beatOrInsert(ctx context.Context, stopping bool) error {
 	if err != nil && !k.old019 && errors.As(err, &pgErr) && pgErr.Code == "42703" { // undefined_column
 		k.old019 = true
 		k.log.Warn("the routers table has no columns window_limit and inflight_events (a schema migrated before this version): "+
-			"the record is kept without them, so `cdc-router status` does not show the in-flight limit; run `cdc-router migrate` to add them",
+			"the record is kept without them, so `cdc-router status` does not show the in-flight limit; run `cdc-router migrate` to add them (routers started after it record them; this one keeps writing without them)",
 			"table", k.table())
 		err = k.writeRecord(ctx, stopping)
 	}
